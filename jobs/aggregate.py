@@ -1,0 +1,18 @@
+"""pina-spark stage `aggregate` as a spark-submit entry point.
+
+    spark-submit --master yarn --py-files dist/pina_spark-0.1.0-py3-none-any.whl \
+        jobs/aggregate.py --config conf/emr.yaml [--set key=value] [--run-date YYYY-MM-DD]
+
+Locally: ``spark-submit --master local[2] jobs/aggregate.py --config conf/local.yaml``.
+"""
+import os
+import sys
+
+try:
+    from pina_spark.cli import job_main
+except ImportError:  # running from a source checkout without the wheel installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from pina_spark.cli import job_main
+
+if __name__ == "__main__":
+    sys.exit(job_main("aggregate"))

