@@ -152,9 +152,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
     """Body of every ``jobs/<stage>.py``: parse ``--config``/``--set``, run one stage, stop."""
@@ -172,3 +169,7 @@ def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
         return 2
     print(json.dumps({"output": cfg.output, "stages": result}))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

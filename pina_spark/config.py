@@ -397,11 +397,10 @@ def load_config(path: Optional[str], overrides: Optional[List[str]] = None,
     if path is not None:
         source = str(path)
         try:
-            with open(path) as fh:
-                loaded = yaml.safe_load(fh) or {}
+            loaded = yaml.safe_load(_read_text(str(path))) or {}
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found")
-        except yaml.YAMLError as e:
+        except (yaml.YAMLError, ValueError) as e:  # ValueError: e.g. an impossible date
             raise ConfigError(f"{path}: not valid YAML: {e}")
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, found {type(loaded).__name__}")
@@ -409,6 +408,19 @@ def load_config(path: Optional[str], overrides: Optional[List[str]] = None,
     if overrides:
         data = apply_overrides(data, overrides, source)
     return config_from_dict(data, source)
+
+
+def _read_text(path: str) -> str:
+    """A local file, or a URI (``s3://bucket/conf/emr.yaml``: EMR steps) read with pyarrow.fs."""
+    if "://" in path and not path.startswith("file://"):
+        import pyarrow.fs as pafs
+        fs, p = pafs.FileSystem.from_uri(path)
+        if fs.get_file_info(p).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        with fs.open_input_stream(p) as fh:
+            return fh.read().decode("utf-8")
+    with open(path[len("file://"):] if path.startswith("file://") else path) as fh:
+        return fh.read()
 
 
 def config_from_dict(data: Dict[str, Any], source: str = "<dict>") -> PinaConfig:
@@ -432,10 +444,13 @@ def apply_overrides(data: Dict[str, Any], overrides: List[str], source: str = "<
             raise ConfigError(f"--set {item!r}: empty key ({source})")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):  # ValueError: YAML date-like, e.g. 2026-13-01
             value = raw
         node = out
         parts = key.split(".")
+        if parts[:2] == ["spark", "conf"] and len(parts) > 3:
+            # Spark conf keys contain dots: spark.conf.spark.executor.memory -> one key
+            parts = parts[:2] + [".".join(parts[2:])]
         for p in parts[:-1]:
             nxt = node.get(p)
             if nxt is None:
@@ -549,6 +564,9 @@ def _coerce(tp, value, key: str, source: str):
             raise ConfigError(f"{source}: {key}: expected a number, found {value!r}")
         return float(value)
     if tp is str:
+        import datetime
+        if isinstance(value, datetime.date):  # unquoted YAML date (run_date: 2026-11-21)
+            value = value.isoformat()
         if not isinstance(value, str):
             raise ConfigError(f"{source}: {key}: expected a string, found "
                               f"{type(value).__name__} {value!r}")

@@ -209,8 +209,15 @@ def publish(spark, staging: str, final: str) -> None:
 
 def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
     """Repair an interrupted publish: if ``<t>`` is missing but ``<t>.__old-*`` exists, restore
-    it; delete leftover staging folders. Returns the repaired table names."""
+    it; delete leftover staging folders. Returns the repaired table names.
+
+    Besides ``rels``, every ``*.__old-*`` folder found under the run root (two levels deep, e.g.
+    ``quarantine/<table>``) is repaired the same way, so no published table is forgotten."""
     repaired = []
+    rels = list(rels)
+    for rel in _stray_olds(spark, paths):
+        if rel not in rels:
+            rels.append(rel)
     for rel in rels:
         final = paths.table(rel)
         fs, p = _jfs(spark, final)
@@ -232,6 +239,32 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
     return repaired
 
 
+def _stray_olds(spark, paths: RunPaths, depth: int = 2) -> List[str]:
+    """Relative names ``t`` of every ``<root>/t.__old-*`` folder (``depth`` levels deep)."""
+    fs, root = _jfs(spark, paths.root)
+    if not fs.exists(root):
+        return []
+    found: List[str] = []
+    level = [("", root)]
+    for _ in range(depth):
+        nxt = []
+        for prefix, d in level:
+            for st in fs.listStatus(d):
+                if not st.isDirectory():
+                    continue
+                name = st.getPath().getName()
+                if name == "_staging":
+                    continue
+                if ".__old-" in name:
+                    rel = prefix + name.split(".__old-")[0]
+                    if rel not in found:
+                        found.append(rel)
+                elif "=" not in name:  # never descend into partition folders
+                    nxt.append((prefix + name + "/", st.getPath()))
+        level = nxt
+    return found
+
+
 def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
                 mode_replace_partitions: bool = False) -> str:
     """Write ``df`` as Parquet to a staging folder and publish it at ``paths.table(rel)``.
@@ -250,7 +283,15 @@ def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
     writer = df.write.mode("overwrite")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.parquet(staging)
+    try:
+        writer.parquet(staging)
+    except BaseException:
+        # the published table is untouched; remove the half-written staging folder
+        try:
+            delete_path(spark, staging)
+        except Exception:  # pragma: no cover - best effort, recover() removes it next run
+            log.warning("could not remove staging folder %s", staging)
+        raise
     publish(spark, staging, final)
     return final
 
@@ -305,7 +346,13 @@ def read_input(spark, uri: str, table: str):
     full = schema(table)
     fmt = _format_of(uri)
     if fmt == "parquet":
-        df = spark.read.parquet(uri)
+        try:
+            df = spark.read.parquet(uri)
+        except Exception as e:  # AnalysisException: 0-byte file, empty folder, not Parquet
+            if "UNABLE_TO_INFER_SCHEMA" in str(e) or "Unable to infer schema" in str(e):
+                raise InputError(f"input.{table}: {uri} is empty or not a Parquet table (no "
+                                 f"schema could be read)") from None
+            raise
         present = {f.name: f.dataType for f in df.schema.fields}
         _check_columns(present.keys(), required, uri, table)
         for field in full.fields:
@@ -323,7 +370,17 @@ def read_input(spark, uri: str, table: str):
     # text formats: check the header / keys first, then read with the explicit schema
     header = _peek_columns(spark, uri, fmt)
     _check_columns(header, required, uri, table)
-    present_fields = [f for f in full.fields if f.name in header]
+    types = {f.name: f.dataType for f in full.fields}
+    if fmt == "csv":
+        # CSV columns are positional: the schema follows the header's order; columns outside
+        # the contract are read as strings and dropped below. enforceSchema=False makes Spark
+        # check every file's header against these names (a folder of CSV files with different
+        # column orders fails instead of being misread).
+        present_fields = [T.StructField(c, types.get(c, T.StringType())) for c in header]
+    else:
+        # a JSON line may omit a key (null): read every contract column by name
+        present_fields = list(full.fields)
+        header = [f.name for f in full.fields]
     read_schema = T.StructType(present_fields + [T.StructField(CORRUPT, T.StringType())])
     reader = spark.read.schema(read_schema).option("mode", "PERMISSIVE") \
         .option("columnNameOfCorruptRecord", CORRUPT)
@@ -337,19 +394,34 @@ def read_input(spark, uri: str, table: str):
     return df.select(*cols, F.col(CORRUPT))
 
 
+#: JSON lines looked at to find the keys of a table (a key absent from all of them is missing)
+JSON_PEEK_LINES = 1000
+
+
 def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
     import json
-    first = spark.read.text(uri).limit(1).collect()
-    if not first:
-        raise InputError(f"{uri}: input is empty (no header / no rows)")
-    line = first[0][0]
+    from pyspark.sql import functions as F
     if fmt == "csv":
         import csv
-        return [c.strip() for c in next(csv.reader([line]))]
-    try:
-        return list(json.loads(line).keys())
-    except ValueError:
-        raise InputError(f"{uri}: first line is not a JSON object")
+        first = spark.read.text(uri).limit(1).collect()
+        if not first:
+            raise InputError(f"{uri}: input is empty (no header / no rows)")
+        return [c.strip().lstrip("\ufeff") for c in next(csv.reader([first[0][0]]))]
+    lines = spark.read.text(uri).filter(F.trim(F.col("value")) != "") \
+        .limit(JSON_PEEK_LINES).collect()
+    if not lines:
+        raise InputError(f"{uri}: input is empty (no rows)")
+    keys: List[str] = []
+    for row in lines:
+        try:
+            obj = json.loads(row[0])
+        except ValueError:
+            continue  # an unparseable line: it lands in _corrupt_record
+        if isinstance(obj, dict):
+            keys += [k for k in obj if k not in keys]
+    if not keys:
+        raise InputError(f"{uri}: none of the first {len(lines)} lines is a JSON object")
+    return keys
 
 
 def _check_columns(present, required, uri, table):

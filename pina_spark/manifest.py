@@ -16,11 +16,25 @@ import json
 import logging
 import platform
 import time
-from typing import Any, Dict, Optional
+import uuid
+from typing import Any, Dict, List, Optional
 
 from . import io
 
 log = logging.getLogger(__name__)
+
+_MAX_HISTORY = 50
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _now_us() -> str:
+    """UTC time with microseconds: also a version token of a stage's outputs."""
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 
 _LIBS = ("pyspark", "pyarrow", "numpy", "scipy", "pandas", "libpecos", "torch", "transformers")
 
@@ -76,13 +90,35 @@ class Manifest:
         self.save()
 
     def record_stage(self, name: str, stats: Dict[str, Any], fingerprint: str,
-                     duration_s: float) -> None:
+                     duration_s: float, **extra: Any) -> None:
+        """Mark ``name`` complete (after its outputs were published). ``extra``: e.g.
+        ``rows_out={table: n}``, ``rows_per_s``."""
         entry = self.data["stages"].get(name, {})
         entry.update({"status": "complete", "stats": stats, "fingerprint": fingerprint,
                       "duration_s": round(duration_s, 3),
-                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                      "finished": _now_us()})
+        entry.update(extra)
+        entry["runs"] = int(entry.get("runs", 0)) + 1
+        entry["version"] = uuid.uuid4().hex  # changes whenever the outputs are republished
         entry.pop("error", None)
         self.data["stages"][name] = entry
+        self.save()
+
+    def start_run(self, run_id: str, stages: List[str], **info: Any) -> None:
+        """Append an entry to the run history (one per ``run_pipeline`` call)."""
+        hist = self.data.setdefault("history", [])
+        hist.append(dict(info, run_id=run_id, stages=stages, status="running", started=_now()))
+        del hist[:-_MAX_HISTORY]
+        self.save()
+
+    def finish_run(self, run_id: str, result: Dict[str, str], status: str,
+                   error: Optional[str] = None) -> None:
+        for h in reversed(self.data.get("history", [])):
+            if h.get("run_id") == run_id:
+                h.update({"status": status, "result": dict(result), "finished": _now()})
+                if error:
+                    h["error"] = error[:2000]
+                break
         self.save()
 
     def is_complete(self, name: str, fingerprint: str) -> bool:

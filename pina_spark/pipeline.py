@@ -1,11 +1,38 @@
-"""Stage order, resume/skip, run dates, manifest writes.
+"""Stage order, resume/skip, run dates, reuse of an earlier run's models, incremental runs,
+progress logging and manifest writes.
 
 Stage modules never import each other: each exposes ``run_stage(ctx) -> dict`` (statistics) and
 reads/writes published tables through :mod:`pina_spark.io`; this module wires them in order.
 
-A stage is skipped when its manifest entry is ``complete`` for the same fingerprint (the config
-sections it depends on + the input files' fingerprint + the fingerprints of the stages before it)
-and its outputs are complete on storage; ``force`` redoes everything.
+Resume
+    A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
+    outputs are complete on storage (``_SUCCESS``); ``run.force`` (``--force``) redoes everything.
+    The fingerprint of a stage hashes: the input files (path, size, mtime), ``run.models`` (and
+    the models run's pretrain entry), the config sections of the stage, and the manifest entries
+    (fingerprint + finish time) of every stage before it. So a stage that is redone invalidates
+    every later stage, whichever subset of stages a command names (``jobs/<stage>.py`` steps and
+    ``pina-spark run`` agree).
+
+Run dates
+    With ``run.run_date`` every output goes under ``<output>/run_date=<date>/`` (its own manifest
+    too); rerunning a date republishes that date's tables (staging + atomic swap, so no duplicate
+    rows), other dates are never touched.
+
+Models of an earlier run (``run.models``)
+    When ``run.models`` names an earlier run root and this command does not run the ``graph``
+    stage, a ``nodes`` pre-step (:func:`prepare_nodes_from_models`) builds this run's node index
+    space from the models run's ``nodes``: every node keeps its index (so ``output_nodes.npy`` of
+    the models' g still points at the right nodes), an existing instance takes its text from the
+    new instances table when present there, and instances not seen before are appended after the
+    largest index, sorted by ``instance_id``, with ``split`` as given or ``new``
+    (:func:`extend_nodes`).
+
+Incremental (``run.incremental``, needs ``run.models``)
+    The embed, neighbors and aggregate stages recompute only new or changed nodes (a hash of
+    ``node_id`` + ``text`` compared with a base run: the latest earlier ``run_date`` of the same
+    output with complete outputs, else the models run). See :func:`select_changed` and
+    :data:`INCREMENTAL`. The stage runs on a subset view of its input table (a path overlay);
+    the pipeline then publishes recomputed rows + the base run's rows for everything else.
 
 Examples
 --------
@@ -19,6 +46,7 @@ import dataclasses as dc
 import importlib
 import logging
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import io
@@ -26,6 +54,11 @@ from .config import STAGE_NAMES, PinaConfig
 from .manifest import Manifest
 
 log = logging.getLogger(__name__)
+
+#: split given to instances appended by :func:`extend_nodes` when the input has none
+SPLIT_NEW = "new"
+#: pseudo-stage name (manifest entry) of the ``nodes`` pre-step of a ``run.models`` run
+NODES_STEP = "nodes"
 
 
 @dc.dataclass(frozen=True)
@@ -61,18 +94,24 @@ STAGES: Dict[str, StageSpec] = {s.name: s for s in [
 ]}
 assert tuple(STAGES) == STAGE_NAMES
 
+#: outputs that are folders of files, not Parquet tables (no row counts)
+NON_TABLE_OUTPUTS = (io.MODELS, io.EVAL)
+
 
 @dc.dataclass
 class StageContext:
     """What a stage gets: the session, the config, the run's paths and the manifest.
 
     ``models`` is where models are read from (this run's ``models/`` unless ``run.models`` names
-    an earlier run)."""
+    an earlier run). ``selection``: in an incremental run, the URI of a table with the
+    ``node_index`` of the rows being recomputed (``None`` otherwise; stages may ignore it: the
+    pipeline already hands them a subset view of their input)."""
     spark: Any
     cfg: PinaConfig
     paths: io.RunPaths
     manifest: Manifest
     models_root: str
+    selection: Optional[str] = None
 
     @property
     def models(self) -> str:
@@ -84,6 +123,11 @@ def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
     return [STAGES[s] for s in STAGE_NAMES if s in stages]
 
 
+def models_run_root(cfg: PinaConfig) -> Optional[str]:
+    """Root of the run whose models are reused (``run.models``), or ``None``."""
+    return cfg.run.models.rstrip("/") if cfg.run.models else None
+
+
 def make_context(spark, cfg: PinaConfig) -> StageContext:
     paths = io.RunPaths(cfg.output, cfg.run.run_date)
     manifest = Manifest(paths.manifest)
@@ -93,9 +137,33 @@ def make_context(spark, cfg: PinaConfig) -> StageContext:
                         models_root=models_root)
 
 
+def open_run(spark, root: str) -> StageContext:
+    """A context over an existing run root (``<output>`` or ``<output>/run_date=D``), with the
+    config recorded in its manifest: for notebooks and ad-hoc inspection.
+
+    Examples
+    --------
+    >>> ctx = open_run(spark, "runs/demo/run")                                  # doctest: +SKIP
+    >>> io.read_table(ctx.spark, ctx.paths, io.NODES).count()                   # doctest: +SKIP
+    """
+    from .config import ConfigError, config_from_dict
+    paths = io.RunPaths(root)
+    manifest = Manifest(paths.manifest)
+    if "config" not in manifest.data:
+        raise ConfigError(f"{paths.manifest}: no run manifest with a config (is {root} a run "
+                          "root? e.g. runs/demo/run or <output>/run_date=YYYY-MM-DD)")
+    cfg = config_from_dict(manifest.data["config"], paths.manifest)
+    models_root = (io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models
+                   else paths.table(io.MODELS))
+    return StageContext(spark=spark, cfg=cfg, paths=paths, manifest=manifest,
+                        models_root=models_root)
+
+
+# --------------------------------------------------------------------------- the runner
 def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
                  force: Optional[bool] = None) -> Dict[str, Any]:
-    """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}``.
+    """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}`` (plus
+    ``"nodes"`` when the pre-step of a ``run.models`` run was considered).
 
     Examples
     --------
@@ -103,36 +171,108 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     {'graph': 'ran'}
     """
     force = cfg.run.force if force is None else force
+    stages = tuple(stages or STAGE_NAMES)
     ctx = make_context(spark, cfg)
     io.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
+    run_id = uuid.uuid4().hex[:12]
     ctx.manifest.set_run_info(cfg.to_dict())
-    inputs_fp = io.input_fingerprint(spark, dc.astuple(cfg.input))
+    ctx.manifest.start_run(run_id, list(stages), spark_version=spark.version,
+                           run_date=cfg.run.run_date, models=cfg.run.models)
+    log.info("run %s: stages %s, output %s%s", run_id, ",".join(stages), ctx.paths.root,
+             f", models of {cfg.run.models}" if cfg.run.models else "")
+    base = _hash(io.input_fingerprint(spark, dc.astuple(cfg.input)) + _models_token(cfg))
     result: Dict[str, str] = {}
-    upstream = inputs_fp + (cfg.run.models or "")
-    for spec in plan(cfg, stages or STAGE_NAMES):
-        fp = cfg.fingerprint(*spec.sections)
-        fp = _hash(upstream + fp)
-        upstream = fp
-        # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
-        outputs_ok = all(io.is_complete(spark, ctx.paths.table(o)) for o in spec.outputs)
-        if not force and ctx.manifest.is_complete(spec.name, fp) and outputs_ok:
-            log.info("stage %s: complete for fingerprint %s, skipped", spec.name, fp)
-            result[spec.name] = "skipped"
-            continue
-        log.info("stage %s: start (fingerprint %s)", spec.name, fp)
-        ctx.manifest.mark_started(spec.name, fp)
-        t0 = time.time()
-        try:
-            stats = spec.load()(ctx) or {}
-        except Exception as e:
-            ctx.manifest.mark_failed(spec.name, f"{type(e).__name__}: {e}")
-            log.error("stage %s failed after %.1fs: %s", spec.name, time.time() - t0, e)
-            raise
-        dt = time.time() - t0
-        ctx.manifest.record_stage(spec.name, stats, fp, dt)
-        log.info("stage %s: done in %.1fs %s", spec.name, dt, _brief(stats))
-        result[spec.name] = "ran"
+    try:
+        mroot = models_run_root(cfg)
+        if mroot and mroot != ctx.paths.root.rstrip("/"):
+            if "graph" in stages:
+                log.warning("run.models is set but the graph stage is run too: its nodes index "
+                            "space may not match the models of %s", mroot)
+            else:
+                result[NODES_STEP] = _run_step(
+                    ctx, NODES_STEP, _hash(base + "nodes"), (io.NODES,), force,
+                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths))
+        for spec in plan(cfg, stages):
+            fp = _hash(base + cfg.fingerprint(*spec.sections) + _upstream_token(ctx, spec.name))
+            if cfg.run.incremental and spec.name in INCREMENTAL:
+                fn = _incremental_runner(spec)
+            else:
+                fn = spec.load()
+            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn)
+    except BaseException as e:
+        ctx.manifest.finish_run(run_id, result, status="failed",
+                                error=f"{type(e).__name__}: {e}")
+        raise
+    ctx.manifest.finish_run(run_id, result, status="complete")
     return result
+
+
+def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], force: bool,
+              fn: Callable[[StageContext], Dict[str, Any]]) -> str:
+    spark = ctx.spark
+    # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
+    outputs_ok = all(io.is_complete(spark, ctx.paths.table(o)) for o in outputs)
+    if not force and ctx.manifest.is_complete(name, fp) and outputs_ok:
+        log.info("stage %s: complete for fingerprint %s, skipped", name, fp)
+        return "skipped"
+    log.info("stage %s: start (fingerprint %s, root %s)", name, fp, ctx.paths.root)
+    ctx.manifest.mark_started(name, fp)
+    t0 = time.time()
+    try:
+        stats = fn(ctx) or {}
+    except Exception as e:
+        ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
+        log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
+        raise
+    dt = time.time() - t0
+    rows = _output_rows(spark, ctx.paths, outputs)
+    total = sum(rows.values())
+    rate = round(total / dt, 1) if dt > 0 and rows else None
+    ctx.manifest.record_stage(name, stats, fp, dt, rows_out=rows, rows_per_s=rate)
+    log.info("stage %s: done in %.1fs, rows out %s%s %s", name, dt, rows or "-",
+             f" ({rate} rows/s)" if rate is not None else "", _brief(stats))
+    return "ran"
+
+
+def _output_rows(spark, paths: io.RunPaths, outputs: Sequence[str]) -> Dict[str, int]:
+    """Row counts of the published output tables, from the Parquet footers (pyarrow, no Spark
+    job) for local folders, else a Spark count (also footer-only for Parquet)."""
+    rows = {}
+    for rel in outputs:
+        if rel in NON_TABLE_OUTPUTS:
+            continue
+        uri = paths.table(rel)
+        try:
+            if not io.is_remote(uri):
+                import pyarrow.dataset as pads
+                rows[rel] = int(pads.dataset(io.local_path(uri), format="parquet",
+                                             partitioning="hive",
+                                             exclude_invalid_files=True).count_rows())
+            else:
+                rows[rel] = int(spark.read.parquet(uri).count())
+        except Exception as e:  # an empty folder, a non-table output
+            log.debug("no row count for %s: %s", rel, e)
+    return rows
+
+
+def _upstream_token(ctx: StageContext, name: str) -> str:
+    """Fingerprint + finish time of every earlier stage (and the nodes pre-step)."""
+    parts = []
+    for up in (NODES_STEP,) + STAGE_NAMES[:STAGE_NAMES.index(name)]:
+        e = ctx.manifest.stage(up)
+        if e and e.get("status") == "complete":
+            parts.append(f"{up}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+        else:
+            parts.append(f"{up}:-")
+    return "|".join(parts)
+
+
+def _models_token(cfg: PinaConfig) -> str:
+    root = models_run_root(cfg)
+    if not root:
+        return ""
+    e = Manifest(io.RunPaths(root).manifest).stage("pretrain") or {}
+    return f"{root}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}"
 
 
 def _hash(s: str) -> str:
@@ -143,3 +283,276 @@ def _hash(s: str) -> str:
 def _brief(stats: Dict[str, Any]) -> str:
     items = [(k, v) for k, v in stats.items() if isinstance(v, (int, float, str))][:8]
     return " ".join(f"{k}={v}" for k, v in items)
+
+
+# --------------------------------------------------------------------------- nodes of a models run
+def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
+    """The node index space of a run that reuses ``prev_nodes``' models.
+
+    Every row of ``prev_nodes`` keeps its ``node_index``, ``kind`` and ``split``; an instance
+    present in ``instances`` takes its (new) text from there. Instances not in ``prev_nodes`` are
+    appended with indices ``max(node_index)+1 ...`` in ``instance_id`` order, ``split`` as given
+    (non-null) or ``new_split``. Rows with a null/blank id are dropped; a duplicated id keeps the
+    smallest (text, split) so the result does not depend on partitioning.
+
+    Parameters
+    ----------
+    prev_nodes : DataFrame in the ``nodes`` schema (see docs/design.md).
+    instances : DataFrame with ``instance_id``, ``text`` and optionally ``split``.
+
+    Examples
+    --------
+    >>> extend_nodes(prev, spark.createDataFrame([("z", "new item", None)],
+    ...              "instance_id string, text string, split string")).show()  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    inst = instances
+    if io.SPLIT not in inst.columns:
+        inst = inst.withColumn(io.SPLIT, F.lit(None).cast("string"))
+    if io.CORRUPT in inst.columns:
+        inst = inst.where(F.col(io.CORRUPT).isNull())
+    inst = (inst.where(F.col(io.INSTANCE_ID).isNotNull()
+                       & (F.trim(F.col(io.INSTANCE_ID)) != ""))
+            .groupBy(io.INSTANCE_ID)
+            .agg(F.min(F.struct(io.TEXT, io.SPLIT)).alias("_v"))
+            .select(F.col(io.INSTANCE_ID).alias("_id"), F.col("_v." + io.TEXT).alias("_text"),
+                    F.col("_v." + io.SPLIT).alias("_split")))
+    prev = prev_nodes.select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT, io.SPLIT)
+    prev_inst = prev.where(F.col(io.KIND) == io.KIND_INSTANCE)
+    kept = (prev.join(inst, (prev[io.KIND] == F.lit(io.KIND_INSTANCE))
+                      & (prev[io.NODE_ID] == inst["_id"]), "left")
+            .select(io.NODE_INDEX, io.KIND, io.NODE_ID,
+                    F.coalesce(F.col("_text"), F.col(io.TEXT)).alias(io.TEXT), io.SPLIT))
+    new = inst.join(prev_inst, inst["_id"] == prev_inst[io.NODE_ID], "left_anti")
+    start = prev.agg(F.max(io.NODE_INDEX)).collect()[0][0]
+    start = -1 if start is None else int(start)
+    spark = prev_nodes.sparkSession
+    ordered = new.orderBy("_id")
+    indexed = ordered.rdd.zipWithIndex().map(
+        lambda t: (start + 1 + t[1], io.KIND_INSTANCE, t[0]["_id"], t[0]["_text"],
+                   t[0]["_split"] if t[0]["_split"] is not None else new_split))
+    from pyspark.sql import types as T
+    new_df = spark.createDataFrame(indexed, T.StructType([
+        T.StructField(io.NODE_INDEX, T.LongType()), T.StructField(io.KIND, T.StringType()),
+        T.StructField(io.NODE_ID, T.StringType()), T.StructField(io.TEXT, T.StringType()),
+        T.StructField(io.SPLIT, T.StringType())]))
+    return kept.unionByName(new_df)
+
+
+def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: io.RunPaths) -> Dict[str, Any]:
+    """The ``nodes`` pre-step of a ``run.models`` run: publish this run's ``nodes`` as
+    :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
+    from pyspark.sql import functions as F
+    root = models_run_root(cfg)
+    prev = io.read_table(spark, io.RunPaths(root), io.NODES)
+    if cfg.input.instances:
+        inst = io.read_input(spark, cfg.input.instances, "instances")
+        nodes = extend_nodes(prev, inst)
+    else:
+        nodes = prev
+    n_prev = prev.count()
+    io.write_table(nodes.repartition(max(1, spark.sparkContext.defaultParallelism))
+                   .sortWithinPartitions(io.NODE_INDEX), paths, io.NODES)
+    out = io.read_table(spark, paths, io.NODES)
+    n = out.count()
+    n_new = out.where(F.col(io.NODE_INDEX) >= prev.agg(F.max(io.NODE_INDEX)).collect()[0][0] + 1
+                      ).count() if n_prev else n
+    log.info("nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev,
+             n_new)
+    return {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
+
+
+# --------------------------------------------------------------------------- incremental runs
+def row_hash(df):
+    """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text``."""
+    from pyspark.sql import functions as F
+    return df.withColumn("_row_hash", F.sha2(F.concat_ws(
+        "\u001f", F.col(io.NODE_ID), F.coalesce(F.col(io.TEXT), F.lit(""))), 256))
+
+
+def select_changed(current_nodes, previous_nodes):
+    """Nodes of ``current_nodes`` that are new or changed against ``previous_nodes``.
+
+    Both are ``nodes`` tables of the same index space (see :func:`extend_nodes`). A node is
+    ``new`` when its ``(node_index, kind)`` is absent from ``previous_nodes`` and ``changed`` when
+    the hash of ``node_id`` + ``text`` differs. Returns ``node_index, kind, node_id, reason``.
+
+    Examples
+    --------
+    >>> select_changed(today, yesterday).groupBy("reason").count().show()  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    cur = row_hash(current_nodes).select(io.NODE_INDEX, io.KIND, io.NODE_ID, "_row_hash")
+    prev = row_hash(previous_nodes).select(io.NODE_INDEX, io.KIND,
+                                           F.col("_row_hash").alias("_prev_hash"))
+    j = cur.join(prev, [io.NODE_INDEX, io.KIND], "left")
+    return (j.where(F.col("_prev_hash").isNull() | (F.col("_prev_hash") != F.col("_row_hash")))
+            .select(io.NODE_INDEX, io.KIND, io.NODE_ID,
+                    F.when(F.col("_prev_hash").isNull(), F.lit("new"))
+                    .otherwise(F.lit("changed")).alias("reason")))
+
+
+def list_run_dates(spark, output: str) -> List[str]:
+    """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
+    if not io.path_exists(spark, output):
+        return []
+    fs, p = io._jfs(spark, output)
+    out = []
+    for st in fs.listStatus(p):
+        name = st.getPath().getName()
+        if st.isDirectory() and name.startswith("run_date="):
+            out.append(name[len("run_date="):])
+    return sorted(out)
+
+
+def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[io.RunPaths]:
+    """Where unchanged rows of ``rel`` are copied from: the latest earlier ``run_date`` of the
+    same output whose ``nodes`` and ``rel`` are complete, else the models run (when complete)."""
+    if cfg.run.run_date:
+        for d in reversed(list_run_dates(spark, cfg.output)):
+            if d >= cfg.run.run_date:
+                continue
+            p = io.RunPaths(cfg.output, d)
+            if io.is_complete(spark, p.table(io.NODES)) and io.is_complete(spark, p.table(rel)):
+                return p
+    root = models_run_root(cfg)
+    if root:
+        p = io.RunPaths(root)
+        if io.is_complete(spark, p.table(io.NODES)) and io.is_complete(spark, p.table(rel)):
+            return p
+    return None
+
+
+@dc.dataclass(frozen=True)
+class IncrementalSpec:
+    """How a stage runs incrementally: ``subset`` is the input table handed to the stage as a
+    subset view (rows of the selected nodes; ``key`` is its node column), ``output`` the table
+    merged afterwards (recomputed rows + base rows of the unselected nodes, matched on
+    ``output_key``; ``output_by_id``: the key is ``instance_id``, mapped through ``nodes``)."""
+    subset: str
+    key: str
+    output: str
+    output_key: str
+    partition_by: Tuple[str, ...] = ()
+    output_by_id: bool = False
+    kinds: Tuple[str, ...] = (io.KIND_INSTANCE, io.KIND_LABEL)
+
+
+#: embed: every new/changed node; neighbors: new/changed instances (g is unchanged, so an
+#: instance's neighbours depend only on its own text); aggregate: instances recomputed by
+#: neighbors or with a new/changed neighbour.
+INCREMENTAL: Dict[str, IncrementalSpec] = {
+    "embed": IncrementalSpec(io.NODES, io.NODE_INDEX, io.EMBEDDINGS, io.NODE_INDEX),
+    "neighbors": IncrementalSpec(io.EMBEDDINGS, io.NODE_INDEX, io.NEIGHBORS, io.INSTANCE_INDEX,
+                                 (io.VARIANT,), kinds=(io.KIND_INSTANCE,)),
+    "aggregate": IncrementalSpec(io.NEIGHBORS, io.INSTANCE_INDEX, io.FEATURES, io.INSTANCE_ID,
+                                 (io.VARIANT, io.SPLIT), output_by_id=True,
+                                 kinds=(io.KIND_INSTANCE,)),
+}
+
+
+class OverlayPaths(io.RunPaths):
+    """A :class:`~pina_spark.io.RunPaths` that redirects some relative names to other URIs
+    (staging stays under the real root, so publishing is a same-filesystem rename)."""
+
+    def __init__(self, base: io.RunPaths, overrides: Dict[str, str]):
+        super().__init__(base.output, base.run_date)
+        self.overrides = dict(overrides)
+
+    def table(self, rel: str) -> str:
+        return self.overrides.get(rel) or super().table(rel)
+
+
+def _copy_side_files(spark, src: str, dst: str) -> None:
+    """Copy the small non-Parquet files a stage keeps inside its table folder (e.g. the features
+    metadata JSON) from ``src`` to the republished ``dst``."""
+    if not io.path_exists(spark, src):
+        return
+    fs, p = io._jfs(spark, src)
+    for st in fs.listStatus(p):
+        name = st.getPath().getName()
+        if st.isDirectory() or name.startswith(("part-", "_SUCCESS", ".", "_committed",
+                                                "_started")):
+            continue
+        data = io.read_bytes(src.rstrip("/") + "/" + name)
+        if data is not None:
+            io.write_bytes(dst.rstrip("/") + "/" + name, data)
+
+
+def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], Dict[str, Any]]:
+    inc = INCREMENTAL[spec.name]
+
+    def run(ctx: StageContext) -> Dict[str, Any]:
+        return run_incremental(ctx, spec, inc)
+    return run
+
+
+def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) -> Dict[str, Any]:
+    """Run ``spec`` on the selected rows only and publish them merged with the base run's rows.
+
+    Falls back to a full run when there is no complete base (first incremental run)."""
+    from pyspark.sql import functions as F
+    spark, paths = ctx.spark, ctx.paths
+    base = incremental_base(spark, ctx.cfg, inc.output)
+    if base is None:
+        log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
+        stats = spec.load()(ctx) or {}
+        return dict(stats, incremental="full (no base run)")
+    nodes = io.read_table(spark, paths, io.NODES)
+    sel = select_changed(nodes, io.read_table(spark, base, io.NODES))
+    sel = sel.where(F.col(io.KIND).isin(list(inc.kinds))).select(io.NODE_INDEX)
+    if spec.name == "aggregate":
+        # also instances whose (recomputed) neighbour lists touch a changed node
+        changed_any = select_changed(nodes, io.read_table(spark, base, io.NODES)) \
+            .select(F.col(io.NODE_INDEX).alias("_n"))
+        nb = io.read_table(spark, paths, io.NEIGHBORS)
+        touched = (nb.select(io.INSTANCE_INDEX, F.explode(io.NEIGHBOR).alias("_n"))
+                   .join(changed_any, "_n", "left_semi")
+                   .select(F.col(io.INSTANCE_INDEX).alias(io.NODE_INDEX)))
+        sel = sel.unionByName(touched)
+    sel = sel.distinct()
+    scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
+    sel_uri = scratch + "/selection"
+    sel.write.mode("overwrite").parquet(sel_uri)
+    sel = spark.read.parquet(sel_uri)
+    n_sel = sel.count()
+    try:
+        out_uri = scratch + "/output"
+        if n_sel:
+            full_in = io.read_table(spark, paths, inc.subset)
+            sub = full_in.join(sel.withColumnRenamed(io.NODE_INDEX, inc.key), inc.key,
+                               "left_semi")
+            sub_paths = io.RunPaths(scratch)
+            io.write_table(sub, sub_paths, "input",
+                           partition_by=[c for c in inc.partition_by if c in sub.columns]
+                           if inc.subset != io.NODES else ())
+            overlay = OverlayPaths(paths, {inc.subset: sub_paths.table("input"),
+                                           inc.output: out_uri})
+            sub_ctx = dc.replace(ctx, paths=overlay, selection=sel_uri)
+            stats = spec.load()(sub_ctx) or {}
+            recomputed = spark.read.parquet(out_uri)
+        else:
+            stats = {}
+            recomputed = None
+        old = spark.read.parquet(base.table(inc.output))
+        if inc.output_by_id:
+            keys = (nodes.join(sel, io.NODE_INDEX, "left_semi")
+                    .select(F.col(io.NODE_ID).alias(inc.output_key)))
+            current = nodes.where(F.col(io.KIND) == io.KIND_INSTANCE) \
+                .select(F.col(io.NODE_ID).alias(inc.output_key))
+        else:
+            keys = sel.withColumnRenamed(io.NODE_INDEX, inc.output_key)
+            current = nodes.select(F.col(io.NODE_INDEX).alias(inc.output_key))
+        reused = (old.join(keys, inc.output_key, "left_anti")
+                  .join(current, inc.output_key, "left_semi"))
+        merged = reused if recomputed is None else \
+            reused.unionByName(recomputed.select(*reused.columns))
+        io.write_table(merged, paths, inc.output, partition_by=list(inc.partition_by))
+        _copy_side_files(spark, out_uri if recomputed is not None else base.table(inc.output),
+                         paths.table(inc.output))
+    finally:
+        io.delete_path(spark, scratch)
+    n_reused = io.read_table(spark, paths, inc.output).count()
+    log.info("stage %s: incremental against %s: %d rows recomputed, %d rows in total",
+             spec.name, base.root, n_sel, n_reused)
+    return dict(stats, incremental_base=base.root, selected=n_sel)

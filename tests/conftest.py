@@ -34,6 +34,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long test, run with --runslow")
+    config.addinivalue_line("markers", "submit: runs jobs/*.py through spark-submit (make test)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,6 +57,13 @@ def spark():
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_submit_run(tmp_path_factory):
+    """The demo pipeline run once through spark-submit (tests/demo_run.py)."""
+    from demo_run import run_demo_via_spark_submit
+    return run_demo_via_spark_submit(tmp_path_factory.mktemp("demo_submit"))
 
 
 def _shared(name):

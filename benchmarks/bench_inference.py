@@ -1,0 +1,289 @@
+"""Benchmark of the embed and neighbors stages (Spark, ``local[2]``) against a plain
+single-process loop doing the same work with the same number of threads, in the same run.
+
+Data: citeulike-t (``../shared/data/citeulike-t``). The first ``--rows`` articles are instances
+(every 5th by id-hash is ``test``, see :func:`pina_spark.folds.is_heldout`); an article's text is
+its bag of words, words by count descending (ties: vocabulary order), each repeated by its count.
+Labels are the tags on at least 5 of these articles (label text = tag name). Phi_pre (MiniLM +
+PECOS tf-idf) is fitted on the train texts and labels; g (PECOS XR-Linear, variant ``pina``,
+``in_sample``) is trained here on B_pre = train instance -> its tags, label -> its train
+instances, label -> itself, from the embeddings the Spark embed stage published.
+
+Measured (wall clock, model folders and inputs already on local disk, Spark session warm):
+
+* ``embed``: :func:`pina_spark.inference.run_embed_stage` (``nodes`` Parquet -> published
+  ``embeddings``), against: pyarrow read of ``nodes`` -> ``PhiPre.load`` -> ``transform`` in
+  blocks of ``batch_size`` -> pyarrow Parquet write, with torch / tf-idf on 2 threads.
+* ``neighbors``: :func:`pina_spark.inference.run_neighbors_stage` (``nodes`` + ``embeddings`` ->
+  published ``neighbors``), against: pyarrow read of ``nodes`` and ``embeddings`` -> PECOS
+  predict-only load -> X, predict, top-K and weights in blocks -> Parquet write, PECOS on 2
+  threads.
+
+rows/s = rows processed / wall seconds; ratio = spark / reference (>= 0.9 is the goal).
+
+Usage::
+
+    python benchmarks/bench_inference.py --json /tmp/bench_inference.json --rows 3000
+
+Writes ``{"results": [{"stage", "rows", "spark_rows_per_s", "reference_rows_per_s", "ratio",
+...}], "config": {...}}`` and prints the results.
+"""
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from pina_spark import config, folds, inference, io, pipeline  # noqa: E402
+
+log = logging.getLogger("bench_inference")
+DATA = os.environ.get("PINA_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+THREADS = 2
+
+
+def _lines(path):
+    with open(path) as fh:
+        return fh.read().split("\n")
+
+
+def load_citeulike(n_rows, min_tag_items=5):
+    """(instances [(id, text, split)], labels [(id, text)], tags per article index)."""
+    d = os.path.join(DATA, "citeulike-t")
+    vocab = _lines(os.path.join(d, "vocabulary.dat"))
+    inst = []
+    for i, line in enumerate(_lines(os.path.join(d, "mult.dat"))[:n_rows]):
+        parts = line.split()
+        pairs = sorted(((int(c), int(w)) for w, c in (p.split(":") for p in parts[1:])),
+                       key=lambda x: (-x[0], x[1]))
+        text = " ".join(" ".join([vocab[w]] * c) for c, w in pairs)
+        aid = f"a{i:05d}"
+        inst.append((aid, text, "test" if folds.is_heldout(aid, 0.2, "bench-split") else "train"))
+    names = _lines(os.path.join(d, "tags.dat"))
+    labels, art_tags = [], {}
+    for t, line in enumerate(_lines(os.path.join(d, "tag-item.dat"))):
+        items = [int(x) for x in line.split()[1:] if int(x) < n_rows]
+        if len(items) >= min_tag_items:
+            labels.append((f"t{t:05d}", names[t]))
+            for it in items:
+                art_tags.setdefault(it, []).append(len(labels) - 1)
+    return inst, labels, art_tags
+
+
+def _sync_threads(n):
+    import torch
+    torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------- references
+def reference_embed(nodes_path, vec_dir, out_path, batch_size):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pina_spark.vectorizer import PhiPre
+    t0 = time.time()
+    tbl = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.TEXT]).sort_by(io.NODE_INDEX)
+    phi = PhiPre.load(vec_dir, device="cpu")
+    phi.tfidf_threads = THREADS
+    idx = tbl.column(io.NODE_INDEX).to_numpy()
+    texts = tbl.column(io.TEXT).to_pylist()
+    writer = None
+    for s in range(0, len(texts), batch_size):
+        dense, sparse = phi.transform(texts[s:s + batch_size], batch_size=batch_size)
+        n, d = dense.shape
+        rb = pa.RecordBatch.from_arrays([
+            pa.array(idx[s:s + n]),
+            inference._list_array(np.full(n, d), dense.ravel(), pa.float32()),
+            inference._list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32),
+                                  pa.int32()),
+            inference._list_array(np.diff(sparse.indptr), sparse.data, pa.float32())],
+            names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
+        if writer is None:
+            writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
+        writer.write_batch(rb)
+    writer.close()
+    return len(texts), time.time() - t0
+
+
+def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, batch_size):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pecos.xmc.xlinear.model import XLinearModel
+    t0 = time.time()
+    nodes = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.KIND])
+    inst = nodes.filter(pc.equal(nodes.column(io.KIND), io.KIND_INSTANCE))
+    emb = pq.read_table(emb_path)
+    keep = pc.is_in(emb.column(io.NODE_INDEX), value_set=inst.column(io.NODE_INDEX))
+    emb = emb.filter(keep).sort_by(io.NODE_INDEX)
+    g = XLinearModel.load(g_dir, is_predict_only=True)
+    col_map = np.load(os.path.join(g_dir, inference.OUTPUT_NODES)).astype(np.int64)
+    writer = None
+    n_all = emb.num_rows
+    for s in range(0, n_all, batch_size):
+        tbl = emb.slice(s, batch_size)
+        X = inference.features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
+        own = tbl.column(io.NODE_INDEX).to_numpy()
+        Y = g.predict(X, only_topk=k + 2, threads=THREADS)
+        nodes_k, scores, counts = inference.topk_neighbors(Y, col_map, own, np.full_like(own, -1),
+                                                           k)
+        w = inference.normalize_scores(scores, counts, "l1")
+        m = np.arange(k)[None, :] < counts[:, None]
+        rb = pa.RecordBatch.from_arrays([
+            pa.array(own), inference._list_array(counts, nodes_k[m], pa.int64()),
+            inference._list_array(counts, w[m].astype(np.float32), pa.float32())],
+            names=[io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE])
+        if writer is None:
+            writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
+        writer.write_batch(rb)
+    writer.close()
+    return n_all, time.time() - t0
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", required=True, help="output JSON file")
+    ap.add_argument("--rows", type=int, default=3000, help="citeulike-t articles used")
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in ("py4j", "pina_spark.io"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    from pyspark.sql import Row
+    from pina_spark.session import get_spark
+    from pina_spark.vectorizer import PhiPre
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
+    inst, labels, art_tags = load_citeulike(args.rows)
+    n_nodes = len(inst) + len(labels)
+    per_task = int(math.ceil(n_nodes / float(args.tasks)))
+    cfg = config.config_from_dict({
+        "output": os.path.join(work, "run"), "input": {"instances": "citeulike-t"},
+        "neighbors": {"k": 5, "train_mode": "in_sample"},
+        "inference": {"rows_per_task": per_task, "batch_size": args.batch_size,
+                      "torch_threads": 1},
+        "spark": {"master": f"local[{THREADS}]"}})
+    spark = get_spark(cfg.spark, {"spark.sql.shuffle.partitions": str(args.tasks),
+                                  "spark.ui.enabled": "false"})
+    ctx = pipeline.make_context(spark, cfg)
+    rows = [Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+            for i, (a, t, s) in enumerate(inst)]
+    rows += [Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+             for j, (a, t) in enumerate(labels)]
+    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
+    spark.range(100).selectExpr("sum(id)").collect()  # warm the session
+
+    models = ctx.models
+    _sync_threads(THREADS)
+    t0 = time.time()
+    phi = PhiPre.fit([r.text for r in rows if r.split != "test"], cfg.pretrain)
+    phi.save(f"{models}/vectorizer")
+    with open(f"{models}/folds.json", "w") as fh:
+        json.dump({"folds": 0, "train_mode": "in_sample"}, fh)
+    open(f"{models}/_SUCCESS", "w").close()
+    log.info("vectorizer fitted in %.1fs (D=%d, S=%d)", time.time() - t0, phi.dense_dim,
+             phi.sparse_dim)
+    del phi
+
+    results = []
+    # ---------------------------------------------------------------- embed
+    t0 = time.time()
+    st = inference.run_embed_stage(ctx)
+    spark_s = time.time() - t0                   # the whole stage call, driver prep included
+    spark_eps = st["rows"] / spark_s
+    _sync_threads(THREADS)
+    n_ref, dt_ref = reference_embed(ctx.paths.table(io.NODES), f"{models}/vectorizer",
+                                    os.path.join(work, "ref_embeddings.parquet"), args.batch_size)
+    results.append({"stage": "embed", "rows": st["rows"], "spark_s": round(spark_s, 3),
+                    "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_eps, 2),
+                    "reference_rows_per_s": round(n_ref / dt_ref, 2),
+                    "ratio": round(spark_eps / (n_ref / dt_ref), 3),
+                    "partitions": st["partitions"], "model_loads": st["model_loads"],
+                    "worker_processes": st["worker_processes"]})
+
+    # ---------------------------------------------------------------- g (not timed)
+    import scipy.sparse as sp
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+    import pyarrow.parquet as pq
+    with open(f"{models}/vectorizer/encoder.json") as fh:
+        spec = json.load(fh)
+    phi_dim = int(spec["dense_dim"])
+    emb = pq.read_table(ctx.paths.table(io.EMBEDDINGS)).sort_by(io.NODE_INDEX)
+    X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + int(spec["sparse_dim"]))
+    n_inst = len(inst)
+    train = [i for i, r in enumerate(rows[:n_inst]) if r.split == "train"]
+    lab_nodes = list(range(n_inst, n_nodes))
+    inputs = train + lab_nodes
+    r_of = {v: j for j, v in enumerate(inputs)}
+    edges = [(i, n_inst + t) for i in train for t in art_tags.get(i, [])]
+    edges += [(n_inst + t, i) for i in train for t in art_tags.get(i, [])]
+    edges += [(n, n) for n in lab_nodes]
+    Y = sp.csr_matrix((np.ones(len(edges), np.float32), ([r_of[a] for a, _ in edges],
+                                                         [r_of[b] for _, b in edges])),
+                      shape=(len(inputs), len(inputs)))
+    Y.sum_duplicates()
+    Y.data[:] = 1.0
+    Y.sort_indices()
+    Xg = X_all[inputs]
+    t0 = time.time()
+    C = Indexer.gen(LabelEmbeddingFactory.create(Y, Xg, method="pifa"),
+                    indexer_type="hierarchicalkmeans", nr_splits=16, max_leaf_size=100, seed=0)
+    g = XLinearModel.train(Xg, Y, C=C, threshold=0.1)
+    gdir = inference.g_model_dir(models, "pina")
+    os.makedirs(gdir, exist_ok=True)
+    g.save(gdir)
+    np.save(os.path.join(gdir, inference.OUTPUT_NODES), np.asarray(inputs, dtype=np.int64))
+    open(os.path.join(gdir, "_SUCCESS"), "w").close()
+    log.info("g trained in %.1fs (%d rows, %d outputs)", time.time() - t0, len(inputs),
+             len(inputs))
+    del g
+
+    # ---------------------------------------------------------------- neighbors
+    t0 = time.time()
+    st = inference.run_neighbors_stage(ctx)
+    spark_s = time.time() - t0
+    spark_nps = st["rows"] / spark_s
+    n_ref, dt_ref = reference_neighbors(ctx.paths.table(io.NODES), ctx.paths.table(io.EMBEDDINGS),
+                                        gdir, phi_dim, cfg.neighbors.k,
+                                        os.path.join(work, "ref_neighbors.parquet"),
+                                        args.batch_size)
+    results.append({"stage": "neighbors", "rows": st["rows"], "spark_s": round(spark_s, 3),
+                    "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_nps, 2),
+                    "reference_rows_per_s": round(n_ref / dt_ref, 2),
+                    "ratio": round(spark_nps / (n_ref / dt_ref), 3),
+                    "partitions": st["partitions"], "model_loads": st["model_loads"],
+                    "worker_processes": st["worker_processes"]})
+
+    out = {"results": results,
+           "config": {"data": "citeulike-t", "articles": args.rows, "instances": n_inst,
+                      "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
+                      "reference_threads": THREADS, "batch_size": args.batch_size,
+                      "tasks": args.tasks, "encoder": cfg.pretrain.encoder,
+                      "max_length": cfg.pretrain.max_length, "cpu_count": os.cpu_count(),
+                      "load_avg": os.getloadavg()}}
+    with open(args.json, "w") as fh:
+        json.dump(out, fh, indent=1)
+    for r in results:
+        log.info("%-9s rows=%d spark %.1f rows/s (%.1fs)  reference %.1f rows/s (%.1fs)  "
+                 "ratio %.3f", r["stage"], r["rows"], r["spark_rows_per_s"], r["spark_s"],
+                 r["reference_rows_per_s"], r["reference_s"], r["ratio"])
+    sys.stdout.write(json.dumps(out["results"], indent=1) + "\n")
+    spark.stop()
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

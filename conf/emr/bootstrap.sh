@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# EMR bootstrap action: install pina-spark's Python stack on EVERY node from the wheelhouse that
+# `make dist` builds and docs/emr.md uploads to S3. No PyPI access is needed (offline install).
+#
+#   --bootstrap-actions Path=s3://YOUR-BUCKET/pina/dist/bootstrap.sh,Args=[s3://YOUR-BUCKET/pina/dist]
+#   GPU nodes:          ...,Args=[s3://YOUR-BUCKET/pina/dist,--gpu]
+#
+# EMR 7 (Amazon Linux 2023) ships Python 3.9 as python3, but the pinned stack has no cp39 wheels
+# (torch 2.13, pyarrow 25 need >= 3.10), so this installs AL2023's python3.11 package and builds
+# /opt/pina/venv with it; spark.pyspark.python in conf/emr*.yaml points Spark there.
+# The venv never contains pyspark: EMR's Spark (3.5) is used, found through SPARK_HOME.
+set -euxo pipefail
+
+DIST_URI="${1:?usage: bootstrap.sh s3://BUCKET/prefix/dist [--gpu]}"
+GPU="${2:-}"
+VENV=/opt/pina/venv
+PYBIN="${PINA_PYTHON:-python3.11}"
+
+if ! command -v "$PYBIN" >/dev/null 2>&1; then
+  sudo dnf install -y python3.11 python3.11-pip || sudo yum install -y python3.11 python3.11-pip
+fi
+
+WORK=$(mktemp -d /tmp/pina-bootstrap.XXXXXX)
+aws s3 cp --recursive --only-show-errors "$DIST_URI/wheelhouse/" "$WORK/wheelhouse/"
+
+sudo mkdir -p /opt/pina
+sudo chown "$(id -u):$(id -g)" /opt/pina
+"$PYBIN" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+$PIP install --no-index --find-links "$WORK/wheelhouse" --upgrade pip || true
+if [[ "$GPU" == "--gpu" ]]; then
+  # a CUDA build of torch 2.13.0 uploaded to dist/wheelhouse-gpu/ (docs/emr.md "GPU cluster")
+  aws s3 cp --recursive --only-show-errors "$DIST_URI/wheelhouse-gpu/" "$WORK/wheelhouse-gpu/"
+  $PIP install --no-index --find-links "$WORK/wheelhouse-gpu" --find-links "$WORK/wheelhouse" \
+    torch==2.13.0
+else
+  $PIP install --no-index --find-links "$WORK/wheelhouse" torch==2.13.0
+fi
+# the pinned stack minus pyspark (requirements-emr.txt is written by `make dist`), then the
+# project wheel without dependencies (they are all installed above)
+$PIP install --no-index --find-links "$WORK/wheelhouse" -r "$WORK/wheelhouse/requirements-emr.txt"
+$PIP install --no-index --no-deps "$WORK"/wheelhouse/pina_spark-*.whl
+HF_HUB_OFFLINE=1 "$VENV/bin/python" -c "import pina_spark, pecos, torch, pyarrow; print('pina-spark ok', torch.__version__)"
+rm -rf "$WORK"

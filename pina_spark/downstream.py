@@ -1,0 +1,469 @@
+"""Train stage: downstream XMC models (PECOS XR-Linear, or XR-Transformer with
+``train.model: xtransformer``) for every variant, predictions on test.
+
+Variants (``train.variants``), all trained in one run on the TRAIN split and predicted on the
+TEST split with the same ``train.xlinear`` parameters and the same label space:
+
+* ``baseline``: tf-idf of the instance text only (a PECOS ``Preprocessor`` fitted on the *train*
+  instance texts, with the ``pretrain.tfidf`` kwargs),
+* ``vectorizer_only``, ``pina_naive``, ``pina``: the ``features`` table variants (dense block
+  first, then the sparse block, as one CSR with sorted indices).
+
+A variant whose features are missing is skipped with a warning and listed under ``skipped`` in
+the stage statistics and in ``predictions/_train_stats.json``.
+
+Label space: the label nodes with at least one *train* instance (a label never seen in train
+cannot be predicted by any variant). Train instances without labels are left out of training.
+
+Outputs
+-------
+* ``<root>/models/downstream/<variant>/`` (PECOS ``xlinear/`` or ``xtransformer/``, plus
+  ``vectorizer/`` for baseline,
+  ``labels.json`` = column -> label node_id, ``_SUCCESS`` last),
+* ``<root>/predictions`` partitioned by ``variant``: ``instance_id``, ``label_ids``
+  (label node_ids, best first), ``scores``; one row per test instance (an empty list when the
+  variant has no features for that instance), top ``train.topk``,
+* ``<root>/predictions/_train_stats.json``: ``{"variants": {v: {"train_s": .., "predict_s": ..,
+  ...}}, "skipped": {v: reason}}`` (read by the evaluate stage).
+
+Driver-side only: the feature matrices come from ``aggregate.export_csr`` (Arrow batches per
+partition, no per-row py4j; an Arrow ``toPandas`` fallback when it is unavailable) and PECOS runs
+on the driver (XR-Linear trains in seconds to minutes on ~25k x ~8k).
+
+Examples
+--------
+>>> import numpy as np, pandas as pd
+>>> f32 = np.float32
+>>> pdf = pd.DataFrame({"dense": [np.array([0.6, 0.8], f32), np.zeros(2, f32)],
+...                     "sparse_indices": [np.array([3, 1], np.int32), np.array([], np.int32)],
+...                     "sparse_values": [np.array([1., 2.], f32), np.array([], f32)]})
+>>> features_to_csr(pdf, sparse_dim=4).toarray().tolist()
+[[0.6000000238418579, 0.800000011920929, 0.0, 2.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]
+"""
+import json
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import io
+from .config import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_stage", "features_to_csr", "label_matrix", "train_xlinear", "topk_from_csr",
+           "TRAIN_STATS_FILE", "FEATURE_VARIANTS"]
+
+TRAIN_STATS_FILE = "_train_stats.json"   # same name as evaluate.TRAIN_STATS_FILE
+FEATURE_VARIANTS = ("vectorizer_only", "pina_naive", "pina")
+DOWNSTREAM_DIR = "downstream"
+
+
+# --------------------------------------------------------------------------- pure helpers
+def features_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[int] = None):
+    """Rows of a ``features`` frame (pandas: ``dense``, ``sparse_indices``, ``sparse_values``)
+    -> float32 CSR ``[dense | sparse]`` with sorted indices and no explicit zeros.
+
+    Parameters
+    ----------
+    pdf : pandas.DataFrame with the three array columns (``None`` entries count as empty).
+    dense_dim : width of the dense block (default: the longest ``dense`` array).
+    sparse_dim : width of the sparse block (default: max index + 1). Use the same value for the
+        train and the test matrix.
+    """
+    import scipy.sparse as sp
+    n = len(pdf)
+    dense_col = [np.asarray(d if d is not None else [], dtype=np.float32)
+                 for d in pdf[io.DENSE].tolist()]
+    D = dense_dim if dense_dim is not None else max((len(d) for d in dense_col), default=0)
+    dense = np.zeros((n, D), dtype=np.float32)
+    for i, d in enumerate(dense_col):
+        if len(d):
+            if len(d) != D:
+                raise ValueError(f"features row {i}: dense has {len(d)} values, expected {D}")
+            dense[i] = d
+    idx = [np.asarray(a if a is not None else [], dtype=np.int64)
+           for a in pdf[io.SPARSE_INDICES].tolist()]
+    val = [np.asarray(a if a is not None else [], dtype=np.float32)
+           for a in pdf[io.SPARSE_VALUES].tolist()]
+    lens = np.array([len(a) for a in idx], dtype=np.int64)
+    if np.any(lens != np.array([len(v) for v in val], dtype=np.int64)):
+        raise ValueError("features: sparse_indices and sparse_values differ in length")
+    indptr = np.concatenate([[0], np.cumsum(lens)])
+    indices = np.concatenate(idx) if n and lens.sum() else np.zeros(0, dtype=np.int64)
+    data = np.concatenate(val) if n and lens.sum() else np.zeros(0, dtype=np.float32)
+    S = sparse_dim if sparse_dim is not None else (int(indices.max()) + 1 if len(indices) else 0)
+    if len(indices) and (indices.min() < 0 or indices.max() >= S):
+        raise ValueError(f"features: sparse index out of range [0, {S})")
+    sparse = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n, S))
+    sparse.sum_duplicates()
+    X = sp.hstack([sp.csr_matrix(dense), sparse], format="csr", dtype=np.float32)
+    X.eliminate_zeros()
+    X.sort_indices()
+    return X
+
+
+def label_matrix(rows: Sequence[int], cols: Sequence[int], n_rows: int, n_cols: int):
+    """Binary float32 CSR label matrix from (row, col) pairs (duplicates collapse to 1).
+
+    Examples
+    --------
+    >>> label_matrix([0, 0, 1, 0], [1, 2, 0, 1], 2, 3).toarray().tolist()
+    [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
+    """
+    import scipy.sparse as sp
+    Y = sp.csr_matrix((np.ones(len(rows), dtype=np.float32),
+                       (np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64))),
+                      shape=(n_rows, n_cols))
+    Y.sum_duplicates()
+    Y.data[:] = 1.0
+    Y.sort_indices()
+    return Y
+
+
+def train_xlinear(X, Y, xcfg):
+    """Train PECOS XR-Linear (PIFA label embedding + hierarchical k-means tree) with the
+    parameters of a :class:`~pina_spark.config.XLinearConfig`."""
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+    label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
+    chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans",
+                        nr_splits=xcfg.nr_splits, max_leaf_size=xcfg.max_leaf_size,
+                        seed=xcfg.seed)
+    return XLinearModel.train(X, Y, C=chain, nr_splits=xcfg.nr_splits, Cp=xcfg.Cp, Cn=xcfg.Cn,
+                              threshold=xcfg.threshold, solver_type=xcfg.solver_type,
+                              beam_size=xcfg.beam_size, only_topk=xcfg.topk,
+                              post_processor=xcfg.post_processor)
+
+
+def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
+    """Train a PECOS XR-Transformer as the downstream model (GPU clusters).
+
+    The transformer is fine-tuned on ``texts`` and its ranker is XR-Linear on
+    ``[X_feat, transformer embedding]`` (PECOS' concatenation), so each variant's features enter
+    as ``X_feat`` (tf-idf for ``baseline``, V for the PINA variants). Encoder initialisation,
+    ``max_length`` and the extra matcher parameters are those of the pretrain section
+    (``pretrain.encoder_path`` or the shipped MiniLM, ``pretrain.max_length``,
+    ``pretrain.xtransformer``, e.g. ``num_train_epochs``, ``max_steps``, ``batch_size``); the
+    label tree and the ranker use ``train.xlinear``.
+    """
+    import torch
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xtransformer.model import XTransformer
+    from pecos.xmc.xtransformer.module import MLProblemWithText
+    from .encoders import minilm_path, resolve_local
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    xcfg = cfg.train.xlinear
+    init = resolve_local(cfg.pretrain.encoder_path) if cfg.pretrain.encoder_path \
+        else minilm_path()
+    matcher = {"model_shortcut": init, "num_train_epochs": 1, "batch_size": 32,
+               "batch_gen_workers": 1, "max_active_matching_labels": 1000,
+               "logging_steps": 50, "save_steps": 10 ** 9, "threshold": xcfg.threshold,
+               "use_gpu": torch.cuda.is_available(),
+               "truncate_length": int(cfg.pretrain.max_length)}
+    matcher.update(cfg.pretrain.xtransformer)
+    indexer = {"nr_splits": xcfg.nr_splits, "max_leaf_size": xcfg.max_leaf_size,
+               "seed": xcfg.seed}
+    train_params = XTransformer.TrainParams.from_dict({
+        "preliminary_indexer_params": indexer, "refined_indexer_params": indexer,
+        "matcher_params_chain": matcher, "do_fine_tune": True, "only_encoder": False,
+        "fix_clustering": True,
+        "ranker_params": {"hlm_args": {"model_chain": {
+            "threshold": xcfg.threshold, "Cp": xcfg.Cp, "Cn": xcfg.Cn,
+            "solver_type": xcfg.solver_type}}}}, recursive=True)
+    pred_params = XTransformer.PredParams.from_dict(
+        {"matcher_params_chain": {"truncate_length": int(cfg.pretrain.max_length)}},
+        recursive=True)
+    chain = Indexer.gen(LabelEmbeddingFactory.create(Y, X_feat, method="pifa"),
+                        indexer_type="hierarchicalkmeans", nr_splits=xcfg.nr_splits,
+                        max_leaf_size=xcfg.max_leaf_size, seed=xcfg.seed)
+    prob = MLProblemWithText([str(t or "") for t in texts], Y, X_feat=X_feat)
+    return XTransformer.train(prob, clustering=chain, train_params=train_params,
+                              pred_params=pred_params, beam_size=xcfg.beam_size,
+                              only_topk=xcfg.topk)
+
+
+def topk_from_csr(P, k: int) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """Per row of a score CSR: column indices and scores of the top ``k`` (score desc, column
+    asc on ties).
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> cols, scores = topk_from_csr(sp.csr_matrix(np.array([[0.25, 0.5, 0.5], [0, 0, 0]])), 2)
+    >>> [c.tolist() for c in cols], [s.tolist() for s in scores]
+    ([[1, 2], []], [[0.5, 0.5], []])
+    """
+    P = P.tocsr()
+    cols, scores = [], []
+    for i in range(P.shape[0]):
+        s, e = P.indptr[i], P.indptr[i + 1]
+        c, v = P.indices[s:e], P.data[s:e]
+        order = np.lexsort((c, -v))[:k]
+        cols.append(c[order].astype(np.int64))
+        scores.append(v[order].astype(np.float32))
+    return cols, scores
+
+
+# --------------------------------------------------------------------------- feature loading
+def _features_csr_arrow(spark, feat_uri: str, variant: str):
+    """Read one variant of ``features`` (every split) through Arrow and build one CSR on the
+    driver. Fallback of :func:`_load_features` when ``aggregate.export_csr`` is unavailable.
+
+    Returns ``(instance_ids sorted, csr)``.
+    """
+    from pyspark.sql import functions as F
+    pdf = spark.read.parquet(feat_uri).where(F.col(io.VARIANT) == variant) \
+        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES).toPandas()
+    pdf = pdf.sort_values(io.INSTANCE_ID, kind="mergesort").drop_duplicates(io.INSTANCE_ID)
+    return pdf[io.INSTANCE_ID].tolist(), features_to_csr(pdf)
+
+
+def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
+    """One variant of ``features`` (every split) via ``aggregate.export_csr`` (PECOS ``.npz`` +
+    ``.ids.txt`` per split, in a temporary folder), stacked into one CSR.
+
+    Returns ``(instance_ids, csr)``. Splits are read as stored: which rows are train and which
+    are test is decided by ``nodes`` (so a tuning run can re-split without rewriting features).
+    """
+    import shutil
+    import scipy.sparse as sp
+    from pyspark.sql import functions as F
+    splits = sorted(r[0] for r in spark.read.parquet(feat_uri)
+                    .where(F.col(io.VARIANT) == variant).select(io.SPLIT).distinct().collect()
+                    if r[0] is not None)
+    tmp = tempfile.mkdtemp(prefix="pina-csr-")
+    try:
+        ids: List[str] = []
+        mats = []
+        dense_w = set()
+        for split in splits:
+            out = os.path.join(tmp, f"X.{split}.npz")
+            info = export_csr(spark, feat_uri, variant, split, out)
+            if int(info["rows"]) == 0:
+                continue
+            mats.append(sp.load_npz(out).tocsr())
+            dense_w.add(int(info.get("dense_width", -1)))
+            with open(info.get("ids_path", out[:-4] + ".ids.txt"), encoding="utf-8") as fh:
+                ids.extend(line.rstrip("\n") for line in fh if line.strip())
+            if len(ids) != sum(m.shape[0] for m in mats):
+                raise ValueError(f"export_csr {variant}/{split}: ids and rows differ")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not mats:
+        return [], sp.csr_matrix((0, 0), dtype=np.float32)
+    if len(dense_w) > 1:
+        raise ValueError(f"features {variant}: splits have different dense widths {dense_w}")
+    # without the features metadata each split's sparse width is its own max index + 1: the
+    # sparse block is last, so padding columns on the right aligns them
+    width = max(m.shape[1] for m in mats)
+    for m in mats:
+        if m.shape[1] != width:
+            m.resize((m.shape[0], width))
+    X = sp.vstack(mats, format="csr").astype(np.float32)
+    X.sort_indices()
+    return ids, X
+
+
+def _load_features(spark, feat_uri: str, variant: str):
+    """``(instance_ids, csr)`` of every row of one ``features`` variant: through
+    ``pina_spark.aggregate.export_csr`` when it exists (the published exporter), else through
+    :func:`_features_csr_arrow`."""
+    try:
+        import importlib
+        export_csr = getattr(importlib.import_module("pina_spark.aggregate"), "export_csr")
+    except (ImportError, AttributeError):
+        log.info("aggregate.export_csr unavailable: reading features via Arrow")
+        return _features_csr_arrow(spark, feat_uri, variant)
+    return _features_csr_export(spark, feat_uri, variant, export_csr)
+
+
+def _align(ids: List[str], X, wanted: List[str]):
+    """Rows of ``X`` (indexed by ``ids``) in the order of ``wanted``; missing ids -> zero rows.
+    Returns (matrix, number missing)."""
+    import scipy.sparse as sp
+    pos = {i: p for p, i in enumerate(ids)}
+    take = np.array([pos.get(w, -1) for w in wanted], dtype=np.int64)
+    missing = int((take < 0).sum())
+    if missing == 0:
+        return X[take], 0
+    Z = sp.vstack([X, sp.csr_matrix((1, X.shape[1]), dtype=np.float32)], format="csr")
+    take[take < 0] = X.shape[0]
+    M = Z[take]
+    M.sort_indices()
+    return M, missing
+
+
+# --------------------------------------------------------------------------- stage
+def run_stage(ctx) -> Dict[str, Any]:
+    """Train every configured variant on train, predict test, publish ``predictions``.
+
+    Examples
+    --------
+    >>> run_stage(ctx)   # doctest: +SKIP
+    {'variants': ['baseline', 'pina'], 'skipped': {}, 'baseline_train_s': 3.2, ...}
+    """
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    tcfg = cfg.train
+    if tcfg.model not in ("xlinear", "xtransformer"):
+        raise ConfigError(f"train.model: {tcfg.model!r} is not one of ['xlinear', "
+                          f"'xtransformer']")
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    nodes = io.read_table(spark, paths, io.NODES) \
+        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT).toPandas()
+    inst = nodes[nodes[io.KIND] == io.KIND_INSTANCE].sort_values(io.NODE_ID, kind="mergesort")
+    train = inst[inst[io.SPLIT] == io.SPLIT_TRAIN]
+    test = inst[inst[io.SPLIT] == io.SPLIT_TEST]
+    if len(test) == 0:
+        raise io.InputError(f"{paths.table(io.NODES)}: no instance with split='test'")
+    il = io.read_table(spark, paths, io.INSTANCE_LABELS) \
+        .select(io.INSTANCE_INDEX, io.LABEL_INDEX).toPandas()
+
+    # label space: label nodes with >= 1 train positive, ordered by node_index
+    import pandas as pd
+    train_idx = train[io.NODE_INDEX].astype("int64").to_numpy()
+    il_tr = il[il[io.INSTANCE_INDEX].astype("int64").isin(train_idx)]
+    lab_nodes = nodes[nodes[io.KIND] == io.KIND_LABEL].sort_values(io.NODE_INDEX)
+    lab_nodes = lab_nodes[lab_nodes[io.NODE_INDEX].astype("int64").isin(
+        il_tr[io.LABEL_INDEX].astype("int64").unique())]
+    if len(lab_nodes) == 0:
+        raise io.InputError(f"{paths.table(io.INSTANCE_LABELS)}: no train instance has a label")
+    label_ids = np.array(lab_nodes[io.NODE_ID].tolist(), dtype=object)
+    row_of = pd.Series(np.arange(len(train_idx)), index=train_idx)
+    col_of = pd.Series(np.arange(len(lab_nodes)),
+                       index=lab_nodes[io.NODE_INDEX].astype("int64").to_numpy())
+    il_tr = il_tr[il_tr[io.LABEL_INDEX].astype("int64").isin(col_of.index)]
+    rows = row_of.loc[il_tr[io.INSTANCE_INDEX].astype("int64").to_numpy()].to_numpy()
+    cols = col_of.loc[il_tr[io.LABEL_INDEX].astype("int64").to_numpy()].to_numpy()
+    Y_all = label_matrix(rows, cols, len(train), len(lab_nodes))
+    has_lab = np.asarray(Y_all.sum(axis=1)).ravel() > 0
+    Y = Y_all[has_lab]
+    train_ids = [i for i, h in zip(train[io.NODE_ID].tolist(), has_lab) if h]
+    test_ids = test[io.NODE_ID].tolist()
+    log.info("train: %d train instances with labels (%d without, left out), %d test, %d labels",
+             len(train_ids), int((~has_lab).sum()), len(test_ids), len(lab_nodes))
+
+    text_of = dict(zip(inst[io.NODE_ID], inst[io.TEXT]))
+    train_text = [text_of.get(i) or "" for i in train_ids]
+    test_text = [text_of.get(i) or "" for i in test_ids]
+    feat_uri = paths.table(io.FEATURES)
+    feat_ok = io.is_complete(spark, feat_uri)
+    models_dir = paths.table(io.MODELS) + "/" + DOWNSTREAM_DIR
+    stats: Dict[str, Any] = {"n_train": len(train_ids), "n_test": len(test_ids),
+                             "n_labels_trained": len(lab_nodes), "variants": [],
+                             "skipped": {}}
+    per_variant: Dict[str, Dict[str, Any]] = {}
+    pred_frames = []
+    for variant in tcfg.variants:
+        t0 = time.time()
+        if variant == "baseline":
+            X_tr, X_te, vec = _baseline_matrices(cfg, train, test, has_lab)
+            no_feat_rows: List[int] = []
+        else:
+            if not feat_ok or not io.path_exists(spark, f"{feat_uri}/{io.VARIANT}={variant}"):
+                reason = f"no features for variant {variant} in {feat_uri}"
+                log.warning("train: skipping variant %s: %s", variant, reason)
+                stats["skipped"][variant] = reason
+                continue
+            f_ids, f_X = _load_features(spark, feat_uri, variant)
+            X_tr, miss_tr = _align(f_ids, f_X, train_ids)
+            X_te, miss_te = _align(f_ids, f_X, test_ids)
+            have = set(f_ids)
+            no_feat_rows = [r for r, i in enumerate(test_ids) if i not in have]
+            if miss_tr or miss_te:
+                log.warning("variant %s: %d train / %d test instances have no features (zero "
+                            "rows)", variant, miss_tr, miss_te)
+            vec = None
+        prep_s = time.time() - t0
+        t1 = time.time()
+        if tcfg.model == "xtransformer":
+            model = train_xtransformer(train_text, X_tr, Y, cfg)
+        else:
+            model = train_xlinear(X_tr, Y, tcfg.xlinear)
+        train_s = time.time() - t1
+        t2 = time.time()
+        if tcfg.model == "xtransformer":
+            P = model.predict(test_text, X_feat=X_te, only_topk=max(tcfg.topk, 1),
+                              beam_size=max(tcfg.xlinear.beam_size, 1))
+        else:
+            P = model.predict(X_te, only_topk=max(tcfg.topk, 1),
+                              beam_size=max(tcfg.xlinear.beam_size, 1))
+        cols_k, scores_k = topk_from_csr(P, tcfg.topk)
+        for r in no_feat_rows:  # no features for this test instance: no prediction
+            cols_k[r] = cols_k[r][:0]
+            scores_k[r] = scores_k[r][:0]
+        predict_s = time.time() - t2
+        _save_model(model, vec, label_ids, f"{models_dir}/{variant}")
+        pred_frames.append(_predictions_frame(variant, test_ids, cols_k, scores_k, label_ids))
+        per_variant[variant] = {"train_s": round(train_s, 3), "predict_s": round(predict_s, 3),
+                                "features_s": round(prep_s, 3), "n_features": int(X_tr.shape[1]),
+                                "n_labels_trained": len(lab_nodes)}
+        stats["variants"].append(variant)
+        stats[f"{variant}_train_s"] = round(train_s, 3)
+        log.info("train: variant %s: %d features, train %.1fs, predict %.1fs", variant,
+                 X_tr.shape[1], train_s, predict_s)
+    if not pred_frames:
+        raise io.InputError(f"train: no variant could be trained (skipped: {stats['skipped']})")
+
+    pdf = pd.concat(pred_frames, ignore_index=True)
+    schema = T.StructType([T.StructField(io.INSTANCE_ID, T.StringType()),
+                           T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
+                           T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
+                           T.StructField(io.VARIANT, T.StringType())])
+    df = spark.createDataFrame(pdf, schema=schema)
+    n_part = max(1, min(len(pred_frames) * 2, 64))
+    io.write_table(df.repartition(n_part, F.col(io.VARIANT)), paths, io.PREDICTIONS,
+                   partition_by=(io.VARIANT,))
+    io.write_bytes(paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
+                   json.dumps({"variants": per_variant, "skipped": stats["skipped"],
+                               "model": tcfg.model}, indent=2).encode())
+    return stats
+
+
+def _baseline_matrices(cfg, train, test, has_lab):
+    """tf-idf (PECOS Preprocessor, ``pretrain.tfidf`` kwargs) fitted on train instance text."""
+    from pecos.utils.featurization.text.preprocess import Preprocessor
+    kwargs = dict(cfg.pretrain.tfidf)
+    if isinstance(kwargs.get("ngram_range"), list):
+        kwargs["ngram_range"] = tuple(kwargs["ngram_range"])
+    tr_text = [t if isinstance(t, str) else "" for t in train[io.TEXT].tolist()]
+    te_text = [t if isinstance(t, str) else "" for t in test[io.TEXT].tolist()]
+    vec = Preprocessor.train(tr_text, {"type": "tfidf", "kwargs": kwargs})
+    X_tr = vec.predict([t for t, h in zip(tr_text, has_lab) if h]).tocsr().astype(np.float32)
+    X_te = vec.predict(te_text).tocsr().astype(np.float32)
+    X_tr.sort_indices()
+    X_te.sort_indices()
+    return X_tr, X_te, vec
+
+
+def _save_model(model, vec, label_ids, uri: str) -> None:
+    """PECOS model (+ baseline vectorizer, label map) to ``uri``; ``_SUCCESS`` written last."""
+    remote = io.is_remote(uri)
+    local = tempfile.mkdtemp(prefix="pina-downstream-") if remote else io.local_path(uri)
+    if not remote and os.path.exists(local):
+        import shutil
+        shutil.rmtree(local)
+    os.makedirs(local, exist_ok=True)
+    model.save(os.path.join(local, type(model).__name__.lower().replace("model", "")))
+    if vec is not None:
+        vec.save(os.path.join(local, "vectorizer"))
+    with open(os.path.join(local, "labels.json"), "w") as fh:
+        json.dump([str(x) for x in label_ids], fh)
+    if remote:
+        io.copy_dir(local, uri)
+    io.write_bytes(uri.rstrip("/") + "/_SUCCESS", b"")
+
+
+def _predictions_frame(variant, test_ids, cols_k, scores_k, label_ids):
+    import pandas as pd
+    return pd.DataFrame({
+        io.INSTANCE_ID: test_ids,
+        io.LABEL_IDS: [label_ids[c].tolist() for c in cols_k],
+        io.SCORES: [s.astype(np.float32) for s in scores_k],
+        io.VARIANT: variant,
+    })

@@ -1,0 +1,707 @@
+"""The graph stage: node indices, the co-purchase (I2I) graph, the downstream targets and B_pre.
+
+Driver side, except the functions documented as executor side. ``run_stage(ctx)`` validates the
+inputs (:mod:`pina_spark.validate`), publishes ``quarantine/<table>`` for every configured input
+(always, even when empty), then ``nodes``, ``graph/i2i_edges`` (when events are given),
+``graph/instance_labels`` and ``graph/pretrain_edges`` (partitioned by ``variant``) exactly as
+``docs/design.md`` describes. The transforms are pure DataFrame -> DataFrame functions that tests
+and notebooks call directly.
+
+I2I graph (:func:`i2i_edges`)
+-----------------------------
+* Events are reduced to distinct (basket, item). Baskets with fewer than 2 items contribute
+  nothing (counted in the stats, never quarantined).
+* Baskets with more than ``graph.max_basket_size`` distinct items are down-sampled
+  deterministically: items are ranked by ``sha1(basket_id + "\\x1f" + item_id)`` (hex string,
+  ascending; ties by item id) and the first ``max_basket_size`` are kept. No ``rand()``: the same
+  ids give the same sample on any partitioning and on task retries.
+* Every unordered pair of kept items counts once per basket: ``count`` = number of baskets in
+  which both items were kept. Event weights are validated but not summed (a count of baskets is
+  what min_count thresholds and what the measures below are defined on).
+* Edges with ``count >= graph.min_count`` are kept, scored by ``graph.measure`` with
+  ``N`` = baskets with >= 2 items (after capping) and ``n_a`` = those baskets containing ``a``:
+  ``count``: c; ``jaccard``: c / (n_a + n_b - c); ``pmi``: ln(c * N / (n_a * n_b));
+  ``llr``: Dunning's G^2 exactly as Mahout's ``LogLikelihood.logLikelihoodRatio(k11, k12, k21,
+  k22)`` with k11 = c, k12 = n_a - c, k21 = n_b - c, k22 = N - n_a - n_b + c. Then
+  ``score >= graph.min_score`` when set.
+* ``graph.top_n``: each item ranks its neighbours by (score desc, neighbour id asc); an edge is
+  kept when EITHER endpoint has the other in its top-n (union, so the output stays symmetric and
+  no item loses its best neighbours). ``graph.max_degree`` (hub cap, applied after top_n on the
+  remaining graph, same ranking): an edge is kept only when BOTH endpoints rank each other within
+  max_degree, which guarantees that no item has more than max_degree neighbours.
+* The output has both directions of every edge and no self loops. It is the raw graph over ALL
+  items (train and test): it defines the graph labels of test instances.
+
+Leak policy (``task.labels: graph`` and the ``A`` block)
+--------------------------------------------------------
+Anything that trains a model is built from a second graph over TRAIN items only (events whose item
+is a train instance; capping, counts, N and n_a computed on those events alone):
+
+* the ``A`` block of B_pre (train instance -> train instance),
+* the graph labels of TRAIN instances (their neighbours in the train-only graph).
+
+The graph labels of TEST instances are their neighbours in the all-items graph that are TRAIN
+items. Test items are never labels. Label nodes are the train items that are a label of at least
+one instance. B_pre only uses train instances and the labels carried by train instances
+(``I_label``/``BT`` exist only for labels in ``B``), so removing every test row from the inputs
+leaves ``graph/pretrain_edges`` unchanged as (node_id, node_id) pairs (tests/test_graph.py proves
+it).
+
+Node indices (:func:`assign_node_indices`)
+------------------------------------------
+Instances sorted by id get ``0..n-1``, then labels sorted by id. The global rank is computed
+without a single-partition window: range-partition by id, number rows inside each partition, add
+the partition's offset (sizes of the partitions before it, collected on the driver). Range
+partitions hold consecutive key ranges, so the result is the same for any partitioning.
+
+B_pre (:func:`pretrain_edges`), all weights 1.0 (binary B_pre, the paper's setting)
+-----------------------------------------------------------------------------------
+``label_text``: B (train inst -> label), I_inst (every train inst -> itself), I_label (label in B
+-> itself), BT (label -> train inst). ``i2i``: A (train inst <-> train inst, both directions, no
+self loops) plus I_inst for the train instances without any A edge (so every train instance is a
+row of B_pre). ``both``: label_text union A. ``naive``: B only. ``variant=pina_naive`` (B only)
+is always written as well.
+
+Examples
+--------
+>>> from pina_spark.config import GraphConfig
+>>> ev = spark.createDataFrame([("o1", "a"), ("o1", "b"), ("o2", "a"), ("o2", "b")],
+...                            "basket_id string, item_id string")              # doctest: +SKIP
+>>> i2i_edges(ev, GraphConfig(min_count=2)).show()                              # doctest: +SKIP
++------+------+-----+-----+
+|src_id|dst_id|count|score|
++------+------+-----+-----+
+|     a|     b|    2|  2.0|
+|     b|     a|    2|  2.0|
++------+------+-----+-----+
+"""
+import logging
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import faults, io, validate
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_stage", "assign_node_indices", "capped_baskets", "basket_stats", "co_counts",
+           "i2i_edges", "graph_labels", "index_instance_labels", "pretrain_edges",
+           "basket_hash", "VARIANT_PINA", "VARIANT_NAIVE"]
+
+VARIANT_PINA = "pina"
+VARIANT_NAIVE = "pina_naive"
+BLOCKS = ("B", "BT", "I_inst", "I_label", "A")
+HASH_SEP = "\x1f"
+
+# internal column names (never published)
+_SIZE = "_basket_size"
+_ITEM_A = "_item_a"
+_ITEM_B = "_item_b"
+
+
+def basket_hash(basket_id: str, item_id: str) -> str:
+    """The down-sampling key of an item in a basket (the same as the Spark expression used by
+    :func:`capped_baskets`), for reference implementations and tests.
+
+    Examples
+    --------
+    >>> basket_hash("o1", "a")
+    '4ab133fe21657ecf9d16e820d757edfd57b2f0e0'
+    """
+    import hashlib
+    return hashlib.sha1(f"{basket_id}{HASH_SEP}{item_id}".encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- node indices
+def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None):
+    """Add ``node_index`` = ``offset`` + rank of ``key`` (unique) in ascending order; returns
+    (frame, n). One small driver action (partition sizes). The ranked frame is persisted so the
+    partition sizes and the rows come from the same evaluation (range bounds come from a
+    sample); it is appended to ``persisted`` for the caller to unpersist."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    ranged = df.repartitionByRange(F.col(key)).withColumn("_pid", F.spark_partition_id())
+    w = Window.partitionBy("_pid").orderBy(F.col(key))
+    ranked = ranged.withColumn("_local", F.row_number().over(w) - 1) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    if persisted is not None:
+        persisted.append(ranked)
+    sizes = sorted((int(r["_pid"]), int(r["n"])) for r in
+                   ranked.groupBy("_pid").agg(F.count(F.lit(1)).alias("n")).collect())
+    offsets, acc = [], offset
+    for pid, n in sizes:
+        offsets += [F.lit(pid), F.lit(acc)]
+        acc += n
+    if not offsets:
+        return ranked.withColumn(io.NODE_INDEX, F.lit(None).cast("long")).drop("_pid", "_local"), 0
+    omap = F.create_map(*offsets)
+    out = ranked.withColumn(io.NODE_INDEX, (omap[F.col("_pid")] + F.col("_local")).cast("long"))
+    return out.drop("_pid", "_local"), acc - offset
+
+
+def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None):
+    """The ``nodes`` table: instances sorted by id get ``0..n_inst-1``, then labels sorted by id.
+
+    Parameters
+    ----------
+    instances : DataFrame
+        ``instance_id, text, split`` with unique ids (validated).
+    labels : DataFrame
+        ``label_id, text`` with unique ids.
+    persisted : list, optional
+        receives the two persisted rank frames (unpersist them once the result is written).
+
+    Returns
+    -------
+    DataFrame
+        ``node_index, kind, node_id, text, split`` (split null for labels).
+
+    Examples
+    --------
+    >>> inst = spark.createDataFrame([("b", "B", "train"), ("a", "A", "test")],
+    ...                              "instance_id string, text string, split string")  # doctest: +SKIP
+    >>> lab = spark.createDataFrame([("x", "X")], "label_id string, text string")  # doctest: +SKIP
+    >>> assign_node_indices(inst, lab).orderBy("node_index").show()                # doctest: +SKIP
+    +----------+--------+-------+----+-----+
+    |node_index|    kind|node_id|text|split|
+    +----------+--------+-------+----+-----+
+    |         0|instance|      a|   A| test|
+    |         1|instance|      b|   B|train|
+    |         2|   label|      x|   X| null|
+    +----------+--------+-------+----+-----+
+    """
+    from pyspark.sql import functions as F
+    inst, n_inst = _global_rank(instances.select(io.INSTANCE_ID, io.TEXT, io.SPLIT),
+                                io.INSTANCE_ID, persisted=persisted)
+    lab, _ = _global_rank(labels.select(io.LABEL_ID, io.TEXT), io.LABEL_ID, offset=n_inst,
+                          persisted=persisted)
+    inst = inst.select(io.NODE_INDEX, F.lit(io.KIND_INSTANCE).alias(io.KIND),
+                       F.col(io.INSTANCE_ID).alias(io.NODE_ID), io.TEXT, io.SPLIT)
+    lab = lab.select(io.NODE_INDEX, F.lit(io.KIND_LABEL).alias(io.KIND),
+                     F.col(io.LABEL_ID).alias(io.NODE_ID), io.TEXT,
+                     F.lit(None).cast("string").alias(io.SPLIT))
+    return inst.unionByName(lab)
+
+
+# --------------------------------------------------------------------------- i2i graph
+def capped_baskets(events, max_basket_size: int):
+    """Distinct (basket, item) with baskets down-sampled to ``max_basket_size`` items.
+
+    Parameters
+    ----------
+    events : DataFrame
+        validated events (``basket_id``, ``item_id`` non-null); duplicates are allowed.
+    max_basket_size : int
+        items kept per basket: the first ones by ``basket_hash`` (then item id).
+
+    Returns
+    -------
+    DataFrame
+        ``basket_id, item_id, _basket_size`` (distinct items of the basket BEFORE the cap),
+        hash-partitioned by ``basket_id`` (what :func:`co_counts` relies on).
+
+    Examples
+    --------
+    >>> capped_baskets(events, 100).filter("_basket_size >= 2")                  # doctest: +SKIP
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    b, i = F.col(io.BASKET_ID), F.col(io.ITEM_ID)
+    df = events.select(io.BASKET_ID, io.ITEM_ID).repartition(io.BASKET_ID) \
+        .withColumn("_h", F.sha1(F.concat_ws(HASH_SEP, b, i)))
+    w = Window.partitionBy(io.BASKET_ID).orderBy(F.col("_h"), i)
+    # duplicates of (basket, item) share the hash, hence are adjacent in the window order
+    df = df.withColumn("_prev", F.lag(i).over(w)) \
+        .filter(F.col("_prev").isNull() | (F.col("_prev") != i))
+    df = df.withColumn("_rank", F.row_number().over(w)) \
+        .withColumn(_SIZE, F.count(F.lit(1)).over(Window.partitionBy(io.BASKET_ID)))
+    return df.filter(F.col("_rank") <= max_basket_size).select(io.BASKET_ID, io.ITEM_ID, _SIZE)
+
+
+def basket_stats(capped, max_basket_size: int) -> Dict[str, int]:
+    """Basket counts of a :func:`capped_baskets` frame (one driver action).
+
+    Returns ``baskets``, ``baskets_one_item`` (contribute nothing), ``baskets_capped`` (had more
+    than ``max_basket_size`` items), ``baskets_used`` (N: >= 2 items), ``events_distinct_kept``.
+
+    Examples
+    --------
+    >>> basket_stats(capped_baskets(events, 100), 100)["baskets_used"]         # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    per_basket = capped.groupBy(io.BASKET_ID).agg(F.first(_SIZE).alias("s"),
+                                                   F.count(F.lit(1)).alias("k"))
+    r = per_basket.agg(
+        F.count(F.lit(1)).alias("baskets"),
+        F.sum(F.when(F.col("s") == 1, 1).otherwise(0)).alias("baskets_one_item"),
+        F.sum(F.when(F.col("s") > max_basket_size, 1).otherwise(0)).alias("baskets_capped"),
+        F.sum(F.when(F.col("s") >= 2, 1).otherwise(0)).alias("baskets_used"),
+        F.sum("k").alias("events_distinct_kept")).collect()[0]
+    return {k: int(r[k] or 0) for k in r.asDict()}
+
+
+def _make_pair_counter(fault_plan, max_pairs_per_chunk: int = 4_000_000):
+    """Driver side: build the executor-side pair counter for ``mapInPandas`` (closes over plain
+    values only)."""
+    basket_col, item_col = io.BASKET_ID, io.ITEM_ID
+
+    def count_pairs(batches):
+        """Executor side: the rows of one partition (whole baskets, already capped) -> partial
+        counts ``(_item_a, _item_b, count)`` with ``_item_a < _item_b``, one row per distinct pair
+        of the partition. Vectorised with numpy (no Python loop over pairs); baskets are
+        processed in chunks of at most ~``max_pairs_per_chunk`` pairs."""
+        import numpy as np
+        import pandas as pd
+        faults.maybe_fail(fault_plan)
+        frames = [f for f in batches if len(f)]
+        if not frames:
+            return
+        df = pd.concat(frames, ignore_index=True)
+        bcode, _ = pd.factorize(df[basket_col])
+        icode, items = pd.factorize(df[item_col], sort=True)  # code order == string order
+        items = np.asarray(items, dtype=object)
+        n_items = np.int64(len(items))
+        order = np.lexsort((icode, bcode))
+        b = bcode[order]
+        it = icode[order].astype(np.int64)
+        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        sizes = np.diff(np.r_[starts, len(b)])
+        npairs = sizes.astype(np.int64) * (sizes - 1) // 2
+        cum = np.cumsum(npairs)
+        keys, counts = [], []
+        g0 = 0
+        while g0 < len(starts):  # chunks of whole baskets bound the memory of the pair arrays
+            base = cum[g0 - 1] if g0 else 0
+            g1 = max(int(np.searchsorted(cum, base + max_pairs_per_chunk, side="right")), g0 + 1)
+            lo = starts[g0]
+            hi = starts[g1] if g1 < len(starts) else len(b)
+            key = _pairs_of_sorted_groups(it[lo:hi], sizes[g0:g1], n_items)
+            g0 = g1
+            if key.size:
+                uk, cnt = np.unique(key, return_counts=True)
+                keys.append(uk)
+                counts.append(cnt.astype(np.int64))
+        if not keys:
+            return
+        if len(keys) > 1:  # merge the chunks: one row per distinct pair of the partition
+            uk, inv = np.unique(np.concatenate(keys), return_inverse=True)
+            cnt = np.bincount(inv.ravel(), weights=np.concatenate(counts)).astype(np.int64)
+        else:
+            uk, cnt = keys[0], counts[0]
+        yield pd.DataFrame({_ITEM_A: items[uk // n_items], _ITEM_B: items[uk % n_items],
+                            io.COUNT: cnt})
+
+    return count_pairs
+
+
+def _pairs_of_sorted_groups(codes, sizes, n_items):
+    """Executor side helper: ``codes`` are consecutive groups of the given ``sizes``, each sorted
+    ascending and distinct; returns ``a * n_items + b`` for every pair a < b within a group."""
+    import numpy as np
+    n = len(codes)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = np.repeat(np.cumsum(sizes), sizes)
+    pos = np.arange(n, dtype=np.int64)
+    after = ends - pos - 1                       # later elements of the same group
+    total = int(after.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    left = np.repeat(pos, after)
+    seg_start = np.repeat(np.cumsum(after) - after, after)
+    right = left + 1 + (np.arange(total, dtype=np.int64) - seg_start)
+    return codes[left] * n_items + codes[right]
+
+
+def co_counts(capped, fault_plan=None):
+    """Basket co-occurrence counts of unordered item pairs.
+
+    Parameters
+    ----------
+    capped : DataFrame
+        :func:`capped_baskets` output (all rows of a basket in one partition).
+    fault_plan : tuple, optional
+        ``faults.fault_plan(cfg, "graph")`` computed on the driver; the executor function calls
+        ``faults.maybe_fail`` with it.
+
+    Returns
+    -------
+    DataFrame
+        ``_item_a, _item_b, count`` with ``_item_a < _item_b`` (one row per pair).
+
+    Examples
+    --------
+    >>> co_counts(capped_baskets(events, 100)).filter("count >= 2")           # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    src = capped.filter(F.col(_SIZE) >= 2).select(io.BASKET_ID, io.ITEM_ID)
+    partial = src.mapInPandas(_make_pair_counter(fault_plan),
+                              f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long")
+    return partial.groupBy(_ITEM_A, _ITEM_B).agg(F.sum(io.COUNT).cast("long").alias(io.COUNT))
+
+
+def _xlogx(c):
+    from pyspark.sql import functions as F
+    return F.when(c > 0, c * F.log(c)).otherwise(F.lit(0.0))
+
+
+def _llr(k11, k12, k21, k22):
+    """Mahout LogLikelihood.logLikelihoodRatio as a Spark expression (doubles)."""
+    from pyspark.sql import functions as F
+
+    def entropy(*ks):
+        total = ks[0]
+        for k in ks[1:]:
+            total = total + k
+        out = _xlogx(total)
+        for k in ks:
+            out = out - _xlogx(k)
+        return out
+    row = entropy(k11 + k12, k21 + k22)
+    col = entropy(k11 + k21, k12 + k22)
+    mat = entropy(k11, k12, k21, k22)
+    return F.when(row + col < mat, F.lit(0.0)).otherwise(F.lit(2.0) * (row + col - mat))
+
+
+def _score(pairs, capped, measure: str):
+    """Add ``score`` to ``_item_a, _item_b, count``."""
+    from pyspark.sql import functions as F
+    c = F.col(io.COUNT).cast("double")
+    if measure == "count":
+        return pairs.withColumn(io.SCORE, c)
+    used = capped.filter(F.col(_SIZE) >= 2)
+    n_item = used.groupBy(io.ITEM_ID).agg(F.count(F.lit(1)).cast("double").alias("_n"))
+    big_n = used.agg(F.countDistinct(io.BASKET_ID).cast("double").alias("_N"))
+    df = pairs.join(n_item.select(F.col(io.ITEM_ID).alias(_ITEM_A), F.col("_n").alias("_na")),
+                    _ITEM_A) \
+        .join(n_item.select(F.col(io.ITEM_ID).alias(_ITEM_B), F.col("_n").alias("_nb")), _ITEM_B) \
+        .crossJoin(F.broadcast(big_n))
+    na, nb, nn = F.col("_na"), F.col("_nb"), F.col("_N")
+    if measure == "jaccard":
+        s = c / (na + nb - c)
+    elif measure == "pmi":
+        s = F.log(c * nn / (na * nb))
+    elif measure == "llr":
+        s = _llr(c, na - c, nb - c, nn - na - nb + c)
+    else:
+        raise ValueError(f"graph.measure: unknown measure {measure!r} "
+                         "(expected count, jaccard, pmi, llr)")
+    return df.withColumn(io.SCORE, s).drop("_na", "_nb", "_N")
+
+
+def _directed(undirected):
+    """``_item_a, _item_b, count, score`` -> both directions as ``src_id, dst_id, ...``."""
+    from pyspark.sql import functions as F
+    cols = [io.COUNT, io.SCORE]
+    fwd = undirected.select(F.col(_ITEM_A).alias(io.SRC_ID), F.col(_ITEM_B).alias(io.DST_ID), *cols)
+    bwd = undirected.select(F.col(_ITEM_B).alias(io.SRC_ID), F.col(_ITEM_A).alias(io.DST_ID), *cols)
+    return fwd.unionByName(bwd)
+
+
+def _mutual_ranks(directed):
+    """Undirected pairs with each endpoint's rank of the other: ``_item_a, _item_b, count, score,
+    _r_ab`` (rank of b among a's neighbours) and ``_r_ba``. Ranking: score desc, id asc."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    w = Window.partitionBy(io.SRC_ID).orderBy(F.col(io.SCORE).desc(), F.col(io.DST_ID).asc())
+    r = directed.withColumn("_r", F.row_number().over(w))
+    fwd = r.filter(F.col(io.SRC_ID) < F.col(io.DST_ID)).select(
+        F.col(io.SRC_ID).alias(_ITEM_A), F.col(io.DST_ID).alias(_ITEM_B), io.COUNT, io.SCORE,
+        F.col("_r").alias("_r_ab"))
+    bwd = r.filter(F.col(io.SRC_ID) > F.col(io.DST_ID)).select(
+        F.col(io.DST_ID).alias(_ITEM_A), F.col(io.SRC_ID).alias(_ITEM_B), F.col("_r").alias("_r_ba"))
+    return fwd.join(bwd, [_ITEM_A, _ITEM_B])
+
+
+def i2i_edges(events, graph_cfg, fault_plan=None, capped=None):
+    """The thresholded, scored, symmetric co-purchase graph (see the module docstring).
+
+    Parameters
+    ----------
+    events : DataFrame
+        validated events: ``basket_id, item_id`` (other columns ignored).
+    graph_cfg : pina_spark.config.GraphConfig
+    fault_plan : tuple, optional
+        from ``faults.fault_plan(cfg, "graph")`` (driver side).
+    capped : DataFrame, optional
+        a (persisted) :func:`capped_baskets` of ``events`` to reuse.
+
+    Returns
+    -------
+    DataFrame
+        ``src_id, dst_id, count (long), score (double)``, both directions, no self loops.
+
+    Examples
+    --------
+    >>> from pina_spark.config import GraphConfig
+    >>> i2i_edges(events, GraphConfig(min_count=2, measure="jaccard"))        # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    if capped is None:
+        capped = capped_baskets(events, graph_cfg.max_basket_size)
+    pairs = co_counts(capped, fault_plan).filter(F.col(io.COUNT) >= graph_cfg.min_count)
+    pairs = _score(pairs, capped, graph_cfg.measure)
+    if graph_cfg.min_score is not None:
+        pairs = pairs.filter(F.col(io.SCORE) >= graph_cfg.min_score)
+    if graph_cfg.top_n is not None:
+        m = _mutual_ranks(_directed(pairs))
+        pairs = m.filter((F.col("_r_ab") <= graph_cfg.top_n) | (F.col("_r_ba") <= graph_cfg.top_n))
+    if graph_cfg.max_degree is not None:
+        m = _mutual_ranks(_directed(pairs.select(_ITEM_A, _ITEM_B, io.COUNT, io.SCORE)))
+        pairs = m.filter((F.col("_r_ab") <= graph_cfg.max_degree)
+                         & (F.col("_r_ba") <= graph_cfg.max_degree))
+    pairs = pairs.select(_ITEM_A, _ITEM_B, F.col(io.COUNT).cast("long").alias(io.COUNT),
+                         F.col(io.SCORE).cast("double").alias(io.SCORE))
+    return _directed(pairs)
+
+
+# --------------------------------------------------------------------------- labels
+def graph_labels(instances, i2i_all, i2i_train=None):
+    """Graph labels (``task.labels: graph``), leak-guarded (see the module docstring).
+
+    Parameters
+    ----------
+    instances : DataFrame
+        clean ``instance_id, text, split``.
+    i2i_all : DataFrame
+        :func:`i2i_edges` over all items (gives the labels of TEST instances).
+    i2i_train : DataFrame, optional
+        :func:`i2i_edges` over train items only (gives the labels of TRAIN instances); defaults
+        to ``i2i_all`` restricted to train items.
+
+    Returns
+    -------
+    (labels, instance_labels) : (DataFrame, DataFrame)
+        ``label_id, text`` (train items that label at least one instance; label text = item
+        text) and ``instance_id, label_id``.
+
+    Examples
+    --------
+    >>> labels, il = graph_labels(instances, edges_all, edges_train)            # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    split = instances.select(F.col(io.INSTANCE_ID).alias("_id"), F.col(io.SPLIT).alias("_split"))
+    train = split.filter(F.col("_split") == io.SPLIT_TRAIN).select("_id")
+    test = split.filter(F.col("_split") == io.SPLIT_TEST).select("_id")
+    if i2i_train is None:
+        i2i_train = i2i_all
+
+    def restrict(edges, src_ids):
+        e = edges.select(F.col(io.SRC_ID).alias(io.INSTANCE_ID), F.col(io.DST_ID).alias(io.LABEL_ID))
+        e = e.join(src_ids.withColumnRenamed("_id", io.INSTANCE_ID), io.INSTANCE_ID, "left_semi")
+        return e.join(train.withColumnRenamed("_id", io.LABEL_ID), io.LABEL_ID, "left_semi") \
+            .select(io.INSTANCE_ID, io.LABEL_ID)
+
+    il = restrict(i2i_train, train).unionByName(restrict(i2i_all, test)).distinct()
+    labels = il.select(io.LABEL_ID).distinct().join(
+        instances.select(F.col(io.INSTANCE_ID).alias(io.LABEL_ID), io.TEXT), io.LABEL_ID)
+    return labels, il
+
+
+def index_instance_labels(nodes, instance_labels):
+    """``instance_id, label_id`` -> ``instance_index, label_index`` through the ``nodes`` table.
+
+    Examples
+    --------
+    >>> index_instance_labels(nodes, il).columns                                 # doctest: +SKIP
+    ['instance_index', 'label_index']
+    """
+    from pyspark.sql import functions as F
+    inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
+        F.col(io.NODE_ID).alias(io.INSTANCE_ID), F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX))
+    lab = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
+        F.col(io.NODE_ID).alias(io.LABEL_ID), F.col(io.NODE_INDEX).alias(io.LABEL_INDEX))
+    return instance_labels.join(inst, io.INSTANCE_ID).join(lab, io.LABEL_ID) \
+        .select(io.INSTANCE_INDEX, io.LABEL_INDEX)
+
+
+# --------------------------------------------------------------------------- B_pre
+def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str = "given"):
+    """B_pre as an edge list for both variants (see the module docstring and docs/design.md).
+
+    Parameters
+    ----------
+    nodes : DataFrame
+        the ``nodes`` table.
+    instance_labels : DataFrame
+        ``instance_index, label_index`` (train and test rows; only train rows are used).
+    i2i : DataFrame or None
+        ``src_id, dst_id`` edges over train items (the train-only graph); needed for i2i/both.
+    side_info : str
+        ``label_text`` | ``i2i`` | ``both`` | ``naive``.
+    task_labels : str
+        ``given`` | ``graph``; with ``graph`` label nodes whose item is a test instance are
+        refused (defence in depth: :func:`graph_labels` never makes them).
+
+    Returns
+    -------
+    DataFrame
+        ``src_index, dst_index, weight (float), block, variant`` with variant ``pina`` (the
+        configured side_info) and ``pina_naive`` (B only).
+
+    Examples
+    --------
+    >>> pretrain_edges(nodes, il_idx, None, "label_text").groupBy("variant", "block").count()  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    if side_info not in ("label_text", "i2i", "both", "naive"):
+        raise ValueError(f"side_info: unknown value {side_info!r}")
+    if side_info in ("i2i", "both") and i2i is None:
+        raise ValueError(f"side_info={side_info} needs the i2i edges (input.events)")
+    train = nodes.filter((F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN))
+    train_idx = train.select(F.col(io.NODE_INDEX).alias(io.SRC_INDEX))
+    labels = nodes.filter(F.col(io.KIND) == io.KIND_LABEL)
+    if task_labels == "graph":
+        test_ids = nodes.filter((F.col(io.KIND) == io.KIND_INSTANCE)
+                                & (F.col(io.SPLIT) != io.SPLIT_TRAIN)).select(io.NODE_ID)
+        labels = labels.join(test_ids, io.NODE_ID, "left_anti")
+    label_idx = labels.select(F.col(io.NODE_INDEX).alias(io.DST_INDEX))
+
+    def block(df, name):
+        return df.select(F.col(io.SRC_INDEX).cast("long"), F.col(io.DST_INDEX).cast("long"),
+                         F.lit(1.0).cast("float").alias(io.WEIGHT), F.lit(name).alias(io.BLOCK))
+
+    b = instance_labels.select(F.col(io.INSTANCE_INDEX).alias(io.SRC_INDEX),
+                               F.col(io.LABEL_INDEX).alias(io.DST_INDEX)) \
+        .join(train_idx, io.SRC_INDEX, "left_semi").join(label_idx, io.DST_INDEX, "left_semi") \
+        .distinct()
+    blk_b = block(b, "B")
+    parts = {"B": blk_b}
+    if side_info in ("label_text", "both"):
+        in_b = b.select(io.DST_INDEX).distinct()
+        parts["I_inst"] = block(train_idx.withColumn(io.DST_INDEX, F.col(io.SRC_INDEX)), "I_inst")
+        parts["I_label"] = block(in_b.withColumn(io.SRC_INDEX, F.col(io.DST_INDEX)), "I_label")
+        parts["BT"] = block(b.select(F.col(io.DST_INDEX).alias(io.SRC_INDEX),
+                                     F.col(io.SRC_INDEX).alias(io.DST_INDEX)), "BT")
+    if side_info in ("i2i", "both"):
+        ids = train.select(F.col(io.NODE_ID), F.col(io.NODE_INDEX))
+        a = i2i.select(io.SRC_ID, io.DST_ID) \
+            .join(ids.select(F.col(io.NODE_ID).alias(io.SRC_ID),
+                             F.col(io.NODE_INDEX).alias(io.SRC_INDEX)), io.SRC_ID) \
+            .join(ids.select(F.col(io.NODE_ID).alias(io.DST_ID),
+                             F.col(io.NODE_INDEX).alias(io.DST_INDEX)), io.DST_ID) \
+            .filter(F.col(io.SRC_INDEX) != F.col(io.DST_INDEX)) \
+            .select(io.SRC_INDEX, io.DST_INDEX).distinct()
+        parts["A"] = block(a, "A")
+        if side_info == "i2i":
+            lonely = train_idx.join(a.select(io.SRC_INDEX).distinct(), io.SRC_INDEX, "left_anti")
+            parts["I_inst"] = block(lonely.withColumn(io.DST_INDEX, F.col(io.SRC_INDEX)), "I_inst")
+            del parts["B"]
+    pina = None
+    for name in BLOCKS:
+        if name in parts:
+            pina = parts[name] if pina is None else pina.unionByName(parts[name])
+    return pina.withColumn(io.VARIANT, F.lit(VARIANT_PINA)).unionByName(
+        blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE)))
+
+
+# --------------------------------------------------------------------------- the stage
+def _degree_stats(edges) -> Tuple[int, Dict[str, float]]:
+    """(directed edge rows, degree quantiles) in one job."""
+    from pyspark.sql import functions as F
+    deg = edges.groupBy(io.SRC_ID).agg(F.count(F.lit(1)).alias("d"))
+    r = deg.agg(F.expr("percentile(d, array(0.5, 0.9, 0.99, 1.0))").alias("q"),
+                F.count(F.lit(1)).alias("n"), F.sum("d").alias("e")).collect()[0]
+    if not r["n"]:
+        return 0, {"items_with_edges": 0}
+    q = r["q"]
+    return int(r["e"]), {"items_with_edges": int(r["n"]), "p50": float(q[0]),
+                         "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
+
+
+def _build_i2i(events, graph_cfg, fault_plan, persisted: List[Any]) -> Tuple[Any, Dict[str, int]]:
+    from pyspark import StorageLevel
+    capped = capped_baskets(events, graph_cfg.max_basket_size).persist(StorageLevel.MEMORY_AND_DISK)
+    persisted.append(capped)
+    st = basket_stats(capped, graph_cfg.max_basket_size)
+    return i2i_edges(events, graph_cfg, fault_plan, capped=capped), st
+
+
+def run_stage(ctx) -> Dict[str, Any]:
+    """Validate inputs, publish quarantine, nodes, i2i_edges, instance_labels, pretrain_edges.
+
+    Returns the statistics recorded in the manifest: ``inputs`` (rows in/used/quarantined and
+    reasons per table), ``baskets`` (+ ``baskets_train``), ``i2i_edges`` (directed rows) and
+    ``degree``, ``nodes``, ``instance_labels``, ``pretrain_edges`` (per variant and block),
+    ``time_s``.
+
+    Examples
+    --------
+    >>> from pina_spark.pipeline import make_context
+    >>> run_stage(make_context(spark, cfg))["nodes"]                           # doctest: +SKIP
+    {'instances': 120, 'labels': 40}
+    """
+    from pyspark.sql import functions as F
+    t0 = time.time()
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    persisted: List[Any] = []
+    stats: Dict[str, Any] = {}
+    in_stats: Dict[str, Any] = {}
+    tables, quarantine = validate.validate_inputs(spark, cfg, in_stats, persisted)
+    stats["inputs"] = in_stats
+    for name, q in quarantine.items():
+        written = io.write_quarantine(q, paths, name)
+        if written != in_stats[name]["reasons"]:
+            raise validate.ValidationInvariantError(
+                f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}")
+    if in_stats["instances"]["rows_used"] == 0:
+        raise io.InputError(f"input.instances: all {in_stats['instances']['rows_in']} rows were "
+                            f"quarantined {in_stats['instances']['reasons']}; see "
+                            f"{paths.table(io.QUARANTINE + '/instances')}")
+    instances = tables["instances"]
+    plan = faults.fault_plan(cfg, "graph")
+    events = tables.get("events")
+    i2i_all = i2i_train = None
+    if events is not None:
+        edges, stats["baskets"] = _build_i2i(events, cfg.graph, plan, persisted)
+        io.write_table(edges, paths, io.I2I_EDGES)
+        i2i_all = io.read_table(spark, paths, io.I2I_EDGES)
+        stats["i2i_edges"], stats["degree"] = _degree_stats(i2i_all)
+        if cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph":
+            train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN) \
+                .select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID))
+            if instances.filter(F.col(io.SPLIT) != io.SPLIT_TRAIN).limit(1).count() == 0:
+                i2i_train = i2i_all
+                stats["baskets_train"] = stats["baskets"]
+            else:
+                train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
+                tr, stats["baskets_train"] = _build_i2i(train_events, cfg.graph, plan, persisted)
+                i2i_train = tr.persist()
+                persisted.append(i2i_train)
+                stats["i2i_edges_train"] = i2i_train.count()
+    if cfg.task.labels == "graph":
+        labels, il = graph_labels(instances, i2i_all, i2i_train)
+        if labels.limit(1).count() == 0:
+            g = cfg.graph
+            raise io.InputError(
+                f"task.labels=graph: no graph labels: no edge of the co-purchase graph reaches a "
+                f"train item (graph.min_count={g.min_count}, measure={g.measure}, "
+                f"min_score={g.min_score}, top_n={g.top_n}, max_degree={g.max_degree}; "
+                f"{stats.get('i2i_edges', 0)} directed i2i edges over all items). Lower "
+                f"graph.min_count / min_score or give more events; nothing to learn otherwise")
+    else:
+        labels, il = tables["labels"], tables["instance_labels"]
+    io.write_table(assign_node_indices(instances, labels, persisted), paths, io.NODES)
+    nodes = io.read_table(spark, paths, io.NODES)
+    kinds = {r[io.KIND]: int(r["n"]) for r in
+             nodes.groupBy(io.KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
+    stats["nodes"] = {"instances": kinds.get(io.KIND_INSTANCE, 0),
+                      "labels": kinds.get(io.KIND_LABEL, 0)}
+    if not stats["nodes"]["labels"]:
+        log.warning("graph stage: no label nodes (task.labels=%s); B_pre has no B block",
+                    cfg.task.labels)
+    io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
+    il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
+    stats["instance_labels"] = il_idx.count()
+    pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
+    io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
+    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    per = {}
+    for r in pe.groupBy(io.VARIANT, io.BLOCK).agg(F.count(F.lit(1)).alias("n")).collect():
+        per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["n"])
+    stats["pretrain_edges"] = per
+    for df in persisted:
+        df.unpersist()
+    stats["time_s"] = round(time.time() - t0, 3)
+    log.info("graph stage: %s", {k: v for k, v in stats.items() if k != "inputs"})
+    return stats

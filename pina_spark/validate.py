@@ -1,0 +1,355 @@
+"""Input validation: read every configured input table, split it into clean rows and quarantined
+rows (each with one ``reason``), and prove that nothing was dropped silently.
+
+Driver side. Every input is read with :func:`pina_spark.io.read_input` (explicit schemas: a
+missing file, a missing column or a wrong column type raises :class:`pina_spark.io.InputError`
+naming the column and the file). An input that is required by the config but not given, or that
+has no rows at all, is an :class:`~pina_spark.io.InputError` too.
+
+Row rules (the first rule a row breaks is its ``reason``; rules are checked in this order):
+
+===================  =========================================================================
+reason               rule
+===================  =========================================================================
+``unparseable``      the reader could not parse the line (``_corrupt_record`` is set)
+``missing_id``       an id column is null or empty/blank (instances, labels, pairs)
+``missing_basket``   events: ``basket_id`` null or blank
+``missing_item``     events: ``item_id`` null or blank
+``invalid_utf8``     a string column holds U+FFFD: Spark's CSV/JSON readers replace bytes that
+                     are not valid UTF-8 by U+FFFD, so the original text is lost; quarantined
+                     rather than silently mangled
+``missing_text``     instance or label with null or blank text
+``invalid_split``    instances: ``split`` is not ``train``/``test`` (a null split means ``train``)
+``invalid_weight``   events: weight is NaN, +-inf or negative (null weight is allowed)
+``unknown_instance`` instance_labels: the instance is not a clean instance row
+``unknown_label``    instance_labels: the label is not a clean label row
+``unknown_item``     events: the item has no clean instance row
+``duplicate_id``     instances/labels: another valid row has the same id (one is kept, see below)
+``duplicate_pair``   instance_labels / filter_pairs: the same (instance_id, label_id) again
+``duplicate_event``  events: the same (basket_id, item_id) again
+===================  =========================================================================
+
+Duplicates are resolved deterministically, whatever the input order or partitioning: among the
+*valid* rows of one key, instances/labels keep the row with the smallest (text, split); events
+keep the earliest ``event_time`` (nulls last), then the smallest weight; all others are
+quarantined. Ids are compared exactly (no trimming or case folding).
+
+Baskets of one item are *not* quarantined: they are valid rows that contribute no pair (the graph
+stage counts them). Event weights are validated but the co-purchase count is a count of baskets
+(see :mod:`pina_spark.graph`).
+
+Invariant, checked in code for every table: ``rows_in == rows_used + rows_quarantined``;
+a violation raises :class:`ValidationInvariantError`.
+
+Examples
+--------
+>>> from pina_spark.config import config_from_dict
+>>> cfg = config_from_dict({"output": "/tmp/r", "input": {"instances": "i.csv",
+...     "labels": "l.csv", "instance_labels": "il.csv"}})
+>>> tables, quarantine = validate_inputs(spark, cfg)              # doctest: +SKIP
+>>> sorted(tables)                                                # doctest: +SKIP
+['instance_labels', 'instances', 'labels']
+"""
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import io
+
+log = logging.getLogger(__name__)
+
+__all__ = ["validate_inputs", "required_tables", "ValidationInvariantError",
+           "validate_instances", "validate_labels", "validate_instance_labels",
+           "validate_events", "validate_filter_pairs", "REASONS"]
+
+REASONS = ("unparseable", "missing_id", "missing_basket", "missing_item", "invalid_utf8",
+           "missing_text", "invalid_split", "invalid_weight", "unknown_instance", "unknown_label",
+           "unknown_item", "duplicate_id", "duplicate_pair", "duplicate_event")
+
+#: the character Spark's text readers substitute for bytes that are not valid UTF-8
+REPLACEMENT_CHAR = "\ufffd"
+VALID_SPLITS = (io.SPLIT_TRAIN, io.SPLIT_TEST)
+TABLE_ORDER = ("instances", "labels", "instance_labels", "events", "filter_pairs")
+
+
+class ValidationInvariantError(RuntimeError):
+    """rows in != rows used + rows quarantined for a table (a bug, never bad input)."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _blank(col):
+    from pyspark.sql import functions as F
+    return col.isNull() | (F.trim(col) == "")
+
+
+def _has_fffd(*cols):
+    from pyspark.sql import functions as F
+    cond = None
+    for c in cols:
+        one = F.coalesce(F.instr(c, REPLACEMENT_CHAR) > 0, F.lit(False))
+        cond = one if cond is None else (cond | one)
+    return cond
+
+
+def _tag(df, rules):
+    """Add ``reason``: the first ``(condition, reason)`` in ``rules`` that holds, else null."""
+    from pyspark.sql import functions as F
+    expr = None
+    for cond, reason in rules:
+        expr = F.when(cond, F.lit(reason)) if expr is None else expr.when(cond, F.lit(reason))
+    return df.withColumn(io.REASON, expr.otherwise(F.lit(None).cast("string")))
+
+
+def _flag_unknown(tagged, ref_ids, col: str, reason: str):
+    """Rows still valid whose ``col`` is not in ``ref_ids`` (a frame of unique ids) get
+    ``reason``. A left join against unique keys never duplicates rows."""
+    from pyspark.sql import functions as F
+    ref = ref_ids.select(F.col(col).alias("_ref_id")).distinct() \
+        .withColumn("_known", F.lit(True))
+    out = tagged.join(ref, tagged[col] == ref["_ref_id"], "left")
+    out = out.withColumn(io.REASON, F.when(F.col(io.REASON).isNull() & F.col("_known").isNull(),
+                                           F.lit(reason)).otherwise(F.col(io.REASON)))
+    return out.drop("_ref_id", "_known")
+
+
+def _flag_duplicates(tagged, keys, order, reason: str):
+    """Among rows still valid, keep the first row of each ``keys`` group under ``order``
+    (a list of sort columns that ends with every column, so ties are identical rows)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    w = Window.partitionBy(*[F.col(k) for k in keys], F.col(io.REASON).isNull()).orderBy(*order)
+    rn = F.row_number().over(w)
+    return tagged.withColumn(io.REASON, F.when(F.col(io.REASON).isNull() & (rn > 1),
+                                               F.lit(reason)).otherwise(F.col(io.REASON)))
+
+
+def _split(tagged, table: str):
+    """(clean rows without helper columns, quarantined rows with ``reason``)."""
+    from pyspark.sql import functions as F
+    cols = [f.name for f in io.schema(table).fields]
+    clean = tagged.filter(F.col(io.REASON).isNull()).select(*cols)
+    quarantine = tagged.filter(F.col(io.REASON).isNotNull()).select(*cols, io.CORRUPT, io.REASON)
+    return clean, quarantine
+
+
+# --------------------------------------------------------------------------- per table
+def validate_instances(raw):
+    """Tag the rows of a raw ``instances`` frame (as returned by ``io.read_input``).
+
+    Returns the raw frame plus a ``reason`` column (null = clean). A null split becomes
+    ``train``.
+
+    Examples
+    --------
+    >>> raw = io.read_input(spark, "instances.csv", "instances")        # doctest: +SKIP
+    >>> validate_instances(raw).filter("reason is null").count()        # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    raw = raw.withColumn(io.SPLIT, F.when(_blank(F.col(io.SPLIT)), F.lit(io.SPLIT_TRAIN))
+                         .otherwise(F.col(io.SPLIT)))
+    tagged = _tag(raw, [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.INSTANCE_ID)), "missing_id"),
+        (_has_fffd(io.INSTANCE_ID, io.TEXT, io.SPLIT), "invalid_utf8"),
+        (_blank(F.col(io.TEXT)), "missing_text"),
+        (~F.col(io.SPLIT).isin(*VALID_SPLITS), "invalid_split"),
+    ])
+    return _flag_duplicates(tagged, [io.INSTANCE_ID],
+                            [F.col(io.TEXT).asc_nulls_last(), F.col(io.SPLIT).asc_nulls_last()],
+                            "duplicate_id")
+
+
+def validate_labels(raw):
+    """Tag the rows of a raw ``labels`` frame (``reason`` null = clean).
+
+    Examples
+    --------
+    >>> validate_labels(io.read_input(spark, "labels.csv", "labels"))   # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    tagged = _tag(raw, [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.LABEL_ID)), "missing_id"),
+        (_has_fffd(io.LABEL_ID, io.TEXT), "invalid_utf8"),
+        (_blank(F.col(io.TEXT)), "missing_text"),
+    ])
+    return _flag_duplicates(tagged, [io.LABEL_ID], [F.col(io.TEXT).asc_nulls_last()],
+                            "duplicate_id")
+
+
+def validate_instance_labels(raw, instances, labels):
+    """Tag ``instance_labels`` rows against the clean ``instances`` and ``labels`` frames.
+
+    Examples
+    --------
+    >>> validate_instance_labels(raw, clean_instances, clean_labels)   # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    tagged = _tag(raw, [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
+        (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+    ])
+    tagged = _flag_unknown(tagged, instances, io.INSTANCE_ID, "unknown_instance")
+    tagged = _flag_unknown(tagged, labels, io.LABEL_ID, "unknown_label")
+    return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
+
+
+def validate_events(raw, instances):
+    """Tag ``events`` rows against the clean ``instances`` frame.
+
+    Examples
+    --------
+    >>> validate_events(io.read_input(spark, "events.csv", "events"), clean_instances)  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    w = F.col(io.WEIGHT)
+    bad_weight = w.isNotNull() & (F.isnan(w) | (w == float("inf")) | (w == float("-inf"))
+                                  | (w < 0))
+    tagged = _tag(raw, [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.BASKET_ID)), "missing_basket"),
+        (_blank(F.col(io.ITEM_ID)), "missing_item"),
+        (_has_fffd(io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME), "invalid_utf8"),
+        (bad_weight, "invalid_weight"),
+    ])
+    tagged = _flag_unknown(tagged, instances.select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID)),
+                           io.ITEM_ID, "unknown_item")
+    return _flag_duplicates(tagged, [io.BASKET_ID, io.ITEM_ID],
+                            [F.col(io.EVENT_TIME).asc_nulls_last(), w.asc_nulls_last()],
+                            "duplicate_event")
+
+
+def validate_filter_pairs(raw):
+    """Tag ``filter_pairs`` rows (pairs need not be known instances/labels: removing a pair that
+    is never predicted is harmless).
+
+    Examples
+    --------
+    >>> validate_filter_pairs(io.read_input(spark, "pairs.csv", "filter_pairs"))  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+    tagged = _tag(raw, [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
+        (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+    ])
+    return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
+
+
+# --------------------------------------------------------------------------- driver entry
+def required_tables(cfg) -> Tuple[str, ...]:
+    """Input tables the config needs (a missing one is an error).
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> required_tables(config_from_dict({"output": "/tmp/r"}))
+    ('instances', 'labels', 'instance_labels')
+    """
+    need = ["instances"]
+    if cfg.task.labels == "given":
+        need += ["labels", "instance_labels"]
+    if cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph":
+        need.append("events")
+    return tuple(need)
+
+
+def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
+                    persisted: Optional[List[Any]] = None):
+    """Read and validate every configured input table.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    cfg : pina_spark.config.PinaConfig
+    stats : dict, optional
+        Filled with ``{table: {"rows_in", "rows_used", "rows_quarantined", "reasons": {reason:
+        n}}}`` (the counts for the manifest).
+    persisted : list, optional
+        Receives the persisted intermediate frames so the caller can ``unpersist()`` them when
+        done (the returned frames are computed from them).
+
+    Returns
+    -------
+    (tables, quarantine) : (dict, dict)
+        ``tables[name]``: clean rows with the table's contract columns (persisted);
+        ``quarantine[name]``: the other rows with ``_corrupt_record`` and ``reason``.
+
+    Raises
+    ------
+    pina_spark.io.InputError
+        a required input not configured, a missing path, a missing column, a wrong type or an
+        empty table.
+    ValidationInvariantError
+        rows in != rows used + rows quarantined.
+
+    Examples
+    --------
+    >>> st = {}
+    >>> tables, quarantine = validate_inputs(spark, cfg, st)            # doctest: +SKIP
+    >>> st["events"]["reasons"]                                          # doctest: +SKIP
+    {'unknown_item': 3, 'duplicate_event': 1}
+    """
+    from pyspark import StorageLevel
+    inp = cfg.input
+    for name in required_tables(cfg):
+        if not getattr(inp, name):
+            why = ("task.labels=given" if name in ("labels", "instance_labels") else
+                   f"side_info={cfg.side_info}, task.labels={cfg.task.labels}")
+            raise io.InputError(f"input.{name}: required ({why}) but not configured")
+    if cfg.task.labels == "graph" and (inp.labels or inp.instance_labels):
+        log.warning("task.labels=graph: input.labels / input.instance_labels are validated but "
+                    "not used (labels come from the co-purchase graph)")
+    raw = {}
+    for name in TABLE_ORDER:
+        uri = getattr(inp, name)
+        if uri:
+            raw[name] = io.read_input(spark, uri, name)
+    tables: Dict[str, Any] = {}
+    quarantine: Dict[str, Any] = {}
+    counts: Dict[str, Dict[str, Any]] = {}
+    for name in TABLE_ORDER:
+        if name not in raw:
+            continue
+        uri = getattr(inp, name)
+        if name == "instances":
+            tagged = validate_instances(raw[name])
+        elif name == "labels":
+            tagged = validate_labels(raw[name])
+        elif name == "instance_labels":
+            if "labels" not in tables:
+                raise io.InputError("input.instance_labels given without input.labels")
+            tagged = validate_instance_labels(raw[name], tables["instances"], tables["labels"])
+        elif name == "events":
+            tagged = validate_events(raw[name], tables["instances"])
+        else:
+            tagged = validate_filter_pairs(raw[name])
+        tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+        if persisted is not None:
+            persisted.append(tagged)
+        counts[name] = _count(raw[name], tagged, name, uri)
+        tables[name], quarantine[name] = _split(tagged, name)
+        c = counts[name]
+        log.info("input %s: %d rows in, %d used, %d quarantined %s", name, c["rows_in"],
+                 c["rows_used"], c["rows_quarantined"], c["reasons"])
+    if stats is not None:
+        stats.update(counts)
+    return tables, quarantine
+
+
+def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:
+    """Counts per reason and the rows-in = used + quarantined invariant."""
+    from pyspark.sql import functions as F
+    rows_in = raw.count()
+    if rows_in == 0:
+        raise io.InputError(f"input.{table}: {uri} has no rows (an empty input table is an error)")
+    by_reason = {r[io.REASON]: int(r["n"]) for r in
+                 tagged.groupBy(io.REASON).agg(F.count(F.lit(1)).alias("n")).collect()}
+    used = by_reason.pop(None, 0)
+    quarantined = sum(by_reason.values())
+    if used + quarantined != rows_in:
+        raise ValidationInvariantError(
+            f"input.{table}: {rows_in} rows in but {used} used + {quarantined} quarantined "
+            f"= {used + quarantined} ({uri})")
+    return {"rows_in": rows_in, "rows_used": used, "rows_quarantined": quarantined,
+            "reasons": dict(sorted(by_reason.items()))}

@@ -1,0 +1,464 @@
+"""Stage 2b (pina_spark.aggregate): Spark features against an independent scipy reference.
+
+The reference is written here from the definition (V0, V1 = P @ E, V = [V0, a V1], all
+normalisations over the full [dense ; sparse] vector), not with the module's helpers.
+"""
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from pina_spark import aggregate, io
+from pina_spark.config import config_from_dict
+from pina_spark.pipeline import make_context
+
+TOL = 1e-5
+
+
+# --------------------------------------------------------------------------- fixtures helpers
+def _write(path, table):
+    os.makedirs(path, exist_ok=True)
+    pq.write_table(table, os.path.join(path, "part-0.parquet"))
+    open(os.path.join(path, "_SUCCESS"), "w").close()
+
+
+def _list(values, ptr, typ):
+    return pa.ListArray.from_arrays(pa.array(np.asarray(ptr, np.int32)), pa.array(values, typ))
+
+
+class Case:
+    """Inputs of the stage: nodes, embeddings (E = [dense | sparse], csr), neighbours."""
+
+    def __init__(self, inst_ids, splits, label_ids, dense, sparse, nbrs, S, null_dense=()):
+        self.inst_ids, self.splits, self.label_ids = list(inst_ids), list(splits), list(label_ids)
+        self.dense = np.asarray(dense, np.float32)
+        self.sparse = sp.csr_matrix(sparse, dtype=np.float32)
+        self.sparse.sort_indices()
+        self.nbrs = nbrs          # variant -> {instance_index: (neighbors list, weights list)}
+        self.S = S
+        self.null_dense = set(null_dense)
+        self.n_inst = len(self.inst_ids)
+        self.M = self.n_inst + len(self.label_ids)
+
+    def write(self, root):
+        M, n = self.M, self.n_inst
+        ids = self.inst_ids + self.label_ids
+        nodes = pa.table({
+            io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+            io.KIND: pa.array([io.KIND_INSTANCE] * n + [io.KIND_LABEL] * (M - n)),
+            io.NODE_ID: pa.array(ids),
+            io.TEXT: pa.array(["t"] * M),
+            io.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string())})
+        _write(os.path.join(root, io.NODES), nodes)
+        D = self.dense.shape[1]
+        dense_ptr = np.arange(M + 1) * D
+        dense = _list(self.dense.reshape(-1), dense_ptr, pa.float32())
+        if self.null_dense:   # some nodes store null dense arrays (read as zeros)
+            mask = np.zeros(M, bool)
+            mask[list(self.null_dense)] = True
+            dense = pa.array(dense.to_pylist(), pa.list_(pa.float32()), mask=mask)
+        order = np.random.RandomState(1).permutation(M)   # stored order != index order
+        emb = pa.table({
+            io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+            io.DENSE: dense,
+            io.SPARSE_INDICES: _list(self.sparse.indices, self.sparse.indptr, pa.int32()),
+            io.SPARSE_VALUES: _list(self.sparse.data, self.sparse.indptr, pa.float32())
+        }).take(pa.array(order))
+        _write(os.path.join(root, io.EMBEDDINGS), emb)
+        for v, rows in self.nbrs.items():
+            keys = sorted(rows)
+            nb = [rows[k][0] for k in keys]
+            w = [rows[k][1] for k in keys]
+            t = pa.table({io.INSTANCE_INDEX: pa.array(keys, pa.int64()),
+                          io.NEIGHBOR: pa.array(nb, pa.list_(pa.int64())),
+                          io.SCORE: pa.array(w, pa.list_(pa.float32()))})
+            d = os.path.join(root, io.NEIGHBORS, f"{io.VARIANT}={v}")
+            os.makedirs(d, exist_ok=True)
+            pq.write_table(t, os.path.join(d, "part-0.parquet"))
+        open(os.path.join(root, io.NEIGHBORS, "_SUCCESS"), "w").close()
+
+    def E(self):
+        """Phi_pre of every node as float64 csr [dense | sparse] (null dense -> zeros)."""
+        dense = self.dense.astype(np.float64).copy()
+        dense[list(self.null_dense)] = 0
+        return sp.hstack([sp.csr_matrix(dense), self.sparse.astype(np.float64)], format="csr")
+
+    def reference(self, a):
+        """variant -> (n_inst x (2D + 2S)) float64 in the features layout
+        [V0_dense, aV1_dense | V0_sparse, aV1_sparse], plus vectorizer_only (D + S)."""
+        D, S, n = self.dense.shape[1], self.S, self.n_inst
+        E = self.E()
+
+        def rownorm(X):
+            nrm = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+            inv = np.zeros_like(nrm)
+            inv[nrm > 0] = 1.0 / nrm[nrm > 0]
+            return sp.diags(inv) @ X
+
+        V0 = rownorm(E[:n])
+        out = {aggregate.VARIANT_VECTORIZER_ONLY: V0.tocsr()}
+        for v, rows in self.nbrs.items():
+            r, c, w = [], [], []
+            for i, (nb, wt) in rows.items():
+                r += [i] * len(nb)
+                c += list(nb)
+                w += list(wt)
+            P = sp.csr_matrix((np.asarray(w, np.float64), (r, c)), shape=(n, self.M))
+            V1 = rownorm(P @ E)
+            V = rownorm(sp.hstack([V0, a * V1], format="csr")).tocsc()
+            # full layout [V0d V0s V1d V1s] -> features layout [V0d V1d V0s V1s]
+            W = D + S
+            cols = (list(range(0, D)) + list(range(W, W + D)) + list(range(D, W))
+                    + list(range(W + D, 2 * W)))
+            out[v] = V[:, cols].tocsr()
+        return out
+
+
+def _read_features(root):
+    """variant -> pyarrow table of the published features sorted by instance_id."""
+    path = os.path.join(root, io.FEATURES)
+    assert os.path.exists(os.path.join(path, "_SUCCESS"))
+    t = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    out = {}
+    for v in set(t.column(io.VARIANT).to_pylist()):
+        sub = t.filter(ds.field(io.VARIANT) == v)
+        out[v] = sub.sort_by(io.INSTANCE_ID)
+    return out
+
+
+def _flat_lists(col):
+    """(lengths, flat numpy values) of an Arrow list column."""
+    import pyarrow.compute as pc
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    lens = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
+    return lens.astype(np.int64), pc.list_flatten(col).to_numpy(zero_copy_only=False)
+
+
+def _as_matrix(t, dense_w, sparse_w):
+    dl, dv = _flat_lists(t.column(io.DENSE))
+    assert np.all(dl == dense_w)
+    dense = dv.astype(np.float64).reshape(t.num_rows, dense_w)
+    li, iv = _flat_lists(t.column(io.SPARSE_INDICES))
+    lv, vv = _flat_lists(t.column(io.SPARSE_VALUES))
+    assert np.array_equal(li, lv)
+    ptr = np.r_[0, np.cumsum(li)]
+    row = np.repeat(np.arange(t.num_rows), li)
+    # ascending and unique inside every row
+    same_row = row[1:] == row[:-1]
+    assert np.all(iv[1:][same_row] > iv[:-1][same_row]), "sparse indices must be ascending"
+    spm = sp.csr_matrix((vv.astype(np.float64), iv.astype(np.int64), ptr),
+                        shape=(t.num_rows, sparse_w))
+    return sp.hstack([sp.csr_matrix(dense), spm], format="csr")
+
+
+def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True):
+    root = str(tmp)
+    case.write(root)
+    if S_meta:
+        os.makedirs(os.path.join(root, io.MODELS, "vectorizer"), exist_ok=True)
+        with open(os.path.join(root, io.MODELS, "vectorizer", "encoder.json"), "w") as fh:
+            json.dump({"sparse_dim": case.S, "dense_dim": case.dense.shape[1]}, fh)
+    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a}}
+    conf.update(extra or {})
+    ctx = make_context(spark, config_from_dict(conf))
+    stats = aggregate.run_stage(ctx)
+    return stats, _read_features(root)
+
+
+def _check_against_reference(case, feats, a, stats):
+    D, S, n = case.dense.shape[1], case.S, case.n_inst
+    ref = case.reference(a)
+    assert set(feats) == set(ref)
+    for v, R in ref.items():
+        t = feats[v]
+        assert t.num_rows == n, (v, t.num_rows)
+        assert t.column(io.INSTANCE_ID).to_pylist() == sorted(case.inst_ids)
+        order = np.argsort(np.asarray(case.inst_ids))
+        vo = v == aggregate.VARIANT_VECTORIZER_ONLY
+        X = _as_matrix(t, D if vo else 2 * D, S if vo else 2 * S)
+        assert np.all(np.isfinite(X.data))
+        diff = abs(X - R[order]).max() if X.nnz or R.nnz else 0.0
+        assert diff <= TOL, (v, diff)
+        assert t.column(io.SPLIT).to_pylist() == [case.splits[i] for i in order]
+        ids = np.asarray(case.inst_ids + case.label_ids, dtype=object)
+        exp = [case.nbrs.get(v, {}).get(int(i), ([], [])) for i in order]
+        lens, got_ids = _flat_lists(t.column(io.NEIGHBOR_IDS))
+        assert lens.tolist() == [len(nb) for nb, _ in exp]
+        exp_nb = np.asarray([j for nb, _ in exp for j in nb], dtype=np.int64)
+        assert got_ids.tolist() == ids[exp_nb].tolist()
+        lw, got_w = _flat_lists(t.column(io.NEIGHBOR_WEIGHTS))
+        assert np.array_equal(lw, lens)
+        np.testing.assert_allclose(got_w, [x for _, w in exp for x in w], rtol=0, atol=1e-7)
+        assert sum(stats["rows"][v].values()) == n
+
+
+# --------------------------------------------------------------------------- citeulike-t
+def _citeulike_case(d):
+    rng = np.random.RandomState(0)
+    rows, cols, vals = [], [], []
+    with open(os.path.join(d, "mult.dat")) as fh:
+        for i, line in enumerate(fh):
+            for tok in line.split()[1:]:
+                w, c = tok.split(":")
+                rows.append(i)
+                cols.append(int(w))
+                vals.append(float(c))
+    n = i + 1
+    V = max(cols) + 1
+    counts = sp.csr_matrix((vals, (rows, cols)), shape=(n, V))
+    counts.sum_duplicates()
+    empty = np.arange(0, n, 997)                   # empty texts: zero Phi_pre
+    counts = sp.diags((~np.isin(np.arange(n), empty)).astype(float)) @ counts
+    counts.eliminate_zeros()
+    df = np.bincount(counts.indices, minlength=V)
+    idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
+    tf = counts.copy()
+    tf.data = 1.0 + np.log(tf.data)
+    tfidf = tf @ sp.diags(idf)
+    nrm = np.sqrt(np.asarray(tfidf.multiply(tfidf).sum(1)).ravel())
+    tfidf = sp.diags(np.where(nrm > 0, 1 / np.maximum(nrm, 1e-30), 0)) @ tfidf
+    R = rng.normal(size=(V, 32)) / np.sqrt(32)
+    dense = np.asarray(tfidf @ R)
+    dn = np.linalg.norm(dense, axis=1, keepdims=True)
+    dense = np.where(dn > 0, dense / np.maximum(dn, 1e-30), 0)
+    # Phi_pre = [w dense ; (1-w) tfidf] / ||.||, w = 0.5
+    full = sp.hstack([sp.csr_matrix(0.5 * dense), 0.5 * tfidf], format="csr")
+    fn = np.sqrt(np.asarray(full.multiply(full).sum(1)).ravel())
+    scale = np.where(fn > 0, 1 / np.maximum(fn, 1e-30), 0)
+    dense = dense * 0.5 * scale[:, None]
+    tfidf = sp.diags(0.5 * scale) @ tfidf
+    # labels: 300 tags, Phi_pre = normalised mean tf-idf of their items (random dense part)
+    n_lab = 300
+    lab_sp, lab_items = [], []
+    with open(os.path.join(d, "tag-item.dat")) as fh:
+        for j, line in enumerate(fh):
+            if j >= n_lab:
+                break
+            items = [int(x) for x in line.split()[1:]]
+            lab_items.append(items)
+            lab_sp.append(np.asarray(tfidf[items].mean(axis=0)).ravel())
+    lab_sp = sp.csr_matrix(np.vstack(lab_sp))
+    lab_dense = rng.normal(size=(n_lab, 32)) * 0.05
+    lab_full = sp.hstack([sp.csr_matrix(lab_dense), lab_sp], format="csr")
+    ln = np.sqrt(np.asarray(lab_full.multiply(lab_full).sum(1)).ravel())
+    lab_dense = lab_dense / ln[:, None]
+    lab_sp = sp.diags(1 / ln) @ lab_sp
+    # neighbours: up to 4 cited articles (+ 1 tag node); rows without citations: no row,
+    # except every 50th of them which gets an explicit empty row
+    pina, naive = {}, {}
+    with open(os.path.join(d, "citations.dat")) as fh:
+        cites = [[int(x) for x in line.split()[1:]] for line in fh]
+    assert len(cites) == n
+    for i, c in enumerate(cites):
+        c = [j for j in c if j != i][:4]
+        if not c:
+            if i % 50 == 0:
+                pina[i] = ([], [])
+            continue
+        nb = c + [n + (i % n_lab)]
+        w = rng.uniform(0.1, 1.0, size=len(nb))
+        w = (w / w.sum()).astype(np.float32)
+        pina[i] = (nb, [float(x) for x in w])
+        nb2 = c[::-1]
+        w2 = np.full(len(nb2), 1.0 / len(nb2), np.float32)
+        naive[i] = (nb2, [float(x) for x in w2])
+    inst_ids = [f"a{i:05d}" for i in range(n)]
+    splits = ["test" if i % 5 == 0 else "train" for i in range(n)]
+    label_ids = [f"tag{j:03d}" for j in range(n_lab)]
+    return Case(inst_ids, splits, label_ids,
+                np.vstack([dense, lab_dense]), sp.vstack([tfidf, lab_sp]),
+                {"pina": pina, "pina_naive": naive}, S=V, null_dense=[n + 7])
+
+
+@pytest.fixture(scope="module")
+def citeulike_case(citeulike_dir):
+    return _citeulike_case(citeulike_dir)
+
+
+@pytest.fixture(scope="module")
+def citeulike_runs(spark, citeulike_case, tmp_path_factory):
+    """broadcast with the default writer (io.write_table); shuffle with the executor-side
+    pyarrow writer (spark.pina.aggregate.writer=arrow)."""
+    out = {}
+    for strategy, writer in (("broadcast", "spark"), ("shuffle", "arrow")):
+        tmp = tmp_path_factory.mktemp(f"cite-{strategy}")
+        spark.conf.set(aggregate.WRITER_CONF, writer)
+        try:
+            out[strategy] = (tmp, *_run(spark, citeulike_case, tmp, strategy, a=0.7))
+        finally:
+            spark.conf.unset(aggregate.WRITER_CONF)
+        assert out[strategy][1]["writer"] == writer
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
+def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strategy):
+    tmp, stats, feats = citeulike_runs[strategy]
+    assert stats["strategy"] == strategy
+    assert citeulike_case.n_inst == 25975
+    _check_against_reference(citeulike_case, feats, 0.7, stats)
+    # empty-text articles without neighbours are exact zeros, never NaN
+    t = feats["pina"]
+    pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
+    zero_rows = [i for i in range(0, citeulike_case.n_inst, 997)
+                 if i not in citeulike_case.nbrs["pina"] or not citeulike_case.nbrs["pina"][i][0]]
+    assert zero_rows
+    for i in zero_rows:
+        k = pos[citeulike_case.inst_ids[i]]
+        assert not any(t.column(io.DENSE)[k].as_py())
+        assert t.column(io.SPARSE_INDICES)[k].as_py() == []
+    meta = json.loads(open(os.path.join(str(tmp), io.FEATURES, aggregate.FEATURES_META)).read())
+    assert meta["sparse_dim"] == citeulike_case.S and meta["dense_dim"] == 32
+
+
+def test_arrow_writer_table_is_the_contract(spark, citeulike_runs):
+    """The executor-written table (shuffle run) reads in Spark with the contract's types and
+    leaves no staging files behind."""
+    tmp = citeulike_runs["shuffle"][0]
+    df = spark.read.parquet(os.path.join(str(tmp), io.FEATURES))
+    assert dict(df.dtypes) == {
+        io.INSTANCE_ID: "string", io.DENSE: "array<float>", io.SPARSE_INDICES: "array<int>",
+        io.SPARSE_VALUES: "array<float>", io.NEIGHBOR_IDS: "array<string>",
+        io.NEIGHBOR_WEIGHTS: "array<float>", io.VARIANT: "string", io.SPLIT: "string"}
+    staging = os.path.join(str(tmp), "_staging")
+    assert not os.path.exists(staging) or not os.listdir(staging)
+
+
+def test_citeulike_strategies_identical(citeulike_runs):
+    """broadcast + JVM writer and shuffle + pyarrow writer store the same bits."""
+    fb = citeulike_runs["broadcast"][2]
+    fs = citeulike_runs["shuffle"][2]
+    for v in fb:
+        for col in (io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES, io.NEIGHBOR_IDS,
+                    io.NEIGHBOR_WEIGHTS, io.INSTANCE_ID, io.SPLIT):
+            assert fb[v].column(col).equals(fs[v].column(col)), (v, col)
+
+
+def test_export_csr_round_trip(spark, citeulike_case, citeulike_runs, tmp_path):
+    root, _, feats = citeulike_runs["broadcast"]
+    S, D = citeulike_case.S, 32
+    for v, split in (("pina", "test"), ("vectorizer_only", "train")):
+        out = str(tmp_path / f"X.{v}.{split}.npz")
+        info = aggregate.export_csr(spark, os.path.join(str(root), io.FEATURES), v, split, out)
+        X = sp.load_npz(out)
+        ids = open(info["ids_path"]).read().split("\n")[:-1]
+        t = feats[v].filter(ds.field(io.SPLIT) == split)
+        assert ids == t.column(io.INSTANCE_ID).to_pylist() == sorted(ids)
+        vo = v == "vectorizer_only"
+        dw, sw = (D, S) if vo else (2 * D, 2 * S)
+        assert X.shape == (t.num_rows, dw + sw) == (info["rows"], info["cols"])
+        assert X.dtype == np.float32 and X.has_sorted_indices
+        ref = _as_matrix(t, dw, sw)
+        assert abs(X.astype(np.float64) - ref).max() == 0.0
+
+
+# --------------------------------------------------------------------------- synthetic
+def _hub_case(n=1500, n_lab=20, D=6, S=40, seed=3):
+    rng = np.random.RandomState(seed)
+    M = n + n_lab
+    dense = rng.normal(size=(M, D)).astype(np.float32)
+    sparse = sp.random(M, S, density=0.1, random_state=rng, format="csr", dtype=np.float64)
+    sparse.data = rng.uniform(0.1, 1, size=sparse.nnz)
+    full = sp.hstack([sp.csr_matrix(dense.astype(np.float64)), sparse], format="csr")
+    nrm = np.sqrt(np.asarray(full.multiply(full).sum(1)).ravel())
+    dense = (dense / nrm[:, None]).astype(np.float32)
+    sparse = sp.diags(1 / nrm) @ sparse
+    empty = [3, 4, 5]                                  # empty text: zero Phi_pre
+    dense[empty] = 0
+    sparse = sp.diags(np.where(np.isin(np.arange(M), empty), 0.0, 1.0)) @ sparse
+    rows = {}
+    for i in range(n):
+        if i in (4, 9):
+            continue                                    # no neighbours row at all
+        if i == 5:
+            rows[i] = ([], [])                          # an empty neighbour list
+            continue
+        k = 5
+        nb = list(rng.choice(M, size=k, replace=False))
+        if i % 10 != 7:
+            nb[0] = n + 1                               # the hub: most rows share it
+        if i % 13 == 0:
+            nb[2] = nb[1]                               # a duplicate neighbour sums up
+        w = rng.uniform(0.05, 1, size=k)
+        rows[i] = ([int(x) for x in nb], [float(x) for x in (w / w.sum()).astype(np.float32)])
+    rows[3] = ([4, 5], [0.5, 0.5])                      # empty text, zero neighbours
+    inst_ids = [f"i{i:05d}" for i in range(n)]
+    splits = ["train" if i % 3 else "test" for i in range(n)]
+    return Case(inst_ids, splits, [f"L{j}" for j in range(n_lab)], dense, sparse,
+                {"pina": rows}, S=S)
+
+
+@pytest.fixture(scope="module")
+def hub_case():
+    return _hub_case()
+
+
+def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
+    """Hub-heavy neighbours: broadcast (chosen by auto, S from the data) and shuffle (chosen by
+    auto with broadcast_max_mb=0, AQE skew-join splitting enabled with a tiny threshold) give
+    the reference, and the same bits."""
+    res = {}
+    key = "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"
+    old = spark.conf.get(key)
+    spark.conf.set(key, "4k")
+    try:
+        stats, feats = _run(spark, hub_case, tmp_path / "b", "auto", a=1.3, S_meta=False)
+        # no encoder.json: S = max index + 1 (the random case touches every column)
+        assert stats["sparse_dim"] == int(hub_case.sparse.indices.max()) + 1 == hub_case.S
+        assert stats["strategy"] == "broadcast" and "auto" in stats["reason"]
+        _check_against_reference(hub_case, feats, 1.3, stats)
+        res["broadcast"] = feats
+        stats, feats = _run(spark, hub_case, tmp_path / "s", "auto", a=1.3, extra={
+            "aggregate": {"strategy": "auto", "broadcast_max_mb": 0, "v1_weight": 1.3}})
+        assert stats["strategy"] == "shuffle"
+        _check_against_reference(hub_case, feats, 1.3, stats)
+        res["shuffle"] = feats
+    finally:
+        spark.conf.set(key, old)
+    for v in res["broadcast"]:
+        a, b = res["broadcast"][v], res["shuffle"][v]
+        assert a.column(io.DENSE).equals(b.column(io.DENSE))
+        assert a.column(io.SPARSE_VALUES).equals(b.column(io.SPARSE_VALUES))
+    t = res["shuffle"]["pina"]
+    pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
+    for i in (3, 4, 5):   # empty text and no (or only empty) neighbours: zeros, finite
+        k = pos[f"i{i:05d}"]
+        assert t.column(io.DENSE)[k].as_py() == [0.0] * 12
+        assert t.column(io.SPARSE_VALUES)[k].as_py() == []
+    i9 = pos["i00009"]    # no neighbours row: V1 = 0, so V = V0
+    v0 = res["shuffle"]["vectorizer_only"]
+    k0 = {x: k for k, x in enumerate(v0.column(io.INSTANCE_ID).to_pylist())}["i00009"]
+    np.testing.assert_allclose(t.column(io.DENSE)[i9].as_py()[:6],
+                               v0.column(io.DENSE)[k0].as_py(), atol=1e-7)
+    assert t.column(io.NEIGHBOR_IDS)[i9].as_py() == []
+
+
+def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path):
+    with pytest.raises(ValueError, match="strategy=shuffle"):
+        _run(spark, hub_case, tmp_path, "broadcast",
+             extra={"aggregate": {"strategy": "broadcast", "broadcast_max_mb": 0}})
+    assert not os.path.exists(os.path.join(str(tmp_path), io.FEATURES))
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
+def test_injected_fault_raises_inside_reduction(spark, tmp_path, strategy):
+    case = _hub_case(n=50, n_lab=3)
+    with pytest.raises(Exception, match="injected fault: stage aggregate"):
+        _run(spark, case, tmp_path, strategy,
+             extra={"faults": {"fail_first_attempt": ["aggregate"]}})
+
+
+def test_choose_strategy_and_estimate():
+    assert aggregate.choose_strategy("auto", 10, 512)[0] == "broadcast"
+    assert aggregate.choose_strategy("auto", 600, 512)[0] == "shuffle"
+    assert aggregate.choose_strategy("shuffle", 1, 512)[0] == "shuffle"
+    with pytest.raises(ValueError, match="broadcast_max_mb"):
+        aggregate.choose_strategy("broadcast", 600, 512)
+    mb = aggregate.estimate_embeddings_mb({"rows": 2 ** 20, "dense_values": 2 ** 20 * 384,
+                                           "sparse_values": 2 ** 20 * 20})
+    assert mb == pytest.approx(384 * 4 + 160 + 12)

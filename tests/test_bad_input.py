@@ -1,0 +1,367 @@
+"""End-to-end bad-input catalogue through the graph stage
+(``pipeline.run_pipeline(spark, cfg, ["graph"])``): every defect gives either a clear error or
+quarantined rows with a reason, and every input row is accounted for:
+rows in = rows used + rows quarantined, checked from the manifest stats, the published
+``quarantine/<table>`` tables and the published outputs (``nodes``, ``graph/*``).
+
+One module-scoped "dirty" run carries all the row-level defects (each test checks one of them);
+the cases that must stop the run (missing column, wrong type, missing path, empty table, all rows
+bad, an empty graph with graph labels) are separate, cheap runs that fail before the heavy work.
+"""
+import hashlib
+import itertools
+import os
+from collections import Counter, defaultdict
+
+import pytest
+
+from pina_spark import io, pipeline
+from pina_spark.config import config_from_dict
+from pina_spark.manifest import Manifest
+
+graph = pytest.importorskip("pina_spark.graph", reason="pina_spark/graph.py not there yet")
+validate = pytest.importorskip("pina_spark.validate", reason="pina_spark/validate.py not there yet")
+
+MAX_BASKET = 50
+N_BULK = 3000
+
+
+# --------------------------------------------------------------------------- data
+def _csv(path, header, lines):
+    data = (header + "\n").encode() + b"".join(
+        (ln if isinstance(ln, bytes) else ln.encode("utf-8")) + b"\n" for ln in lines)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return str(path)
+
+
+GOOD_INSTANCES = [f"i{n:02d},good product {n},{'test' if n > 10 else 'train'}" for n in range(1, 13)]
+BAD_INSTANCES = {                        # line -> expected reason
+    "i03,zzz later duplicate,train": "duplicate_id",
+    ",null id,train": "missing_id",
+    '"",quoted empty id,train': "missing_id",
+    '"   ",blank id,train': "missing_id",
+    b"i13,caf\xe9 latin-1 bytes,train": "invalid_utf8",
+    "i14,,train": "missing_text",
+    'i15,"   ",train': "missing_text",
+    "i16,some text,validation": "invalid_split",
+    'i17,"text",train,extra field': "unparseable",
+}
+BULK_INSTANCES = [f"bulk{n:04d},bulk item {n},train" for n in range(N_BULK)]
+
+GOOD_LABELS = [f"L{n},label text {n}" for n in range(1, 5)]
+BAD_LABELS = {"L5,": "missing_text", 'L6,"  "': "missing_text",
+              "L2,zzz duplicate label": "duplicate_id"}
+
+GOOD_PAIRS = [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)] + ["i01,L1", "bulk0001,L3"]
+BAD_PAIRS = {"i01,L2": "duplicate_pair",          # i01 -> L2 is already in GOOD_PAIRS
+             "i01,L9": "unknown_label", "i02,L5": "unknown_label",   # L5 has no text
+             "i99,L1": "unknown_instance", "i13,L1": "unknown_instance",  # i13: bad UTF-8
+             "i14,L1": "unknown_instance", ",L1": "missing_id"}
+
+NAN, INF = float("nan"), float("inf")
+GOOD_EVENTS = [("b1", "i01", None, 1.0), ("b1", "i02", None, 1.0), ("b1", "i03", None, None),
+               ("b2", "i01", None, 1.0), ("b2", "i02", None, 2.0), ("b2", "i04", None, 1.0),
+               ("b3", "i02", None, 1.0), ("b3", "i03", None, 1.0),
+               ("b4", "i05", None, 1.0),                                  # basket of one item
+               ("b5", "i06", "2026-01-01", 1.0),
+               ("b6", "i07", None, 1.0),
+               ("b8", "i01", None, 1.0)]
+BAD_EVENTS = [(("b5", "i06", "2026-01-02", 1.0), "duplicate_event"),     # later duplicate
+              (("b6", "i08", None, NAN), "invalid_weight"),
+              (("b7", "i09", None, INF), "invalid_weight"),
+              (("b7", "i10", None, -INF), "invalid_weight"),
+              (("b7", "i11", None, -1.0), "invalid_weight"),
+              (("b8", "ghost-1", None, 1.0), "unknown_item"),
+              ((None, "i01", None, 1.0), "missing_basket"),
+              (("b9", None, None, 1.0), "missing_item"),
+              (("  ", "i02", None, 1.0), "missing_basket")]
+BIG_EVENTS = [(b, f"bulk{n:04d}", None, 1.0) for b in ("big1", "big2") for n in range(N_BULK)]
+
+
+def _expected_reasons(bad):
+    return dict(Counter(bad.values()))
+
+
+def _reference_edges(events):
+    """Python reference of graph.i2i_edges with min_count=1, measure=count: clean events ->
+    distinct items per basket -> cap by sha1(basket \\x1f item) then item -> pair counts."""
+    baskets = defaultdict(set)
+    for b, i, _, _ in events:
+        baskets[b].add(i)
+    counts = Counter()
+    capped = 0
+    for b, items in baskets.items():
+        if len(items) > MAX_BASKET:
+            capped += 1
+        kept = sorted(items, key=lambda i: (hashlib.sha1(f"{b}\x1f{i}".encode()).hexdigest(),
+                                            i))[:MAX_BASKET]
+        for a, c in itertools.combinations(sorted(kept), 2):
+            counts[(a, c)] += 1
+    edges = {}
+    for (a, c), n in counts.items():
+        edges[(a, c)] = n
+        edges[(c, a)] = n
+    return edges, baskets, capped
+
+
+def _cfg(tmp_path, inputs, **extra):
+    d = {"output": str(tmp_path / "run"), "input": inputs, "side_info": "both",
+         "graph": {"min_count": 1, "max_basket_size": MAX_BASKET}}
+    for k, v in extra.items():
+        d[k] = v if not isinstance(v, dict) else {**d.get(k, {}), **v}
+    return config_from_dict(d)
+
+
+def _graph_entry(cfg):
+    return Manifest(io.RunPaths(cfg.output, cfg.run.run_date).manifest).stage("graph")
+
+
+def _small_inputs(tmp_path, spark, **replace):
+    """A small clean data set (CSV); ``replace`` overrides single inputs."""
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    inputs = {
+        "instances": _csv(d / "instances.csv", "instance_id,text,split", GOOD_INSTANCES),
+        "labels": _csv(d / "labels.csv", "label_id,text", GOOD_LABELS),
+        "instance_labels": _csv(d / "il.csv", "instance_id,label_id",
+                                [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)]),
+        "events": _csv(d / "events.csv", "basket_id,item_id",
+                       [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS]),
+    }
+    inputs.update(replace)
+    return inputs
+
+
+# --------------------------------------------------------------------------- the dirty run
+@pytest.fixture(scope="module")
+def dirty(spark, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dirty")
+    inst_lines = GOOD_INSTANCES + list(BAD_INSTANCES) + BULK_INSTANCES
+    inputs = {
+        "instances": _csv(tmp / "instances.csv", "instance_id,text,split", inst_lines),
+        "labels": _csv(tmp / "labels.csv", "label_id,text", GOOD_LABELS + list(BAD_LABELS)),
+        "instance_labels": _csv(tmp / "il.csv", "instance_id,label_id",
+                                GOOD_PAIRS + list(BAD_PAIRS)),
+    }
+    ev_rows = GOOD_EVENTS + [r for r, _ in BAD_EVENTS] + BIG_EVENTS
+    ev_uri = str(tmp / "events.parquet")
+    spark.createDataFrame(ev_rows, io.schema("events")).repartition(3).write.parquet(ev_uri)
+    inputs["events"] = ev_uri
+    cfg = _cfg(tmp, inputs)
+    result = pipeline.run_pipeline(spark, cfg, ["graph"])
+    paths = io.RunPaths(cfg.output)
+    entry = _graph_entry(cfg)
+    return {"cfg": cfg, "paths": paths, "entry": entry, "result": result,
+            "stats": entry["stats"], "rows_in": {"instances": len(inst_lines),
+                                                 "labels": len(GOOD_LABELS) + len(BAD_LABELS),
+                                                 "instance_labels": len(GOOD_PAIRS) + len(BAD_PAIRS),
+                                                 "events": len(ev_rows)}}
+
+
+def _quarantine(spark, dirty, table):
+    return io.read_table(spark, dirty["paths"], f"{io.QUARANTINE}/{table}")
+
+
+def _reasons_of(spark, dirty, table):
+    q = _quarantine(spark, dirty, table)
+    return dict(Counter(r[io.REASON] for r in q.select(io.REASON).collect()))
+
+
+def test_dirty_run_completes(dirty):
+    assert dirty["result"]["graph"] == "ran"
+    assert dirty["entry"]["status"] == "complete"
+
+
+@pytest.mark.parametrize("table", ["instances", "labels", "instance_labels", "events"])
+def test_every_row_accounted_for(spark, dirty, table):
+    st = dirty["stats"]["inputs"][table]
+    # rows in: the number of rows we wrote, independently of the stage's own count
+    assert st["rows_in"] == dirty["rows_in"][table]
+    assert st["rows_in"] == st["rows_used"] + st["rows_quarantined"]
+    q = _quarantine(spark, dirty, table)
+    assert q.count() == st["rows_quarantined"]
+    assert _reasons_of(spark, dirty, table) == st["reasons"]
+    assert q.filter(q[io.REASON].isNull()).count() == 0
+
+
+def test_used_rows_match_published_outputs(spark, dirty):
+    st = dirty["stats"]["inputs"]
+    nodes = io.read_table(spark, dirty["paths"], io.NODES)
+    kinds = Counter(r[io.KIND] for r in nodes.select(io.KIND).collect())
+    assert kinds[io.KIND_INSTANCE] == st["instances"]["rows_used"]
+    assert kinds[io.KIND_LABEL] == st["labels"]["rows_used"]
+    il = io.read_table(spark, dirty["paths"], io.INSTANCE_LABELS)
+    assert il.count() == st["instance_labels"]["rows_used"]
+    # node indices are 0..n-1 without gaps or repeats
+    idx = sorted(r[0] for r in nodes.select(io.NODE_INDEX).collect())
+    assert idx == list(range(len(idx)))
+
+
+def test_null_empty_blank_and_duplicate_ids(spark, dirty):
+    reasons = _reasons_of(spark, dirty, "instances")
+    assert reasons.get("missing_id") == 3
+    assert reasons.get("duplicate_id") == 1
+    assert _reasons_of(spark, dirty, "labels").get("duplicate_id") == 1
+    nodes = io.read_table(spark, dirty["paths"], io.NODES)
+    by_id = {(r[io.KIND], r[io.NODE_ID]): r[io.TEXT] for r in nodes.collect()}
+    # the duplicate is resolved deterministically: the smallest text wins
+    assert by_id[(io.KIND_INSTANCE, "i03")] == "good product 3"
+    assert by_id[(io.KIND_LABEL, "L2")] == "label text 2"
+    assert not any(nid is None or not nid.strip() for _, nid in by_id)
+
+
+def test_non_utf8_and_empty_text(spark, dirty):
+    reasons = _reasons_of(spark, dirty, "instances")
+    assert reasons.get("invalid_utf8") == 1
+    assert reasons.get("missing_text") == 2
+    q = _quarantine(spark, dirty, "instances")
+    assert {r[io.INSTANCE_ID] for r in q.filter(q[io.REASON] == "missing_text").collect()} == \
+        {"i14", "i15"}
+
+
+def test_unparseable_and_invalid_split_rows(spark, dirty):
+    reasons = _reasons_of(spark, dirty, "instances")
+    assert reasons.get("unparseable") == 1 and reasons.get("invalid_split") == 1
+    q = _quarantine(spark, dirty, "instances")
+    raw = [r[io.CORRUPT] for r in q.filter(q[io.REASON] == "unparseable").collect()]
+    assert raw == ['i17,"text",train,extra field']
+
+
+def test_instance_reasons_exact(spark, dirty):
+    assert _reasons_of(spark, dirty, "instances") == _expected_reasons(BAD_INSTANCES)
+
+
+def test_labels_with_no_text(spark, dirty):
+    assert _reasons_of(spark, dirty, "labels") == _expected_reasons(BAD_LABELS)
+
+
+def test_instance_labels_pointing_at_unknown_labels_or_instances(spark, dirty):
+    expected = _expected_reasons(BAD_PAIRS)
+    assert _reasons_of(spark, dirty, "instance_labels") == expected
+
+
+def test_duplicate_events_and_nan_inf_weights_and_unknown_items(spark, dirty):
+    expected = dict(Counter(reason for _, reason in BAD_EVENTS))
+    assert _reasons_of(spark, dirty, "events") == expected
+    q = _quarantine(spark, dirty, "events")
+    dup = q.filter(q[io.REASON] == "duplicate_event").collect()
+    # the earliest event_time is kept, the later duplicate quarantined
+    assert [(r[io.BASKET_ID], r[io.EVENT_TIME]) for r in dup] == [("b5", "2026-01-02")]
+    w = sorted(str(r[io.WEIGHT]) for r in q.filter(q[io.REASON] == "invalid_weight").collect())
+    assert w == sorted(["nan", "inf", "-inf", "-1.0"])
+
+
+def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
+    """Baskets of one item contribute nothing; baskets of 3000 items are capped to
+    max_basket_size by the documented hash rule (deterministic: equal to a Python reference
+    that knows nothing about partitions); duplicates and bad rows do not inflate counts."""
+    edges, baskets, capped = _reference_edges(GOOD_EVENTS + BIG_EVENTS)
+    got = {(r[io.SRC_ID], r[io.DST_ID]): r[io.COUNT]
+           for r in io.read_table(spark, dirty["paths"], io.I2I_EDGES).collect()}
+    assert got == edges
+    st = dirty["stats"]["baskets"]
+    assert st["baskets_capped"] == capped == 2
+    assert st["baskets_one_item"] == sum(1 for s in baskets.values() if len(s) == 1) == 4
+    assert st["baskets_used"] == sum(1 for s in baskets.values() if len(s) >= 2)
+    assert dirty["stats"]["i2i_edges"] == len(edges)
+
+
+def test_quarantine_tables_written_for_every_input(spark, dirty):
+    for t in ("instances", "labels", "instance_labels", "events"):
+        assert io.is_complete(spark, dirty["paths"].table(f"{io.QUARANTINE}/{t}"))
+        cols = _quarantine(spark, dirty, t).columns
+        assert io.REASON in cols and io.CORRUPT in cols
+
+
+# --------------------------------------------------------------------------- clear errors
+def _assert_failed(spark, cfg, exc, *needles):
+    with pytest.raises(exc) as e:
+        pipeline.run_pipeline(spark, cfg, ["graph"])
+    msg = str(e.value)
+    for n in needles:
+        assert n in msg, f"{n!r} not in error message: {msg}"
+    entry = _graph_entry(cfg)
+    if entry is not None:                  # a failed stage is recorded as failed, never complete
+        assert entry["status"] == "failed"
+    assert not io.is_complete(spark, io.RunPaths(cfg.output).table(io.NODES))
+    return msg
+
+
+def test_missing_column_is_a_clear_error(spark, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    ev = _csv(d / "ev.csv", "basket_id,product", ["b1,i01"])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=ev))
+    _assert_failed(spark, cfg, io.InputError, "'item_id'", ev)
+
+
+def test_wrong_type_is_a_clear_error(spark, tmp_path):
+    uri = str(tmp_path / "labels.parquet")
+    spark.createDataFrame([(1, "a")], "label_id int, text string").write.parquet(uri)
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, labels=uri))
+    _assert_failed(spark, cfg, io.InputError, "'label_id'", uri)
+
+
+def test_missing_input_path_is_a_clear_error(spark, tmp_path):
+    missing = str(tmp_path / "no-such-dir" / "events.parquet")
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=missing))
+    _assert_failed(spark, cfg, io.InputError, missing, "does not exist")
+
+
+def test_empty_input_table_is_a_clear_error(spark, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    empty = _csv(d / "empty_labels.csv", "label_id,text", [])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, labels=empty))
+    _assert_failed(spark, cfg, io.InputError, "no rows", empty)
+
+
+def test_empty_parquet_input_table_is_a_clear_error(spark, tmp_path):
+    uri = str(tmp_path / "inst.parquet")
+    spark.createDataFrame([], io.schema("instances")).write.parquet(uri)
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=uri))
+    _assert_failed(spark, cfg, io.InputError, "no rows", uri)
+
+
+def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    bad = _csv(d / "inst.csv", "instance_id,text,split", ["i01,,train", ",x,train"])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=bad))
+    msg = _assert_failed(spark, cfg, io.InputError, "quarantined")
+    # the quarantine that explains it is published
+    q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/instances")
+    assert q.count() == 2
+
+
+# --------------------------------------------------------------------------- empty graph
+def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_path):
+    """side_info=i2i and a min_count no pair reaches: i2i_edges is published empty (with its
+    schema), there is no A block, and every train instance is still a row of B_pre through its
+    I_inst edge (the documented fallback)."""
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="i2i",
+               graph={"min_count": 100})
+    assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
+    paths = io.RunPaths(cfg.output)
+    edges = io.read_table(spark, paths, io.I2I_EDGES)
+    assert edges.count() == 0 and edges.columns == [io.SRC_ID, io.DST_ID, io.COUNT, io.SCORE]
+    assert _graph_entry(cfg)["stats"]["i2i_edges"] == 0
+    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    pina = pe.filter(pe[io.VARIANT] == "pina").collect()
+    assert {r[io.BLOCK] for r in pina} == {"I_inst"}
+    nodes = io.read_table(spark, paths, io.NODES)
+    train = {r[io.NODE_INDEX] for r in nodes.filter("kind = 'instance' and split = 'train'")
+             .collect()}
+    assert {r[io.SRC_INDEX] for r in pina} == train
+    assert all(r[io.SRC_INDEX] == r[io.DST_INDEX] for r in pina)
+
+
+def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
+    """task.labels=graph with a threshold that removes every edge leaves no labels at all:
+    nothing can be learnt, so the graph stage must stop with an error that says so (instead of
+    publishing a nodes table without labels that fails later in pretrain)."""
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="label_text",
+               task={"labels": "graph"}, graph={"min_count": 100})
+    msg = _assert_failed(spark, cfg, (io.InputError, ValueError), "label")
+    assert "min_count" in msg or "empty" in msg.lower() or "no edge" in msg.lower()

@@ -1,0 +1,189 @@
+"""Strict configuration: every error names the key and the source file; --set overrides;
+skeleton round trip."""
+import os
+
+import pytest
+import yaml
+
+from pina_spark.config import (ConfigError, PinaConfig, apply_overrides, config_from_dict,
+                               dump_config, load_config, parse_stages, skeleton)
+
+
+def write(tmp_path, text, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def err(path, overrides=None):
+    with pytest.raises(ConfigError) as e:
+        load_config(path, overrides)
+    return str(e.value)
+
+
+def test_minimal_config_and_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, "output: /tmp/run\n"))
+    assert cfg.output == "/tmp/run"
+    assert cfg.neighbors.k == 5 and cfg.side_info == "label_text"
+    assert cfg.spark.master == "local[2]" and cfg.run.run_date is None
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = write(tmp_path, "output: /x\nneighbours: {k: 3}\n")
+    msg = err(p)
+    assert p in msg and "'neighbours'" in msg and "known:" in msg
+    p = write(tmp_path, "output: /x\nneighbors: {kk: 3}\n", "nested.yaml")
+    msg = err(p)
+    assert p in msg and "'neighbors.kk'" in msg
+    p = write(tmp_path, "output: /x\npretrain: {xlinear: {nr_split: 3}}\n", "deep.yaml")
+    assert "'pretrain.xlinear.nr_split'" in err(p)
+
+
+@pytest.mark.parametrize("body,key,what", [
+    ("neighbors: {k: three}", "neighbors.k", "expected an integer"),
+    ("neighbors: {k: 2.5}", "neighbors.k", "expected an integer"),
+    ("neighbors: {leave_self_out: 'yes'}", "neighbors.leave_self_out", "expected true/false"),
+    ("aggregate: {v1_weight: high}", "aggregate.v1_weight", "expected a number"),
+    ("train: {variants: pina}", "train.variants", "expected a list"),
+    ("spark: {conf: [a, b]}", "spark.conf", "expected a mapping"),
+    ("graph: 3", "graph", "expected a section"),
+    ("spark: {app_name: 5}", "spark.app_name", "expected a string"),
+])
+def test_wrong_type_names_key_and_file(tmp_path, body, key, what):
+    p = write(tmp_path, "output: /x\n" + body + "\n")
+    msg = err(p)
+    assert p in msg and key in msg and what in msg
+
+
+def test_missing_output(tmp_path):
+    p = write(tmp_path, "neighbors: {k: 3}\n")
+    msg = err(p)
+    assert p in msg and "missing required key 'output'" in msg
+    # empty file too
+    assert "'output'" in err(write(tmp_path, "", "empty.yaml"))
+
+
+@pytest.mark.parametrize("body,key,value", [
+    ("side_info: graphy", "side_info", "graphy"),
+    ("task: {labels: maybe}", "task.labels", "maybe"),
+    ("graph: {measure: cosine}", "graph.measure", "cosine"),
+    ("neighbors: {train_mode: oof}", "neighbors.train_mode", "oof"),
+    ("aggregate: {strategy: magic}", "aggregate.strategy", "magic"),
+    ("inference: {device: tpu}", "inference.device", "tpu"),
+])
+def test_bad_enum_lists_allowed_values(tmp_path, body, key, value):
+    p = write(tmp_path, "output: /x\n" + body + "\n")
+    msg = err(p)
+    assert p in msg and key in msg and repr(value) in msg and "is not one of" in msg
+
+
+def test_out_of_range_and_combinations(tmp_path):
+    msg = err(write(tmp_path, "output: /x\nneighbors: {k: 0}\n"))
+    assert "neighbors.k" in msg and "out of range" in msg and "c.yaml" in msg
+    msg = err(write(tmp_path, "output: /x\nside_info: i2i\n", "combo.yaml"))
+    assert "combo.yaml" in msg and "input.events" in msg
+    msg = err(write(tmp_path, "output: /x\nrun: {incremental: true}\n", "inc.yaml"))
+    assert "run.models" in msg
+    msg = err(write(tmp_path, "output: /x\ntrain: {variants: [pina, pinax]}\n", "v.yaml"))
+    assert "train.variants" in msg and "pinax" in msg
+
+
+def test_file_problems(tmp_path):
+    assert "not found" in err(str(tmp_path / "nope.yaml"))
+    assert "not valid YAML" in err(write(tmp_path, "output: [unclosed\n"))
+    assert "top level must be a mapping" in err(write(tmp_path, "- a\n- b\n", "list.yaml"))
+
+
+def test_overrides_nested_and_typed(tmp_path):
+    p = write(tmp_path, "output: /x\nneighbors: {k: 3}\n")
+    cfg = load_config(p, ["neighbors.k=7", "pretrain.xlinear.Cp=2", "graph.top_n=10",
+                          "evaluate.ks=[1,2]", "side_info=naive", "input.instances=s3://b/i",
+                          "output=/y", "graph.min_score=null"])
+    assert cfg.neighbors.k == 7 and cfg.pretrain.xlinear.Cp == 2.0
+    assert cfg.graph.top_n == 10 and cfg.evaluate.ks == [1, 2] and cfg.side_info == "naive"
+    assert cfg.input.instances == "s3://b/i" and cfg.output == "/y"
+    # the file's other keys survive an override of a sibling
+    assert load_config(p, ["neighbors.folds=4"]).neighbors.k == 3
+
+
+def test_override_errors_name_the_key(tmp_path):
+    p = write(tmp_path, "output: /x\n")
+    msg = err(p, ["neighbors.k=abc"])
+    assert "neighbors.k" in msg and p in msg
+    assert "'neighbors.kk'" in err(p, ["neighbors.kk=1"])
+    assert "expected key.sub=value" in err(p, ["neighbors.k"])
+    assert "is not a section" in err(p, ["output.x=1"])
+    assert "empty key" in err(p, ["=3"])
+
+
+def test_spark_conf_overrides_stay_strings(tmp_path):
+    p = write(tmp_path, "output: /x\nspark: {conf: {spark.sql.shuffle.partitions: 8}}\n")
+    cfg = load_config(p, ["spark.conf.spark.executor.memory=4g",
+                          "spark.conf.spark.dynamicAllocation.enabled=true",
+                          "spark.conf.spark.executor.cores=4",
+                          "spark.master=yarn"])
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "8",
+                              "spark.executor.memory": "4g",
+                              "spark.dynamicAllocation.enabled": "true",
+                              "spark.executor.cores": "4"}
+    assert cfg.spark.master == "yarn"
+    # YAML booleans/ints in a file become Spark-style strings
+    p2 = write(tmp_path, "output: /x\nspark: {master: null, conf: {a.b: true, c.d: 2}}\n", "b.yaml")
+    cfg = load_config(p2)
+    assert cfg.spark.conf == {"a.b": "true", "c.d": "2"} and cfg.spark.master is None
+
+
+def test_run_date(tmp_path):
+    p = write(tmp_path, "output: /x\nrun: {run_date: 2026-11-21}\n")   # unquoted YAML date
+    assert load_config(p).run.run_date == "2026-11-21"
+    assert load_config(p, ["run.run_date=2026-11-22"]).run.run_date == "2026-11-22"
+    msg = err(p, ["run.run_date=2026-13-01"])
+    assert "run.run_date" in msg and "YYYY-MM-DD" in msg
+    assert "run.run_date" in err(p, ["run.run_date=yesterday"])
+
+
+def test_skeleton_round_trip(tmp_path):
+    sk = skeleton()
+    assert sk["output"] == "<required>" and "neighbors" in sk and "k" in sk["neighbors"]
+    cfg = config_from_dict({**sk, "output": "/runs/x"})
+    assert cfg == PinaConfig.from_dict({"output": "/runs/x"})
+    # dump -> load gives an equal config, for defaults and for a non-trivial one
+    full = load_config(write(tmp_path, "output: /x\n"),
+                       ["neighbors.k=9", "spark.conf.spark.executor.memory=2g",
+                        "train.variants=[pina,baseline]", "run.run_date=2026-01-02",
+                        "graph.top_n=4", "pretrain.tfidf.min_df_cnt=3"])
+    for c in (cfg, full):
+        p = write(tmp_path, dump_config(c), "dump.yaml")
+        assert load_config(p) == c
+        assert yaml.safe_load(open(p)) == c.to_dict()
+
+
+def test_fingerprint_sections():
+    a = config_from_dict({"output": "/x"})
+    b = config_from_dict({"output": "/x", "neighbors": {"k": 6}})
+    assert a.fingerprint("graph") == b.fingerprint("graph")
+    assert a.fingerprint("neighbors") != b.fingerprint("neighbors")
+
+
+def test_parse_stages():
+    assert parse_stages("aggregate,embed") == ("embed", "aggregate")
+    assert parse_stages(None)[0] == "graph"
+    with pytest.raises(ConfigError, match="embedd"):
+        parse_stages("embedd")
+
+
+def test_shipped_configs_load():
+    root = os.path.join(os.path.dirname(__file__), "..", "conf")
+    for name in ("demo.yaml", "local.yaml", "emr.yaml", "emr-gpu.yaml"):
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            pytest.fail(f"conf/{name} is missing")
+        base = {"output": "/tmp/x"} if name == "demo.yaml" else None
+        cfg = load_config(path, base=base)
+        assert cfg.output
+    emr = load_config(os.path.join(root, "emr.yaml"))
+    assert emr.spark.master is None and emr.output.startswith("s3://")
+    gpu = load_config(os.path.join(root, "emr-gpu.yaml"))
+    assert gpu.spark.conf["spark.executor.resource.gpu.amount"] == "1"
+    assert gpu.spark.conf["spark.task.resource.gpu.amount"] == "1"
+    assert gpu.inference.device == "auto"

@@ -1,0 +1,210 @@
+"""Downstream (train stage) on a tiny synthetic run: all four variants, predictions for every test
+instance, models saved; then the evaluate stage on the result.
+
+``build_synthetic_run`` is also used by tests/test_tune.py."""
+import json
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from pina_spark import io
+from pina_spark.config import config_from_dict
+
+N_LABELS = 12
+WORDS_PER_LABEL = 6
+DENSE = 8
+
+
+def _label_words(l):
+    return [f"w{l}x{j}" for j in range(WORDS_PER_LABEL)]
+
+
+def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=(
+        "vectorizer_only", "pina_naive", "pina"), with_features=True, sentinel_test=False):
+    """Write ``nodes``, ``graph/instance_labels``, ``embeddings`` and ``features`` for a tiny
+    synthetic task under ``root``. Instance ``i`` has 1-2 labels; its text holds two words of
+    each label plus noise; features: a dense block with a noisy label signature and a sparse
+    bag of word hashes. ``pina`` gets a cleaner signature than ``vectorizer_only``.
+    With ``sentinel_test`` the test rows carry NaN-free but absurd 'POISON' text/features."""
+    import pandas as pd
+    from pyspark.sql import types as T
+    rng = np.random.RandomState(seed)
+    paths = io.RunPaths(root)
+    inst_ids = [f"i{i:04d}" for i in range(n_inst)]
+    splits = ["test" if i % test_every == 0 else "train" for i in range(n_inst)]
+    labels_of = []
+    texts = []
+    for i in range(n_inst):
+        ls = sorted(set(rng.choice(N_LABELS, size=rng.randint(1, 3), replace=False).tolist()))
+        labels_of.append(ls)
+        words = [w for l in ls for w in rng.choice(_label_words(l), 1, replace=False)]
+        words += [f"noise{rng.randint(30)}" for _ in range(6)]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        if sentinel_test and splits[i] == "test":
+            texts[-1] = "POISON " * 5
+    node_rows = [(p, "instance", iid, t, s) for p, (iid, t, s) in
+                 enumerate(zip(inst_ids, texts, splits))]
+    lab_ids = [f"L{l:02d}" for l in range(N_LABELS)]
+    for l, lid in enumerate(lab_ids):
+        node_rows.append((n_inst + l, "label", lid, " ".join(_label_words(l)), None))
+    nodes = spark.createDataFrame(node_rows, io.schema(io.NODES))
+    io.write_table(nodes, paths, io.NODES)
+    il = [(i, n_inst + l) for i in range(n_inst) for l in labels_of[i]]
+    io.write_table(spark.createDataFrame(il, "instance_index long, label_index long"), paths,
+                   io.INSTANCE_LABELS)
+    proto = rng.randn(N_LABELS, DENSE).astype(np.float32)
+    emb = []
+    for p, (iid, t) in enumerate(zip(inst_ids, texts)):
+        d = proto[labels_of[p]].sum(0) + 1.5 * rng.randn(DENSE)
+        emb.append((p, d.astype(np.float32), t))
+    for l in range(N_LABELS):
+        emb.append((n_inst + l, proto[l], " ".join(_label_words(l))))
+    emb_rows = []
+    for p, d, t in emb:
+        idx = sorted({zlib.crc32(w.encode()) % 97 for w in t.split()})
+        emb_rows.append((p, [float(x) for x in d], idx,
+                         [float(1.0 / np.sqrt(len(idx)))] * len(idx)))
+    io.write_table(spark.createDataFrame(emb_rows, io.schema(io.EMBEDDINGS)), paths,
+                   io.EMBEDDINGS)
+    if with_features:
+        rows = []
+        for v in variants:
+            noise = {"vectorizer_only": 2.0, "pina_naive": 1.5, "pina": 0.7}[v]
+            for p, iid in enumerate(inst_ids):
+                d = proto[labels_of[p]].sum(0) + noise * rng.randn(DENSE)
+                idx = emb_rows[p][2]
+                vals = emb_rows[p][3]
+                if sentinel_test and splits[p] == "test":
+                    d = np.full(DENSE, 1e6)
+                nb = [lab_ids[l] for l in labels_of[p]][:2] + [inst_ids[(p + 1) % n_inst]]
+                rows.append((iid, splits[p], [float(x) for x in d], idx, vals, nb,
+                             [1.0 / len(nb)] * len(nb), v))
+        schema = T.StructType([
+            T.StructField(io.INSTANCE_ID, T.StringType()), T.StructField(io.SPLIT, T.StringType()),
+            T.StructField(io.DENSE, T.ArrayType(T.FloatType())),
+            T.StructField(io.SPARSE_INDICES, T.ArrayType(T.IntegerType())),
+            T.StructField(io.SPARSE_VALUES, T.ArrayType(T.FloatType())),
+            T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
+            T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
+            T.StructField(io.VARIANT, T.StringType())])
+        io.write_table(spark.createDataFrame(rows, schema), paths, io.FEATURES,
+                       partition_by=(io.VARIANT, io.SPLIT))
+    truth = {inst_ids[i]: {lab_ids[l] for l in labels_of[i]} for i in range(n_inst)}
+    return paths, inst_ids, splits, truth
+
+
+def small_cfg(root, **extra):
+    d = {"output": root,
+         "pretrain": {"tfidf": {"ngram_range": [1, 1], "min_df_cnt": 1, "max_df_ratio": 1.0,
+                                "norm": "l2", "sublinear_tf": True}},
+         "train": {"xlinear": {"nr_splits": 2, "max_leaf_size": 4}, "topk": 10},
+         "evaluate": {"report_examples": 3}}
+    for k, v in extra.items():
+        d.setdefault(k, {}).update(v) if isinstance(v, dict) else d.__setitem__(k, v)
+    return config_from_dict(d)
+
+
+@pytest.fixture(scope="module")
+def trained(spark, tmp_path_factory):
+    from pina_spark.pipeline import run_pipeline
+    root = str(tmp_path_factory.mktemp("ds") / "run")
+    paths, inst_ids, splits, truth = build_synthetic_run(spark, root)
+    cfg = small_cfg(root)
+    result = run_pipeline(spark, cfg, ["train", "evaluate"])
+    return cfg, paths, inst_ids, splits, truth, result
+
+
+def test_train_all_four_variants_and_predict_every_test_instance(spark, trained):
+    cfg, paths, inst_ids, splits, truth, result = trained
+    assert result == {"train": "ran", "evaluate": "ran"}
+    pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
+    test_ids = sorted(i for i, s in zip(inst_ids, splits) if s == "test")
+    for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
+        sub = pred[pred[io.VARIANT] == v]
+        assert sorted(sub[io.INSTANCE_ID]) == test_ids, v
+        assert all(1 <= len(l) <= cfg.train.topk for l in sub[io.LABEL_IDS]), v
+        assert all(len(a) == len(b) for a, b in zip(sub[io.LABEL_IDS], sub[io.SCORES]))
+        # scores sorted best first, label ids are label node ids
+        assert all(list(s) == sorted(s, reverse=True) for s in sub[io.SCORES])
+        assert set(l for ls in sub[io.LABEL_IDS] for l in ls) <= {f"L{x:02d}" for x in range(12)}
+        mdir = io.local_path(paths.table("models/downstream/" + v))
+        assert os.path.exists(os.path.join(mdir, "_SUCCESS"))
+        assert os.path.isdir(os.path.join(mdir, "xlinear"))
+    assert os.path.isdir(io.local_path(paths.table("models/downstream/baseline/vectorizer")))
+    stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
+    assert set(stats["variants"]) == {"baseline", "vectorizer_only", "pina_naive", "pina"}
+    assert all(s["train_s"] >= 0 for s in stats["variants"].values())
+
+
+def test_evaluate_writes_metrics_report_plot(spark, trained):
+    cfg, paths, inst_ids, splits, truth, _ = trained
+    ev = io.local_path(paths.table(io.EVAL))
+    m = json.load(open(os.path.join(ev, "metrics.json")))
+    for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
+        assert set(m["variants"][v]) >= {"P@1", "P@3", "P@5", "P@10", "R@1", "R@3", "R@5",
+                                         "R@10", "train_s"}
+        assert all(0.0 <= m["variants"][v][k] <= 1.0 for k in ("P@1", "R@10"))
+        assert m["variants"][v]["train_s"] is not None
+    assert set(m["significance"]) == {"vectorizer_only_vs_baseline", "pina_naive_vs_baseline",
+                                      "pina_vs_baseline"}
+    assert m["n_test"] == splits.count("test") and m["n_train"] == splits.count("train")
+    assert m["n_labels"] == 12
+    # the synthetic pina features carry a clean label signature: it must beat chance clearly
+    assert m["variants"]["pina"]["P@1"] > 0.5
+    # metrics.json agrees with predictions recomputed by hand
+    from pina_spark.evaluate import precision_recall_at_k
+    pred = io.read_table(spark, paths, io.PREDICTIONS).where("variant = 'pina'").toPandas()
+    again = precision_recall_at_k([list(x) for x in pred[io.LABEL_IDS]],
+                                  [truth[i] for i in pred[io.INSTANCE_ID]], [1, 5])
+    assert again["P@1"] == pytest.approx(m["variants"]["pina"]["P@1"])
+    assert again["R@5"] == pytest.approx(m["variants"]["pina"]["R@5"])
+    report = open(os.path.join(ev, "report.md")).read()
+    assert "](pk.png)" in report and "| pina |" in report and "Qualitative" in report
+    assert open(os.path.join(ev, "pk.png"), "rb").read()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.path.exists(os.path.join(ev, "_SUCCESS"))
+
+
+def test_missing_features_variant_is_skipped(spark, tmp_path):
+    from pina_spark.pipeline import run_pipeline
+    root = str(tmp_path / "run")
+    paths, *_ = build_synthetic_run(spark, root, n_inst=120, variants=("vectorizer_only",))
+    cfg = small_cfg(root, train={"variants": ["baseline", "vectorizer_only", "pina"]})
+    run_pipeline(spark, cfg, ["train"])
+    pred = io.read_table(spark, paths, io.PREDICTIONS)
+    assert sorted(r[0] for r in pred.select("variant").distinct().collect()) == [
+        "baseline", "vectorizer_only"]
+    stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
+    assert "pina" in stats["skipped"]
+
+
+@pytest.mark.slow
+def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
+    """train.model=xtransformer (MiniLM fine-tuned for a few steps; minutes on CPU)."""
+    from pina_spark.pipeline import run_pipeline
+    root = str(tmp_path / "run")
+    paths, inst_ids, splits, _ = build_synthetic_run(spark, root, n_inst=100,
+                                                     variants=("pina",))
+    cfg = small_cfg(root, train={"model": "xtransformer", "variants": ["baseline", "pina"]},
+                    pretrain={"max_length": 16, "xtransformer": {"max_steps": 2,
+                                                                 "batch_size": 16}})
+    run_pipeline(spark, cfg, ["train"])
+    pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
+    assert len(pred) == 2 * splits.count("test")
+    assert os.path.isdir(io.local_path(paths.table("models/downstream/pina/xtransformer")))
+
+
+def test_features_to_csr_shapes_and_sorted_indices():
+    import pandas as pd
+    from pina_spark.downstream import features_to_csr
+    pdf = pd.DataFrame({io.DENSE: [np.array([1, 0], np.float32), None],
+                        io.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],
+                        io.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])]})
+    X = features_to_csr(pdf, dense_dim=2, sparse_dim=6)
+    assert X.shape == (2, 8) and X.has_sorted_indices
+    assert X.toarray()[0].tolist() == [1, 0, 0, 0, 2, 0, 0, 4]   # duplicates summed
+    assert X.toarray()[1].tolist() == [0, 0, 4, 0, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="out of range"):
+        features_to_csr(pdf, dense_dim=2, sparse_dim=5)

@@ -1,0 +1,369 @@
+"""Stage 2a on Spark (pina_spark/inference.py): embeddings and neighbours equal single-process
+PhiPre / PECOS on the same rows, are identical across partitionings, load each model once per
+worker, route train rows to their out-of-fold model, and fail naming a broken artifact.
+
+One tiny run is built once per module: 150 instances + 24 labels with topical texts, a real
+Phi_pre (MiniLM + PECOS tf-idf), and PECOS g models (full + 3 folds, variants pina/pina_naive)
+trained the way docs/design.md describes B_pre.
+"""
+import dataclasses as dc
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pina_spark import config, faults, folds, inference, io, pipeline
+
+N_INST, N_LAB, N_TOPICS, F = 150, 24, 6, 3
+BATCH = 16
+
+
+def _texts(rng):
+    words = [[f"{w}{t}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa",
+                                  "theta", "zeta", "rho")] for t in range(N_TOPICS)]
+    inst = []
+    for i in range(N_INST):
+        t = i % N_TOPICS
+        u = int(rng.integers(N_TOPICS))
+        txt = " ".join(list(rng.choice(words[t], 5)) + list(rng.choice(words[u], 2)))
+        inst.append((f"doc{i:04d}", txt, "test" if i % 5 == 0 else "train", t))
+    labs = [(f"tag{j:03d}", "label " + " ".join(rng.choice(words[j % N_TOPICS], 3)), j % N_TOPICS)
+            for j in range(N_LAB)]
+    return inst, labs
+
+
+def _csr_rows(dense_lists, idx_lists, val_lists, sparse_dim):
+    from pina_spark.vectorizer import stack_features
+    dense = np.array(dense_lists, dtype=np.float32)
+    indptr = np.concatenate([[0], np.cumsum([len(x) for x in idx_lists])])
+    S = sp.csr_matrix((np.concatenate(val_lists).astype(np.float32) if indptr[-1] else [],
+                       np.concatenate(idx_lists).astype(np.int32) if indptr[-1] else [],
+                       indptr), shape=(len(idx_lists), sparse_dim), dtype=np.float32)
+    return stack_features(dense, S)
+
+
+def _train_g(X, Y):
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+    X = X.tocsr().astype(np.float32)
+    X.sort_indices()
+    Y = sp.csr_matrix(Y, dtype=np.float32)
+    Y.sort_indices()
+    emb = LabelEmbeddingFactory.create(Y, X, method="pifa")
+    C = Indexer.gen(emb, indexer_type="hierarchicalkmeans", nr_splits=4, max_leaf_size=8, seed=0)
+    return XLinearModel.train(X, Y, C=C, threshold=0.0)
+
+
+def _save_g(model, out_nodes, d):
+    model.save(d)
+    np.save(os.path.join(d, inference.OUTPUT_NODES), np.asarray(out_nodes, dtype=np.int64))
+    open(os.path.join(d, "_SUCCESS"), "w").close()
+
+
+@pytest.fixture(scope="module")
+def env(spark, tmp_path_factory):
+    from pyspark.sql import Row
+    from pina_spark.vectorizer import PhiPre
+    root = str(tmp_path_factory.mktemp("inference-run"))
+    rng = np.random.default_rng(7)
+    inst, labs = _texts(rng)
+    inst.sort()
+    labs.sort()
+    rows = [Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+            for i, (a, t, s, _) in enumerate(inst)]
+    rows += [Row(node_index=N_INST + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+             for j, (a, t, _) in enumerate(labs)]
+    cfg = config.config_from_dict({
+        "output": root, "input": {"instances": os.path.join(root, "in.parquet")},
+        "neighbors": {"k": 5, "folds": F, "train_mode": "out_of_fold"},
+        "inference": {"rows_per_task": 19, "batch_size": BATCH}})
+    ctx = pipeline.make_context(spark, cfg)
+    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
+
+    models = ctx.models
+    texts = [r.text for r in rows]
+    pcfg = config.PretrainConfig(tfidf={"ngram_range": [1, 1], "min_df_cnt": 0,
+                                        "max_df_ratio": 1.0, "norm": "l2"})
+    phi = PhiPre.fit([r.text for r in rows if r.split != "test"], pcfg)
+    phi.save(f"{models}/vectorizer")
+    open(f"{models}/folds.json", "w").write(json.dumps({"folds": F, "rule": "folds.fold_of"}))
+    open(f"{models}/_SUCCESS", "w").close()
+
+    embed_stats = inference.run_embed_stage(ctx)
+
+    # g models on X = Phi_pre (from the published embeddings), B_pre as in docs/design.md
+    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
+    X = _csr_rows(list(emb[io.DENSE]), list(emb[io.SPARSE_INDICES]), list(emb[io.SPARSE_VALUES]),
+                  phi.sparse_dim)
+    topic = {i: t for i, (_, _, _, t) in enumerate(inst)}
+    topic.update({N_INST + j: t for j, (_, _, t) in enumerate(labs)})
+    train = [i for i, r in enumerate(rows[:N_INST]) if r.split == "train"]
+    lab_nodes = list(range(N_INST, N_INST + N_LAB))
+    fold = {i: folds.fold_of(rows[i].node_id, F) for i in train}
+    inst_labels = {i: [n for n in lab_nodes if topic[n] == topic[i]][: 1 + i % 3] for i in train}
+
+    def build(variant, skip_fold):
+        tr = [i for i in train if fold[i] != skip_fold]
+        if variant == "pina_naive":
+            inputs, outputs = tr, lab_nodes
+            edges = [(i, n) for i in tr for n in inst_labels[i]]
+        else:
+            inputs = outputs = tr + lab_nodes
+            edges = [(i, n) for i in tr for n in inst_labels[i]] + [(i, i) for i in tr]
+            edges += [(n, n) for n in lab_nodes] + [(n, i) for i in tr for n in inst_labels[i]]
+        r_of = {v: k for k, v in enumerate(inputs)}
+        c_of = {v: k for k, v in enumerate(outputs)}
+        Y = sp.coo_matrix((np.ones(len(edges)), ([r_of[a] for a, _ in edges],
+                                                 [c_of[b] for _, b in edges])),
+                          shape=(len(inputs), len(outputs))).tocsr()
+        Y.data[:] = 1.0
+        return _train_g(X[inputs], Y), outputs
+
+    for variant in inference.VARIANTS:
+        for f in [None] + list(range(F)):
+            m, outs = build(variant, f)
+            d = inference.g_model_dir(models, variant, f)
+            os.makedirs(d)
+            _save_g(m, outs, d)
+    nb_stats = inference.run_neighbors_stage(ctx)
+    return dict(ctx=ctx, cfg=cfg, phi=phi, rows=rows, X=X, embed_stats=embed_stats,
+                nb_stats=nb_stats, models=models, root=root)
+
+
+# --------------------------------------------------------------------------- helpers
+def _with(ctx, **sections):
+    cfg = ctx.cfg
+    for name, changes in sections.items():
+        cfg = cfg.replace(**{name: dc.replace(getattr(cfg, name), **changes)})
+    return dc.replace(ctx, cfg=cfg)
+
+
+def _collect_neighbors(df):
+    return {(r[io.VARIANT], r[io.INSTANCE_INDEX]): (list(r[io.NEIGHBOR]), list(r[io.SCORE]))
+            for r in df.collect()}
+
+
+def _reference(env, nb, variants=inference.VARIANTS):
+    """Single-process: PECOS predict of every instance row with the model it must use, then
+    filtering / ordering / weighting written as plain Python loops."""
+    from pecos.xmc.xlinear.model import XLinearModel
+    rows, X = env["rows"], env["X"]
+    out, used = {}, {}
+    for variant in variants:
+        cache = {}
+        for i, r in enumerate(rows[:N_INST]):
+            f = folds.fold_of(r.node_id, F) if (nb.train_mode == "out_of_fold"
+                                                and r.split == "train") else None
+            if f not in cache:
+                d = inference.g_model_dir(env["models"], variant, f)
+                m = XLinearModel.load(d, is_predict_only=True)
+                cache[f] = (m, np.load(os.path.join(d, inference.OUTPUT_NODES)))
+            m, onodes = cache[f]
+            y = m.predict(X[i], only_topk=m.nr_labels, threads=1).tocsr()
+            cand = []
+            for c, s in zip(y.indices, y.data):
+                node = int(onodes[c])
+                if nb.leave_self_out and node == i:
+                    continue
+                if nb.node_kinds == "labels" and node < N_INST:
+                    continue
+                if nb.node_kinds == "instances" and node >= N_INST:
+                    continue
+                cand.append((-float(s), node))
+            cand.sort()
+            top = cand[: nb.k]
+            s = np.array([-c for c, _ in top], dtype=np.float64)
+            if nb.weighting == "softmax":
+                e = np.exp((s - s.max()) / nb.temperature) if len(s) else s
+                s = e / e.sum() if len(s) else s
+            elif nb.weighting == "l1":
+                if (s < 0).any():
+                    s = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+                s = s / s.sum() if len(s) and s.sum() > 0 else s
+            out[(variant, i)] = ([n for _, n in top], list(s))
+            used[(variant, i)] = f
+    return out, used
+
+
+def _assert_same(got, ref, tol=1e-6):
+    assert set(got) == set(ref)
+    for key in ref:
+        assert got[key][0] == ref[key][0], key
+        np.testing.assert_allclose(got[key][1], ref[key][1], atol=tol, err_msg=str(key))
+
+
+# --------------------------------------------------------------------------- embeddings
+def test_embeddings_equal_single_process_phi_pre(env, spark):
+    ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
+    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
+    assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))   # every node, once
+    texts = [r.text for r in rows]
+    for s in range(0, len(texts), BATCH):                           # same blocks as the stage
+        dense, sparse = phi.transform(texts[s:s + BATCH], batch_size=BATCH)
+        for j in range(dense.shape[0]):
+            e = emb.iloc[s + j]
+            np.testing.assert_allclose(np.asarray(e[io.DENSE]), dense[j], atol=1e-5)
+            row = sparse[j]
+            assert list(e[io.SPARSE_INDICES]) == row.indices.tolist()
+            np.testing.assert_allclose(np.asarray(e[io.SPARSE_VALUES]), row.data, atol=1e-5)
+    norms = [np.sum(np.square(d)) + np.sum(np.square(v))
+             for d, v in zip(emb[io.DENSE], emb[io.SPARSE_VALUES])]
+    np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+
+
+def test_embed_stage_loads_the_vectorizer_once_per_worker(env):
+    st = env["embed_stats"]
+    assert st["rows"] == st["rows_written"] == N_INST + N_LAB
+    assert st["partitions"] == 10           # ceil(174 / 19)
+    assert st["max_loads_per_worker_model"] == 1
+    assert 1 <= st["model_loads"] == st["worker_processes"] < st["partitions"]
+
+
+def test_embeddings_identical_across_partitionings(env, spark):
+    ctx = env["ctx"]
+    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    n = len(env["rows"])
+    vec = f"{env['models']}/vectorizer"
+    results = []
+    for parts in (1, 3):
+        inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
+        df = inference.embed_frame(nodes, vec, inf, n)
+        results.append(sorted(tuple((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3])))
+                              for r in df.collect()))
+    published = io.read_table(spark, ctx.paths, io.EMBEDDINGS).collect()
+    results.append(sorted(tuple((r[io.NODE_INDEX], tuple(r[io.DENSE]), tuple(r[io.SPARSE_INDICES]),
+                                 tuple(r[io.SPARSE_VALUES]))) for r in published))  # 8 parts
+    assert results[0] == results[1] == results[2]
+
+
+# --------------------------------------------------------------------------- neighbours
+def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
+    ctx = env["ctx"]
+    got = _collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS))
+    ref, used = _reference(env, ctx.cfg.neighbors)
+    _assert_same(got, ref)
+    for (v, i), (nodes, scores) in got.items():
+        assert len(nodes) == ctx.cfg.neighbors.k and i not in nodes
+        assert abs(sum(scores) - 1.0) < 1e-5
+        assert scores == sorted(scores, reverse=True)
+    st = env["nb_stats"]
+    assert st["rows"] == N_INST and st["variants"]["pina"]["rows"] == N_INST
+    per_model = st["variants"]["pina"]["rows_per_model"]
+    n_train = sum(r.split == "train" for r in env["rows"][:N_INST])
+    assert per_model["full"] == N_INST - n_train
+    assert sum(per_model[f"fold={f}"] for f in range(F)) == n_train
+    # every worker loaded every model it needed exactly once (8 models, 8 tasks)
+    assert st["max_loads_per_worker_model"] == 1
+
+
+def test_out_of_fold_routes_train_rows_to_their_fold_model(env, spark):
+    ctx = env["ctx"]
+    nb = ctx.cfg.neighbors
+    oof, used = _reference(env, nb, ["pina"])
+    full, _ = _reference(env, dc.replace(nb, train_mode="in_sample"), ["pina"])
+    train = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "train"]
+    assert all(used[("pina", i)] == folds.fold_of(env["rows"][i].node_id, F) for i in train)
+    # the fold models demonstrably differ from the full model on the rows they never saw...
+    differ = [i for i in train if oof[("pina", i)][0] != full[("pina", i)][0]]
+    assert len(differ) >= len(train) // 4
+    # ...and the published table follows the fold model (previous test), not the full one
+    got = _collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS))
+    assert all(got[("pina", i)][0] == oof[("pina", i)][0] for i in differ)
+    # test instances always use the full model
+    test_rows = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "test"]
+    assert all(used[("pina", i)] is None for i in test_rows)
+
+
+def test_neighbors_identical_across_partitionings(env, spark):
+    ctx = env["ctx"]
+    got = []
+    for parts in (1, 3):
+        c = _with(ctx, inference={"rows_per_task": -(-N_INST // parts)})
+        df, info = inference.neighbors_frame(spark, c)
+        assert info["partitions"] == parts
+        got.append(sorted((k, v) for k, v in _collect_neighbors(df).items()))
+    assert env["nb_stats"]["partitions"] == 8                     # the published table
+    got.append(sorted(_collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS)).items()))
+    assert got[0] == got[1] == got[2]
+
+
+def test_in_sample_labels_only_softmax(env, spark):
+    ctx = _with(env["ctx"], neighbors={"train_mode": "in_sample", "node_kinds": "labels",
+                                       "weighting": "softmax", "temperature": 0.5, "k": 3})
+    df, info = inference.neighbors_frame(spark, ctx)
+    assert info["folds"] == 0 and info["models"] == ["pina/full", "pina_naive/full"]
+    got = _collect_neighbors(df)
+    ref, _ = _reference(env, ctx.cfg.neighbors)
+    _assert_same(got, ref)
+    assert all(n >= N_INST for nodes, _ in got.values() for n in nodes)
+
+
+def test_normalize_scores_branches():
+    s = np.array([[2.0, 1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
+    c = np.array([2, 2, 0])
+    l1 = inference.normalize_scores(s, c, "l1")
+    np.testing.assert_allclose(l1[0], [2 / 3, 1 / 3, 0])
+    z = np.exp(1) + np.exp(-1)
+    np.testing.assert_allclose(l1[1], [np.exp(1) / z, np.exp(-1) / z, 0])  # softmax, then L1
+    assert l1[2].tolist() == [0, 0, 0]
+    sm = inference.normalize_scores(s, c, "softmax", temperature=2.0)
+    np.testing.assert_allclose(sm[0, :2], np.exp([1.0, 0.5]) / np.exp([1.0, 0.5]).sum())
+    assert inference.normalize_scores(s, c, "raw")[1].tolist() == [1.0, -1.0, 0.0]
+
+
+def test_topk_ties_by_node_index_and_exclusions():
+    Y = sp.csr_matrix(np.array([[0.5, 0.5, 0.9, 0.5, 0.2]], dtype=np.float32))
+    col_map = np.array([9, 4, 7, -1, 3])      # column 3 is not an allowed neighbour
+    nodes, scores, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([-1]), 3)
+    assert nodes[0].tolist() == [4, 9, 3] and counts.tolist() == [3]
+    nodes, _, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([9]), 5)
+    assert nodes[0, :counts[0]].tolist() == [4, 3]
+
+
+# --------------------------------------------------------------------------- failures
+def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
+    models = str(tmp_path / "other" / "models")
+    shutil.copytree(env["models"], models)
+    bad = inference.g_model_dir(models, "pina_naive", None)
+    for p in glob.glob(os.path.join(bad, "**", "*.npz"), recursive=True):
+        open(p, "wb").write(b"not a numpy archive")
+    ctx = dc.replace(env["ctx"], models_root=models)
+    df, _ = inference.neighbors_frame(spark, ctx)
+    with pytest.raises(Exception) as ei:
+        df.collect()
+    assert bad in str(ei.value)
+
+
+def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
+    models = str(tmp_path / "copy" / "models")
+    shutil.copytree(env["models"], models)
+    shutil.rmtree(inference.g_model_dir(models, "pina", 1))
+    ctx = dc.replace(env["ctx"], models_root=models)
+    with pytest.raises(io.InputError, match="g/pina/fold=1"):
+        inference.neighbors_frame(spark, ctx)
+    os.remove(f"{models}/vectorizer/encoder.json")
+    with pytest.raises(io.InputError, match="vectorizer/encoder.json"):
+        inference.run_embed_stage(ctx)
+    os.remove(f"{models}/_SUCCESS")
+    with pytest.raises(io.InputError, match="_SUCCESS"):
+        inference.run_neighbors_stage(ctx)
+
+
+def test_injected_fault_reaches_the_executor_function(env, spark):
+    plan = faults.fault_plan(config.config_from_dict(
+        {"output": "/tmp/x", "faults": {"fail_first_attempt": ["neighbors"]}}), "neighbors")
+    df, _ = inference.neighbors_frame(spark, env["ctx"], fault_plan=plan)
+    with pytest.raises(Exception, match="injected fault: stage neighbors"):
+        df.collect()
+
+
+def test_fold_route_expr_matches_folds_module(spark):
+    ids = [f"item-{i}" for i in range(300)] + ["", "ünï", "a\x1fb"]
+    df = spark.createDataFrame([(i,) for i in ids], "id string")
+    got = {r.id: r.f for r in df.select("id", inference.fold_route_expr("id", 7).alias("f"))
+           .collect()}
+    assert got == {i: folds.fold_of(i, 7) for i in ids}

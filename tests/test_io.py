@@ -1,0 +1,436 @@
+"""Reliability of pina_spark.io: staged writes with atomic publish, recovery after a crash,
+refusal of incomplete tables, and strict input readers (explicit schemas, clear errors, corrupt
+lines kept in ``_corrupt_record``).
+
+The KILL test runs a child Python process with its own small SparkSession (local[1]) and
+SIGKILLs its whole process group (driver, JVM, Python workers) in the middle of a write.
+"""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pina_spark import io
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --------------------------------------------------------------------------- helpers
+def _paths(tmp_path, name="run"):
+    return io.RunPaths(str(tmp_path / name))
+
+
+def _frame(spark, lo, hi, tag, parts=2):
+    return spark.range(lo, hi, numPartitions=parts).selectExpr(
+        "id as x", f"concat('{tag}-', cast(id as string)) as tag")
+
+
+def _rows(df):
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _expected(lo, hi, tag):
+    return sorted((i, f"{tag}-{i}") for i in range(lo, hi))
+
+
+def _leftovers(paths, rel):
+    """Staging folders and moved-aside old versions still on disk."""
+    root = paths.root
+    out = glob.glob(os.path.join(root, "_staging", "*"))
+    out += glob.glob(os.path.join(root, rel + ".__old-*"))
+    return out
+
+
+def _failing_frame(spark, fail_at, n=200):
+    """A DataFrame whose computation raises in the middle (at row ``fail_at``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def boom(x):
+        if x == fail_at:
+            raise ValueError(f"boom at {x}")
+        return f"v2-{x}"
+
+    udf = F.udf(boom, T.StringType())
+    return spark.range(0, n, numPartitions=4).select(F.col("id").alias("x"),
+                                                     udf("id").alias("tag"))
+
+
+# --------------------------------------------------------------------------- publish
+def test_write_table_publishes_complete_table_via_staging(spark, tmp_path, monkeypatch):
+    paths = _paths(tmp_path)
+    seen = []
+    real_publish = io.publish
+
+    def spy(sp, staging, final):
+        # at publish time the data is complete in staging and not yet at the final path
+        seen.append((staging, final, io.is_complete(sp, staging), os.path.exists(final)))
+        return real_publish(sp, staging, final)
+
+    monkeypatch.setattr(io, "publish", spy)
+    final = io.write_table(_frame(spark, 0, 50, "v1"), paths, "t")
+    assert len(seen) == 1
+    staging, fin, complete, existed = seen[0]
+    assert staging.startswith(paths.root + "/_staging/t-")
+    assert fin == final == paths.table("t")
+    assert complete and not existed
+    assert io.is_complete(spark, final)
+    assert not os.path.exists(staging)
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 50, "v1")
+    # a second publish replaces the first completely, leaving nothing behind
+    io.write_table(_frame(spark, 10, 30, "v2"), paths, "t")
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(10, 30, "v2")
+    assert _leftovers(paths, "t") == []
+
+
+def test_failing_write_keeps_previous_table_and_no_half_table(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 100, "v1"), paths, "t")
+    with pytest.raises(Exception, match="boom at 150"):
+        io.write_table(_failing_frame(spark, fail_at=150), paths, "t")
+    # previous version complete and readable, unchanged
+    assert io.is_complete(spark, paths.table("t"))
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 100, "v1")
+    # no half table: the failed write left no staging folder and no moved-aside version
+    assert _leftovers(paths, "t") == []
+
+
+def test_failing_first_write_publishes_nothing(spark, tmp_path):
+    paths = _paths(tmp_path)
+    with pytest.raises(Exception, match="boom at 3"):
+        io.write_table(_failing_frame(spark, fail_at=3), paths, "t")
+    assert not os.path.exists(paths.table("t"))
+    with pytest.raises(io.InputError, match="missing or incomplete"):
+        io.read_table(spark, paths, "t")
+
+
+def test_recover_restores_table_when_killed_between_the_two_renames(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 40, "v1"), paths, "graph/t")
+    final = paths.table("graph/t")
+    # the next write got as far as a complete staging folder and the FIRST rename of publish
+    staging = paths.staging("graph/t")
+    _frame(spark, 0, 70, "v2").write.parquet(staging)
+    assert io.is_complete(spark, staging)
+    io._rename(spark, final, final + ".__old-deadbeef")
+    # ... and the process died here. Readers get a clear error, never a half table:
+    with pytest.raises(io.InputError, match="missing or incomplete"):
+        io.read_table(spark, paths, "graph/t")
+    repaired = io.recover(spark, paths, ["graph/t"])
+    assert repaired == ["graph/t"]
+    assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 40, "v1")
+    assert _leftovers(paths, "graph/t") == []          # staging leftovers cleaned
+    # the next run publishes normally
+    io.write_table(_frame(spark, 0, 70, "v2"), paths, "graph/t")
+    assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 70, "v2")
+    assert _leftovers(paths, "graph/t") == []
+
+
+def test_recover_repairs_tables_it_was_not_told_about(spark, tmp_path):
+    """pipeline.run_pipeline passes only the stages' outputs to recover(); a crash while
+    publishing ``quarantine/<table>`` must be repaired too."""
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 5, "q1"), paths, "quarantine/events")
+    final = paths.table("quarantine/events")
+    io._rename(spark, final, final + ".__old-0badf00d")
+    assert io.recover(spark, paths, ["nodes", "graph/i2i_edges"]) == ["quarantine/events"]
+    assert _rows(io.read_table(spark, paths, "quarantine/events")) == _expected(0, 5, "q1")
+
+
+def test_recover_after_second_rename_drops_old_version(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
+    final = paths.table("t")
+    # died after the second rename, before deleting the old version
+    old = final + ".__old-12345678"
+    _frame(spark, 0, 3, "v0").write.parquet(old)
+    os.makedirs(os.path.join(paths.root, "_staging", "t-abandoned"), exist_ok=True)
+    assert io.recover(spark, paths, ["t"]) == []
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
+    assert _leftovers(paths, "t") == []
+
+
+def test_read_table_refuses_incomplete_table(spark, tmp_path):
+    paths = _paths(tmp_path)
+    _frame(spark, 0, 10, "x").write.parquet(paths.table("t"))
+    os.remove(os.path.join(paths.table("t"), "_SUCCESS"))
+    with pytest.raises(io.InputError, match="missing or incomplete"):
+        io.read_table(spark, paths, "t")
+    with pytest.raises(io.InputError, match="missing or incomplete"):
+        io.read_table(spark, paths, "never_written")
+
+
+def test_publish_refuses_staging_without_success_marker(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
+    staging = paths.staging("t")
+    _frame(spark, 0, 99, "half").write.parquet(staging)
+    os.remove(os.path.join(staging, "_SUCCESS"))
+    with pytest.raises(IOError, match="incomplete write"):
+        io.publish(spark, staging, paths.table("t"))
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
+
+
+def test_replace_partitions_keeps_other_partitions(spark, tmp_path):
+    paths = _paths(tmp_path)
+    a = spark.createDataFrame([(1, "a"), (2, "a"), (3, "b")], "x long, variant string")
+    io.write_table(a, paths, "p", partition_by=["variant"])
+    b = spark.createDataFrame([(9, "b")], "x long, variant string")
+    io.write_table(b, paths, "p", partition_by=["variant"], mode_replace_partitions=True)
+    got = sorted((r["x"], r["variant"]) for r in io.read_table(spark, paths, "p").collect())
+    assert got == [(1, "a"), (2, "a"), (9, "b")]
+    assert _leftovers(paths, "p") == []
+
+
+# --------------------------------------------------------------------------- KILL test
+_CHILD = textwrap.dedent('''
+    import os, sys
+    root, mode = sys.argv[1], sys.argv[2]
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[1]").appName("pina-kill-test")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from pina_spark import io
+    paths = io.RunPaths(root)
+
+    def slow(batches):
+        import time
+        for pdf in batches:
+            time.sleep(0.7)
+            yield pdf
+
+    if mode == "between":
+        # die (whole process group, SIGKILL) right after the first rename of publish
+        real = io._rename
+        def rename_then_die(sp, src, dst):
+            real(sp, src, dst)
+            if ".__old-" in dst:
+                os.killpg(os.getpgid(0), 9)
+        io._rename = rename_then_die
+    df = (spark.range(0, 400000, numPartitions=12)
+          .selectExpr("id as x", "concat('v2-', cast(id as string)) as tag")
+          .mapInPandas(slow if mode == "during" else (lambda b: b), "x long, tag string"))
+    print("WRITING", flush=True)
+    io.write_table(df, paths, "t")
+    print("DONE", flush=True)
+''')
+
+
+def _start_child(tmp_path, root, mode):
+    script = tmp_path / "child_write.py"
+    script.write_text(_CHILD)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    env.pop("PYSPARK_GATEWAY_SECRET", None)
+    log = open(tmp_path / f"child-{mode}.log", "w")
+    proc = subprocess.Popen([sys.executable, str(script), root, mode], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, tmp_path / f"child-{mode}.log"
+
+
+def _wait_group_gone(pgid, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"process group {pgid} still alive after SIGKILL")
+
+
+def test_kill_during_write_keeps_previous_version_and_next_run_recovers(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
+    proc, logf = _start_child(tmp_path, paths.output, "during")
+    staging_glob = os.path.join(paths.root, "_staging", "t-*")
+    killed = False
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None:
+            # kill once the write has produced its first part file in staging
+            parts = [p for d in glob.glob(staging_glob)
+                     for p in glob.glob(os.path.join(d, "**", "part-*"), recursive=True)]
+            if parts:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None and not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        _wait_group_gone(proc.pid)
+    out = logf.read_text()
+    assert killed, f"the child finished or timed out before the kill:\n{out[-3000:]}"
+    assert "DONE" not in out
+    # the kill really happened mid-write: a staging folder without _SUCCESS is left behind
+    leftovers = glob.glob(staging_glob)
+    assert leftovers and not any(os.path.exists(os.path.join(d, "_SUCCESS")) for d in leftovers)
+    # the previously published version is complete and readable, same rows as before
+    assert io.is_complete(spark, paths.table("t"))
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
+    # the next run recovers (cleans staging) and publishes
+    io.recover(spark, paths, ["t"])
+    assert _leftovers(paths, "t") == []
+    io.write_table(_frame(spark, 0, 2000, "v2"), paths, "t")
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 2000, "v2")
+
+
+@pytest.mark.slow
+def test_kill_between_the_two_renames_is_repaired_by_recover(spark, tmp_path):
+    paths = _paths(tmp_path)
+    io.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
+    proc, logf = _start_child(tmp_path, paths.output, "between")
+    try:
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        _wait_group_gone(proc.pid)
+    out = logf.read_text()
+    assert proc.returncode == -signal.SIGKILL, out[-3000:]
+    assert not os.path.exists(paths.table("t"))
+    assert glob.glob(paths.table("t") + ".__old-*")
+    with pytest.raises(io.InputError):
+        io.read_table(spark, paths, "t")
+    assert io.recover(spark, paths, ["t"]) == ["t"]
+    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
+    assert _leftovers(paths, "t") == []
+
+
+# --------------------------------------------------------------------------- read_input
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    if isinstance(data, bytes):
+        p.write_bytes(data)
+    else:
+        p.write_text(data)
+    return str(p)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_read_input_uses_explicit_schema(spark, tmp_path, fmt):
+    # ids that look numeric stay strings ("007" not 7); weight is double even when written as int
+    rows = [("b1", "007", "2026-01-01", 1), ("b1", "010", None, 2)]
+    if fmt == "parquet":
+        uri = str(tmp_path / "events.parquet")
+        spark.createDataFrame(rows, "basket_id string, item_id string, event_time string, "
+                                    "weight int").write.parquet(uri)
+    elif fmt == "csv":
+        uri = _write(tmp_path, "events.csv", "basket_id,item_id,event_time,weight\n"
+                                             "b1,007,2026-01-01,1\nb1,010,,2\n")
+    else:
+        uri = _write(tmp_path, "events.jsonl",
+                     '{"basket_id":"b1","item_id":"007","event_time":"2026-01-01","weight":1}\n'
+                     '{"basket_id":"b1","item_id":"010","weight":2}\n')
+    df = io.read_input(spark, uri, "events")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("basket_id", "string"), ("item_id", "string"), ("event_time", "string"),
+        ("weight", "double"), ("_corrupt_record", "string")]
+    got = sorted((r.item_id, r.weight, r._corrupt_record) for r in df.collect())
+    assert got == [("007", 1.0, None), ("010", 2.0, None)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_read_input_missing_column_names_column_and_file(spark, tmp_path, fmt):
+    if fmt == "parquet":
+        uri = str(tmp_path / "inst.parquet")
+        spark.createDataFrame([("i1",)], "instance_id string").write.parquet(uri)
+    elif fmt == "csv":
+        uri = _write(tmp_path, "inst.csv", "instance_id,split\ni1,train\n")
+    else:
+        uri = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n{"instance_id":"i2"}\n')
+    with pytest.raises(io.InputError) as e:
+        io.read_input(spark, uri, "instances")
+    assert "'text'" in str(e.value) and uri in str(e.value)
+
+
+def test_read_input_wrong_type_names_column_and_file(spark, tmp_path):
+    uri = str(tmp_path / "inst.parquet")
+    spark.createDataFrame([(1, "t")], "instance_id long, text string").write.parquet(uri)
+    with pytest.raises(io.InputError) as e:
+        io.read_input(spark, uri, "instances")
+    assert "'instance_id'" in str(e.value) and uri in str(e.value)
+    assert "bigint" in str(e.value) and "string" in str(e.value)
+    uri2 = str(tmp_path / "ev.parquet")
+    spark.createDataFrame([("b", "i", "heavy")], "basket_id string, item_id string, "
+                                                 "weight string").write.parquet(uri2)
+    with pytest.raises(io.InputError) as e:
+        io.read_input(spark, uri2, "events")
+    assert "'weight'" in str(e.value) and uri2 in str(e.value)
+
+
+def test_read_input_missing_path_is_clear(spark, tmp_path):
+    uri = str(tmp_path / "nope.parquet")
+    with pytest.raises(io.InputError, match="does not exist") as e:
+        io.read_input(spark, uri, "instances")
+    assert uri in str(e.value) and "input.instances" in str(e.value)
+    with pytest.raises(io.InputError, match="no path given"):
+        io.read_input(spark, None, "labels")
+
+
+@pytest.mark.parametrize("name", ["empty.csv", "empty.jsonl", "empty.parquet"])
+def test_read_input_empty_file_is_clear(spark, tmp_path, name):
+    uri = _write(tmp_path, name, b"")
+    with pytest.raises(io.InputError, match="empty") as e:
+        io.read_input(spark, uri, "instances")
+    assert uri in str(e.value)
+
+
+def test_read_input_empty_parquet_folder_is_clear(spark, tmp_path):
+    d = tmp_path / "emptydir"
+    d.mkdir()
+    with pytest.raises(io.InputError, match="empty"):
+        io.read_input(spark, str(d), "instances")
+
+
+def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path):
+    uri = _write(tmp_path, "ev.csv", "basket_id,item_id,weight\n"
+                                     "b1,i1,1.5\n"
+                                     "b1,i2,heavy\n"          # wrong type in a field
+                                     "b2,i3,1.0,extra\n"      # too many fields
+                                     "b2\n")                  # too few fields
+    rows = io.read_input(spark, uri, "events").collect()
+    assert len(rows) == 4                                       # every line accounted for
+    corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
+    assert corrupt == ["b1,i2,heavy", "b2", "b2,i3,1.0,extra"]
+    good = [r for r in rows if r._corrupt_record is None]
+    assert [(r.basket_id, r.item_id, r.weight) for r in good] == [("b1", "i1", 1.5)]
+
+
+def test_read_input_unparseable_json_lines_land_in_corrupt_record(spark, tmp_path):
+    uri = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1","text":"a"}\n'
+                                         'this is not json\n'
+                                         '{"instance_id":"i3","text":"c"\n')
+    rows = io.read_input(spark, uri, "instances").collect()
+    assert len(rows) == 3
+    corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
+    assert corrupt == sorted(['{"instance_id":"i3","text":"c"', "this is not json"])
+
+
+def test_read_input_csv_columns_in_any_order_and_extra_columns(spark, tmp_path):
+    uri = _write(tmp_path, "inst.csv", "text,extra,instance_id\nhello,x,i1\n")
+    rows = io.read_input(spark, uri, "instances").collect()
+    assert [(r.instance_id, r.text, r.split, r._corrupt_record) for r in rows] == [
+        ("i1", "hello", None, None)]
+
+
+def test_read_input_jsonl_keys_missing_on_first_lines_are_not_lost(spark, tmp_path):
+    # Spark's own JSON writer omits null fields: the first line may lack a key
+    uri = _write(tmp_path, "ev.jsonl", '{"basket_id":"b","item_id":"i"}\n'
+                                       '{"basket_id":"b","item_id":"j","weight":2.5}\n')
+    rows = sorted(io.read_input(spark, uri, "events").collect(), key=lambda r: r.item_id)
+    assert [r.weight for r in rows] == [None, 2.5]
+    uri2 = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n'
+                                          '{"instance_id":"i2","text":"t"}\n')
+    rows = sorted(io.read_input(spark, uri2, "instances").collect(), key=lambda r: r.instance_id)
+    assert [(r.instance_id, r.text) for r in rows] == [("i1", None), ("i2", "t")]

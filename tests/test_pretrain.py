@@ -1,0 +1,340 @@
+"""Stage 1 (pretraining) on a small real graph: citeulike-t articles + tags (label_text B_pre).
+
+The B_pre tables are built here from ``mult.dat`` / ``vocabulary.dat`` / ``tags.dat`` /
+``tag-item.dat`` (the first ``N_ARTICLES`` articles; tags on >= 5 of them; articles with at least
+one such tag), following docs/design.md: variant ``pina`` = B + I_inst + I_label + BT, variant
+``pina_naive`` = B. Article text: words by count desc (ties by vocabulary index), each repeated by
+its count (the rule of ``pina_spark.datasets``).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pina_spark import io
+from pina_spark.config import config_from_dict
+from pina_spark.folds import fold_of, is_heldout
+from pina_spark.pretrain import (build_y, exclude_self, g_dir, load_g, predict_g,
+                                 ranking_metrics, run_stage, save_g, train_g, OUTPUT_NODES,
+                                 TRAIN_ROWS)
+from pina_spark.vectorizer import PhiPre
+
+N_ARTICLES = 1000
+MIN_TAG = 5
+FOLDS = 2
+HOLDOUT = 0.2
+TFIDF = {"ngram_range": [1, 1], "max_feature": 20000, "min_df_cnt": 2, "max_df_ratio": 0.98,
+         "norm": "l2", "sublinear_tf": True}
+
+
+# --------------------------------------------------------------------------- data
+def _article_text(line, vocab):
+    bag = []
+    for e in line.split()[1:]:
+        w, c = e.split(":")
+        bag.append((-int(c), int(w)))
+    bag.sort()
+    return " ".join(" ".join([vocab[w]] * (-c)) for c, w in bag)
+
+
+def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.0):
+    """(nodes rows, edges rows) as plain lists following docs/design.md.
+
+    ``n_articles=None``: every article. ``test_fraction > 0``: articles with
+    ``in_sample_fraction(str(article), test_fraction, "pina-test")`` are test articles and, as in
+    the graph stage, absent from B_pre (tags are still kept by their count over all articles)."""
+    from pina_spark.folds import in_sample_fraction
+    read = lambda name: open(os.path.join(d, name), encoding="utf-8").read().split("\n")  # noqa
+    vocab, mult, tags, ti = read("vocabulary.dat"), read("mult.dat"), read("tags.dat"), \
+        read("tag-item.dat")
+    n_articles = len(mult) if n_articles is None else n_articles
+    tag_items = {}
+    for t, ln in enumerate(ti):
+        items = sorted({int(x) for x in ln.split()[1:] if int(x) < n_articles})
+        if len(items) >= min_tag:
+            if test_fraction > 0:
+                items = [a for a in items
+                         if not in_sample_fraction(str(a), test_fraction, "pina-test")]
+            if items:
+                tag_items[t] = items
+    tagged = sorted({a for items in tag_items.values() for a in items})
+    inst_ids = [f"a{a:05d}" for a in tagged]                       # sorted == numeric order
+    lab_ids = [f"t{t:05d}" for t in sorted(tag_items)]
+    n_inst = len(inst_ids)
+    inst_index = {a: i for i, a in enumerate(tagged)}
+    lab_index = {t: n_inst + j for j, t in enumerate(sorted(tag_items))}
+    nodes = [(i, io.KIND_INSTANCE, inst_ids[i], _article_text(mult[a], vocab), io.SPLIT_TRAIN)
+             for a, i in inst_index.items()]
+    nodes += [(j, io.KIND_LABEL, lab_ids[j - n_inst], tags[t].replace("-", " ").replace("_", " "),
+               None) for t, j in lab_index.items()]
+    edges = []
+    for t, items in tag_items.items():
+        lj = lab_index[t]
+        for a in items:
+            ii = inst_index[a]
+            for variant in ("pina", "pina_naive"):
+                edges.append((ii, lj, 1.0, "B", variant))
+            edges.append((lj, ii, 1.0, "BT", "pina"))
+        edges.append((lj, lj, 1.0, "I_label", "pina"))
+    for ii in inst_index.values():
+        edges.append((ii, ii, 1.0, "I_inst", "pina"))
+    return nodes, edges
+
+
+def _write_graph(spark, paths, nodes, edges):
+    from pyspark.sql import types as T
+    ndf = spark.createDataFrame(nodes, io.schema(io.NODES))
+    io.write_table(ndf, paths, io.NODES)
+    eschema = T.StructType([T.StructField(io.SRC_INDEX, T.LongType()),
+                            T.StructField(io.DST_INDEX, T.LongType()),
+                            T.StructField(io.WEIGHT, T.FloatType()),
+                            T.StructField(io.BLOCK, T.StringType()),
+                            T.StructField(io.VARIANT, T.StringType())])
+    io.write_table(spark.createDataFrame(edges, eschema), paths, io.PRETRAIN_EDGES,
+                   partition_by=[io.VARIANT])
+
+
+def _ctx(spark, cfg):
+    from pina_spark import pipeline
+    return pipeline.make_context(spark, cfg)
+
+
+@pytest.fixture(scope="module")
+def citeulike_run(spark, citeulike_dir, tmp_path_factory):
+    """One pretraining run on the small citeulike graph (minilm encoder, out_of_fold F=2)."""
+    import torch
+    torch.set_num_threads(2)
+    out = str(tmp_path_factory.mktemp("pretrain_run"))
+    nodes, edges = _citeulike_graph(citeulike_dir)
+    cfg = config_from_dict({
+        "output": out,
+        "pretrain": {"encoder": "minilm", "max_length": 32, "encode_batch_size": 64,
+                     "tfidf": TFIDF, "holdout_fraction": HOLDOUT, "dense_weight": 0.5,
+                     "xlinear": {"nr_splits": 8, "max_leaf_size": 50, "topk": 20}},
+        "neighbors": {"train_mode": "out_of_fold", "folds": FOLDS, "leave_self_out": True},
+    })
+    ctx = _ctx(spark, cfg)
+    _write_graph(spark, ctx.paths, nodes, edges)
+    stats = run_stage(ctx)
+    return {"cfg": cfg, "ctx": ctx, "stats": stats, "nodes": nodes, "edges": edges,
+            "models": ctx.paths.table(io.MODELS)}
+
+
+# --------------------------------------------------------------------------- small units
+def test_build_y_and_exclude_self():
+    Y = build_y(np.array([3, 3, 8, 8]), np.array([3, 9, 9, 9]), np.array([1, 1, 2, 1]),
+                np.array([3, 8]), np.array([3, 9]))
+    assert Y.toarray().tolist() == [[1.0, 1.0], [0.0, 3.0]]  # duplicates summed
+    with pytest.raises(ValueError):
+        build_y(np.array([4]), np.array([3]), np.ones(1), np.array([3, 8]), np.array([3, 9]))
+    P = exclude_self(Y, np.array([3, 8]), np.array([3, 9]))
+    assert P.toarray().tolist() == [[0.0, 1.0], [0.0, 3.0]]
+
+
+def test_ranking_metrics_by_hand():
+    P = sp.csr_matrix(np.array([[0.9, 0.8, 0.1, 0.0], [0.5, 0.5, 0.0, 0.7],
+                                [0.3, 0.0, 0.0, 0.0]], dtype=np.float32))
+    T = sp.csr_matrix(np.array([[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]))
+    m = ranking_metrics(P, T, (1, 3), (1, 3))
+    assert m["rows"] == 2                      # the row with no positive is skipped
+    assert m["P@1"] == pytest.approx(0.0)      # row0 top=col0 (miss), row1 top=col3 (miss)
+    # row0 top3 = 0,1,2 -> 2 hits; row1 top3 = 3,0,1 (tie 0.5: lower column first) -> 1 hit
+    assert m["P@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert m["R@3"] == pytest.approx((1.0 + 1.0) / 2)
+
+
+def test_g_dir():
+    assert g_dir("s3://b/r/models/", "pina") == "s3://b/r/models/g/pina/full"
+    assert g_dir("/x/models", "pina_naive", 0) == "/x/models/g/pina_naive/fold=0"
+
+
+def test_save_load_predict_only_identical_scores(tmp_path):
+    from pina_spark.config import XLinearConfig
+    rng = np.random.RandomState(0)
+    X = sp.random(300, 50, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    Y = sp.csr_matrix((rng.rand(300, 40) < 0.05).astype(np.float32))
+    xcfg = XLinearConfig(nr_splits=4, max_leaf_size=10, topk=10)
+    model = train_g(X, Y, xcfg)
+    out_nodes = np.arange(100, 140, dtype=np.int64)
+    save_g(model, out_nodes, str(tmp_path / "g"))
+    loaded, nodes_back = load_g(str(tmp_path / "g"), predict_only=True)
+    assert nodes_back.dtype == np.int64 and (nodes_back == out_nodes).all()
+    a = predict_g(model, X[:50], xcfg)
+    b = predict_g(loaded, X[:50], xcfg)
+    assert a.nnz > 0 and (a != b).nnz == 0
+    assert np.array_equal(a.indices, b.indices) and np.array_equal(a.data, b.data)
+
+
+# --------------------------------------------------------------------------- the stage
+def test_stage_artifacts_and_card(citeulike_run):
+    models = citeulike_run["models"]
+    assert os.path.exists(os.path.join(models, "_SUCCESS"))
+    for v in ("pina", "pina_naive"):
+        assert os.path.isdir(g_dir(models, v))
+        for f in range(FOLDS):
+            assert os.path.exists(os.path.join(g_dir(models, v, f), OUTPUT_NODES))
+    folds = json.load(open(os.path.join(models, "folds.json")))
+    assert folds["folds"] == FOLDS and "sha1" in folds["rule"]
+    card = json.load(open(os.path.join(models, "model_card.json")))
+    assert card["versions"]["libpecos"] and card["config"]["neighbors"]["folds"] == FOLDS
+    pina = card["variants"]["pina"]
+    n_inst = sum(1 for n in citeulike_run["nodes"] if n[1] == io.KIND_INSTANCE)
+    assert pina["instance_rows"] == n_inst and pina["self_edges_dropped"] == n_inst
+    assert pina["folds_train_s"] > 0 and len(pina["folds"]) == FOLDS
+    assert card["variants"]["pina_naive"]["label_rows"] == 0
+    rep = json.loads(io.read_bytes(citeulike_run["ctx"].paths.table("eval/pretrain.json")))
+    assert set(rep["variants"]) == {"pina", "pina_naive"}
+
+
+def test_heldout_p1_beats_popularity(citeulike_run):
+    """g's held-out P@1 (reported by the stage) vs predicting the most popular tag."""
+    nodes, edges = citeulike_run["nodes"], citeulike_run["edges"]
+    node_id = {n[0]: n[2] for n in nodes}
+    labels_of = {}
+    for s, d, _, b, v in edges:
+        if v == "pina" and b == "B":
+            labels_of.setdefault(s, set()).add(d)
+    held = {i for i in labels_of if is_heldout(node_id[i], HOLDOUT)}
+    assert 100 < len(held) < len(labels_of)
+    pop = {}
+    for i, labs in labels_of.items():
+        if i not in held:
+            for l in labs:
+                pop[l] = pop.get(l, 0) + 1
+    top = max(pop, key=lambda l: (pop[l], -l))
+    baseline_p1 = np.mean([top in labels_of[i] for i in held])
+    rep = json.loads(io.read_bytes(citeulike_run["ctx"].paths.table("eval/pretrain.json")))
+    for v in ("pina", "pina_naive"):
+        ev = rep["variants"][v]
+        assert ev["heldout_rows"] == len(held)
+        assert ev["P@1"] >= max(0.25, 3 * baseline_p1), (v, ev, baseline_p1)
+        assert ev["R@10"] > ev["R@1"]
+    assert citeulike_run["stats"]["pina_P@1"] == rep["variants"]["pina"]["P@1"]
+
+
+def test_fold_models_exclude_exactly_their_fold(citeulike_run):
+    models = citeulike_run["models"]
+    nodes = {n[0]: n for n in citeulike_run["nodes"]}
+    for v in ("pina", "pina_naive"):
+        srcs = np.unique([e[0] for e in citeulike_run["edges"] if e[4] == v])
+        full_rows = np.load(os.path.join(g_dir(models, v), TRAIN_ROWS))
+        full_out = np.load(os.path.join(g_dir(models, v), OUTPUT_NODES))
+        assert np.array_equal(full_rows, srcs)
+        assert np.array_equal(full_out, np.unique([e[1] for e in citeulike_run["edges"]
+                                                   if e[4] == v]))
+        seen = set()
+        for f in range(FOLDS):
+            rows = set(np.load(os.path.join(g_dir(models, v, f), TRAIN_ROWS)).tolist())
+            excluded = set(srcs.tolist()) - rows
+            expect = {s for s in srcs.tolist() if nodes[s][1] == io.KIND_INSTANCE
+                      and fold_of(nodes[s][2], FOLDS) == f}
+            assert excluded == expect and len(expect) > 0
+            assert all(nodes[s][1] == io.KIND_INSTANCE for s in excluded)
+            seen |= excluded
+            assert np.array_equal(np.load(os.path.join(g_dir(models, v, f), OUTPUT_NODES)),
+                                  full_out)
+        # every instance row is left out by exactly one fold model
+        assert seen == {s for s in srcs.tolist() if nodes[s][1] == io.KIND_INSTANCE}
+
+
+def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
+    """Batch Phi_pre rows of instance AND label nodes == each node vectorised alone by the encoder
+    and the tf-idf, then weighted and normalised by hand."""
+    phi = PhiPre.load(os.path.join(citeulike_run["models"], "vectorizer"))
+    nodes = citeulike_run["nodes"]
+    sample = nodes[::97][:12] + [n for n in nodes if n[1] == io.KIND_LABEL][:4]
+    texts = [n[3] for n in sample]
+    dense, sparse = phi.transform(texts, batch_size=5)
+    w = phi.dense_weight
+    for i, t in enumerate(texts):
+        dnn = phi.encoder.encode([t])[0].astype(np.float64)
+        tf = phi.preprocessor.predict([t]).toarray()[0].astype(np.float64)
+        d = w * dnn / np.linalg.norm(dnn)
+        s = (1 - w) * tf / np.linalg.norm(tf) if np.linalg.norm(tf) > 0 else tf
+        z = np.sqrt((d ** 2).sum() + (s ** 2).sum())
+        assert np.allclose(dense[i], d / z, atol=2e-5), sample[i][:3]
+        assert np.allclose(sparse[i].toarray()[0], s / z, atol=1e-6), sample[i][:3]
+
+
+def test_saved_models_reload_and_align(citeulike_run):
+    """Vectorizer + g reload (predict-only) from models/ and give the stage's scores back."""
+    models = citeulike_run["models"]
+    phi = PhiPre.load(os.path.join(models, "vectorizer"))
+    nodes = citeulike_run["nodes"]
+    sample = [n for n in nodes if n[1] == io.KIND_INSTANCE][:40]
+    X = phi.features([n[3] for n in sample])
+    cfg = citeulike_run["cfg"]
+    m1, out1 = load_g(g_dir(models, "pina"), predict_only=True)
+    m2, out2 = load_g(g_dir(models, "pina"), predict_only=False)
+    assert np.array_equal(out1, out2)
+    a, b = predict_g(m1, X, cfg.pretrain.xlinear), predict_g(m2, X, cfg.pretrain.xlinear)
+    assert a.shape == (len(sample), len(out1)) and a.nnz > 0
+    assert np.array_equal(a.indices, b.indices) and np.allclose(a.data, b.data, atol=1e-6)
+    # the full model was trained with these rows' labels: their top prediction is mostly a tag
+    # of theirs (a model fed misaligned rows would not be)
+    labels_of = {}
+    for s, d, _, blk, v in citeulike_run["edges"]:
+        if v == "pina" and blk == "B":
+            labels_of.setdefault(s, set()).add(d)
+    top = [out1[a.indices[a.indptr[r]:a.indptr[r + 1]][np.argmax(
+        a.data[a.indptr[r]:a.indptr[r + 1]])]] for r in range(len(sample))]
+    hit = np.mean([t in labels_of[n[0]] for t, n in zip(top, sample)])
+    assert hit >= 0.5, hit
+
+
+@pytest.mark.slow  # ~25 s of CPU, but 4+ minutes of wall time on the shared 2-core box
+def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tmp_path):
+    """encoder: xtransformer: fine-tune on a tiny B_pre (CPU, max_length 16, 4 steps), save the
+    encoder under vectorizer/encoder, reload it and encode; g stays XR-Linear on Phi_pre."""
+    import torch
+    from safetensors.numpy import load_file
+    from pina_spark.encoders import minilm_path
+    torch.set_num_threads(2)
+    nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)
+    cfg = config_from_dict({
+        "output": str(tmp_path / "run"),
+        "pretrain": {"encoder": "xtransformer", "max_length": 16, "encode_batch_size": 32,
+                     "tfidf": TFIDF, "holdout_fraction": 0.0,
+                     "xtransformer": {"num_train_epochs": 1, "max_steps": 4, "batch_size": 8,
+                                      "learning_rate": 5e-4},
+                     "xlinear": {"nr_splits": 4, "max_leaf_size": 20}},
+        "neighbors": {"train_mode": "in_sample"},
+    })
+    ctx = _ctx(spark, cfg)
+    _write_graph(spark, ctx.paths, nodes, edges)
+    stats = run_stage(ctx)
+    models = ctx.paths.table(io.MODELS)
+    vec = os.path.join(models, "vectorizer")
+    spec = json.load(open(os.path.join(vec, "encoder.json")))
+    assert spec["kind"] == "xtransformer" and spec["path"] == "encoder"
+    assert os.path.isdir(os.path.join(vec, "encoder", "text_encoder"))
+    card = json.load(open(os.path.join(models, "model_card.json")))
+    assert card["xtransformer"]["variant"] == "pina" and card["xtransformer"]["rows"] > 100
+    assert not os.path.exists(g_dir(models, "pina", 0))        # in_sample: no fold models
+    # the saved encoder was fine-tuned: its weights moved away from the MiniLM it started from
+    base = load_file(os.path.join(minilm_path(), "model.safetensors"))
+    enc_dir = os.path.join(vec, "encoder", "text_encoder", "text_encoder")
+    tuned_file = [f for f in os.listdir(enc_dir) if f.endswith((".safetensors", ".bin"))][0]
+    if tuned_file.endswith(".safetensors"):
+        tuned = load_file(os.path.join(enc_dir, tuned_file))
+    else:
+        tuned = {k: v.numpy() for k, v in torch.load(os.path.join(enc_dir, tuned_file)).items()}
+    key = "encoder.layer.5.output.dense.weight"
+    tk = [k for k in tuned if k.endswith(key)][0]
+    bk = [k for k in base if k.endswith(key)][0]
+    assert tuned[tk].shape == base[bk].shape
+    assert np.abs(tuned[tk] - base[bk]).max() > 1e-6
+    # executors: load from the folder alone, encode, Phi_pre rows unit norm, g predicts
+    phi = PhiPre.load(vec)
+    assert phi.encoder.kind == "xtransformer" and phi.dense_dim == 384
+    texts = [n[3] for n in nodes[:20]] + [""]
+    dense, sparse = phi.transform(texts)
+    norms = np.sqrt((dense ** 2).sum(1) + np.asarray(sparse.multiply(sparse).sum(1)).ravel())
+    assert np.allclose(norms[:-1], 1.0, atol=1e-5) and norms[-1] == 0.0
+    assert np.allclose(phi.encoder.encode(texts[:5]), phi.encoder.encode(texts[:5]), atol=1e-5)
+    model, out_nodes = load_g(g_dir(models, "pina"))
+    pred = predict_g(model, phi.features(texts[:5]), cfg.pretrain.xlinear)
+    assert pred.shape == (5, len(out_nodes)) and pred.nnz > 0
+    assert stats["encoder"] == "xtransformer"

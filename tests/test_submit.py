@@ -1,0 +1,76 @@
+"""Every ``jobs/<stage>.py`` through the real ``spark-submit --master local[2]`` on the demo data,
+in stage order, as EMR steps run them (the run itself is the session fixture
+``demo_submit_run``: tests/demo_run.py); and the EMR step lists match the jobs.
+
+Runs in ``make test`` (marked ``submit``; deselect with ``-m 'not submit'``). A stage whose module
+is not importable is skipped with the reason (and so are the stages after it).
+"""
+import json
+import os
+
+import pytest
+
+from demo_run import JOBS, last_json
+from pina_spark import io, pipeline
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.submit
+
+
+def test_every_job_is_a_stage():
+    assert list(JOBS) == list(pipeline.STAGES)
+    assert sorted(f for f in os.listdir(os.path.join(ROOT, "jobs")) if f.endswith(".py")) == \
+        sorted(JOBS.values())
+    for stage, job in JOBS.items():
+        text = open(os.path.join(ROOT, "jobs", job)).read()
+        assert f'job_main("{stage}")' in text and "spark-submit" in text
+
+
+@pytest.mark.parametrize("name", ["steps.json", "steps-gpu.json"])
+def test_emr_steps_cover_the_pipeline_in_order(name):
+    steps = json.load(open(os.path.join(ROOT, "conf", "emr", name)))
+    jobs = []
+    for s in steps:
+        args = s["Args"]
+        assert s["Jar"] == "command-runner.jar" and args[0] == "spark-submit"
+        assert args[args.index("--master") + 1] == "yarn"
+        wheel = args[args.index("--py-files") + 1]
+        assert wheel.startswith("s3://") and wheel.endswith("-py3-none-any.whl")
+        conf = args[args.index("--config") + 1]
+        assert conf.startswith("s3://") and conf.endswith(("/emr.yaml", "/emr-gpu.yaml"))
+        script = [a for a in args if a.startswith("s3://") and "/jobs/" in a]
+        assert len(script) == 1 and args.index(script[0]) < args.index("--config")
+        jobs.append(script[0].rsplit("/", 1)[1])
+        assert args[args.index("--run-date") + 1] == "RUN_DATE"
+    assert jobs == [JOBS[s] for s in pipeline.STAGES]
+
+
+def test_bootstrap_script_is_valid_bash():
+    import subprocess
+    r = subprocess.run(["bash", "-n", os.path.join(ROOT, "conf", "emr", "bootstrap.sh")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("stage", list(JOBS))
+def test_spark_submit_stage(stage, demo_submit_run):
+    run = demo_submit_run
+    res = run["results"].get(stage)
+    if res is None:
+        pytest.skip(f"stage {stage} not run: {run['error']}")
+    if "skip" in res:
+        pytest.skip(f"stage {stage}: {res['skip']}")
+    assert res["rc"] == 0, f"spark-submit jobs/{JOBS[stage]} failed:\n{res['stderr'][-6000:]}"
+    assert last_json(res["stdout"])["stages"] == {stage: "ran"}
+    # progress lines of the pipeline in the driver log (spark-submit's PythonRunner merges the
+    # Python driver's stderr into its stdout)
+    log_text = res["stdout"] + res["stderr"]
+    assert f"stage {stage}: start" in log_text and f"stage {stage}: done in" in log_text
+    paths = io.RunPaths(run["output"])
+    for rel in pipeline.STAGES[stage].outputs:
+        assert os.path.exists(os.path.join(paths.table(rel), "_SUCCESS")), rel
+    with open(paths.manifest) as fh:
+        data = json.load(fh)
+    entry = data["stages"][stage]
+    assert entry["status"] == "complete" and entry["duration_s"] >= 0
+    assert data["libraries"]["pyspark"]
