@@ -9,7 +9,7 @@ Examples
 >>> cfg = config_from_dict({"output": "/tmp/run", "input": {"instances": "i.parquet"}})
 >>> cfg.neighbors.k
 5
->>> config_from_dict({"output": "/tmp/run", "neighbours": {}})
+>>> config_from_dict({"output": "/tmp/run", "neighbours": {}})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 pina_spark.config.ConfigError: <dict>: unknown key 'neighbours' (known: aggregate, evaluate, ...)
