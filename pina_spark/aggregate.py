@@ -307,17 +307,7 @@ def _count_rows(uri: str) -> Optional[int]:
 
 
 def _output_schema():
-    from pyspark.sql import types as T
-    arr = T.ArrayType
-    return T.StructType([
-        T.StructField(io.INSTANCE_ID, T.StringType()),
-        T.StructField(io.SPLIT, T.StringType()),
-        T.StructField(io.DENSE, arr(T.FloatType())),
-        T.StructField(io.SPARSE_INDICES, arr(T.IntegerType())),
-        T.StructField(io.SPARSE_VALUES, arr(T.FloatType())),
-        T.StructField(io.NEIGHBOR_IDS, arr(T.StringType())),
-        T.StructField(io.NEIGHBOR_WEIGHTS, arr(T.FloatType())),
-    ])
+    return io.schema(io.FEATURES)
 
 
 def _instances(nodes, selection=None):

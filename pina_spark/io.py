@@ -105,6 +105,13 @@ def _schemas():
                                   T.StructField(SPARSE_VALUES, arr(f))]),
         NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, l, False),
                                  T.StructField(NEIGHBOR, arr(l)), T.StructField(SCORE, arr(f))]),
+        # partitioned by VARIANT and SPLIT on disk (SPLIT is also kept as a column)
+        FEATURES: T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(SPLIT, s),
+                                T.StructField(DENSE, arr(f)),
+                                T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
+                                T.StructField(SPARSE_VALUES, arr(f)),
+                                T.StructField(NEIGHBOR_IDS, arr(s)),
+                                T.StructField(NEIGHBOR_WEIGHTS, arr(f))]),
     }
 
 

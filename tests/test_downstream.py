@@ -82,14 +82,7 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
                 nb = [lab_ids[l] for l in labels_of[p]][:2] + [inst_ids[(p + 1) % n_inst]]
                 rows.append((iid, splits[p], [float(x) for x in d], idx, vals, nb,
                              [1.0 / len(nb)] * len(nb), v))
-        schema = T.StructType([
-            T.StructField(io.INSTANCE_ID, T.StringType()), T.StructField(io.SPLIT, T.StringType()),
-            T.StructField(io.DENSE, T.ArrayType(T.FloatType())),
-            T.StructField(io.SPARSE_INDICES, T.ArrayType(T.IntegerType())),
-            T.StructField(io.SPARSE_VALUES, T.ArrayType(T.FloatType())),
-            T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
-            T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
-            T.StructField(io.VARIANT, T.StringType())])
+        schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
         io.write_table(spark.createDataFrame(rows, schema), paths, io.FEATURES,
                        partition_by=(io.VARIANT, io.SPLIT))
     truth = {inst_ids[i]: {lab_ids[l] for l in labels_of[i]} for i in range(n_inst)}

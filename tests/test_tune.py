@@ -75,14 +75,7 @@ def fake_aggregate_stage(ctx):
                      [float(x) for x in by[i][io.SPARSE_VALUES]],
                      [ids[int(j)] for j in r[io.NEIGHBOR]], [float(w) for w in r[io.SCORE]],
                      r[io.VARIANT]))
-    schema = T.StructType([
-        T.StructField(io.INSTANCE_ID, T.StringType()), T.StructField(io.SPLIT, T.StringType()),
-        T.StructField(io.DENSE, T.ArrayType(T.FloatType())),
-        T.StructField(io.SPARSE_INDICES, T.ArrayType(T.IntegerType())),
-        T.StructField(io.SPARSE_VALUES, T.ArrayType(T.FloatType())),
-        T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
-        T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
-        T.StructField(io.VARIANT, T.StringType())])
+    schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
     io.write_table(spark.createDataFrame(rows, schema), ctx.paths, io.FEATURES,
                    partition_by=(io.VARIANT, io.SPLIT))
     return {"rows": len(rows)}
