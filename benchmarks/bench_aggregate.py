@@ -240,8 +240,9 @@ def main(argv=None):
     ap.add_argument("--strategy", default="auto", choices=["auto", "broadcast", "shuffle"])
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--driver-memory", default="4g")
-    ap.add_argument("--writer", default="spark", choices=["spark", "arrow"],
-                    help="how features are written (spark.pina.aggregate.writer)")
+    ap.add_argument("--writer", default="auto", choices=["auto", "spark", "arrow"],
+                    help="how features are written (spark.pina.aggregate.writer; auto = arrow "
+                         "on local paths)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -1,27 +1,63 @@
 """Train/test parity of predicted neighbours (issue #9 evidence).
 
-For each variant and split: the precision of an instance's predicted label-neighbours against its
-own true labels. With ``neighbors.train_mode: in_sample`` the train rows' neighbours are far better
-than the test rows' (g saw the train rows), which shifts the downstream model; ``out_of_fold``
-should bring the two splits level.
+For each variant and split: how much an instance's predicted neighbours say about its own true
+labels. A label neighbour is a hit when it is one of the instance's labels; an instance
+neighbour (i2i / both modes) scores the share of ITS labels that the instance also has. With
+``neighbors.train_mode: in_sample`` the train rows' neighbours are far better than the test
+rows' (g saw the train rows), which shifts the downstream model; ``out_of_fold`` should bring the
+two splits level.
 
-Usage: python benchmarks/neighbor_parity.py RUN_ROOT      (e.g. runs/citeulike-t)
+Usage: python benchmarks/neighbor_parity.py RUN_ROOT [--graph-labels]   (e.g. runs/citeulike-t)
+``--graph-labels`` (runs with ``task.labels: graph``, where a label is an item): an instance
+neighbour that is one of the item's labels (same id) counts as a hit.
 Reads the run's ``nodes``, ``graph/instance_labels`` and ``neighbors`` Parquet tables with pyarrow.
 """
-import sys, numpy as np, pyarrow.parquet as pq, pyarrow.dataset as ds
+import os
+import sys
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
 root = sys.argv[1]
+graph_labels = "--graph-labels" in sys.argv[2:]
 nodes = pq.read_table(f"{root}/nodes").to_pandas()
 il = pq.read_table(f"{root}/graph/instance_labels").to_pandas()
 truth = il.groupby("instance_index")["label_index"].apply(set).to_dict()
-split = dict(zip(nodes.node_index, nodes.split)); kind = dict(zip(nodes.node_index, nodes.kind))
+split = dict(zip(nodes.node_index, nodes.split))
+kind = dict(zip(nodes.node_index, nodes.kind))
+node_id = dict(zip(nodes.node_index, nodes.node_id))
+# task.labels graph: a label IS an item; an instance neighbour that is one of the item's labels
+# (same id) is a hit too
+truth_ids = {i: {node_id[l] for l in ls} for i, ls in truth.items()}
 for variant in ("pina_naive", "pina"):
-    nb = ds.dataset(f"{root}/neighbors/variant={variant}", format="parquet").to_table().to_pandas()
+    path = f"{root}/neighbors/variant={variant}"
+    if not os.path.isdir(path):
+        continue
+    nb = ds.dataset(path, format="parquet").to_table().to_pandas()
     for sp in ("train", "test"):
         rows = nb[[split.get(i) == sp for i in nb.instance_index]]
-        hit = tot = lab = n = top1 = 0
+        lab_hit = lab_tot = inst_prec = inst_tot = inst_item_hit = n = top1 = 0
         for i, ns in zip(rows.instance_index, rows.neighbor):
-            t = truth.get(i, set()); labs = [j for j in ns if kind[j] == "label"]
-            hit += sum(j in t for j in labs); tot += len(labs); n += len(ns); lab += len(labs)
-            top1 += bool(labs) and labs[0] in t
-        print(f"{variant:10s} {sp:5s} rows={len(rows):6d} label-neighbour precision={hit/max(tot,1):.3f} "
-              f"top-1 label hit={top1/max(len(rows),1):.3f} share of neighbours that are labels={lab/max(n,1):.3f}")
+            t = truth.get(i, set())
+            n += len(ns)
+            for r, j in enumerate(ns):
+                if kind[j] == "label":
+                    lab_hit += j in t
+                    lab_tot += 1
+                    hit = j in t
+                else:
+                    theirs = truth.get(j, set())
+                    p = len(theirs & t) / len(theirs) if theirs else 0.0
+                    inst_prec += p
+                    inst_tot += 1
+                    item_hit = graph_labels and node_id[j] in truth_ids.get(i, ())
+                    inst_item_hit += item_hit
+                    hit = p > 0 or item_hit
+                if r == 0:
+                    top1 += bool(hit)
+        print(f"{variant:10s} {sp:5s} rows={len(rows):6d} "
+              f"label-neighbour precision={lab_hit / max(lab_tot, 1):.3f} (n={lab_tot}) "
+              f"instance-neighbour label precision={inst_prec / max(inst_tot, 1):.3f} "
+              f"(n={inst_tot}) instance-neighbour is a label of it (same id)="
+              f"{inst_item_hit / max(inst_tot, 1):.3f} top-1 neighbour hit={top1 / max(len(rows), 1):.3f} "
+              f"share of neighbours that are labels={lab_tot / max(n, 1):.3f}")

@@ -57,9 +57,11 @@ Strategies (``aggregate.strategy``)
 
 Writing
 -------
-By default ``features`` is written with :func:`pina_spark.io.write_table` (JVM Parquet writer;
-dictionary encoding off for this write). With the Spark conf ``spark.pina.aggregate.writer=arrow``
-the reduction tasks write their Parquet files themselves with pyarrow into the same staging
+``spark.pina.aggregate.writer`` (Spark conf) = ``auto`` (default) | ``arrow`` | ``spark``; ``auto``
+is ``arrow`` where pyarrow can write the staging folder (local paths, ``s3://``) and ``spark``
+elsewhere (:func:`choose_writer`). ``spark``: :func:`pina_spark.io.write_table` (JVM Parquet
+writer; dictionary encoding off for this write). ``arrow``: the reduction tasks write their
+Parquet files themselves with pyarrow into the same staging
 folder (``variant=/split=`` layout, deterministic file names so retried attempts replace their
 files), and the driver adds ``_SUCCESS`` and publishes with :func:`pina_spark.io.publish`: the
 vectors never cross into the JVM, which on 2 cores is most of the stage's time
@@ -88,14 +90,15 @@ from . import faults, io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "build_features", "choose_strategy", "estimate_embeddings_mb",
+__all__ = ["run_stage", "build_features", "choose_strategy", "choose_writer",
+           "estimate_embeddings_mb",
            "resolve_sparse_dim", "export_csr", "VARIANT_VECTORIZER_ONLY", "FEATURES_META"]
 
 VARIANT_VECTORIZER_ONLY = "vectorizer_only"
-#: Spark conf choosing how ``features`` is written: ``spark`` (default: io.write_table, the
-#: JVM Parquet writer) or ``arrow`` (the executors write the Parquet files with pyarrow into
-#: the staging folder, then the same _SUCCESS + atomic publish). Set it with
-#: ``--set spark.conf.spark.pina.aggregate.writer=arrow``.
+#: Spark conf choosing how ``features`` is written: ``auto`` (default, see
+#: :func:`choose_writer`), ``arrow`` (the executors write the Parquet files with pyarrow into
+#: the staging folder, then the same _SUCCESS + atomic publish) or ``spark`` (io.write_table,
+#: the JVM Parquet writer). Set it with ``--set spark.conf.spark.pina.aggregate.writer=spark``.
 WRITER_CONF = "spark.pina.aggregate.writer"
 #: small JSON written into the published features folder: dense/sparse widths per variant
 FEATURES_META = "_pina_features.json"
@@ -322,14 +325,6 @@ def _instances(nodes, selection=None):
     return inst
 
 
-def _collect_arrow(df):
-    """All rows of a (small, id-only or broadcastable) DataFrame as a pyarrow Table."""
-    if hasattr(df, "toArrow"):
-        return df.toArrow()
-    import pyarrow as pa  # Spark < 4.0
-    return pa.Table.from_batches(df._collect_as_arrow())
-
-
 def _read_arrow(df, uri: Optional[str], columns: List[str]):
     """Read ``columns`` of a table on the driver: pyarrow straight from the Parquet files when
     ``uri`` is a readable file table (fast, multi-threaded), else through Spark."""
@@ -337,7 +332,7 @@ def _read_arrow(df, uri: Optional[str], columns: List[str]):
         dset = _parquet_fragments(uri)
         if dset is not None and all(c in dset.schema.names for c in columns):
             return dset.to_table(columns=columns)
-    return _collect_arrow(df.select(*columns))
+    return io.collect_arrow(df.select(*columns))
 
 
 def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dict[str, Any]:
@@ -545,12 +540,10 @@ def run_stage(ctx) -> Dict[str, Any]:
     if S is None:
         log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models)
     plan = faults.fault_plan(cfg, "aggregate")
-    writer = (spark.conf.get(WRITER_CONF, None) or "spark").strip().lower()
-    if writer not in ("spark", "arrow"):
-        raise ValueError(f"{WRITER_CONF}: {writer!r} is not one of spark, arrow")
+    staging = paths.staging(io.FEATURES)
+    writer, writer_reason = choose_writer(spark.conf.get(WRITER_CONF, None), staging)
     sink = None
     if writer == "arrow":
-        staging = paths.staging(io.FEATURES)
         sink = {"uri": staging, "compression": spark.conf.get(
             "spark.sql.parquet.compression.codec", "zstd")}
     df, info = build_features(spark, nodes, emb, nbrs, cfg.aggregate, sparse_dim=S,
@@ -567,6 +560,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         if bc is not None:
             bc.unpersist()
     info["writer"] = writer
+    info["writer_reason"] = writer_reason
     write_s = time.time() - t1
     meta = _features_meta(info)
     io.write_bytes(final.rstrip("/") + "/" + FEATURES_META,
@@ -576,6 +570,32 @@ def run_stage(ctx) -> Dict[str, Any]:
                  time_s=round(time.time() - t0, 2))
     log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], info["reason"])
     return stats
+
+
+def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str]:
+    """``(writer, reason)`` for ``spark.pina.aggregate.writer`` = ``auto`` (default) | ``arrow`` |
+    ``spark``. ``auto`` takes the executor-side pyarrow writer where pyarrow can write the
+    staging folder (a local/``file://`` path or ``s3://``) and the JVM writer elsewhere
+    (``hdfs://``, ``s3a://``, ``gs://``, ...).
+
+    Examples
+    --------
+    >>> choose_writer(None, "/tmp/run/_staging/features")[0]
+    'arrow'
+    >>> choose_writer("auto", "hdfs:///runs/x/_staging/features")[0]
+    'spark'
+    >>> choose_writer("spark", "s3://bucket/run/_staging/features")
+    ('spark', 'spark.pina.aggregate.writer=spark')
+    """
+    value = (conf_value or "auto").strip().lower()
+    if value not in ("auto", "spark", "arrow"):
+        raise ValueError(f"{WRITER_CONF}: {value!r} is not one of auto, spark, arrow")
+    if value != "auto":
+        return value, f"{WRITER_CONF}={value}"
+    if not io.is_remote(staging_uri) or staging_uri.startswith("s3://"):
+        return "arrow", "auto: pyarrow can write the staging folder"
+    return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
+                     f"here; JVM Parquet writer")
 
 
 def _publish_sink(spark, df, staging: str, paths) -> str:

@@ -71,8 +71,11 @@ OUTPUT_NODES = "output_nodes.npy"
 ENCODER_JSON = "encoder.json"
 ROUTE = "_route"
 BLOCK = "_block"
+DEAL = "_deal"
 TWIN = "_twin"
 FULL_ROUTE = -1
+#: the neighbours stage broadcasts (instance_index, node_id, split, twin) up to this many rows
+BROADCAST_INSTANCES_MAX_ROWS = 2_000_000
 
 EMBED_SCHEMA = (f"{io.NODE_INDEX} long, {io.DENSE} array<float>, "
                 f"{io.SPARSE_INDICES} array<int>, {io.SPARSE_VALUES} array<float>")
@@ -461,12 +464,18 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
     inf = inference_cfg
     bs = int(inf.batch_size)
     parts = _n_partitions(n_rows, inf.rows_per_task)
+    # Blocks of ``batch_size`` consecutive node indices are the encoder's batches (the same
+    # batches on any partitioning, hence identical numbers); they are dealt to the tasks round
+    # robin (block mod parts, then block), so that every task gets a mix of long instance texts
+    # and short label texts (node indices put instances first): contiguous ranges made the
+    # label-heavy last task finish early and leave a core idle while the others ran.
     df = (nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX),
                           F.col(io.TEXT))
           .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
-          .repartitionByRange(parts, BLOCK)
+          .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
+          .repartitionByRange(parts, DEAL, BLOCK)
           .sortWithinPartitions(io.NODE_INDEX)
-          .drop(BLOCK))
+          .drop(BLOCK, DEAL))
     fn = _make_embed_fn(vectorizer_uri, version, inf.device, int(inf.torch_threads), bs,
                         fault_plan, accumulator, load_fn or load_vectorizer)
     return df.mapInArrow(fn, EMBED_SCHEMA)
@@ -710,7 +719,10 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
 
     inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
         F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
-    if nb.leave_self_out:
+    if nb.leave_self_out and cfg.task.labels == "graph":
+        # task.labels graph: an item's label node is the same item as its instance node
+        # ("twin"), excluded like self. With given labels, ids of labels and instances are
+        # unrelated namespaces (citeulike-t numbers both from 0): no twins.
         twins = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
             io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
         inst = inst.join(twins, io.NODE_ID, "left")
@@ -721,7 +733,11 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
         io.SPARSE_VALUES)
     # driven by the embeddings (an incremental run hands this stage a subset of them); every
     # instance with an embedding gets a row, with empty arrays when it has no neighbour
-    df = inst.join(emb, io.INSTANCE_INDEX, "inner")
+    # the narrow instance table goes to the embeddings (broadcast while it is small), so the
+    # wide embedding rows are shuffled once, by the repartition below, not by this join too
+    if n_inst <= BROADCAST_INSTANCES_MAX_ROWS:
+        inst = F.broadcast(inst)
+    df = emb.join(inst, io.INSTANCE_INDEX, "inner")
     if out_of_fold:
         route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_route_expr(io.NODE_ID, n_folds)) \
             .otherwise(F.lit(FULL_ROUTE))

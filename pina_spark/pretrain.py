@@ -41,7 +41,13 @@ Decisions (what the public reference gets wrong, and how it is done here)
   ``neighbors.folds`` models per variant; model ``f`` is trained on all rows except the INSTANCE
   rows with ``folds.fold_of(node_id, F) == f`` (label rows always kept). The output space and
   ``output_nodes.npy`` are identical to the full model's. ``train_rows.npy`` next to each model
-  lists the node indices of its training rows.
+  lists the node indices of its training rows. With ``task.labels: graph`` an item is both an
+  instance node and a label node (same ``node_id``); the label row of an item lists the train
+  items co-bought with it, i.e. the item's own labels, so model ``f`` also leaves out the LABEL
+  rows of fold f's items (and the held-out evaluation those of the held-out items), and the
+  item's label node is excluded from its predictions like self. Otherwise a train item's "out of
+  fold" neighbours would be read from its own label row, a train-only leak that test items (never
+  labels) cannot get.
 - **Held-out report.** Instance input rows with ``folds.is_heldout(node_id, holdout_fraction)``
   are held out; an evaluation model is trained without them (same Y otherwise), predicts them,
   self is excluded from predictions and from the truth, and P@1/3/5, R@1/3/5/10 are averaged over
@@ -170,8 +176,10 @@ def build_y(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarr
     return Y
 
 
-def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray):
-    """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]``.
+def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray,
+                 twin_nodes: Optional[np.ndarray] = None):
+    """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]`` (and the
+    column of ``twin_nodes[r]`` when given and >= 0: the item's label node, task.labels: graph).
 
     Examples
     --------
@@ -182,12 +190,16 @@ def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray):
     """
     import scipy.sparse as sp
     pred = sp.csr_matrix(pred, copy=True)
-    pos = np.searchsorted(output_nodes, row_nodes)
-    pos = np.minimum(pos, len(output_nodes) - 1)
-    hit = output_nodes[pos] == row_nodes
-    for r in np.flatnonzero(hit):
-        s, e = pred.indptr[r], pred.indptr[r + 1]
-        pred.data[s:e][pred.indices[s:e] == pos[r]] = 0.0
+    for nodes_r in (row_nodes, twin_nodes):
+        if nodes_r is None or not len(output_nodes):
+            continue
+        nodes_r = np.asarray(nodes_r, dtype=np.int64)
+        pos = np.searchsorted(output_nodes, nodes_r)
+        pos = np.minimum(pos, len(output_nodes) - 1)
+        hit = (output_nodes[pos] == nodes_r) & (nodes_r >= 0)
+        for r in np.flatnonzero(hit):
+            s, e = pred.indptr[r], pred.indptr[r + 1]
+            pred.data[s:e][pred.indices[s:e] == pos[r]] = 0.0
     pred.eliminate_zeros()
     return pred
 
@@ -315,40 +327,13 @@ def predict_g(model, X, xcfg, topk: Optional[int] = None):
 
 # --------------------------------------------------------------------------- inputs
 def collect_arrow(df):
-    """Collect a (small) DataFrame to pandas through Arrow, never row by row through py4j.
+    """Collect a (small) DataFrame to pandas through Arrow (:func:`pina_spark.io.collect_arrow`).
 
     Examples
     --------
     >>> pdf = collect_arrow(spark.range(3))  # doctest: +SKIP
     """
-    collect = getattr(df, "_collect_as_arrow", None)
-    if collect is not None:
-        try:
-            import pyarrow as pa
-            batches = collect()
-            if batches:
-                return pa.Table.from_batches(batches).to_pandas()
-            return pa.Table.from_batches([], schema=_arrow_schema(df)).to_pandas()
-        except Exception as e:  # pragma: no cover - Spark builds without the private API
-            log.debug("_collect_as_arrow failed (%s); using Arrow-enabled toPandas", e)
-    spark = df.sparkSession
-    key = "spark.sql.execution.arrow.pyspark.enabled"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, "true")
-    try:
-        return df.toPandas()
-    finally:
-        if old is not None:
-            spark.conf.set(key, old)
-
-
-def _arrow_schema(df):
-    try:
-        from pyspark.sql.pandas.types import to_arrow_schema
-        return to_arrow_schema(df.schema)
-    except Exception:  # pragma: no cover
-        import pyarrow as pa
-        return pa.schema([])
+    return io.collect_arrow(df).to_pandas()
 
 
 def _load_inputs(spark, paths):
@@ -391,7 +376,47 @@ class _Nodes:
 
 
 # --------------------------------------------------------------------------- the stage
-def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool) -> Dict[str, Any]:
+def _twins(rows: np.ndarray, cols: np.ndarray, nodes: _Nodes, is_inst: np.ndarray):
+    """``task.labels: graph``: items are instances AND labels (same ``node_id``). Returns
+    ``(twin_col_node, entity)``: for every row, the node index of the LABEL node with the row's
+    id when that node is an output column (else -1), and the id of the train instance the row
+    stands for (its own id for instance rows; for a label row, its id when that item is also an
+    instance row, else ``None``)."""
+    row_ids = nodes.node_id[nodes.pos(rows)]
+    col_kind = nodes.kind[nodes.pos(cols)]
+    col_ids = nodes.node_id[nodes.pos(cols)]
+    label_col = {i: int(n) for i, n, k in zip(col_ids, cols, col_kind) if k == io.KIND_LABEL}
+    twin = np.array([label_col.get(i, -1) if inst else -1
+                     for i, inst in zip(row_ids, is_inst)], dtype=np.int64)
+    inst_ids = set(row_ids[is_inst].tolist())
+    entity = np.array([i if (inst or i in inst_ids) else None
+                       for i, inst in zip(row_ids, is_inst)], dtype=object)
+    return twin, entity
+
+
+def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
+    """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F)`` for
+    rows that stand for a train instance (instance rows; with ``task.labels: graph`` also the
+    label rows of those items, see :func:`_twins`), ``-1`` for the other label rows.
+
+    Examples
+    --------
+    >>> from pina_spark.folds import fold_of
+    >>> f = row_folds(np.array(["a", None, "a"], dtype=object), 5)
+    >>> f[1], f[0] == f[2] == fold_of("a", 5)
+    (-1, True)
+    """
+    out = np.full(len(entity), -1, dtype=np.int64)
+    has = np.array([e is not None for e in entity], dtype=bool)
+    out[has] = [fold_of(e, folds) for e in entity[has]]
+    return out
+
+
+def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
+                     twins: bool = False) -> Dict[str, Any]:
+    """One variant's XMC problem. ``twins`` (``task.labels: graph``): an item's label node is the
+    same item as its instance node; held-out and fold exclusions then drop both rows, and the
+    twin is excluded from predictions like self (see :func:`_twins`)."""
     e = epdf[epdf[io.VARIANT] == variant]
     src = e[io.SRC_INDEX].to_numpy(dtype=np.int64)
     dst = e[io.DST_INDEX].to_numpy(dtype=np.int64)
@@ -406,8 +431,14 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool) ->
         keep = ~((src == dst) & src_is_inst)
     Y = build_y(src[keep], dst[keep], w[keep], rows, cols)
     is_inst = row_kind == io.KIND_INSTANCE
+    row_ids = nodes.node_id[nodes.pos(rows)]
+    if twins:
+        twin_col, entity = _twins(rows, cols, nodes, is_inst)
+    else:
+        twin_col = np.full(len(rows), -1, dtype=np.int64)
+        entity = np.where(is_inst, row_ids, None).astype(object)
     return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
-            "row_ids": nodes.node_id[nodes.pos(rows)],
+            "row_ids": row_ids, "twin_col": twin_col, "entity": entity,
             "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),
                       "label_rows": int((~is_inst).sum()), "output_nodes": int(len(cols)),
                       "output_instance_nodes": int(
@@ -415,6 +446,7 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool) ->
                       "edges": int(len(src)), "edges_by_block": {str(k): int(v) for k, v
                                                                   in blocks.items()},
                       "self_edges_dropped": int((~keep).sum()),
+                      "twin_label_rows": int(sum(e is not None for e in entity[~is_inst])),
                       "positives": int(Y.nnz),
                       "rows_without_positive": int((np.diff(Y.indptr) == 0).sum())}}
 
@@ -482,7 +514,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     epdf, npdf = _load_inputs(spark, paths)
     nodes = _Nodes(npdf)
     variants = sorted(epdf[io.VARIANT].unique().tolist())
-    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out) for v in variants}
+    twins = cfg.task.labels == "graph"
+    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out, twins)
+                for v in variants}
     for v, pb in problems.items():
         log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
     # one node list for Phi_pre: the union of every variant's input rows (sorted node index)
@@ -538,7 +572,8 @@ def run_stage(ctx) -> Dict[str, Any]:
         folds_doc = {"train_mode": ncfg.train_mode, "folds": F if out_of_fold else 0,
                      "rule": FOLD_RULE, "leave_self_out": ncfg.leave_self_out,
                      "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
-                                        "rows of fold f"}
+                                        "rows of fold f (task.labels graph: and without the "
+                                        "label rows of those items)"}
         with open(os.path.join(tmp, FOLDS_JSON), "w") as fh:
             json.dump(folds_doc, fh, indent=1, sort_keys=True)
         card["folds"] = folds_doc
@@ -572,23 +607,28 @@ def run_stage(ctx) -> Dict[str, Any]:
 
 def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
                    report: Dict[str, Any]) -> Dict[str, Any]:
-    rows, cols, Y, is_inst, ids = pb["rows"], pb["cols"], pb["Y"], pb["is_inst"], pb["row_ids"]
+    rows, cols, Y, is_inst = pb["rows"], pb["cols"], pb["Y"], pb["is_inst"]
+    entity, twin = pb["entity"], pb["twin_col"]
     vcard: Dict[str, Any] = dict(pb["stats"])
-    # held-out evaluation (model not saved)
+    # held-out evaluation (model not saved): the held-out instance rows, and (task.labels:
+    # graph) the label rows of the same items, are left out of the evaluation model
     if pcfg.holdout_fraction > 0:
-        held = is_inst & np.array([is_heldout(i, pcfg.holdout_fraction) for i in ids], bool)
+        out = np.array([e is not None and is_heldout(e, pcfg.holdout_fraction) for e in entity],
+                       dtype=bool)
+        held = is_inst & out
         if held.any() and (~held).any():
             t0 = time.time()
-            m = train_g(X[~held], Y[~held], xcfg, what=f"g[{v}/holdout-eval]")
+            m = train_g(X[~out], Y[~out], xcfg, what=f"g[{v}/holdout-eval]")
             train_s = time.time() - t0
             with tempfile.TemporaryDirectory() as d:
                 size = save_g(m, cols, d)
             kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
             pred = exclude_self(predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)),
-                                rows[held], cols)
-            truth = exclude_self(Y[held], rows[held], cols)
+                                rows[held], cols, twin[held])
+            truth = exclude_self(Y[held], rows[held], cols, twin[held])
             ev = ranking_metrics(pred, truth)
-            ev.update({"heldout_rows": int(held.sum()), "train_rows": int((~held).sum()),
+            ev.update({"heldout_rows": int(held.sum()), "train_rows": int((~out).sum()),
+                       "heldout_twin_label_rows": int((out & ~is_inst).sum()),
                        "train_s": round(train_s, 2), "model_size_bytes": size})
             log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
             vcard["heldout_eval"] = ev
@@ -605,8 +645,7 @@ def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
     vcard["full"] = {"train_s": round(secs, 2), "size_bytes": size, "rows": int(len(rows))}
     # fold models
     if F:
-        fold = np.full(len(rows), -1, dtype=np.int64)
-        fold[is_inst] = [fold_of(i, F) for i in ids[is_inst]]
+        fold = row_folds(entity, F)
         fcards, t_f = [], time.time()
         for f in range(F):
             keep = fold != f
@@ -616,10 +655,12 @@ def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
             d = os.path.join(tmp, "g", v, f"fold={f}")
             size = save_g(m, cols, d, train_rows=rows[keep],
                           info={"variant": v, "fold": f, "folds": F, "rows": int(keep.sum()),
-                                "excluded_instance_rows": int((~keep).sum()),
+                                "excluded_instance_rows": int((~keep & is_inst).sum()),
+                                "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
                                 "output_nodes": int(len(cols)), "train_s": round(secs, 2)})
             fcards.append({"fold": f, "rows": int(keep.sum()),
-                           "excluded_instance_rows": int((~keep).sum()),
+                           "excluded_instance_rows": int((~keep & is_inst).sum()),
+                           "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
                            "train_s": round(secs, 2), "size_bytes": size})
         vcard["folds"] = fcards
         vcard["folds_train_s"] = round(time.time() - t_f, 2)

@@ -453,6 +453,19 @@ def test_injected_fault_raises_inside_reduction(spark, tmp_path, strategy):
              extra={"faults": {"fail_first_attempt": ["aggregate"]}})
 
 
+def test_choose_writer():
+    assert aggregate.choose_writer(None, "/r/_staging/features")[0] == "arrow"
+    assert aggregate.choose_writer("AUTO", "file:///r/_staging/features")[0] == "arrow"
+    assert aggregate.choose_writer(None, "s3://b/r/_staging/features")[0] == "arrow"
+    w, why = aggregate.choose_writer(None, "hdfs:///r/_staging/features")
+    assert w == "spark" and "hdfs://" in why
+    assert aggregate.choose_writer(None, "s3a://b/r/_staging/features")[0] == "spark"
+    assert aggregate.choose_writer("spark", "/r")[0] == "spark"
+    assert aggregate.choose_writer("arrow", "hdfs:///r")[0] == "arrow"
+    with pytest.raises(ValueError, match="auto, spark, arrow"):
+        aggregate.choose_writer("jvm", "/r")
+
+
 def test_choose_strategy_and_estimate():
     assert aggregate.choose_strategy("auto", 10, 512)[0] == "broadcast"
     assert aggregate.choose_strategy("auto", 600, 512)[0] == "shuffle"

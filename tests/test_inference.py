@@ -291,6 +291,39 @@ def test_neighbors_identical_across_partitionings(env, spark):
     assert got[0] == got[1] == got[2]
 
 
+def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
+    """task.labels graph: an item's label node (same node_id) is excluded like self. With given
+    labels, ids of labels and instances are separate namespaces: an id clash excludes nothing."""
+    import shutil
+    from pyspark.sql import Row
+    base = _with(env["ctx"], neighbors={"train_mode": "in_sample"})
+    ref = _collect_neighbors(inference.neighbors_frame(spark, base)[0])
+    pick = {}                      # instance -> a label node among its pina neighbours
+    for (v, i), (nodes, _) in sorted(ref.items()):
+        lab = next((n for n in nodes if n >= N_INST), None)
+        if v == "pina" and lab is not None and lab not in pick.values():
+            pick[i] = lab
+        if len(pick) == 3:
+            break
+    assert len(pick) == 3
+    new_id = {lab: env["rows"][i].node_id for i, lab in pick.items()}
+    rows = [Row(**{**r.asDict(), "node_id": new_id.get(r.node_index, r.node_id)})
+            for r in env["rows"]]
+    paths = io.RunPaths(str(tmp_path / "twins"))
+    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
+    for rel in (io.EMBEDDINGS, io.MODELS):
+        shutil.copytree(io.local_path(base.paths.table(rel)), io.local_path(paths.table(rel)))
+    for labels, excluded in (("given", False), ("graph", True)):
+        c = _with(dc.replace(base, paths=paths, models_root=paths.table(io.MODELS)),
+                  task={"labels": labels})
+        got = _collect_neighbors(inference.neighbors_frame(spark, c)[0])
+        for i, lab in pick.items():
+            assert (lab not in got[("pina", i)][0]) == excluded, (labels, i, lab)
+            if not excluded:
+                assert got[("pina", i)] == ref[("pina", i)]
+            assert len(got[("pina", i)][0]) == base.cfg.neighbors.k
+
+
 def test_in_sample_labels_only_softmax(env, spark):
     ctx = _with(env["ctx"], neighbors={"train_mode": "in_sample", "node_kinds": "labels",
                                        "weighting": "softmax", "temperature": 0.5, "k": 3})

@@ -16,9 +16,9 @@ import scipy.sparse as sp
 from pina_spark import io
 from pina_spark.config import config_from_dict
 from pina_spark.folds import fold_of, is_heldout
-from pina_spark.pretrain import (build_y, exclude_self, g_dir, load_g, predict_g,
-                                 ranking_metrics, run_stage, save_g, train_g, OUTPUT_NODES,
-                                 TRAIN_ROWS)
+from pina_spark.pretrain import (_Nodes, _variant_problem, build_y, exclude_self, g_dir, load_g,
+                                 predict_g, ranking_metrics, row_folds, run_stage, save_g,
+                                 train_g, OUTPUT_NODES, TRAIN_ROWS)
 from pina_spark.vectorizer import PhiPre
 
 N_ARTICLES = 1000
@@ -131,6 +131,43 @@ def test_build_y_and_exclude_self():
         build_y(np.array([4]), np.array([3]), np.ones(1), np.array([3, 8]), np.array([3, 9]))
     P = exclude_self(Y, np.array([3, 8]), np.array([3, 9]))
     assert P.toarray().tolist() == [[0.0, 1.0], [0.0, 3.0]]
+
+
+def _graph_labels_problem(twins):
+    """task.labels graph: train items a, b, c (instances 0-2), the same items as labels (3-5);
+    a co-bought with b and c. B_pre of variant pina = B + I_inst + I_label + BT."""
+    import pandas as pd
+    nodes = pd.DataFrame({io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
+                          io.KIND: ["instance"] * 3 + ["label"] * 3,
+                          io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
+                          io.TEXT: ["x"] * 6})
+    B = [(0, 4), (0, 5), (1, 3), (2, 3)]                     # a->b, a->c, b->a, c->a
+    edges = B + [(i, i) for i in range(6)] + [(l, i) for i, l in B]
+    epdf = pd.DataFrame({io.SRC_INDEX: [e[0] for e in edges], io.DST_INDEX: [e[1] for e in edges],
+                         io.WEIGHT: 1.0, io.VARIANT: "pina", io.BLOCK: "x"})
+    return _variant_problem(epdf, "pina", _Nodes(nodes), True, twins=twins)
+
+
+def test_graph_labels_twins_leave_folds_together():
+    """An item's label row lists the train items co-bought with it, i.e. its own labels: the fold
+    (and held-out) model that leaves out item a's instance row must leave out its label row too,
+    and a's label node is excluded from a's predictions like self."""
+    pb = _graph_labels_problem(twins=True)
+    assert pb["rows"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert pb["twin_col"].tolist() == [3, 4, 5, -1, -1, -1]
+    assert pb["entity"].tolist() == ["a", "b", "c", "a", "b", "c"]
+    folds = row_folds(pb["entity"], 3)
+    assert folds[0] == folds[3] == fold_of("a", 3) and folds[1] == folds[4]
+    # a's label row (3) has a's labels b, c as instance columns (1, 2): the leak the fold avoids
+    assert pb["Y"][3].toarray()[0].tolist() == [0, 1, 1, 1, 0, 0]
+    P = exclude_self(sp.csr_matrix(np.ones((3, 6))), pb["rows"][:3], pb["cols"],
+                     pb["twin_col"][:3])
+    assert P.toarray().tolist() == [[0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 1], [1, 1, 0, 1, 1, 0]]
+    # given labels (ids of labels and instances are different namespaces): no twins, label rows
+    # stay in every fold
+    pb = _graph_labels_problem(twins=False)
+    assert pb["twin_col"].tolist() == [-1] * 6
+    assert row_folds(pb["entity"], 3)[3:].tolist() == [-1, -1, -1]
 
 
 def test_ranking_metrics_by_hand():
