@@ -16,8 +16,10 @@ Metric conventions (the paper's appendix; shared by every variant)
   ``metrics.json`` as ``n_test_no_labels``; ``n_test_scored`` is the population actually averaged.
 * A test instance with labels but without a prediction row for a variant counts with zeros.
 * Significance: instance-wise paired t-test (:func:`scipy.stats.ttest_rel`) of each variant against
-  ``baseline`` on P@1, P@3, P@5 over the same scored instances; two identical vectors give
-  ``p = 1.0`` (scipy would return NaN).
+  ``baseline`` on P@1, P@3, P@5 over the same scored instances (``<v>_vs_baseline``), and of
+  ``pina`` against ``vectorizer_only`` and ``pina_naive``, ``pina_naive`` against
+  ``vectorizer_only`` when those variants ran; two identical vectors give ``p = 1.0`` (scipy
+  would return NaN).
 
 The metric functions are pure (lists / numpy in, numbers out) so notebooks can reuse them.
 
@@ -360,6 +362,12 @@ def run_stage(ctx) -> Dict[str, Any]:
             significance[f"{v}_vs_baseline"] = {
                 f"P@{k}": paired_ttest(per_inst[v][k], per_inst["baseline"][k])["p"]
                 for k in TTEST_KS}
+    # does the neighbourhood add anything over the pretrained vectorizer alone / over g on B?
+    for a, b in (("pina", "vectorizer_only"), ("pina", "pina_naive"),
+                 ("pina_naive", "vectorizer_only")):
+        if a in per_inst and b in per_inst:
+            significance[f"{a}_vs_{b}"] = {
+                f"P@{k}": paired_ttest(per_inst[a][k], per_inst[b][k])["p"] for k in TTEST_KS}
     n_scored = int(mask.sum()) if mask is not None else \
         int(sum(1 for t in truths if t))
     metrics: Dict[str, Any] = {
