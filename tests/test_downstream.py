@@ -142,7 +142,8 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
         assert all(0.0 <= m["variants"][v][k] <= 1.0 for k in ("P@1", "R@10"))
         assert m["variants"][v]["train_s"] is not None
     assert set(m["significance"]) == {"vectorizer_only_vs_baseline", "pina_naive_vs_baseline",
-                                      "pina_vs_baseline"}
+                                      "pina_vs_baseline", "pina_vs_vectorizer_only",
+                                      "pina_vs_pina_naive", "pina_naive_vs_vectorizer_only"}
     assert m["n_test"] == splits.count("test") and m["n_train"] == splits.count("train")
     assert m["n_labels"] == 12
     # the synthetic pina features carry a clean label signature: it must beat chance clearly
