@@ -346,10 +346,23 @@ def _pe_by_id(spark, paths):
     return {(r.variant, r.block, ids[r.src_index], ids[r.dst_index]) for r in pe.collect()}
 
 
+def _pretrain_texts_by_id(spark, paths):
+    """(kind, node_id) -> text of every node that B_pre touches: with the edges, everything the
+    pretrain stage trains g and the tf-idf of Phi_pre from."""
+    from pyspark.sql import functions as F
+    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    used = {r[0] for r in pe.select(F.col(io.SRC_INDEX)).union(pe.select(io.DST_INDEX))
+            .distinct().collect()}
+    return {(r.kind, r.node_id): r.text for r in io.read_table(spark, paths, io.NODES).collect()
+            if r.node_index in used}
+
+
 def test_graph_labels_leak_guard(spark, tmp_path):
     """task.labels=graph: removing every test row leaves pretrain_edges unchanged (as node_id
-    pairs), even with a binding basket cap and a count-dependent measure."""
+    pairs), even with a binding basket cap and a count-dependent measure, and so g's training
+    data: the same edges between the same nodes with the same texts."""
     runs = {}
+    texts = {}
     for drop in (False, True):
         inst, ev, test, d = _leak_inputs(tmp_path, drop)
         cfg = config_from_dict({
@@ -359,8 +372,10 @@ def test_graph_labels_leak_guard(spark, tmp_path):
             "input": {"instances": inst, "events": ev}})
         ctx, stats = _run(spark, cfg)
         runs[drop] = (_pe_by_id(spark, ctx.paths), ctx, stats)
+        texts[drop] = _pretrain_texts_by_id(spark, ctx.paths)
     full, ctx, stats = runs[False]
     assert full == runs[True][0]
+    assert texts[False] == texts[True] and len(texts[False]) > 0
     assert runs[True][2]["inputs"]["events"]["reasons"]["unknown_item"] > 0
     assert {b for _, b, _, _ in full} == {"B", "BT", "I_inst", "I_label", "A"}
     touched = {nid for _, _, s, t in full for _, nid in (s, t)}
