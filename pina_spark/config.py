@@ -91,6 +91,13 @@ class TaskConfig(_Params):
         _check_range("task.validation_fraction", self.validation_fraction, 0.0, 1.0, lo_open=True,
                      hi_open=True)
 
+    @property
+    def labels_are_items(self) -> bool:
+        """``labels: graph``: a label node IS an item, the same entity as the instance node with
+        its id (its "twin"). With given labels, label and instance ids are separate namespaces
+        (citeulike-t numbers both from 0), so no twin is assumed."""
+        return self.labels == "graph"
+
 
 @dc.dataclass(frozen=True)
 class GraphConfig(_Params):

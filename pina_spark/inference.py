@@ -719,10 +719,8 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
 
     inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
         F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
-    if nb.leave_self_out and cfg.task.labels == "graph":
-        # task.labels graph: an item's label node is the same item as its instance node
-        # ("twin"), excluded like self. With given labels, ids of labels and instances are
-        # unrelated namespaces (citeulike-t numbers both from 0): no twins.
+    if nb.leave_self_out and cfg.task.labels_are_items:
+        # an item's label node ("twin", same node_id) is excluded like self
         twins = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
             io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
         inst = inst.join(twins, io.NODE_ID, "left")

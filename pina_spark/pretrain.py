@@ -376,13 +376,12 @@ class _Nodes:
 
 
 # --------------------------------------------------------------------------- the stage
-def _twins(rows: np.ndarray, cols: np.ndarray, nodes: _Nodes, is_inst: np.ndarray):
+def _twins(row_ids: np.ndarray, cols: np.ndarray, nodes: _Nodes, is_inst: np.ndarray):
     """``task.labels: graph``: items are instances AND labels (same ``node_id``). Returns
     ``(twin_col_node, entity)``: for every row, the node index of the LABEL node with the row's
     id when that node is an output column (else -1), and the id of the train instance the row
     stands for (its own id for instance rows; for a label row, its id when that item is also an
     instance row, else ``None``)."""
-    row_ids = nodes.node_id[nodes.pos(rows)]
     col_kind = nodes.kind[nodes.pos(cols)]
     col_ids = nodes.node_id[nodes.pos(cols)]
     label_col = {i: int(n) for i, n, k in zip(col_ids, cols, col_kind) if k == io.KIND_LABEL}
@@ -433,12 +432,12 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
     is_inst = row_kind == io.KIND_INSTANCE
     row_ids = nodes.node_id[nodes.pos(rows)]
     if twins:
-        twin_col, entity = _twins(rows, cols, nodes, is_inst)
+        twin_col, entity = _twins(row_ids, cols, nodes, is_inst)
     else:
         twin_col = np.full(len(rows), -1, dtype=np.int64)
         entity = np.where(is_inst, row_ids, None).astype(object)
     return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
-            "row_ids": row_ids, "twin_col": twin_col, "entity": entity,
+            "twin_col": twin_col, "entity": entity,
             "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),
                       "label_rows": int((~is_inst).sum()), "output_nodes": int(len(cols)),
                       "output_instance_nodes": int(
@@ -514,8 +513,8 @@ def run_stage(ctx) -> Dict[str, Any]:
     epdf, npdf = _load_inputs(spark, paths)
     nodes = _Nodes(npdf)
     variants = sorted(epdf[io.VARIANT].unique().tolist())
-    twins = cfg.task.labels == "graph"
-    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out, twins)
+    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out,
+                                    cfg.task.labels_are_items)
                 for v in variants}
     for v, pb in problems.items():
         log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
