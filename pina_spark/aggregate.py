@@ -309,10 +309,6 @@ def _count_rows(uri: str) -> Optional[int]:
         return None
 
 
-def _output_schema():
-    return io.schema(io.FEATURES)
-
-
 def _instances(nodes, selection=None):
     """``instance_index, instance_id, split`` of the instance nodes (optionally a selection)."""
     from pyspark.sql import functions as F
@@ -393,7 +389,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     Returns
     -------
     (DataFrame, dict)
-        Columns of :func:`_output_schema` plus ``variant``; info: ``strategy``, ``reason``,
+        Columns of ``io.schema(io.FEATURES)`` plus ``variant``; info: ``strategy``, ``reason``,
         ``dense_dim``, ``sparse_dim``, ``variants``, ``embeddings_mb`` and, for ``broadcast``,
         the broadcast variable under ``_broadcast`` (unpersist it after the write).
 
@@ -442,7 +438,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
         n_inst = inst.count()  # (an upper bound is enough: it only sizes the partitions)
     n_parts = agg_cfg.output_partitions or max(
         spark.sparkContext.defaultParallelism, -(-n_inst // _ROWS_PER_PARTITION))
-    schema = _output_schema() if sink is None else _SINK_SCHEMA
+    schema = io.schema(io.FEATURES) if sink is None else _SINK_SCHEMA
 
     def wrap(fn, v):
         return fn if sink is None else _make_sink(fn, v, sink["uri"], sink.get("compression"))
@@ -1026,7 +1022,7 @@ def _list_array(ptr, values, value_type):
 
 
 def _out_batch(instance_id, split, dense, sparse, nb_ptr, nb_ids, nb_w):
-    """Executor side: the output Arrow batch (schema of :func:`_output_schema`)."""
+    """Executor side: the output Arrow batch (schema ``io.schema(io.FEATURES)``)."""
     import numpy as np
     import pyarrow as pa
     b, W = dense.shape
