@@ -166,13 +166,16 @@ def main(argv=None):
     work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
     inst, labels, art_tags = load_citeulike(args.rows)
     n_nodes = len(inst) + len(labels)
-    per_task = int(math.ceil(n_nodes / float(args.tasks)))
-    cfg = config.config_from_dict({
-        "output": os.path.join(work, "run"), "input": {"instances": "citeulike-t"},
-        "neighbors": {"k": 5, "train_mode": "in_sample"},
-        "inference": {"rows_per_task": per_task, "batch_size": args.batch_size,
-                      "torch_threads": 1},
-        "spark": {"master": f"local[{THREADS}]"}})
+
+    def make_cfg(rows):   # rows per task such that the stage over ``rows`` rows has --tasks tasks
+        return config.config_from_dict({
+            "output": os.path.join(work, "run"), "input": {"instances": "citeulike-t"},
+            "neighbors": {"k": 5, "train_mode": "in_sample"},
+            "inference": {"rows_per_task": int(math.ceil(rows / float(args.tasks))),
+                          "batch_size": args.batch_size, "torch_threads": 1},
+            "spark": {"master": f"local[{THREADS}]"}})
+    cfg = make_cfg(n_nodes)           # embed: every node
+    cfg_nb = make_cfg(len(inst))      # neighbors: the instance nodes
     spark = get_spark(cfg.spark, {"spark.sql.shuffle.partitions": str(args.tasks),
                                   "spark.ui.enabled": "false"})
     ctx = pipeline.make_context(spark, cfg)
@@ -250,8 +253,9 @@ def main(argv=None):
     del g
 
     # ---------------------------------------------------------------- neighbors
+    ctx_nb = pipeline.make_context(spark, cfg_nb)
     t0 = time.time()
-    st = inference.run_neighbors_stage(ctx)
+    st = inference.run_neighbors_stage(ctx_nb)
     spark_s = time.time() - t0
     spark_nps = st["rows"] / spark_s
     n_ref, dt_ref = reference_neighbors(ctx.paths.table(io.NODES), ctx.paths.table(io.EMBEDDINGS),

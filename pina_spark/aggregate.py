@@ -38,10 +38,16 @@ first, sparse columns shifted by the dense width) gives V with norm 1, or zeros;
 Strategies (``aggregate.strategy``)
 -----------------------------------
 ``broadcast``
-    The embeddings are read once on the driver into numpy/CSR arrays (dense matrix, CSR of the
-    tf-idf part, node ids as an Arrow array) and shipped to the Python workers as a broadcast
-    variable; a ``mapInArrow`` over the instance rows gathers the neighbour rows and reduces
-    them with sparse matrix products per Arrow batch. No join of vector rows.
+    Every Python worker sees the whole embeddings table as numpy/CSR arrays (dense matrix, CSR
+    of the tf-idf part, node ids as an Arrow array); a ``mapInArrow`` over the instance rows
+    gathers the neighbour rows and reduces them with sparse matrix products per Arrow batch. No
+    join of vector rows. How the arrays get there is ``aggregate.broadcast_via``
+    (:func:`choose_broadcast_via`): ``files`` (default where possible: local paths, ``s3://``)
+    -- the first worker of each executor machine reads the Parquet tables itself into
+    memory-mapped ``.npy`` files in the executor's local dirs and the machine's other workers
+    map the same files (one page-cache copy per machine, nothing collected on the driver);
+    ``spark`` -- the driver reads them and ships a Spark broadcast variable (one copy per
+    Python worker).
 ``shuffle``
     The neighbour lists are exploded into ``(instance, pos, neighbour, weight)`` rows (plus one
     ``pos = -1`` row for the instance itself), joined to the embeddings on the neighbour index
@@ -52,8 +58,9 @@ Strategies (``aggregate.strategy``)
 ``auto``
     ``broadcast`` when the estimated in-memory size of the embeddings (rows x (4 D + 8 nnz),
     from Parquet footers when the table is a file table, else from a Spark aggregate) is below
-    ``aggregate.broadcast_max_mb``, else ``shuffle``. ``broadcast`` on a larger table is refused
-    before anything runs.
+    the limit of the transport: ``aggregate.mmap_max_mb`` (default 8192) for ``files``,
+    ``aggregate.broadcast_max_mb`` (default 512) for ``spark``; else ``shuffle``. ``broadcast``
+    on a larger table is refused before anything runs.
 
 Writing
 -------
@@ -90,7 +97,8 @@ from . import faults, io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "build_features", "choose_strategy", "choose_writer",
+__all__ = ["run_stage", "build_features", "choose_strategy", "choose_broadcast_via",
+           "choose_writer",
            "estimate_embeddings_mb",
            "resolve_sparse_dim", "export_csr", "VARIANT_VECTORIZER_ONLY", "FEATURES_META"]
 
@@ -237,11 +245,13 @@ def estimate_embeddings_mb(stats: Dict[str, Any]) -> float:
             + 12.0 * stats["rows"]) / 2 ** 20
 
 
-def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float) -> Tuple[str, str]:
+def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
+                    limit_key: str = "broadcast_max_mb") -> Tuple[str, str]:
     """Pick ``broadcast`` or ``shuffle``; refuse ``broadcast`` of a too large table.
 
     Returns ``(strategy, reason)``. Raises ``ValueError`` (before any job runs) when
-    ``strategy == "broadcast"`` and the embeddings exceed ``broadcast_max_mb``.
+    ``strategy == "broadcast"`` and the embeddings exceed ``broadcast_max_mb`` (the limit of the
+    broadcast transport in use; ``limit_key`` names its config key in messages).
 
     Examples
     --------
@@ -262,18 +272,55 @@ def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float) -> T
         if not fits:
             raise ValueError(
                 f"aggregate.strategy=broadcast: the embeddings take about {size_mb:.0f} MB in "
-                f"memory, over aggregate.broadcast_max_mb={broadcast_max_mb}. Use "
-                f"aggregate.strategy=shuffle (or auto), or raise aggregate.broadcast_max_mb "
-                f"together with the driver and executor memory (spark.driver.memory, "
-                f"spark.executor.memory / spark.executor.pyspark.memory: every Python worker "
-                f"holds one copy)")
-        return "broadcast", f"requested; embeddings ~{size_mb:.1f} MB <= {broadcast_max_mb} MB"
+                f"memory, over aggregate.{limit_key}={broadcast_max_mb}. Use "
+                f"aggregate.strategy=shuffle (or auto), or raise aggregate.{limit_key} "
+                f"together with the memory it needs (broadcast_max_mb: spark.driver.memory and "
+                f"spark.executor.pyspark.memory, every Python worker holds one copy; "
+                f"mmap_max_mb: one memory-mapped copy per executor machine, in its local dirs)")
+        return "broadcast", f"requested; embeddings ~{size_mb:.1f} MB <= {limit_key} " \
+                            f"{broadcast_max_mb}"
     if strategy == "shuffle":
         return "shuffle", f"requested (embeddings ~{size_mb:.1f} MB)"
     if fits:
-        return "broadcast", f"auto: embeddings ~{size_mb:.1f} MB <= broadcast_max_mb " \
+        return "broadcast", f"auto: embeddings ~{size_mb:.1f} MB <= {limit_key} " \
                             f"{broadcast_max_mb}"
-    return "shuffle", f"auto: embeddings ~{size_mb:.1f} MB > broadcast_max_mb {broadcast_max_mb}"
+    return "shuffle", f"auto: embeddings ~{size_mb:.1f} MB > {limit_key} {broadcast_max_mb}"
+
+
+def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
+                         nodes_uri: Optional[str]) -> Tuple[str, str]:
+    """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
+
+    ``files``: every executor machine reads the ``embeddings`` and ``nodes`` Parquet tables
+    itself (pyarrow) once, into a memory-mapped copy in its local dirs shared by its Python
+    workers (:func:`_mapped_embeddings`); nothing is collected on the driver. ``spark``: the
+    driver reads them and ships a Spark broadcast variable (one copy per Python worker).
+    ``auto`` takes ``files`` when both tables are Parquet folders pyarrow can read on the
+    executors (local/``file://`` paths, ``s3://``), else ``spark``.
+
+    Examples
+    --------
+    >>> choose_broadcast_via("auto", "/r/embeddings", "/r/nodes")[0]
+    'files'
+    >>> choose_broadcast_via("auto", "hdfs:///r/embeddings", "hdfs:///r/nodes")[0]
+    'spark'
+    >>> choose_broadcast_via("auto", None, None)[0]
+    'spark'
+    """
+    value = (value or "auto").strip().lower()
+    if value not in ("auto", "files", "spark"):
+        raise ValueError(f"aggregate.broadcast_via: {value!r} is not one of auto, files, spark")
+
+    def readable(uri):
+        return bool(uri) and (not io.is_remote(uri) or uri.startswith("s3://"))
+    if value == "files" and not (embeddings_uri and nodes_uri):
+        raise ValueError("aggregate.broadcast_via=files needs the embeddings and nodes as "
+                         "Parquet tables (a run folder); use broadcast_via: spark or auto")
+    if value != "auto":
+        return value, f"aggregate.broadcast_via={value}"
+    if readable(embeddings_uri) and readable(nodes_uri):
+        return "files", "auto: the executors read the Parquet tables with pyarrow"
+    return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
 
 def _variants(neighbors) -> List[str]:
@@ -425,7 +472,10 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
         raise ValueError(f"embeddings: sparse index {stats['max_index']} >= sparse_dim "
                          f"{sparse_dim} (models/vectorizer/encoder.json and embeddings disagree)")
     size_mb = estimate_embeddings_mb(stats)
-    strategy, reason = choose_strategy(agg_cfg.strategy, size_mb, agg_cfg.broadcast_max_mb)
+    via, via_reason = choose_broadcast_via(agg_cfg.broadcast_via, embeddings_uri, nodes_uri)
+    limit_key = "mmap_max_mb" if via == "files" else "broadcast_max_mb"
+    strategy, reason = choose_strategy(agg_cfg.strategy, size_mb, getattr(agg_cfg, limit_key),
+                                       limit_key)
     log.info("aggregate: strategy %s (%s); D=%d S=%d a=%g", strategy, reason, dense_dim,
              sparse_dim, a)
 
@@ -448,14 +498,20 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
                             "embeddings_mb": round(size_mb, 2), "partitions": n_parts}
     parts = []
     if strategy == "broadcast":
-        emb_tbl = _read_arrow(embeddings, embeddings_uri,
-                              [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
-        ids_tbl = _read_arrow(nodes, nodes_uri, [io.NODE_INDEX, io.NODE_ID])
-        payload = _broadcast_payload(emb_tbl, ids_tbl, dense_dim, sparse_dim)
-        del emb_tbl, ids_tbl
-        bc = spark.sparkContext.broadcast(payload)
-        del payload
-        info["_broadcast"] = bc
+        info["broadcast_via"], info["broadcast_via_reason"] = via, via_reason
+        if via == "files":
+            bc = {"embeddings": embeddings_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
+                  "sparse_dim": sparse_dim,
+                  "key": _tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim)}
+        else:
+            emb_tbl = _read_arrow(embeddings, embeddings_uri,
+                                  [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
+            ids_tbl = _read_arrow(nodes, nodes_uri, [io.NODE_INDEX, io.NODE_ID])
+            payload = _broadcast_payload(emb_tbl, ids_tbl, dense_dim, sparse_dim)
+            del emb_tbl, ids_tbl
+            bc = spark.sparkContext.broadcast(payload)
+            del payload
+            info["_broadcast"] = bc
         inst_p = inst.repartition(n_parts, io.INSTANCE_INDEX)
         for v in variants + [VARIANT_VECTORIZER_ONLY]:
             if v == VARIANT_VECTORIZER_ONLY:
@@ -864,7 +920,166 @@ def _ipc_blobs(batches):
                                      ["blob"])
 
 
+def _tables_key(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int) -> str:
+    """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
+    executor never serves a memory-mapped copy of an earlier version of the tables."""
+    import hashlib
+    h = hashlib.sha1(f"{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f{sparse_dim}".encode())
+    for uri in (embeddings_uri, nodes_uri):
+        dset = _parquet_fragments(uri)
+        if dset is None:
+            raise ValueError(f"aggregate.broadcast_via=files: {uri} is not a Parquet table "
+                             f"pyarrow can read; use aggregate.broadcast_via: spark")
+        for fi in sorted(dset.filesystem.get_file_info(dset.files), key=lambda f: f.path):
+            h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
+    return h.hexdigest()[:20]
+
+
 # =========================================================================== executor side
+
+#: executor-side cache of memory-mapped embeddings, per Python worker: key -> arrays
+_MAPPED: Dict[str, Dict[str, Any]] = {}
+_MAPPED_FILES = ("dense", "lookup", "sp_ptr", "sp_idx", "sp_val")
+
+
+def _mapped_root() -> str:
+    """Executor side: the folder for memory-mapped copies: the first of the executor's local
+    dirs (``SPARK_LOCAL_DIRS``, removed with the application), else the temp dir."""
+    import os
+    import tempfile
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), "pina-embeddings")
+
+
+def _mapped_embeddings(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Executor side (``broadcast_via: files``): the embeddings of ``spec`` as memory-mapped
+    arrays, the same dict as :func:`_broadcast_payload` returns.
+
+    The first Python worker of a machine reads the Parquet tables (``spec["embeddings"]``,
+    ``spec["nodes"]``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into
+    an Arrow IPC file) under :func:`_mapped_root`, holding a file lock; the other workers wait
+    for it and map the same files, so the machine holds one copy in its page cache. The folder
+    is named by ``spec["key"]`` (:func:`_tables_key`: file sizes and times), so a republished
+    table is never served stale. Cached per worker process.
+    """
+    from . import runtime
+    runtime.require_executor("_mapped_embeddings")
+    key = spec["key"]
+    got = _MAPPED.get(key)
+    if got is not None:
+        return got
+    import os
+    import numpy as np
+    import pyarrow as pa
+    root = _mapped_root()
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, key)
+    done = os.path.join(final, "_DONE")
+    if not os.path.exists(done):
+        with _file_lock(final + ".lock"):
+            if not os.path.exists(done):
+                import shutil
+                shutil.rmtree(final, ignore_errors=True)   # a crashed build
+                tmp = f"{final}.tmp-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                t0 = time.time()
+                try:
+                    _build_mapped(spec, tmp)
+                    os.replace(tmp, final)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                open(done, "w").close()
+                log.info("aggregate: embeddings mapped into %s in %.1fs", final, time.time() - t0)
+    E: Dict[str, Any] = {name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r")
+                         for name in _MAPPED_FILES}
+    with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
+        E["ids"] = pa.ipc.open_file(src).read_all().column(0).combine_chunks()
+    E["dense_dim"], E["sparse_dim"] = int(spec["dense_dim"]), int(spec["sparse_dim"])
+    _MAPPED[key] = E
+    return E
+
+
+class _file_lock:
+    """Executor side: an exclusive ``fcntl`` lock on ``path`` (no-op where fcntl is missing:
+    the build then may run twice, each into its own temp folder)."""
+
+    def __init__(self, path):
+        self.path, self.fh = path, None
+
+    def __enter__(self):
+        self.fh = open(self.path, "a")
+        try:
+            import fcntl
+            fcntl.flock(self.fh, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - non-POSIX
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()   # releases the lock
+        return False
+
+
+def _build_mapped(spec: Dict[str, Any], out: str) -> None:
+    """Executor side: stream the Parquet tables of ``spec`` into the ``.npy`` / Arrow IPC files
+    that :func:`_mapped_embeddings` maps (memory: one record batch at a time, plus the sparse
+    part and the node ids)."""
+    import os
+    import numpy as np
+    import pyarrow as pa
+    D, S = int(spec["dense_dim"]), int(spec["sparse_dim"])
+    os.makedirs(out)
+    emb = _parquet_fragments(spec["embeddings"])
+    nodes = _parquet_fragments(spec["nodes"])
+    if emb is None or nodes is None:
+        raise RuntimeError(f"aggregate: cannot read {spec['embeddings']} / {spec['nodes']} with "
+                           f"pyarrow on this executor; set aggregate.broadcast_via: spark")
+    cols = [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
+    n = emb.count_rows()
+    dense = np.lib.format.open_memmap(os.path.join(out, "dense.npy"), mode="w+",
+                                      dtype=np.float32, shape=(n, D))
+    node = np.empty(n, dtype=np.int64)
+    ptrs, idxs, vals = [np.zeros(1, np.int64)], [], []
+    r = 0
+    for batch in emb.to_batches(columns=cols, batch_size=16384):
+        m = batch.num_rows
+        if not m:
+            continue
+        node[r:r + m] = batch.column(0).to_numpy(zero_copy_only=False)
+        dense[r:r + m], _ = _dense_block(batch.column(1), D)
+        ptr, idx, val = _sparse_parts(batch.column(2), batch.column(3))
+        if idx.size and (idx.min() < 0 or idx.max() >= S):
+            raise ValueError(f"embeddings: sparse index out of range [0, {S}) (min "
+                             f"{idx.min()}, max {idx.max()}); wrong sparse_dim?")
+        ptrs.append(ptr[1:] + ptrs[-1][-1])
+        idxs.append(idx)
+        vals.append(val)
+        r += m
+    if r != n:
+        raise RuntimeError(f"aggregate: read {r} embedding rows, the footers say {n}")
+    dense.flush()
+    del dense
+    ids_tbl = nodes.to_table(columns=[io.NODE_INDEX, io.NODE_ID])
+    id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
+    size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
+    lookup = np.full(size, -1, dtype=np.int64)
+    lookup[node] = np.arange(n, dtype=np.int64)
+    id_pos = np.full(size, -1, dtype=np.int64)
+    id_pos[id_node] = np.arange(id_node.size, dtype=np.int64)
+    ids = ids_tbl.column(io.NODE_ID).combine_chunks().cast(pa.string())
+    ids_by_index = ids.take(pa.array(id_pos, mask=id_pos < 0))
+    np.save(os.path.join(out, "lookup.npy"), lookup)
+    np.save(os.path.join(out, "sp_ptr.npy"), np.concatenate(ptrs))
+    np.save(os.path.join(out, "sp_idx.npy"),
+            np.concatenate(idxs) if idxs else np.zeros(0, np.int32))
+    np.save(os.path.join(out, "sp_val.npy"),
+            np.concatenate(vals) if vals else np.zeros(0, np.float32))
+    tbl = pa.table({"id": ids_by_index})
+    with pa.OSFile(os.path.join(out, "ids.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, tbl.schema) as w:
+            w.write_table(tbl)
+
 def _lengths(list_arr):
     """Executor/driver helper: lengths of an Arrow list array (nulls -> 0), int64 numpy."""
     import numpy as np
@@ -1044,10 +1259,12 @@ def _out_batch(instance_id, split, dense, sparse, nb_ptr, nb_ids, nb_w):
 def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
     """Driver side: returns the executor function of the ``broadcast`` strategy.
 
-    The returned ``reduce(batches)`` runs on the executors (mapInArrow over instance rows
-    ``instance_index, instance_id, split, neighbor, score``); it reads the broadcast embeddings
-    once per Python worker (``spark.python.worker.reuse``) and gathers neighbour rows with numpy
-    fancy indexing.
+    ``bc`` is a Spark broadcast variable of :func:`_broadcast_payload` (``broadcast_via:
+    spark``) or the spec of the tables to memory-map (``broadcast_via: files``, a dict; see
+    :func:`_mapped_embeddings`). The returned ``reduce(batches)`` runs on the executors
+    (mapInArrow over instance rows ``instance_index, instance_id, split, neighbor, score``); it
+    opens the embeddings once per Python worker (``spark.python.worker.reuse``) and gathers
+    neighbour rows with numpy fancy indexing.
     """
     chunk = _CHUNK_ROWS
 
@@ -1057,11 +1274,13 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
         import numpy as np
         import pyarrow as pa
         import scipy.sparse as sp
-        E = bc.value
+        E = _mapped_embeddings(bc) if isinstance(bc, dict) else bc.value
         dense_e, lookup, ids = E["dense"], E["lookup"], E["ids"]
         S = int(E["sparse_dim"])
-        esp = sp.csr_matrix((E["sp_val"], E["sp_idx"], E["sp_ptr"]),
-                            shape=(dense_e.shape[0], S))
+        esp = E.get("_csr")
+        if esp is None:   # built once per worker (E is cached per worker in both transports)
+            esp = E["_csr"] = sp.csr_matrix((E["sp_val"], E["sp_idx"], E["sp_ptr"]),
+                                            shape=(dense_e.shape[0], S))
         D = dense_e.shape[1]
         zero_d = np.zeros((1, D), dtype=np.float32)
 

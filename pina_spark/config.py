@@ -244,13 +244,24 @@ class AggregateConfig(_Params):
 
     Attributes:
         strategy: ``auto`` | ``broadcast`` | ``shuffle``.
-        broadcast_max_mb: ``auto`` broadcasts embeddings smaller than this; ``broadcast`` refuses
-            (before running) tables over it, with advice.
+        broadcast_via: how ``broadcast`` ships the embeddings to the executors: ``files`` (each
+            executor machine reads the Parquet table itself once, into a memory-mapped copy in
+            its local dirs that all its Python workers share), ``spark`` (the driver collects
+            them into a Spark broadcast variable; every Python worker holds a copy) or ``auto``
+            (``files`` where pyarrow can read the tables on the executors: local paths and
+            ``s3://``; ``spark`` elsewhere).
+        broadcast_max_mb: with ``broadcast_via`` resolved to ``spark``: ``auto`` broadcasts
+            embeddings smaller than this; ``broadcast`` refuses (before running) tables over
+            it, with advice.
+        mmap_max_mb: the same limit when ``broadcast_via`` resolves to ``files`` (one shared,
+            page-cache backed copy per machine instead of one per Python worker).
         v1_weight: the weight ``a`` of V1 against V0 before the final normalisation.
         output_partitions: partitions of the features table (0 = from row count).
     """
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
+    broadcast_via: Literal["auto", "files", "spark"] = "auto"
     broadcast_max_mb: int = 512
+    mmap_max_mb: int = 8192
     v1_weight: float = 1.0
     output_partitions: int = 0
 

@@ -5,6 +5,7 @@ normalisations over the full [dense ; sparse] vector), not with the module's hel
 """
 import json
 import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -282,8 +283,9 @@ def citeulike_case(citeulike_dir):
 
 @pytest.fixture(scope="module")
 def citeulike_runs(spark, citeulike_case, tmp_path_factory):
-    """broadcast with the default writer (io.write_table); shuffle with the executor-side
-    pyarrow writer (spark.pina.aggregate.writer=arrow)."""
+    """broadcast (embeddings memory-mapped by the executors, broadcast_via auto -> files) with
+    the JVM writer (io.write_table); shuffle with the executor-side pyarrow writer
+    (spark.pina.aggregate.writer=arrow)."""
     out = {}
     for strategy, writer in (("broadcast", "spark"), ("shuffle", "arrow")):
         tmp = tmp_path_factory.mktemp(f"cite-{strategy}")
@@ -293,6 +295,7 @@ def citeulike_runs(spark, citeulike_case, tmp_path_factory):
         finally:
             spark.conf.unset(aggregate.WRITER_CONF)
         assert out[strategy][1]["writer"] == writer
+    assert out["broadcast"][1]["broadcast_via"] == "files"
     return out
 
 
@@ -399,9 +402,10 @@ def hub_case():
 
 
 def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
-    """Hub-heavy neighbours: broadcast (chosen by auto, S from the data) and shuffle (chosen by
-    auto with broadcast_max_mb=0, AQE skew-join splitting enabled with a tiny threshold) give
-    the reference, and the same bits."""
+    """Hub-heavy neighbours: broadcast (chosen by auto, S from the data; embeddings both
+    memory-mapped by the executors and shipped as a Spark broadcast variable) and shuffle
+    (chosen by auto with both broadcast limits 0, AQE skew-join splitting enabled with a tiny
+    threshold) give the reference, and the same bits."""
     res = {}
     key = "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"
     old = spark.conf.get(key)
@@ -411,19 +415,29 @@ def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
         # no encoder.json: S = max index + 1 (the random case touches every column)
         assert stats["sparse_dim"] == int(hub_case.sparse.indices.max()) + 1 == hub_case.S
         assert stats["strategy"] == "broadcast" and "auto" in stats["reason"]
+        assert stats["broadcast_via"] == "files" and "mmap_max_mb" in stats["reason"]
         _check_against_reference(hub_case, feats, 1.3, stats)
         res["broadcast"] = feats
+        stats, feats = _run(spark, hub_case, tmp_path / "bs", "auto", a=1.3, S_meta=False,
+                            extra={"aggregate": {"strategy": "auto", "broadcast_via": "spark",
+                                                 "v1_weight": 1.3}})
+        assert stats["strategy"] == "broadcast" and stats["broadcast_via"] == "spark"
+        assert "broadcast_max_mb" in stats["reason"]
+        _check_against_reference(hub_case, feats, 1.3, stats)
+        res["broadcast_spark"] = feats
         stats, feats = _run(spark, hub_case, tmp_path / "s", "auto", a=1.3, extra={
-            "aggregate": {"strategy": "auto", "broadcast_max_mb": 0, "v1_weight": 1.3}})
+            "aggregate": {"strategy": "auto", "broadcast_max_mb": 0, "mmap_max_mb": 0,
+                          "v1_weight": 1.3}})
         assert stats["strategy"] == "shuffle"
         _check_against_reference(hub_case, feats, 1.3, stats)
         res["shuffle"] = feats
     finally:
         spark.conf.set(key, old)
     for v in res["broadcast"]:
-        a, b = res["broadcast"][v], res["shuffle"][v]
-        assert a.column(io.DENSE).equals(b.column(io.DENSE))
-        assert a.column(io.SPARSE_VALUES).equals(b.column(io.SPARSE_VALUES))
+        for other in ("broadcast_spark", "shuffle"):
+            a, b = res["broadcast"][v], res[other][v]
+            assert a.column(io.DENSE).equals(b.column(io.DENSE)), (v, other)
+            assert a.column(io.SPARSE_VALUES).equals(b.column(io.SPARSE_VALUES)), (v, other)
     t = res["shuffle"]["pina"]
     pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
     for i in (3, 4, 5):   # empty text and no (or only empty) neighbours: zeros, finite
@@ -438,11 +452,52 @@ def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
     assert t.column(io.NEIGHBOR_IDS)[i9].as_py() == []
 
 
-def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path):
-    with pytest.raises(ValueError, match="strategy=shuffle"):
+@pytest.mark.parametrize("via,limit", [("spark", "broadcast_max_mb"), ("files", "mmap_max_mb")])
+def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path, via, limit):
+    with pytest.raises(ValueError, match=f"strategy=shuffle.*{limit}"):
         _run(spark, hub_case, tmp_path, "broadcast",
-             extra={"aggregate": {"strategy": "broadcast", "broadcast_max_mb": 0}})
+             extra={"aggregate": {"strategy": "broadcast", "broadcast_via": via, limit: 0}})
     assert not os.path.exists(os.path.join(str(tmp_path), io.FEATURES))
+
+
+def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
+    """broadcast_via=files: the executors' memory-mapped copy is keyed by the table files, so
+    republishing the embeddings (same run folder, same session, same Python workers) gives the
+    new features, not a stale copy; one copy per key on the machine, no temp folders left."""
+    case = _hub_case(n=300, n_lab=5, seed=11)
+    stats, feats = _run(spark, case, tmp_path, "broadcast")
+    assert stats["broadcast_via"] == "files"
+    _check_against_reference(case, feats, 1.0, stats)
+    case2 = _hub_case(n=300, n_lab=5, seed=12)          # same ids, other vectors
+    shutil.rmtree(os.path.join(str(tmp_path), io.EMBEDDINGS))
+    stats2, feats2 = _run(spark, case2, tmp_path, "broadcast")
+    _check_against_reference(case2, feats2, 1.0, stats2)
+    assert not feats2["pina"].column(io.DENSE).equals(feats["pina"].column(io.DENSE))
+    roots = set(spark.sparkContext.parallelize(range(4), 4).map(
+        lambda _: aggregate._mapped_root()).collect())
+    for root in roots:
+        names = os.listdir(root)
+        assert not [x for x in names if ".tmp-" in x], names
+        built = [x for x in names if not x.endswith(".lock")]
+        assert len(built) == len(set(built)) and all(
+            os.path.exists(os.path.join(root, x, "_DONE")) for x in built), names
+
+
+def test_mapped_embeddings_refuse_the_driver():
+    with pytest.raises(RuntimeError, match="executor side"):
+        aggregate._mapped_embeddings({"key": "x"})
+
+
+def test_choose_broadcast_via():
+    assert aggregate.choose_broadcast_via("auto", "/r/embeddings", "/r/nodes")[0] == "files"
+    assert aggregate.choose_broadcast_via(None, "s3://b/r/e", "s3://b/r/n")[0] == "files"
+    assert aggregate.choose_broadcast_via("auto", "hdfs:///r/e", "hdfs:///r/n")[0] == "spark"
+    assert aggregate.choose_broadcast_via("auto", "/r/e", None)[0] == "spark"
+    assert aggregate.choose_broadcast_via("spark", "/r/e", "/r/n")[0] == "spark"
+    with pytest.raises(ValueError, match="Parquet tables"):
+        aggregate.choose_broadcast_via("files", None, None)
+    with pytest.raises(ValueError, match="auto, files, spark"):
+        aggregate.choose_broadcast_via("mmap", "/r/e", "/r/n")
 
 
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])

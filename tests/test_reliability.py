@@ -266,6 +266,7 @@ def test_corrupt_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_pa
 
 def test_broadcast_over_limit_is_refused_before_running(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "bc", ["aggregate.strategy=broadcast",
+                                             "aggregate.broadcast_via=spark",
                                              "aggregate.broadcast_max_mb=0"])
     before = _table(spark, cfg.output, io.FEATURES)
     with pytest.raises(Exception) as e:
