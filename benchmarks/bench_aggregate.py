@@ -160,7 +160,7 @@ def reference(root, out, a=1.0, chunk=200_000):
     order_nb = np.argsort(rows, kind="stable")
     cnt = np.bincount(rows, minlength=n)
     nptr_all = np.r_[0, np.cumsum(cnt)]
-    node_ids_by_index = ids.take(pa.array(ipos[np.arange(ipos.size)].clip(0)))
+    node_ids_by_index = ids.take(pa.array(ipos.clip(0)))
     nb_sorted = nb[order_nb]
     w_sorted = wv[order_nb].astype(np.float32)
 

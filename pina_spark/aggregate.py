@@ -287,6 +287,12 @@ def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
     return "shuffle", f"auto: embeddings ~{size_mb:.1f} MB > {limit_key} {broadcast_max_mb}"
 
 
+def _pyarrow_reaches(uri: Optional[str]) -> bool:
+    """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
+    ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
+    return bool(uri) and (not io.is_remote(uri) or uri.startswith("s3://"))
+
+
 def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
                          nodes_uri: Optional[str]) -> Tuple[str, str]:
     """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
@@ -310,15 +316,12 @@ def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
     value = (value or "auto").strip().lower()
     if value not in ("auto", "files", "spark"):
         raise ValueError(f"aggregate.broadcast_via: {value!r} is not one of auto, files, spark")
-
-    def readable(uri):
-        return bool(uri) and (not io.is_remote(uri) or uri.startswith("s3://"))
     if value == "files" and not (embeddings_uri and nodes_uri):
         raise ValueError("aggregate.broadcast_via=files needs the embeddings and nodes as "
                          "Parquet tables (a run folder); use broadcast_via: spark or auto")
     if value != "auto":
         return value, f"aggregate.broadcast_via={value}"
-    if readable(embeddings_uri) and readable(nodes_uri):
+    if _pyarrow_reaches(embeddings_uri) and _pyarrow_reaches(nodes_uri):
         return "files", "auto: the executors read the Parquet tables with pyarrow"
     return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
@@ -378,6 +381,30 @@ def _read_arrow(df, uri: Optional[str], columns: List[str]):
     return io.collect_arrow(df.select(*columns))
 
 
+def _check_sparse_range(sp_idx, sparse_dim: int) -> None:
+    """Refuse tf-idf indices outside ``[0, sparse_dim)`` (driver and executor side)."""
+    if sp_idx.size and (sp_idx.min() < 0 or sp_idx.max() >= sparse_dim):
+        raise ValueError(f"embeddings: sparse index out of range [0, {sparse_dim}) "
+                         f"(min {sp_idx.min()}, max {sp_idx.max()}); wrong sparse_dim?")
+
+
+def _node_lookup(node, ids_tbl):
+    """``(lookup, ids_by_index)`` (driver and executor side): ``lookup[node_index]`` = row of
+    the embeddings (-1 when absent), ``ids_by_index[node_index]`` = ``node_id`` (null when
+    absent), from the embeddings' ``node`` indices and a ``node_index, node_id`` table."""
+    import numpy as np
+    import pyarrow as pa
+    ids_tbl = ids_tbl.combine_chunks()
+    id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
+    size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
+    lookup = np.full(size, -1, dtype=np.int64)
+    lookup[node] = np.arange(node.size, dtype=np.int64)
+    id_pos = np.full(size, -1, dtype=np.int64)
+    id_pos[id_node] = np.arange(id_node.size, dtype=np.int64)
+    ids = ids_tbl.column(io.NODE_ID).combine_chunks().cast(pa.string())
+    return lookup, ids.take(pa.array(id_pos, mask=id_pos < 0))
+
+
 def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dict[str, Any]:
     """Driver side: numpy/Arrow arrays of the embeddings, indexed by a node-index lookup."""
     import numpy as np
@@ -388,18 +415,8 @@ def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dic
                             pa.array([], pa.list_(pa.float32())), dense_dim)
     sp_ptr, sp_idx, sp_val = _sparse_parts(emb_tbl.column(io.SPARSE_INDICES).combine_chunks(),
                                            emb_tbl.column(io.SPARSE_VALUES).combine_chunks())
-    if sp_idx.size and (sp_idx.min() < 0 or sp_idx.max() >= sparse_dim):
-        raise ValueError(f"embeddings: sparse index out of range [0, {sparse_dim}) "
-                         f"(min {sp_idx.min()}, max {sp_idx.max()}); wrong sparse_dim?")
-    ids_tbl = ids_tbl.combine_chunks()
-    id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
-    size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
-    lookup = np.full(size, -1, dtype=np.int64)
-    lookup[node] = np.arange(node.size, dtype=np.int64)
-    id_pos = np.full(size, -1, dtype=np.int64)
-    id_pos[id_node] = np.arange(id_node.size, dtype=np.int64)
-    ids = ids_tbl.column(io.NODE_ID).combine_chunks().cast(pa.string())
-    ids_by_index = ids.take(pa.array(id_pos, mask=id_pos < 0))
+    _check_sparse_range(sp_idx, sparse_dim)
+    lookup, ids_by_index = _node_lookup(node, ids_tbl)
     return {"dense": dense, "sp_ptr": sp_ptr, "sp_idx": sp_idx, "sp_val": sp_val,
             "lookup": lookup, "ids": ids_by_index, "dense_dim": dense_dim,
             "sparse_dim": sparse_dim}
@@ -644,7 +661,7 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
         raise ValueError(f"{WRITER_CONF}: {value!r} is not one of auto, spark, arrow")
     if value != "auto":
         return value, f"{WRITER_CONF}={value}"
-    if not io.is_remote(staging_uri) or staging_uri.startswith("s3://"):
+    if _pyarrow_reaches(staging_uri):
         return "arrow", "auto: pyarrow can write the staging folder"
     return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
                      f"here; JVM Parquet writer")
@@ -1049,9 +1066,7 @@ def _build_mapped(spec: Dict[str, Any], out: str) -> None:
         node[r:r + m] = batch.column(0).to_numpy(zero_copy_only=False)
         dense[r:r + m], _ = _dense_block(batch.column(1), D)
         ptr, idx, val = _sparse_parts(batch.column(2), batch.column(3))
-        if idx.size and (idx.min() < 0 or idx.max() >= S):
-            raise ValueError(f"embeddings: sparse index out of range [0, {S}) (min "
-                             f"{idx.min()}, max {idx.max()}); wrong sparse_dim?")
+        _check_sparse_range(idx, S)
         ptrs.append(ptr[1:] + ptrs[-1][-1])
         idxs.append(idx)
         vals.append(val)
@@ -1060,15 +1075,8 @@ def _build_mapped(spec: Dict[str, Any], out: str) -> None:
         raise RuntimeError(f"aggregate: read {r} embedding rows, the footers say {n}")
     dense.flush()
     del dense
-    ids_tbl = nodes.to_table(columns=[io.NODE_INDEX, io.NODE_ID])
-    id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
-    size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
-    lookup = np.full(size, -1, dtype=np.int64)
-    lookup[node] = np.arange(n, dtype=np.int64)
-    id_pos = np.full(size, -1, dtype=np.int64)
-    id_pos[id_node] = np.arange(id_node.size, dtype=np.int64)
-    ids = ids_tbl.column(io.NODE_ID).combine_chunks().cast(pa.string())
-    ids_by_index = ids.take(pa.array(id_pos, mask=id_pos < 0))
+    lookup, ids_by_index = _node_lookup(node, nodes.to_table(columns=[io.NODE_INDEX,
+                                                                       io.NODE_ID]))
     np.save(os.path.join(out, "lookup.npy"), lookup)
     np.save(os.path.join(out, "sp_ptr.npy"), np.concatenate(ptrs))
     np.save(os.path.join(out, "sp_idx.npy"),
