@@ -9,7 +9,9 @@ PECOS tf-idf) is fitted on the train texts and labels; g (PECOS XR-Linear, varia
 ``in_sample``) is trained here on B_pre = train instance -> its tags, label -> its train
 instances, label -> itself, from the embeddings the Spark embed stage published.
 
-Measured (wall clock, model folders and inputs already on local disk, Spark session warm):
+Measured (wall clock, model folders and inputs already on local disk, Spark session warm; with
+``--stages neighbors`` the Python workers first import what the embed stage imports, as they
+would have after it):
 
 * ``embed``: :func:`pina_spark.inference.run_embed_stage` (``nodes`` Parquet -> published
   ``embeddings``), against: pyarrow read of ``nodes`` -> ``PhiPre.load`` -> ``transform`` in
@@ -24,6 +26,9 @@ rows/s = rows processed / wall seconds; ratio = spark / reference (>= 0.9 is the
 Usage::
 
     python benchmarks/bench_inference.py --json /tmp/bench_inference.json --rows 3000
+    # time only the neighbours stage again, on the embeddings and g of an earlier run
+    python benchmarks/bench_inference.py --json /tmp/nb.json --rows 3000 --workdir /tmp/bi \\
+        --stages neighbors
 
 Writes ``{"results": [{"stage", "rows", "spark_rows_per_s", "reference_rows_per_s", "ratio",
 ...}], "config": {...}}`` and prints the results.
@@ -76,6 +81,19 @@ def load_citeulike(n_rows, min_tag_items=5):
             for it in items:
                 art_tags.setdefault(it, []).append(len(labels) - 1)
     return inst, labels, art_tags
+
+
+def _warm_worker(batches):
+    """Executor side (``--stages neighbors``): import what a worker that ran the embed stage
+    has imported (numpy, pyarrow, scipy, torch, PECOS' tf-idf), nothing of the neighbour
+    stage itself."""
+    import numpy  # noqa: F401
+    import pyarrow  # noqa: F401
+    import scipy.sparse  # noqa: F401
+    import torch  # noqa: F401
+    from pecos.utils.featurization.text import vectorizers  # noqa: F401
+    for b in batches:
+        yield b
 
 
 def _sync_threads(n):
@@ -154,8 +172,17 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=3000, help="citeulike-t articles used")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
-    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--workdir", default=None, help="keep inputs, models and tables here "
+                    "(default: a temp folder, removed at the end)")
+    ap.add_argument("--stages", default="embed,neighbors",
+                    help="stages to time: embed,neighbors (default) or neighbors, which reuses "
+                         "the vectorizer, embeddings and g of an earlier run in --workdir")
     args = ap.parse_args(argv)
+    stages = [x.strip() for x in args.stages.split(",") if x.strip()]
+    if set(stages) - {"embed", "neighbors"} or not stages:
+        ap.error(f"--stages: expected embed and/or neighbors, got {args.stages!r}")
+    if "embed" not in stages and not args.workdir:
+        ap.error("--stages without embed needs --workdir of an earlier run")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name in ("py4j", "pina_spark.io"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -183,48 +210,97 @@ def main(argv=None):
             for i, (a, t, s) in enumerate(inst)]
     rows += [Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
              for j, (a, t) in enumerate(labels)]
-    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
-    spark.range(100).selectExpr("sum(id)").collect()  # warm the session
-
     models = ctx.models
-    _sync_threads(THREADS)
-    t0 = time.time()
-    phi = PhiPre.fit([r.text for r in rows if r.split != "test"], cfg.pretrain)
-    phi.save(f"{models}/vectorizer")
-    with open(f"{models}/folds.json", "w") as fh:
-        json.dump({"folds": 0, "train_mode": "in_sample"}, fh)
-    open(f"{models}/_SUCCESS", "w").close()
-    log.info("vectorizer fitted in %.1fs (D=%d, S=%d)", time.time() - t0, phi.dense_dim,
-             phi.sparse_dim)
-    del phi
-
     results = []
-    # ---------------------------------------------------------------- embed
+    if "embed" not in stages:
+        for rel in (io.NODES, io.EMBEDDINGS):
+            if not io.is_complete(spark, ctx.paths.table(rel)):
+                raise SystemExit(f"--stages {args.stages}: {ctx.paths.table(rel)} is missing; "
+                                 f"run the embed stage into this --workdir first")
+        n_have = spark.read.parquet(ctx.paths.table(io.NODES)).count()
+        if n_have != n_nodes:
+            raise SystemExit(f"--stages {args.stages}: {work} holds {n_have} nodes, --rows "
+                             f"{args.rows} makes {n_nodes}: use the --rows of that run")
+        # the Python workers import what the embed stage would have imported before them
+        spark.range(0, THREADS, 1, THREADS).mapInArrow(_warm_worker, "id long").collect()
+        spark.range(100).selectExpr("sum(id)").collect()  # warm the session
+    else:
+        io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
+        spark.range(100).selectExpr("sum(id)").collect()  # warm the session
+        _sync_threads(THREADS)
+        t0 = time.time()
+        phi = PhiPre.fit([r.text for r in rows if r.split != "test"], cfg.pretrain)
+        phi.save(f"{models}/vectorizer")
+        with open(f"{models}/folds.json", "w") as fh:
+            json.dump({"folds": 0, "train_mode": "in_sample"}, fh)
+        open(f"{models}/_SUCCESS", "w").close()
+        log.info("vectorizer fitted in %.1fs (D=%d, S=%d)", time.time() - t0, phi.dense_dim,
+                 phi.sparse_dim)
+        del phi
+        results.append(time_embed(ctx, models, work, args.batch_size))
+    gdir = inference.g_model_dir(models, "pina")
+    if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
+        train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
+    if "neighbors" in stages:
+        import pecos.xmc.xlinear.model  # noqa: F401  (the reference's imports are warm either way)
+        results.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
+
+    out = {"results": results,
+           "config": {"data": "citeulike-t", "articles": args.rows, "instances": len(inst),
+                      "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
+                      "reference_threads": THREADS, "batch_size": args.batch_size,
+                      "tasks": args.tasks, "stages": stages, "encoder": cfg.pretrain.encoder,
+                      "max_length": cfg.pretrain.max_length, "cpu_count": os.cpu_count(),
+                      "load_avg": os.getloadavg()}}
+    with open(args.json, "w") as fh:
+        json.dump(out, fh, indent=1)
+    for r in results:
+        log.info("%-9s rows=%d spark %.1f rows/s (%.1fs)  reference %.1f rows/s (%.1fs)  "
+                 "ratio %.3f", r["stage"], r["rows"], r["spark_rows_per_s"], r["spark_s"],
+                 r["reference_rows_per_s"], r["reference_s"], r["ratio"])
+    sys.stdout.write(json.dumps(out["results"], indent=1) + "\n")
+    spark.stop()
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def time_embed(ctx, models, work, batch_size):
+    """The embed stage against :func:`reference_embed` (same run, same threads)."""
     t0 = time.time()
     st = inference.run_embed_stage(ctx)
     spark_s = time.time() - t0                   # the whole stage call, driver prep included
-    spark_eps = st["rows"] / spark_s
     _sync_threads(THREADS)
     n_ref, dt_ref = reference_embed(ctx.paths.table(io.NODES), f"{models}/vectorizer",
-                                    os.path.join(work, "ref_embeddings.parquet"), args.batch_size)
-    results.append({"stage": "embed", "rows": st["rows"], "spark_s": round(spark_s, 3),
-                    "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_eps, 2),
-                    "reference_rows_per_s": round(n_ref / dt_ref, 2),
-                    "ratio": round(spark_eps / (n_ref / dt_ref), 3),
-                    "partitions": st["partitions"], "model_loads": st["model_loads"],
-                    "worker_processes": st["worker_processes"]})
+                                    os.path.join(work, "ref_embeddings.parquet"), batch_size)
+    return _result("embed", st, spark_s, n_ref, dt_ref)
 
-    # ---------------------------------------------------------------- g (not timed)
+
+def _result(stage, st, spark_s, n_ref, dt_ref):
+    spark_rps, ref_rps = st["rows"] / spark_s, n_ref / dt_ref
+    return {"stage": stage, "rows": st["rows"], "spark_s": round(spark_s, 3),
+            "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_rps, 2),
+            "reference_rows_per_s": round(ref_rps, 2), "ratio": round(spark_rps / ref_rps, 3),
+            "partitions": st["partitions"], "model_loads": st["model_loads"],
+            "worker_processes": st["worker_processes"]}
+
+
+def _phi_dim(models):
+    with open(f"{models}/vectorizer/encoder.json") as fh:
+        spec = json.load(fh)
+    return int(spec["dense_dim"]), int(spec["sparse_dim"])
+
+
+def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
+    """g (not timed): XR-Linear on B_pre = train instance -> its tags, tag -> its train
+    instances, tag -> itself, from the published embeddings."""
     import scipy.sparse as sp
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
     import pyarrow.parquet as pq
-    with open(f"{models}/vectorizer/encoder.json") as fh:
-        spec = json.load(fh)
-    phi_dim = int(spec["dense_dim"])
+    phi_dim, sparse_dim = _phi_dim(models)
     emb = pq.read_table(ctx.paths.table(io.EMBEDDINGS)).sort_by(io.NODE_INDEX)
-    X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + int(spec["sparse_dim"]))
-    n_inst = len(inst)
+    X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + sparse_dim)
     train = [i for i, r in enumerate(rows[:n_inst]) if r.split == "train"]
     lab_nodes = list(range(n_inst, n_nodes))
     inputs = train + lab_nodes
@@ -243,50 +319,24 @@ def main(argv=None):
     C = Indexer.gen(LabelEmbeddingFactory.create(Y, Xg, method="pifa"),
                     indexer_type="hierarchicalkmeans", nr_splits=16, max_leaf_size=100, seed=0)
     g = XLinearModel.train(Xg, Y, C=C, threshold=0.1)
-    gdir = inference.g_model_dir(models, "pina")
     os.makedirs(gdir, exist_ok=True)
     g.save(gdir)
     np.save(os.path.join(gdir, inference.OUTPUT_NODES), np.asarray(inputs, dtype=np.int64))
     open(os.path.join(gdir, "_SUCCESS"), "w").close()
     log.info("g trained in %.1fs (%d rows, %d outputs)", time.time() - t0, len(inputs),
              len(inputs))
-    del g
 
-    # ---------------------------------------------------------------- neighbors
+
+def time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, batch_size):
+    """The neighbours stage against :func:`reference_neighbors` (same run, same threads)."""
     ctx_nb = pipeline.make_context(spark, cfg_nb)
     t0 = time.time()
     st = inference.run_neighbors_stage(ctx_nb)
     spark_s = time.time() - t0
-    spark_nps = st["rows"] / spark_s
     n_ref, dt_ref = reference_neighbors(ctx.paths.table(io.NODES), ctx.paths.table(io.EMBEDDINGS),
-                                        gdir, phi_dim, cfg.neighbors.k,
-                                        os.path.join(work, "ref_neighbors.parquet"),
-                                        args.batch_size)
-    results.append({"stage": "neighbors", "rows": st["rows"], "spark_s": round(spark_s, 3),
-                    "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_nps, 2),
-                    "reference_rows_per_s": round(n_ref / dt_ref, 2),
-                    "ratio": round(spark_nps / (n_ref / dt_ref), 3),
-                    "partitions": st["partitions"], "model_loads": st["model_loads"],
-                    "worker_processes": st["worker_processes"]})
-
-    out = {"results": results,
-           "config": {"data": "citeulike-t", "articles": args.rows, "instances": n_inst,
-                      "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
-                      "reference_threads": THREADS, "batch_size": args.batch_size,
-                      "tasks": args.tasks, "encoder": cfg.pretrain.encoder,
-                      "max_length": cfg.pretrain.max_length, "cpu_count": os.cpu_count(),
-                      "load_avg": os.getloadavg()}}
-    with open(args.json, "w") as fh:
-        json.dump(out, fh, indent=1)
-    for r in results:
-        log.info("%-9s rows=%d spark %.1f rows/s (%.1fs)  reference %.1f rows/s (%.1fs)  "
-                 "ratio %.3f", r["stage"], r["rows"], r["spark_rows_per_s"], r["spark_s"],
-                 r["reference_rows_per_s"], r["reference_s"], r["ratio"])
-    sys.stdout.write(json.dumps(out["results"], indent=1) + "\n")
-    spark.stop()
-    if not args.workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+                                        gdir, _phi_dim(ctx.models)[0], cfg.neighbors.k,
+                                        os.path.join(work, "ref_neighbors.parquet"), batch_size)
+    return _result("neighbors", st, spark_s, n_ref, dt_ref)
 
 
 if __name__ == "__main__":

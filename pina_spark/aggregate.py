@@ -93,7 +93,8 @@ import math
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from . import faults, io
+from . import embstore, faults, io
+from .embstore import estimate_mb as estimate_embeddings_mb
 
 log = logging.getLogger(__name__)
 
@@ -159,61 +160,6 @@ def resolve_sparse_dim(models_uri: Optional[str] = None, sparse_dim: Optional[in
     return None
 
 
-def _parquet_fragments(uri: str):
-    """pyarrow dataset of a Parquet folder (local path or pyarrow.fs URI), or ``None``."""
-    try:
-        import pyarrow.dataset as ds
-        if io.is_remote(uri):
-            import pyarrow.fs as pafs
-            fs, p = pafs.FileSystem.from_uri(uri)
-            return ds.dataset(p, format="parquet", filesystem=fs, partitioning="hive")
-        return ds.dataset(io.local_path(uri), format="parquet", partitioning="hive")
-    except Exception as e:  # not a readable Parquet folder from the driver
-        log.info("aggregate: %s not readable with pyarrow on the driver (%s)", uri, e)
-        return None
-
-
-def _embedding_stats_from_footers(uri: str) -> Optional[Dict[str, Any]]:
-    """Rows, dense values, sparse values and max sparse index from Parquet footers only."""
-    dset = _parquet_fragments(uri)
-    if dset is None:
-        return None
-    rows = dense_vals = sparse_vals = 0
-    dense_clean = True  # no null / empty dense list anywhere (footer statistics)
-    max_idx = -1
-    have_max = True
-    try:
-        for frag in dset.get_fragments():
-            md = frag.metadata
-            rows += md.num_rows
-            for g in range(md.num_row_groups):
-                rg = md.row_group(g)
-                for c in range(rg.num_columns):
-                    col = rg.column(c)
-                    top = col.path_in_schema.split(".")[0]
-                    if top == io.DENSE:
-                        dense_vals += col.num_values
-                        st = col.statistics
-                        if st is None or not st.has_null_count or st.null_count:
-                            dense_clean = False
-                    elif top in (io.SPARSE_INDICES, io.SPARSE_VALUES):
-                        sparse_vals += col.num_values
-                        if top == io.SPARSE_INDICES:
-                            st = col.statistics
-                            if st is not None and st.has_min_max:
-                                max_idx = max(max_idx, int(st.max))
-                            elif col.num_values:
-                                have_max = False
-    except Exception as e:
-        log.info("aggregate: Parquet footers of %s unreadable (%s)", uri, e)
-        return None
-    # D: exact when every row stores a non-empty dense list (all of length D)
-    dense_dim = dense_vals // rows if (rows and dense_clean and dense_vals % rows == 0) \
-        else None
-    return {"rows": rows, "dense_values": dense_vals, "sparse_values": sparse_vals // 2,
-            "max_index": max_idx if have_max else None, "dense_dim": dense_dim}
-
-
 def _embedding_stats_spark(emb) -> Dict[str, Any]:
     from pyspark.sql import functions as F
     n_sp = F.greatest(F.coalesce(F.size(io.SPARSE_INDICES), F.lit(0)), F.lit(0))
@@ -229,20 +175,6 @@ def _dense_dim(emb) -> int:
     from pyspark.sql import functions as F
     first = emb.where(F.size(io.DENSE) > 0).select(F.size(io.DENSE).alias("d")).first()
     return 0 if first is None else int(first["d"])
-
-
-def estimate_embeddings_mb(stats: Dict[str, Any]) -> float:
-    """In-memory size of the embeddings as shipped to tasks: 4 bytes per dense value, 8 per
-    sparse non-zero (int32 index + float32 value), 12 per row (lookup + CSR pointer).
-
-    Examples
-    --------
-    >>> round(estimate_embeddings_mb({"rows": 1000, "dense_values": 384000,
-    ...                               "sparse_values": 20000}), 2)
-    1.63
-    """
-    return (4.0 * stats["dense_values"] + 8.0 * stats["sparse_values"]
-            + 12.0 * stats["rows"]) / 2 ** 20
 
 
 def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
@@ -287,20 +219,15 @@ def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
     return "shuffle", f"auto: embeddings ~{size_mb:.1f} MB > {limit_key} {broadcast_max_mb}"
 
 
-def _pyarrow_reaches(uri: Optional[str]) -> bool:
-    """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
-    ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
-    return bool(uri) and (not io.is_remote(uri) or uri.startswith("s3://"))
-
-
 def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
                          nodes_uri: Optional[str]) -> Tuple[str, str]:
     """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
 
     ``files``: every executor machine reads the ``embeddings`` and ``nodes`` Parquet tables
     itself (pyarrow) once, into a memory-mapped copy in its local dirs shared by its Python
-    workers (:func:`_mapped_embeddings`); nothing is collected on the driver. ``spark``: the
-    driver reads them and ships a Spark broadcast variable (one copy per Python worker).
+    workers (:func:`pina_spark.embstore.open_store`); nothing is collected on the driver.
+    ``spark``: the driver reads them and ships a Spark broadcast variable (one copy per Python
+    worker).
     ``auto`` takes ``files`` when both tables are Parquet folders pyarrow can read on the
     executors (local/``file://`` paths, ``s3://``), else ``spark``.
 
@@ -321,7 +248,7 @@ def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
                          "Parquet tables (a run folder); use broadcast_via: spark or auto")
     if value != "auto":
         return value, f"aggregate.broadcast_via={value}"
-    if _pyarrow_reaches(embeddings_uri) and _pyarrow_reaches(nodes_uri):
+    if io.pyarrow_reaches(embeddings_uri) and io.pyarrow_reaches(nodes_uri):
         return "files", "auto: the executors read the Parquet tables with pyarrow"
     return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
@@ -350,7 +277,7 @@ def _variants(neighbors) -> List[str]:
 
 def _count_rows(uri: str) -> Optional[int]:
     """Row count of a Parquet table from its footers (``None`` when not readable)."""
-    dset = _parquet_fragments(uri)
+    dset = io.parquet_dataset(uri)
     if dset is None:
         return None
     try:
@@ -375,34 +302,10 @@ def _read_arrow(df, uri: Optional[str], columns: List[str]):
     """Read ``columns`` of a table on the driver: pyarrow straight from the Parquet files when
     ``uri`` is a readable file table (fast, multi-threaded), else through Spark."""
     if uri:
-        dset = _parquet_fragments(uri)
+        dset = io.parquet_dataset(uri)
         if dset is not None and all(c in dset.schema.names for c in columns):
             return dset.to_table(columns=columns)
     return io.collect_arrow(df.select(*columns))
-
-
-def _check_sparse_range(sp_idx, sparse_dim: int) -> None:
-    """Refuse tf-idf indices outside ``[0, sparse_dim)`` (driver and executor side)."""
-    if sp_idx.size and (sp_idx.min() < 0 or sp_idx.max() >= sparse_dim):
-        raise ValueError(f"embeddings: sparse index out of range [0, {sparse_dim}) "
-                         f"(min {sp_idx.min()}, max {sp_idx.max()}); wrong sparse_dim?")
-
-
-def _node_lookup(node, ids_tbl):
-    """``(lookup, ids_by_index)`` (driver and executor side): ``lookup[node_index]`` = row of
-    the embeddings (-1 when absent), ``ids_by_index[node_index]`` = ``node_id`` (null when
-    absent), from the embeddings' ``node`` indices and a ``node_index, node_id`` table."""
-    import numpy as np
-    import pyarrow as pa
-    ids_tbl = ids_tbl.combine_chunks()
-    id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
-    size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
-    lookup = np.full(size, -1, dtype=np.int64)
-    lookup[node] = np.arange(node.size, dtype=np.int64)
-    id_pos = np.full(size, -1, dtype=np.int64)
-    id_pos[id_node] = np.arange(id_node.size, dtype=np.int64)
-    ids = ids_tbl.column(io.NODE_ID).combine_chunks().cast(pa.string())
-    return lookup, ids.take(pa.array(id_pos, mask=id_pos < 0))
 
 
 def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dict[str, Any]:
@@ -411,12 +314,13 @@ def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dic
     import pyarrow as pa
     emb_tbl = emb_tbl.combine_chunks()
     node = emb_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
-    dense, _ = _dense_block(emb_tbl.column(io.DENSE).chunk(0) if emb_tbl.num_rows else
-                            pa.array([], pa.list_(pa.float32())), dense_dim)
-    sp_ptr, sp_idx, sp_val = _sparse_parts(emb_tbl.column(io.SPARSE_INDICES).combine_chunks(),
-                                           emb_tbl.column(io.SPARSE_VALUES).combine_chunks())
-    _check_sparse_range(sp_idx, sparse_dim)
-    lookup, ids_by_index = _node_lookup(node, ids_tbl)
+    dense, _ = embstore.dense_block(emb_tbl.column(io.DENSE).chunk(0) if emb_tbl.num_rows
+                                    else pa.array([], pa.list_(pa.float32())), dense_dim)
+    sp_ptr, sp_idx, sp_val = embstore.sparse_parts(
+        emb_tbl.column(io.SPARSE_INDICES).combine_chunks(),
+        emb_tbl.column(io.SPARSE_VALUES).combine_chunks())
+    embstore.check_sparse_range(sp_idx, sparse_dim)
+    lookup, ids_by_index = embstore.node_lookup(node, ids_tbl)
     return {"dense": dense, "sp_ptr": sp_ptr, "sp_idx": sp_idx, "sp_val": sp_val,
             "lookup": lookup, "ids": ids_by_index, "dense_dim": dense_dim,
             "sparse_dim": sparse_dim}
@@ -469,7 +373,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     a = float(agg_cfg.v1_weight)
     if not math.isfinite(a) or a < 0:
         raise ValueError(f"aggregate.v1_weight: {a!r} must be a finite number >= 0")
-    stats = _embedding_stats_from_footers(embeddings_uri) if embeddings_uri else None
+    stats = embstore.footer_stats(embeddings_uri) if embeddings_uri else None
     if stats is None:
         stats = _embedding_stats_spark(embeddings)
     dense_dim = stats.get("dense_dim")
@@ -519,7 +423,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
         if via == "files":
             bc = {"embeddings": embeddings_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
                   "sparse_dim": sparse_dim,
-                  "key": _tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim)}
+                  "key": embstore.tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim)}
         else:
             emb_tbl = _read_arrow(embeddings, embeddings_uri,
                                   [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
@@ -661,7 +565,7 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
         raise ValueError(f"{WRITER_CONF}: {value!r} is not one of auto, spark, arrow")
     if value != "auto":
         return value, f"{WRITER_CONF}={value}"
-    if _pyarrow_reaches(staging_uri):
+    if io.pyarrow_reaches(staging_uri):
         return "arrow", "auto: pyarrow can write the staging folder"
     return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
                      f"here; JVM Parquet writer")
@@ -685,7 +589,7 @@ def _partition_counts(spark, uri: str) -> Dict[str, Dict[str, int]]:
     """Rows per (variant, split) of the published features: Parquet footers, else Spark."""
     from pyspark.sql import functions as F
     counts: Dict[str, Dict[str, int]] = {}
-    dset = _parquet_fragments(uri)
+    dset = io.parquet_dataset(uri)
     if dset is not None:
         try:
             import pyarrow.dataset as pds
@@ -794,15 +698,15 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
                 if batch.num_rows == 0:
                     continue
                 dcol = batch.column(1)
-                lens = _lengths(dcol)
+                lens = embstore.lengths(dcol)
                 w = int(lens.max(initial=0))
                 if dense_w is None:
                     dense_w = w
                 if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
                     raise ValueError(f"export_csr: dense arrays of different lengths in "
                                      f"{variant}/{split}")
-                dense, _ = _dense_block(dcol, dense_w)
-                ptr, idx, val = _sparse_parts(batch.column(2), batch.column(3))
+                dense, _ = embstore.dense_block(dcol, dense_w)
+                ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
                 if idx.size:
                     max_sp = max(max_sp, int(idx.max()))
                 mats.append((sp.csr_matrix(dense), (val, idx, ptr)))
@@ -937,181 +841,14 @@ def _ipc_blobs(batches):
                                      ["blob"])
 
 
-def _tables_key(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int) -> str:
-    """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
-    executor never serves a memory-mapped copy of an earlier version of the tables."""
-    import hashlib
-    h = hashlib.sha1(f"{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f{sparse_dim}".encode())
-    for uri in (embeddings_uri, nodes_uri):
-        dset = _parquet_fragments(uri)
-        if dset is None:
-            raise ValueError(f"aggregate.broadcast_via=files: {uri} is not a Parquet table "
-                             f"pyarrow can read; use aggregate.broadcast_via: spark")
-        for fi in sorted(dset.filesystem.get_file_info(dset.files), key=lambda f: f.path):
-            h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
-    return h.hexdigest()[:20]
-
-
 # =========================================================================== executor side
-
-#: executor-side cache of memory-mapped embeddings, per Python worker: key -> arrays
-_MAPPED: Dict[str, Dict[str, Any]] = {}
-_MAPPED_FILES = ("dense", "lookup", "sp_ptr", "sp_idx", "sp_val")
-
-
-def _mapped_root() -> str:
-    """Executor side: the folder for memory-mapped copies: the first of the executor's local
-    dirs (``SPARK_LOCAL_DIRS``, removed with the application), else the temp dir."""
-    import os
-    import tempfile
-    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
-    return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), "pina-embeddings")
-
-
-def _mapped_embeddings(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """Executor side (``broadcast_via: files``): the embeddings of ``spec`` as memory-mapped
-    arrays, the same dict as :func:`_broadcast_payload` returns.
-
-    The first Python worker of a machine reads the Parquet tables (``spec["embeddings"]``,
-    ``spec["nodes"]``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into
-    an Arrow IPC file) under :func:`_mapped_root`, holding a file lock; the other workers wait
-    for it and map the same files, so the machine holds one copy in its page cache. The folder
-    is named by ``spec["key"]`` (:func:`_tables_key`: file sizes and times), so a republished
-    table is never served stale. Cached per worker process.
-    """
-    from . import runtime
-    runtime.require_executor("_mapped_embeddings")
-    key = spec["key"]
-    got = _MAPPED.get(key)
-    if got is not None:
-        return got
-    import os
-    import numpy as np
-    import pyarrow as pa
-    root = _mapped_root()
-    os.makedirs(root, exist_ok=True)
-    final = os.path.join(root, key)
-    done = os.path.join(final, "_DONE")
-    if not os.path.exists(done):
-        with _file_lock(final + ".lock"):
-            if not os.path.exists(done):
-                import shutil
-                shutil.rmtree(final, ignore_errors=True)   # a crashed build
-                tmp = f"{final}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                t0 = time.time()
-                try:
-                    _build_mapped(spec, tmp)
-                    os.replace(tmp, final)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-                open(done, "w").close()
-                log.info("aggregate: embeddings mapped into %s in %.1fs", final, time.time() - t0)
-    E: Dict[str, Any] = {name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r")
-                         for name in _MAPPED_FILES}
-    with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
-        E["ids"] = pa.ipc.open_file(src).read_all().column(0).combine_chunks()
-    E["dense_dim"], E["sparse_dim"] = int(spec["dense_dim"]), int(spec["sparse_dim"])
-    _MAPPED[key] = E
-    return E
-
-
-class _file_lock:
-    """Executor side: an exclusive ``fcntl`` lock on ``path`` (no-op where fcntl is missing:
-    the build then may run twice, each into its own temp folder)."""
-
-    def __init__(self, path):
-        self.path, self.fh = path, None
-
-    def __enter__(self):
-        self.fh = open(self.path, "a")
-        try:
-            import fcntl
-            fcntl.flock(self.fh, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - non-POSIX
-            pass
-        return self
-
-    def __exit__(self, *exc):
-        self.fh.close()   # releases the lock
-        return False
-
-
-def _build_mapped(spec: Dict[str, Any], out: str) -> None:
-    """Executor side: stream the Parquet tables of ``spec`` into the ``.npy`` / Arrow IPC files
-    that :func:`_mapped_embeddings` maps (memory: one record batch at a time, plus the sparse
-    part and the node ids)."""
-    import os
-    import numpy as np
-    import pyarrow as pa
-    D, S = int(spec["dense_dim"]), int(spec["sparse_dim"])
-    os.makedirs(out)
-    emb = _parquet_fragments(spec["embeddings"])
-    nodes = _parquet_fragments(spec["nodes"])
-    if emb is None or nodes is None:
-        raise RuntimeError(f"aggregate: cannot read {spec['embeddings']} / {spec['nodes']} with "
-                           f"pyarrow on this executor; set aggregate.broadcast_via: spark")
-    cols = [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
-    n = emb.count_rows()
-    dense = np.lib.format.open_memmap(os.path.join(out, "dense.npy"), mode="w+",
-                                      dtype=np.float32, shape=(n, D))
-    node = np.empty(n, dtype=np.int64)
-    ptrs, idxs, vals = [np.zeros(1, np.int64)], [], []
-    r = 0
-    for batch in emb.to_batches(columns=cols, batch_size=16384):
-        m = batch.num_rows
-        if not m:
-            continue
-        node[r:r + m] = batch.column(0).to_numpy(zero_copy_only=False)
-        dense[r:r + m], _ = _dense_block(batch.column(1), D)
-        ptr, idx, val = _sparse_parts(batch.column(2), batch.column(3))
-        _check_sparse_range(idx, S)
-        ptrs.append(ptr[1:] + ptrs[-1][-1])
-        idxs.append(idx)
-        vals.append(val)
-        r += m
-    if r != n:
-        raise RuntimeError(f"aggregate: read {r} embedding rows, the footers say {n}")
-    dense.flush()
-    del dense
-    lookup, ids_by_index = _node_lookup(node, nodes.to_table(columns=[io.NODE_INDEX,
-                                                                       io.NODE_ID]))
-    np.save(os.path.join(out, "lookup.npy"), lookup)
-    np.save(os.path.join(out, "sp_ptr.npy"), np.concatenate(ptrs))
-    np.save(os.path.join(out, "sp_idx.npy"),
-            np.concatenate(idxs) if idxs else np.zeros(0, np.int32))
-    np.save(os.path.join(out, "sp_val.npy"),
-            np.concatenate(vals) if vals else np.zeros(0, np.float32))
-    tbl = pa.table({"id": ids_by_index})
-    with pa.OSFile(os.path.join(out, "ids.arrow"), "wb") as sink:
-        with pa.ipc.new_file(sink, tbl.schema) as w:
-            w.write_table(tbl)
-
-def _lengths(list_arr):
-    """Executor/driver helper: lengths of an Arrow list array (nulls -> 0), int64 numpy."""
-    import numpy as np
-    import pyarrow.compute as pc
-    if isinstance(list_arr, type(None)):
-        return np.zeros(0, dtype=np.int64)
-    lens = pc.list_value_length(list_arr).fill_null(0)
-    return lens.to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _flat(list_arr, dtype, fill=0):
-    import numpy as np
-    import pyarrow.compute as pc
-    flat = pc.list_flatten(list_arr)
-    if flat.null_count:
-        flat = flat.fill_null(fill)
-    return np.asarray(flat.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
 def _weights(ln, lw, nb_ptr, w_col):
     """Executor side: the weight of every neighbour (stored order); a missing weight (score
     array shorter than the neighbour array) is 0."""
     import numpy as np
-    wf = _flat(w_col, np.float32)
+    wf = embstore.flat(w_col, np.float32)
     if np.array_equal(ln, lw):
         return wf
     n = int(nb_ptr[-1])
@@ -1123,36 +860,6 @@ def _weights(ln, lw, nb_ptr, w_col):
     w = np.zeros(n, dtype=np.float32)
     w[ok] = wf[wptr[:-1][row[ok]] + rank[ok]]
     return w
-
-
-def _dense_block(list_arr, dense_dim: int):
-    """Arrow list<float> -> (n, dense_dim) float32; null/empty lists give zero rows."""
-    import numpy as np
-    lens = _lengths(list_arr)
-    n = lens.size
-    bad = (lens != 0) & (lens != dense_dim)
-    if bad.any():
-        raise ValueError(f"dense array of length {int(lens[bad][0])}, expected {dense_dim}")
-    flat = _flat(list_arr, np.float32)
-    full = lens == dense_dim
-    if dense_dim == 0:
-        return np.zeros((n, 0), dtype=np.float32), full
-    if full.all():
-        return flat.reshape(n, dense_dim), full
-    out = np.zeros((n, dense_dim), dtype=np.float32)
-    out[full] = flat.reshape(-1, dense_dim)
-    return out, full
-
-
-def _sparse_parts(idx_arr, val_arr):
-    """Arrow list<int>, list<float> -> CSR (indptr int64, indices int32, data float32)."""
-    import numpy as np
-    li, lv = _lengths(idx_arr), _lengths(val_arr)
-    if not np.array_equal(li, lv):
-        raise ValueError("sparse_indices and sparse_values have different lengths")
-    ptr = np.zeros(li.size + 1, dtype=np.int64)
-    np.cumsum(li, out=ptr[1:])
-    return ptr, _flat(idx_arr, np.int32), _flat(val_arr, np.float32)
 
 
 def _row_sq(dense, ptr, data):
@@ -1269,7 +976,7 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
 
     ``bc`` is a Spark broadcast variable of :func:`_broadcast_payload` (``broadcast_via:
     spark``) or the spec of the tables to memory-map (``broadcast_via: files``, a dict; see
-    :func:`_mapped_embeddings`). The returned ``reduce(batches)`` runs on the executors
+    :func:`pina_spark.embstore.open_store`). The returned ``reduce(batches)`` runs on the executors
     (mapInArrow over instance rows ``instance_index, instance_id, split, neighbor, score``); it
     opens the embeddings once per Python worker (``spark.python.worker.reuse``) and gathers
     neighbour rows with numpy fancy indexing.
@@ -1282,7 +989,7 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
         import numpy as np
         import pyarrow as pa
         import scipy.sparse as sp
-        E = _mapped_embeddings(bc) if isinstance(bc, dict) else bc.value
+        E = embstore.open_store(bc) if isinstance(bc, dict) else bc.value
         dense_e, lookup, ids = E["dense"], E["lookup"], E["ids"]
         S = int(E["sparse_dim"])
         esp = E.get("_csr")
@@ -1320,10 +1027,10 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
                 inst = part.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
                 self_dense, self_sp = gather(inst)
                 nb_col, w_col = part.column(3), part.column(4)
-                ln, lw = _lengths(nb_col), _lengths(w_col)
+                ln, lw = embstore.lengths(nb_col), embstore.lengths(w_col)
                 nb_ptr = np.zeros(inst.size + 1, dtype=np.int64)
                 np.cumsum(ln, out=nb_ptr[1:])
-                nb = _flat(nb_col, np.int64, fill=-1)
+                nb = embstore.flat(nb_col, np.int64, fill=-1)
                 w = _weights(ln, lw, nb_ptr, w_col)
                 if with_v1:
                     nb_dense, nb_sp = gather(nb)
@@ -1404,8 +1111,8 @@ def _reduce_groups(tbl, a: float, with_v1: bool, D: int, S: int):
         m = r1 - r0
         is_self = np.zeros(m, dtype=bool)
         is_self[st] = True
-        dense_all, _ = _dense_block(part.column(6).chunk(0), D)
-        ptr, idx, val = _sparse_parts(part.column(7).chunk(0), part.column(8).chunk(0))
+        dense_all, _ = embstore.dense_block(part.column(6).chunk(0), D)
+        ptr, idx, val = embstore.sparse_parts(part.column(7).chunk(0), part.column(8).chunk(0))
         sp_all = sp.csr_matrix((val, idx, ptr), shape=(m, S))
         b = st.size
         self_dense, self_sp = dense_all[st], sp_all[st]

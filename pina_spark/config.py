@@ -231,11 +231,19 @@ class InferenceConfig(_Params):
         batch_size: rows per model call inside a task.
         device: ``auto`` (GPU when the task owns one), ``cpu`` or ``cuda``.
         torch_threads: threads per task for torch; 0 = ``spark.task.cpus``.
+        embeddings_via: how the neighbours stage gets g's input rows: ``files`` (each task
+            gathers them from the memory-mapped copy of ``embeddings`` that its machine builds
+            once, the one the aggregate stage maps too; only the narrow instance rows are
+            shuffled), ``shuffle`` (the embedding rows are joined to the instance rows and
+            shuffled by Spark) or ``auto`` (``files`` where pyarrow reads the tables on the
+            executors -- local paths, ``s3://`` -- and the copy is within
+            ``aggregate.mmap_max_mb``; else ``shuffle``).
     """
     rows_per_task: int = 4000
     batch_size: int = 256
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = 0
+    embeddings_via: Literal["auto", "files", "shuffle"] = "auto"
 
 
 @dc.dataclass(frozen=True)

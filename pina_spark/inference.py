@@ -40,6 +40,11 @@ neighbours' Phi_pre in the aggregate stage); new instances may have any index an
 
 X for g is rebuilt from the ``embeddings`` table (``hstack([dense, sparse])`` =
 ``PhiPre.features``): the encoder is not run twice and the stage needs no text.
+``inference.embeddings_via`` (:func:`choose_embeddings_via`): ``files`` -- only the narrow
+instance rows are shuffled into tasks, and each task gathers its rows of X from the
+memory-mapped copy of ``embeddings`` its machine builds once (:mod:`pina_spark.embstore`, shared
+with the aggregate stage); ``shuffle`` -- the embedding rows are joined to the instance rows and
+shuffled by Spark.
 
 Examples
 --------
@@ -54,13 +59,13 @@ import math
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import faults, io, runtime
+from . import embstore, faults, io, runtime
 
 log = logging.getLogger(__name__)
 
 __all__ = ["run_embed_stage", "run_neighbors_stage", "embed_frame", "neighbors_frame",
            "g_model_dir", "fold_route_expr", "VARIANTS", "topk_neighbors", "normalize_scores",
-           "features_from_arrow", "load_vectorizer", "load_g_model"]
+           "features_from_arrow", "load_vectorizer", "load_g_model", "choose_embeddings_via"]
 
 #: g variants, in output order
 VARIANTS = ("pina", "pina_naive")
@@ -74,6 +79,8 @@ BLOCK = "_block"
 DEAL = "_deal"
 TWIN = "_twin"
 FULL_ROUTE = -1
+#: accumulator key: instance rows without an embedding row (``embeddings_via: files``)
+MISSING_KEY = "missing|embeddings"
 #: the neighbours stage broadcasts (instance_index, node_id, split, twin) up to this many rows
 BROADCAST_INSTANCES_MAX_ROWS = 2_000_000
 
@@ -256,6 +263,14 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
     X.sum_duplicates()
     X.sort_indices()
     return X
+
+
+def _nonzero_rows(X):
+    """Rows of a csr matrix with a nonzero value (an all-zero Phi_pre row has no neighbours)."""
+    import numpy as np
+    nz = X.data != 0
+    return np.bincount(np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[nz],
+                       minlength=X.shape[0]) > 0
 
 
 def _list_array(counts, values, value_type):
@@ -523,8 +538,10 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
 def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
                        variants: Sequence[str], n_folds: int, out_of_fold: bool,
                        leave_self_out: bool, k: int, weighting: str, temperature: float,
-                       dense_dim: int, threads_cfg: int, batch_size: int, plan, acc):
-    """Driver side: build the executor function of the neighbours stage."""
+                       dense_dim: int, threads_cfg: int, batch_size: int, plan, acc,
+                       store: Optional[Dict[str, Any]] = None):
+    """Driver side: build the executor function of the neighbours stage (``store``: the spec of
+    the memory-mapped embeddings the rows' X is gathered from, else X comes with the rows)."""
 
     def neighbors_partition(batches):
         """Executor side: Arrow batches of instance rows (+ embeddings) -> neighbour batches."""
@@ -535,6 +552,10 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
         from .folds import fold_of
         threads = runtime.task_threads(threads_cfg, tc)
         col_maps = col_maps_bc.value
+        # the memory-mapped embeddings open (or are built, by the first worker of the machine)
+        # in a thread while the first chunk's g models load: both mostly wait on I/O or C++
+        opening = _StoreOpener(store) if store is not None else None
+        E = None
         schema = pa.schema([(io.INSTANCE_INDEX, pa.int64()),
                             (io.NEIGHBOR, pa.list_(pa.int64())),
                             (io.SCORE, pa.list_(pa.float32())), (io.VARIANT, pa.string())])
@@ -544,6 +565,21 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
             return rb.column(ROUTE).to_numpy(zero_copy_only=False)
 
         for route, tbl in _iter_chunks(batches, route_of, batch_size):
+            models = [runtime.get_model(specs[(v, route)]["uri"], load_g_model,
+                                        specs[(v, route)]["version"], "cpu", acc,
+                                        specs[(v, route)]["name"]) for v in variants]
+            store_rows = None
+            if opening is not None:
+                if E is None:
+                    E = opening.result()
+                # rows of the memory-mapped embeddings; instances without one are counted
+                store_rows = embstore.store_rows(E, tbl.column(io.INSTANCE_INDEX).to_numpy())
+                have = store_rows >= 0
+                if not have.all():
+                    counters[MISSING_KEY] = counters.get(MISSING_KEY, 0) + int((~have).sum())
+                    tbl, store_rows = tbl.filter(pa.array(have)), store_rows[have]
+                    if not tbl.num_rows:
+                        continue
             n = tbl.num_rows
             idx = tbl.column(io.INSTANCE_INDEX).to_numpy()
             if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
@@ -559,13 +595,14 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
                 own = np.full(n, -1, dtype=np.int64)
                 twin = own
             X = None
-            for variant in variants:
+            for variant, g in zip(variants, models):
                 spec = specs[(variant, route)]
-                g = runtime.get_model(spec["uri"], load_g_model, spec["version"], "cpu", acc,
-                                      spec["name"])
                 if X is None:
-                    X = features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
-                    has_x = np.diff(X.indptr) > 0
+                    if E is None:
+                        X = features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
+                    else:
+                        X = embstore.features(E, store_rows, int(g.model.nr_features))
+                    has_x = _nonzero_rows(X)
                 Y = g.predict(X, only_topk=spec["topk"], threads=threads)
                 nodes, scores, counts = topk_neighbors(Y, col_maps[spec["name"]], own, twin, k)
                 counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
@@ -585,6 +622,66 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
     return neighbors_partition
 
 
+class _StoreOpener:
+    """Executor side: :func:`pina_spark.embstore.open_store` in a background thread;
+    :meth:`result` waits for it and re-raises its error in the task's thread."""
+
+    def __init__(self, spec: Dict[str, Any]):
+        import threading
+        self._out: Dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(spec,), daemon=True,
+                                        name="pina-open-store")
+        self._thread.start()
+
+    def _run(self, spec):
+        try:
+            self._out["E"] = embstore.open_store(spec)
+        except BaseException as e:  # re-raised by result()
+            self._out["error"] = e
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["E"]
+
+
+def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
+                          mmap_max_mb: float) -> Tuple[str, str]:
+    """Driver side: ``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` |
+    ``shuffle`` (see :class:`pina_spark.config.InferenceConfig`).
+
+    Examples
+    --------
+    >>> choose_embeddings_via("auto", "hdfs:///r/embeddings", "hdfs:///r/nodes", 8192)[0]
+    'shuffle'
+    >>> choose_embeddings_via("shuffle", "/r/embeddings", "/r/nodes", 8192)[0]
+    'shuffle'
+    """
+    value = (value or "auto").strip().lower()
+    if value not in ("auto", "files", "shuffle"):
+        raise ValueError(f"inference.embeddings_via: {value!r} is not one of auto, files, "
+                         f"shuffle")
+    reach = io.pyarrow_reaches(embeddings_uri) and io.pyarrow_reaches(nodes_uri)
+    if value == "files":
+        if not reach:
+            raise ValueError(f"inference.embeddings_via=files: executors cannot read "
+                             f"{embeddings_uri} with pyarrow; use embeddings_via: shuffle")
+        return "files", "inference.embeddings_via=files"
+    if value == "shuffle":
+        return "shuffle", "inference.embeddings_via=shuffle"
+    if not reach:
+        return "shuffle", "auto: the tables are not file tables pyarrow reads here"
+    stats = embstore.footer_stats(embeddings_uri)
+    if stats is None:
+        return "shuffle", "auto: the embeddings' Parquet footers are not readable here"
+    size_mb = embstore.estimate_mb(stats)
+    if size_mb > mmap_max_mb:
+        return "shuffle", (f"auto: embeddings ~{size_mb:.1f} MB > aggregate.mmap_max_mb "
+                           f"{mmap_max_mb}")
+    return "files", f"auto: embeddings ~{size_mb:.1f} MB <= aggregate.mmap_max_mb {mmap_max_mb}"
+
+
 def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     """Driver side: ``(old->new remap or None, sorted label node indices, instance count)``.
 
@@ -595,7 +692,10 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     """
     import numpy as np
     from pyspark.sql import functions as F
-    if need_labels:  # one pass: instance count + label indices
+    counted = _node_counts_arrow(ctx.paths.table(io.NODES), need_labels)
+    if counted is not None:
+        n_inst, label_idx = counted
+    elif need_labels:  # one pass: instance count + label indices
         pdf = nodes_df.select(io.KIND, io.NODE_INDEX).filter(
             F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE)).groupBy(io.KIND).agg(
             F.count("*").alias("n"), F.sort_array(F.collect_list(
@@ -606,7 +706,8 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     else:
         pdf = nodes_df.groupBy(io.KIND).agg(F.count("*").alias("n")).collect()
         label_idx = np.zeros(0, dtype=np.int64)
-    n_inst = int(sum(r["n"] for r in pdf if r[io.KIND] == io.KIND_INSTANCE))
+    if counted is None:
+        n_inst = int(sum(r["n"] for r in pdf if r[io.KIND] == io.KIND_INSTANCE))
     own_models = ctx.paths.table(io.MODELS).rstrip("/")
     models = ctx.models.rstrip("/")
     if models == own_models:
@@ -630,6 +731,31 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     log.info("neighbors: %d of %d nodes of %s found in this run's nodes", len(pairs),
              len(remap), old_nodes_uri)
     return remap, label_idx, n_inst
+
+
+def _node_counts_arrow(nodes_uri: str, need_labels: bool):
+    """Driver side: ``(instance count, sorted label node indices)`` read with pyarrow from the
+    ``kind`` and ``node_index`` columns of a file table (no Spark job), or ``None`` where
+    pyarrow does not reach it."""
+    if not io.pyarrow_reaches(nodes_uri):
+        return None
+    dset = io.parquet_dataset(nodes_uri)
+    if dset is None:
+        return None
+    import numpy as np
+    import pyarrow.dataset as ds
+    try:
+        n_inst = int(dset.count_rows(filter=ds.field(io.KIND) == io.KIND_INSTANCE))
+        label_idx = np.zeros(0, dtype=np.int64)
+        if need_labels:
+            col = dset.to_table(columns=[io.NODE_INDEX],
+                                filter=ds.field(io.KIND) == io.KIND_LABEL).column(0)
+            label_idx = np.sort(col.to_numpy().astype(np.int64))
+    except Exception as e:  # e.g. a table without the contract's columns: Spark reports it
+        log.info("neighbors: %s not readable with pyarrow (%s); counting with Spark",
+                 nodes_uri, e)
+        return None
+    return n_inst, label_idx
 
 
 def _col_map(output_nodes, remap, label_idx, node_kinds: str):
@@ -692,8 +818,11 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     enc = _read_json(f"{models}/{VECTORIZER_DIR}/{ENCODER_JSON}")
     dense_dim = int(enc["dense_dim"])
 
-    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    nodes = io.read_table(spark, ctx.paths, io.NODES, contract=True)
     remap, label_idx, n_inst = _node_maps(spark, ctx, nodes, nb.node_kinds != "both")
+    emb_uri, nodes_uri = ctx.paths.table(io.EMBEDDINGS), ctx.paths.table(io.NODES)
+    via, via_reason = choose_embeddings_via(inf.embeddings_via, emb_uri, nodes_uri,
+                                            cfg.aggregate.mmap_max_mb)
     routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
     specs: Dict[Tuple[str, int], Dict[str, Any]] = {}
     col_maps: Dict[str, Any] = {}
@@ -726,16 +855,32 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
         inst = inst.join(twins, io.NODE_ID, "left")
     else:
         inst = inst.withColumn(TWIN, F.lit(None).cast("long"))
-    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).select(
-        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.DENSE, io.SPARSE_INDICES,
-        io.SPARSE_VALUES)
-    # driven by the embeddings (an incremental run hands this stage a subset of them); every
-    # instance with an embedding gets a row, with empty arrays when it has no neighbour
-    # the narrow instance table goes to the embeddings (broadcast while it is small), so the
-    # wide embedding rows are shuffled once, by the repartition below, not by this join too
-    if n_inst <= BROADCAST_INSTANCES_MAX_ROWS:
-        inst = F.broadcast(inst)
-    df = emb.join(inst, io.INSTANCE_INDEX, "inner")
+    store = None
+    if via == "files":
+        # X comes from the memory-mapped embeddings (embstore): the narrow instance rows drive
+        # the stage (every instance node, or an incremental run's selection); the executors
+        # skip the instances without an embedding row and count them
+        sparse_dim = int(enc["sparse_dim"])
+        store = {"embeddings": emb_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
+                 "sparse_dim": sparse_dim,
+                 "key": embstore.tables_key(emb_uri, nodes_uri, dense_dim, sparse_dim)}
+        vec_cols: List[str] = []
+        df = inst
+        if ctx.selection:
+            sel = spark.read.parquet(ctx.selection).select(
+                F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX))
+            df = df.join(sel, io.INSTANCE_INDEX, "left_semi")
+    else:
+        # driven by the embeddings (an incremental run hands this stage a subset of them);
+        # every instance with an embedding gets a row, with empty arrays when it has no
+        # neighbour. The narrow instance table goes to the embeddings (broadcast while it is
+        # small), so the wide embedding rows are shuffled once, by the repartition below
+        vec_cols = [io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
+        emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS, contract=True).select(
+            F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), *vec_cols)
+        if n_inst <= BROADCAST_INSTANCES_MAX_ROWS:
+            inst = F.broadcast(inst)
+        df = emb.join(inst, io.INSTANCE_INDEX, "inner")
     if out_of_fold:
         route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_route_expr(io.NODE_ID, n_folds)) \
             .otherwise(F.lit(FULL_ROUTE))
@@ -748,14 +893,14 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     else:            # one model per variant: hash partitioning needs no sampling pass
         df = df.repartition(parts, io.INSTANCE_INDEX)
     df = (df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX)
-          .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, io.DENSE, io.SPARSE_INDICES,
-                  io.SPARSE_VALUES))
+          .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, *vec_cols))
     fn = _make_neighbors_fn(specs, bc, list(variants), n_folds, out_of_fold, nb.leave_self_out,
                             nb.k, nb.weighting, nb.temperature, dense_dim,
-                            int(inf.torch_threads), int(inf.batch_size), fault_plan, accumulator)
+                            int(inf.torch_threads), int(inf.batch_size), fault_plan, accumulator,
+                            store)
     out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(io.VARIANT, io.INSTANCE_INDEX)
     info = {"variants": list(variants), "folds": n_folds, "instance_nodes": n_inst,
-            "partitions": parts,
+            "partitions": parts, "embeddings_via": via, "embeddings_via_reason": via_reason,
             "train_mode": nb.train_mode, "models": sorted(s["name"] for s in specs.values()),
             "candidates_per_row": {s["name"]: s["topk"] for s in specs.values()},
             "remapped_nodes": remap is not None}
@@ -799,6 +944,14 @@ def run_neighbors_stage(ctx) -> Dict[str, Any]:
                   "variants": per_variant, "k": cfg.neighbors.k,
                   "weighting": cfg.neighbors.weighting, "node_kinds": cfg.neighbors.node_kinds})
     stats.update(runtime.summarize_loads(counters))
-    log.info("neighbors: %d instance rows x %d variants in %.1fs, %d model loads",
-             rows, len(info["variants"]), dt, stats["model_loads"])
+    missing = int(counters.get(MISSING_KEY, 0))
+    if info["embeddings_via"] == "files":
+        stats["instances_without_embeddings"] = missing
+        if missing:
+            log.warning("neighbors: %d instance nodes have no row in %s: no neighbours for "
+                        "them (run the embed stage for them)", missing,
+                        ctx.paths.table(io.EMBEDDINGS))
+    log.info("neighbors: %d instance rows x %d variants in %.1fs, %d model loads (embeddings "
+             "via %s)", rows, len(info["variants"]), dt, stats["model_loads"],
+             info["embeddings_via"])
     return stats

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import aggregate, io
+from pina_spark import aggregate, embstore, io
 from pina_spark.config import config_from_dict
 from pina_spark.pipeline import make_context
 
@@ -474,7 +474,7 @@ def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
     _check_against_reference(case2, feats2, 1.0, stats2)
     assert not feats2["pina"].column(io.DENSE).equals(feats["pina"].column(io.DENSE))
     roots = set(spark.sparkContext.parallelize(range(4), 4).map(
-        lambda _: aggregate._mapped_root()).collect())
+        lambda _: embstore.mapped_root()).collect())
     for root in roots:
         names = os.listdir(root)
         assert not [x for x in names if ".tmp-" in x], names
@@ -485,7 +485,7 @@ def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
 
 def test_mapped_embeddings_refuse_the_driver():
     with pytest.raises(RuntimeError, match="executor side"):
-        aggregate._mapped_embeddings({"key": "x"})
+        embstore.open_store({"key": "x"})
 
 
 def test_choose_broadcast_via():

@@ -291,6 +291,112 @@ def test_neighbors_identical_across_partitionings(env, spark):
     assert got[0] == got[1] == got[2]
 
 
+def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
+    """The published table came from the memory-mapped embeddings (auto -> files on local
+    paths); joining the embedding rows in Spark (shuffle) gives the same bits, in both
+    train modes."""
+    st = env["nb_stats"]
+    assert st["embeddings_via"] == "files" and st["instances_without_embeddings"] == 0
+    published = _collect_neighbors(io.read_table(spark, env["ctx"].paths, io.NEIGHBORS))
+    for mode in ("out_of_fold", "in_sample"):
+        got = {}
+        for via in ("files", "shuffle"):
+            c = _with(env["ctx"], inference={"embeddings_via": via},
+                      neighbors={"train_mode": mode})
+            df, info = inference.neighbors_frame(spark, c)
+            assert info["embeddings_via"] == via
+            got[via] = _collect_neighbors(df)
+        assert got["files"] == got["shuffle"]
+        if mode == "out_of_fold":
+            assert got["files"] == published
+
+
+def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
+    """An instance node without an embedding row gets no neighbours row in both modes; with
+    files the stage counts them (manifest statistic + warning) instead of losing them
+    silently."""
+    base = env["ctx"]
+    paths = io.RunPaths(str(tmp_path / "holes"))
+    shutil.copytree(io.local_path(base.paths.table(io.NODES)),
+                    io.local_path(paths.table(io.NODES)))
+    holes = [3, 4, 77]
+    emb = io.read_table(spark, base.paths, io.EMBEDDINGS)
+    io.write_table(emb.where(~emb[io.NODE_INDEX].isin(holes)), paths, io.EMBEDDINGS)
+    got = {}
+    for via in ("files", "shuffle"):
+        c = _with(dc.replace(base, paths=paths), inference={"embeddings_via": via})
+        st = inference.run_neighbors_stage(c)
+        got[via] = _collect_neighbors(io.read_table(spark, paths, io.NEIGHBORS))
+        assert st["rows"] == N_INST - len(holes)
+        if via == "files":
+            assert st["instances_without_embeddings"] == len(holes)
+        else:
+            assert "instances_without_embeddings" not in st
+    assert got["files"] == got["shuffle"]
+    assert not {i for _, i in got["files"]} & set(holes)
+
+
+def test_store_features_equal_features_from_arrow(tmp_path):
+    """embstore.features (rows gathered from the memory-mapped copy) builds the same X as
+    features_from_arrow on the same embedding rows, including an all-null row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pina_spark import embstore
+    rng = np.random.default_rng(3)
+    D, S, n = 4, 9, 12
+    dense = [list(rng.normal(size=D).astype(np.float32)) for _ in range(n)]
+    dense[5] = None
+    idx = [sorted(rng.choice(S, size=int(rng.integers(0, 4)), replace=False).tolist())
+           for _ in range(n)]
+    val = [list(rng.random(len(x)).astype(np.float32)) for x in idx]
+    node = (np.arange(n) * 3 + 1).tolist()            # sparse node indices, unsorted files
+    tbl = pa.table({io.NODE_INDEX: pa.array(node, pa.int64()),
+                    io.DENSE: pa.array(dense, pa.list_(pa.float32())),
+                    io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+                    io.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32()))})
+    os.makedirs(tmp_path / "emb")
+    os.makedirs(tmp_path / "nodes")
+    pq.write_table(tbl.slice(6), str(tmp_path / "emb" / "part-0.parquet"))
+    pq.write_table(tbl.slice(0, 6), str(tmp_path / "emb" / "part-1.parquet"))
+    open(tmp_path / "emb" / "_SUCCESS", "w").close()
+    pq.write_table(pa.table({io.NODE_INDEX: pa.array(node, pa.int64()),
+                             io.NODE_ID: [f"n{i}" for i in node]}),
+                   str(tmp_path / "nodes" / "part-0.parquet"))
+    spec = {"embeddings": str(tmp_path / "emb"), "nodes": str(tmp_path / "nodes"),
+            "dense_dim": D, "sparse_dim": S}
+    out = str(tmp_path / "store")
+    embstore._build(spec, out)
+    E = {k: np.load(os.path.join(out, k + ".npy")) for k in embstore._MAPPED_FILES}
+    E.update(dense_dim=D, sparse_dim=S)
+    want = [7, 16, 1, 34, 19]                          # node indices, any order
+    rows = embstore.store_rows(E, want + [2, -1, 999])
+    assert (rows[len(want):] == -1).all()
+    X = embstore.features(E, rows[:len(want)], D + S + 2)
+    pos = [node.index(w) for w in want]
+    ref = inference.features_from_arrow(tbl.take(pos), D, D + S + 2)
+    np.testing.assert_array_equal(X.toarray(), ref.toarray())
+    assert X.has_sorted_indices and X.dtype == np.float32
+    with pytest.raises(ValueError, match="different vectorizers"):
+        embstore.features(E, rows[:2], D + S - 1)
+
+
+def test_choose_embeddings_via():
+    assert inference.choose_embeddings_via("files", "/r/e", "/r/n", 1)[0] == "files"
+    assert inference.choose_embeddings_via("auto", "gs://b/e", "gs://b/n", 8192)[0] == "shuffle"
+    with pytest.raises(ValueError, match="embeddings_via=files"):
+        inference.choose_embeddings_via("files", "hdfs:///r/e", "hdfs:///r/n", 8192)
+    with pytest.raises(ValueError, match="not one of"):
+        inference.choose_embeddings_via("mmap", "/r/e", "/r/n", 8192)
+
+
+def test_embeddings_via_auto_respects_the_mmap_limit(env):
+    p = env["ctx"].paths
+    e, n = p.table(io.EMBEDDINGS), p.table(io.NODES)
+    assert inference.choose_embeddings_via("auto", e, n, 8192)[0] == "files"
+    via, why = inference.choose_embeddings_via("auto", e, n, 0)
+    assert via == "shuffle" and "mmap_max_mb" in why
+
+
 def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     """task.labels graph: an item's label node (same node_id) is excluded like self. With given
     labels, ids of labels and instances are separate namespaces: an id clash excludes nothing."""

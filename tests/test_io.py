@@ -165,6 +165,43 @@ def test_read_table_refuses_incomplete_table(spark, tmp_path):
         io.read_table(spark, paths, "never_written")
 
 
+def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path):
+    """contract=True reads a published table with its contract schema (no inference job) only
+    when a data file's footer has those columns and types; otherwise Spark infers the schema,
+    so a table written with other types is read as it is, never silently nulled."""
+    from pyspark.sql import types as T
+    paths = _paths(tmp_path)
+    rows = [(1, "instance", "a", "x", "train"), (2, "label", "b", "y", None)]
+    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
+    assert io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
+    df = io.read_table(spark, paths, io.NODES, contract=True)
+    assert [(f.name, f.dataType) for f in df.schema.fields] == \
+        [(f.name, f.dataType) for f in io.schema(io.NODES).fields]
+    assert sorted(tuple(r) for r in df.collect()) == sorted(rows, key=lambda r: r[0])
+    # node_index written as int: the footer does not match, Spark infers (int stays int)
+    odd = T.StructType([T.StructField(io.NODE_INDEX, T.IntegerType())] +
+                       io.schema(io.NODES).fields[1:])
+    io.write_table(spark.createDataFrame(rows, odd), paths, io.NODES)
+    assert not io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
+    df = io.read_table(spark, paths, io.NODES, contract=True)
+    assert df.schema[io.NODE_INDEX].dataType == T.IntegerType()
+    assert sorted(r[io.NODE_INDEX] for r in df.collect()) == [1, 2]
+    # a table pyarrow does not reach here is read as before (schema inference)
+    assert not io._footer_has_contract("hdfs:///nowhere/nodes", io.schema(io.NODES))
+
+
+def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
+    d = tmp_path / "t"
+    os.makedirs(d / "variant=a")
+    for name in ("part-0.parquet", "_SUCCESS", ".part-0.parquet.crc", "variant=a/part-1.parquet",
+                 "variant=a/_committed_1"):
+        open(d / name, "w").close()
+    fs, files = io.parquet_files(str(d))
+    assert [os.path.relpath(f.path, str(d)) for f in files] == [
+        "part-0.parquet", os.path.join("variant=a", "part-1.parquet")]
+    assert io.parquet_files(str(tmp_path / "absent")) is None
+
+
 def test_publish_refuses_staging_without_success_marker(spark, tmp_path):
     paths = _paths(tmp_path)
     io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
