@@ -239,9 +239,9 @@ def main(argv=None):
         del phi
         results.append(time_embed(ctx, models, work, args.batch_size))
     gdir = inference.g_model_dir(models, "pina")
-    if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
-        train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
     if "neighbors" in stages:
+        if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
+            train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
         import pecos.xmc.xlinear.model  # noqa: F401  (the reference's imports are warm either way)
         results.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
 

@@ -692,22 +692,8 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     """
     import numpy as np
     from pyspark.sql import functions as F
-    counted = _node_counts_arrow(ctx.paths.table(io.NODES), need_labels)
-    if counted is not None:
-        n_inst, label_idx = counted
-    elif need_labels:  # one pass: instance count + label indices
-        pdf = nodes_df.select(io.KIND, io.NODE_INDEX).filter(
-            F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE)).groupBy(io.KIND).agg(
-            F.count("*").alias("n"), F.sort_array(F.collect_list(
-                F.when(F.col(io.KIND) == io.KIND_LABEL, F.col(io.NODE_INDEX)))).alias("idx")
-        ).collect()
-        label_idx = np.asarray([i for r in pdf if r[io.KIND] == io.KIND_LABEL
-                                for i in r["idx"]], dtype=np.int64)
-    else:
-        pdf = nodes_df.groupBy(io.KIND).agg(F.count("*").alias("n")).collect()
-        label_idx = np.zeros(0, dtype=np.int64)
-    if counted is None:
-        n_inst = int(sum(r["n"] for r in pdf if r[io.KIND] == io.KIND_INSTANCE))
+    n_inst, label_idx = (_node_counts_arrow(ctx.paths.table(io.NODES), need_labels)
+                         or _node_counts_spark(nodes_df, need_labels))
     own_models = ctx.paths.table(io.MODELS).rstrip("/")
     models = ctx.models.rstrip("/")
     if models == own_models:
@@ -731,6 +717,24 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     log.info("neighbors: %d of %d nodes of %s found in this run's nodes", len(pairs),
              len(remap), old_nodes_uri)
     return remap, label_idx, n_inst
+
+
+def _node_counts_spark(nodes_df, need_labels: bool):
+    """Driver side: ``(instance count, sorted label node indices)`` with one Spark job."""
+    import numpy as np
+    from pyspark.sql import functions as F
+    if need_labels:  # one pass: instance count + label indices
+        pdf = nodes_df.select(io.KIND, io.NODE_INDEX).filter(
+            F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE)).groupBy(io.KIND).agg(
+            F.count("*").alias("n"), F.sort_array(F.collect_list(
+                F.when(F.col(io.KIND) == io.KIND_LABEL, F.col(io.NODE_INDEX)))).alias("idx")
+        ).collect()
+        label_idx = np.asarray([i for r in pdf if r[io.KIND] == io.KIND_LABEL
+                                for i in r["idx"]], dtype=np.int64)
+    else:
+        pdf = nodes_df.groupBy(io.KIND).agg(F.count("*").alias("n")).collect()
+        label_idx = np.zeros(0, dtype=np.int64)
+    return int(sum(r["n"] for r in pdf if r[io.KIND] == io.KIND_INSTANCE)), label_idx
 
 
 def _node_counts_arrow(nodes_uri: str, need_labels: bool):
