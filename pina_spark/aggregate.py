@@ -275,17 +275,6 @@ def _variants(neighbors) -> List[str]:
                   if r[0] is not None)
 
 
-def _count_rows(uri: str) -> Optional[int]:
-    """Row count of a Parquet table from its footers (``None`` when not readable)."""
-    dset = io.parquet_dataset(uri)
-    if dset is None:
-        return None
-    try:
-        return int(sum(f.metadata.num_rows for f in dset.get_fragments()))
-    except Exception:
-        return None
-
-
 def _instances(nodes, selection=None):
     """``instance_index, instance_id, split`` of the instance nodes (optionally a selection)."""
     from pyspark.sql import functions as F
@@ -404,7 +393,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     if VARIANT_VECTORIZER_ONLY in variants:
         raise ValueError(f"neighbors: variant name {VARIANT_VECTORIZER_ONLY!r} is reserved")
     inst = _instances(nodes, selection)
-    n_inst = _count_rows(nodes_uri) if (nodes_uri and selection is None) else None
+    n_inst = io.count_rows_arrow(nodes_uri) if (nodes_uri and selection is None) else None
     if n_inst is None:
         n_inst = inst.count()  # (an upper bound is enough: it only sizes the partitions)
     n_parts = agg_cfg.output_partitions or max(

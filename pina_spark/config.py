@@ -231,19 +231,25 @@ class InferenceConfig(_Params):
         batch_size: rows per model call inside a task.
         device: ``auto`` (GPU when the task owns one), ``cpu`` or ``cuda``.
         torch_threads: threads per task for torch; 0 = ``spark.task.cpus``.
-        embeddings_via: how the neighbours stage gets g's input rows: ``files`` (each task
-            gathers them from the memory-mapped copy of ``embeddings`` that its machine builds
-            once, the one the aggregate stage maps too; only the narrow instance rows are
-            shuffled), ``shuffle`` (the embedding rows are joined to the instance rows and
-            shuffled by Spark) or ``auto`` (``files`` where pyarrow reads the tables on the
+        embeddings_via: how the neighbours stage gets its rows and g's input: ``files`` (each
+            task takes its slice of the instance nodes and their Phi_pre rows from the
+            memory-mapped copy of ``embeddings`` + ``nodes`` that its machine builds once, the
+            one the aggregate stage maps too, and writes its output with pyarrow: no shuffle),
+            ``shuffle`` (the embedding rows are joined to the instance rows, shuffled and
+            written by Spark) or ``auto`` (``files`` where pyarrow reads the tables on the
             executors -- local paths, ``s3://`` -- and the copy is within
             ``aggregate.mmap_max_mb``; else ``shuffle``).
+        g_mmap: load g in PECOS' memory-mapped form, compiled once per executor machine into
+            its local dirs: the machine's Python workers share one copy of g's weights (page
+            cache) instead of one each, and a worker's load takes milliseconds. ``false``:
+            each worker loads the saved model into its own memory.
     """
     rows_per_task: int = 4000
     batch_size: int = 256
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = 0
     embeddings_via: Literal["auto", "files", "shuffle"] = "auto"
+    g_mmap: bool = True
 
 
 @dc.dataclass(frozen=True)

@@ -10,7 +10,9 @@ executor, the first Python worker that needs it reads the two Parquet tables wit
 ``pyarrow.parquet`` (one record batch at a time) into ``.npy`` files and an Arrow IPC file of node
 ids under :func:`mapped_root` (the executor's local dirs, removed when the application ends),
 holding an ``fcntl`` lock; the machine's other workers wait for it and map the same files, so a
-machine holds one copy in its page cache and nothing is collected on the driver. A republished
+machine holds one copy in its page cache and nothing is collected on the driver. The copy also
+holds per node index the node facts the neighbours stage draws its rows from
+(:func:`node_facts`: kind, twin label node, fold hash). A republished
 table gets a new key, so a stale copy is never served. The build avoids ``pyarrow.dataset``
 (its import costs ~0.3 s in a fresh Python worker).
 
@@ -36,7 +38,11 @@ __all__ = ["footer_stats", "estimate_mb", "tables_key", "open_store", "store_row
 
 #: executor-side cache of memory-mapped embeddings, per Python worker: key -> arrays
 _MAPPED: Dict[str, Dict[str, Any]] = {}
-_MAPPED_FILES = ("dense", "lookup", "sp_ptr", "sp_idx", "sp_val")
+_MAPPED_FILES = ("dense", "lookup", "sp_ptr", "sp_idx", "sp_val", "kind", "twin", "fold_unit")
+#: bumped when the files of a store change (part of :func:`tables_key`)
+STORE_FORMAT = 2
+#: ``kind`` codes of the store (per node index)
+KIND_NONE, KIND_INSTANCE, KIND_LABEL, KIND_OTHER = 0, 1, 2, 3
 
 
 # =========================================================================== driver side
@@ -98,7 +104,8 @@ def tables_key(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: 
     """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
     executor never serves a memory-mapped copy of an earlier version of the tables."""
     import hashlib
-    h = hashlib.sha1(f"{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f{sparse_dim}".encode())
+    h = hashlib.sha1(f"{STORE_FORMAT}\x1f{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f"
+                     f"{sparse_dim}".encode())
     for uri in (embeddings_uri, nodes_uri):
         found = io.parquet_files(uri)
         if found is None:
@@ -184,21 +191,74 @@ def node_lookup(node, ids_tbl):
     return lookup, ids.take(pa.array(id_pos, mask=id_pos < 0))
 
 
+def node_facts(nodes_tbl, size: int):
+    """``(kind, twin, fold_unit)`` per node index ``[0, size)`` from a ``node_index, node_id,
+    kind, split`` table (executor side, at the store build):
+
+    * ``kind`` int8: :data:`KIND_INSTANCE`, :data:`KIND_LABEL`, :data:`KIND_OTHER`, or
+      :data:`KIND_NONE` where no node has the index;
+    * ``twin`` int64: for an instance node, the label node with the same ``node_id`` (an item
+      that is also a label, ``task.labels: graph``), else -1;
+    * ``fold_unit`` float64: for a ``train`` instance, the id-hash unit of
+      :func:`pina_spark.folds.fold_of` (its fold = ``folds.fold_of_unit(u, F)`` for any F),
+      else NaN.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = pa.table({"node_index": [0, 1, 2], "node_id": ["a", "b", "a"],
+    ...               "kind": ["instance", "instance", "label"], "split": ["train", None, None]})
+    >>> k, tw, u = node_facts(t, 4)
+    >>> k.tolist(), tw.tolist(), bool(u[0] < 1), bool(u[1] == u[1])
+    ([1, 1, 2, 0], [2, -1, -1, -1], True, False)
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from .folds import fold_unit
+    t = nodes_tbl.combine_chunks()
+    idx = t.column(io.NODE_INDEX).to_numpy(zero_copy_only=False).astype(np.int64)
+    kind_s = t.column(io.KIND)
+    is_inst = pc.fill_null(pc.equal(kind_s, io.KIND_INSTANCE), False).to_numpy(
+        zero_copy_only=False)
+    is_label = pc.fill_null(pc.equal(kind_s, io.KIND_LABEL), False).to_numpy(
+        zero_copy_only=False)
+    kind = np.zeros(size, dtype=np.int8)
+    kind[idx] = np.where(is_inst, KIND_INSTANCE, np.where(is_label, KIND_LABEL, KIND_OTHER))
+    ids = t.column(io.NODE_ID).cast(pa.string())
+    twin = np.full(size, -1, dtype=np.int64)
+    if is_inst.any() and is_label.any():
+        lab = np.flatnonzero(is_label)
+        pos = pc.index_in(ids.filter(pa.array(is_inst)), value_set=ids.take(pa.array(lab)))
+        pos = pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        twin[idx[is_inst]] = np.where(pos >= 0, idx[lab][np.maximum(pos, 0)], -1)
+    unit = np.full(size, np.nan, dtype=np.float64)
+    train = is_inst & pc.fill_null(pc.equal(t.column(io.SPLIT), io.SPLIT_TRAIN),
+                                   False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(train)
+    unit[idx[rows]] = [np.nan if x is None else fold_unit(x)
+                       for x in ids.take(pa.array(rows)).to_pylist()]
+    return kind, twin, unit
+
+
 # =========================================================================== executor side
-def mapped_root() -> str:
-    """Executor side: the folder for memory-mapped copies: the first of the executor's local
-    dirs (``SPARK_LOCAL_DIRS``, removed with the application), else the temp dir."""
+def mapped_root(name: str = "pina-embeddings") -> str:
+    """Executor side: the folder ``name`` for memory-mapped copies: under the first of the
+    executor's local dirs (``SPARK_LOCAL_DIRS``, removed with the application), else the temp
+    dir."""
     import os
     import tempfile
     dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
-    return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), "pina-embeddings")
+    return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), name)
 
 
 def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Executor side: the embeddings of ``spec`` as memory-mapped arrays: ``dense`` (rows x D
     float32), the tf-idf part as CSR (``sp_ptr``, ``sp_idx``, ``sp_val``), ``lookup``
     (node_index -> row, -1 = none), ``ids`` (node_index -> node_id, Arrow), ``dense_dim``,
-    ``sparse_dim`` (the same dict as ``aggregate._broadcast_payload``).
+    ``sparse_dim`` (the keys of ``aggregate._broadcast_payload``), and per node index the node
+    facts of :func:`node_facts` (``kind``, ``twin``, ``fold_unit``) that the neighbours stage
+    draws its rows from.
 
     The first Python worker of a machine reads the Parquet tables (``spec["embeddings"]``,
     ``spec["nodes"]``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into
@@ -216,26 +276,7 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     import os
     import numpy as np
     import pyarrow as pa
-    root = mapped_root()
-    os.makedirs(root, exist_ok=True)
-    final = os.path.join(root, key)
-    done = os.path.join(final, "_DONE")
-    if not os.path.exists(done):
-        with _file_lock(final + ".lock"):
-            if not os.path.exists(done):
-                import shutil
-                shutil.rmtree(final, ignore_errors=True)   # a crashed build
-                tmp = f"{final}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                t0 = time.time()
-                try:
-                    _build(spec, tmp)
-                    os.replace(tmp, final)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-                open(done, "w").close()
-                log.info("embeddings mapped into %s in %.1fs", final, time.time() - t0)
+    final = build_once(mapped_root(), key, lambda tmp: _build(spec, tmp), "embeddings mapped")
     E: Dict[str, Any] = {name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r")
                          for name in _MAPPED_FILES}
     with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
@@ -243,6 +284,33 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     E["dense_dim"], E["sparse_dim"] = int(spec["dense_dim"]), int(spec["sparse_dim"])
     _MAPPED[key] = E
     return E
+
+
+def build_once(root: str, key: str, build, what: str) -> str:
+    """Executor side: the folder ``root/key``, built by ``build(tmp_folder)`` by the first
+    process of the machine that needs it (holding a file lock; the others wait, then use it),
+    into a temporary folder renamed when complete; a crashed build is redone."""
+    import os
+    import shutil
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, key)
+    done = os.path.join(final, "_DONE")
+    if not os.path.exists(done):
+        with _file_lock(final + ".lock"):
+            if not os.path.exists(done):
+                shutil.rmtree(final, ignore_errors=True)   # a crashed build
+                tmp = f"{final}.tmp-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                t0 = time.time()
+                try:
+                    build(tmp)
+                    os.replace(tmp, final)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                open(done, "w").close()
+                log.info("%s into %s in %.1fs", what, final, time.time() - t0)
+    return final
 
 
 class _file_lock:
@@ -312,11 +380,25 @@ def _build(spec: Dict[str, Any], out: str) -> None:
                            f"footers say {n}")
     dense.flush()
     del dense
-    ids_tbl = pa.concat_tables(pq.read_table(nodes[0].open_input_file(fi.path),
-                                             columns=[io.NODE_INDEX, io.NODE_ID])
-                               for fi in nodes[1]) if nodes[1] else pa.table(
-        {io.NODE_INDEX: pa.array([], pa.int64()), io.NODE_ID: pa.array([], pa.string())})
+    tables = []
+    for fi in nodes[1]:
+        pf = pq.ParquetFile(nodes[0].open_input_file(fi.path))
+        have = set(pf.schema_arrow.names)
+        cols = [c for c in (io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT) if c in have]
+        t = pf.read(columns=cols)
+        for c in (io.KIND, io.SPLIT):   # a table without them: no node facts (aggregate only)
+            if c not in have:
+                t = t.append_column(c, pa.nulls(t.num_rows, pa.string()))
+        tables.append(t.select([io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT]))
+        pf.close()
+    ids_tbl = pa.concat_tables(tables) if tables else pa.table(
+        {io.NODE_INDEX: pa.array([], pa.int64()), io.NODE_ID: pa.array([], pa.string()),
+         io.KIND: pa.array([], pa.string()), io.SPLIT: pa.array([], pa.string())})
     lookup, ids_by_index = node_lookup(node, ids_tbl)
+    kind, twin, unit = node_facts(ids_tbl, len(lookup))
+    np.save(os.path.join(out, "kind.npy"), kind)
+    np.save(os.path.join(out, "twin.npy"), twin)
+    np.save(os.path.join(out, "fold_unit.npy"), unit)
     np.save(os.path.join(out, "lookup.npy"), lookup)
     np.save(os.path.join(out, "sp_ptr.npy"), np.concatenate(ptrs))
     np.save(os.path.join(out, "sp_idx.npy"),

@@ -18,9 +18,32 @@ def _unit(node_id: str, salt: str) -> float:
     return int(h[:12], 16) / float(16 ** 12)
 
 
+def fold_unit(instance_id: str) -> float:
+    """The id-hash in ``[0, 1)`` that :func:`fold_of` cuts into folds (any number of folds)."""
+    return _unit(instance_id, "pina-fold")
+
+
 def fold_of(instance_id: str, folds: int) -> int:
     """Fold in ``[0, folds)`` of a train instance, from a hash of its id."""
-    return min(int(_unit(instance_id, "pina-fold") * folds), folds - 1)
+    return min(int(fold_unit(instance_id) * folds), folds - 1)
+
+
+def fold_of_unit(units, folds: int):
+    """:func:`fold_of` of many ids at once, from their :func:`fold_unit` values (numpy array);
+    NaN (not a train instance) gives -1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fold_of_unit(np.array([fold_unit("a"), np.nan]), 5).tolist() == [fold_of("a", 5), -1]
+    True
+    """
+    import numpy as np
+    u = np.asarray(units, dtype=np.float64)
+    ok = ~np.isnan(u)
+    out = np.full(u.shape, -1, dtype=np.int64)
+    out[ok] = np.minimum(np.floor(u[ok] * float(folds)).astype(np.int64), folds - 1)
+    return out
 
 
 def is_validation(instance_id: str, fraction: float) -> bool:

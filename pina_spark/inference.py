@@ -22,10 +22,13 @@ Determinism
   a block never straddles two tasks, rows sorted inside a task), so every encoder call sees the
   same texts whatever the number of partitions.
 * Neighbours: PECOS scores each row independently; candidates are ordered by (score desc,
-  node_index asc). With ``out_of_fold``, rows are range-partitioned by (route,
-  instance_index), where ``route`` is the g model a row needs (``-1`` = full, ``f`` = fold f),
-  so a task needs only a few models (the cache holds 4); ``in_sample`` hash-partitions by
-  instance_index (one model per variant, no sampling pass).
+  node_index asc). Rows are grouped by ``route``, the g model a row needs (``-1`` = full,
+  ``f`` = fold f, ``out_of_fold`` only), so a task needs only a few models (the cache holds
+  4): with ``files`` task t of P takes the t-th of P equal contiguous slices of the instance
+  nodes in (route, node_index) order (:func:`task_rows`); with ``shuffle`` rows are
+  range-partitioned by (route, instance_index) (``out_of_fold``) or hash-partitioned by
+  instance_index (``in_sample``). Either way each published file holds its rows in
+  instance_index order.
 
 Models of an earlier run (new instances)
 ----------------------------------------
@@ -40,11 +43,15 @@ neighbours' Phi_pre in the aggregate stage); new instances may have any index an
 
 X for g is rebuilt from the ``embeddings`` table (``hstack([dense, sparse])`` =
 ``PhiPre.features``): the encoder is not run twice and the stage needs no text.
-``inference.embeddings_via`` (:func:`choose_embeddings_via`): ``files`` -- only the narrow
-instance rows are shuffled into tasks, and each task gathers its rows of X from the
-memory-mapped copy of ``embeddings`` its machine builds once (:mod:`pina_spark.embstore`, shared
-with the aggregate stage); ``shuffle`` -- the embedding rows are joined to the instance rows and
-shuffled by Spark.
+``inference.embeddings_via`` (:func:`choose_embeddings_via`):
+
+* ``files`` -- the job is ``spark.range(P)``: nothing but task ids goes through Spark. Each
+  task takes its slice of the instance nodes, and their rows of X, from the memory-mapped copy
+  of ``embeddings`` + the node facts of ``nodes`` that its machine builds once
+  (:mod:`pina_spark.embstore`, shared with the aggregate stage), and writes its neighbour rows
+  itself as Parquet (pyarrow) into the staging folder, which the driver publishes;
+* ``shuffle`` -- the embedding rows are joined to the instance rows, shuffled by Spark, and
+  written by Spark's Parquet writer (``hdfs://``, ``s3a://``... where pyarrow does not reach).
 
 Examples
 --------
@@ -139,8 +146,9 @@ def _read_output_nodes(model_uri: str):
 
 
 def _version(spark, uri: str) -> str:
-    """Fingerprint of a model folder's files (part of the executor cache key)."""
-    return io.input_fingerprint(spark, [uri])
+    """Fingerprint of a model folder's files (part of the executor cache key): listed with
+    pyarrow where it reaches the folder, else through Spark's Hadoop filesystem."""
+    return io.files_fingerprint(uri) or io.input_fingerprint(spark, [uri])
 
 
 # --------------------------------------------------------------------------- loaders (executor)
@@ -158,8 +166,12 @@ def load_vectorizer(local_dir: str, device: str):
     return PhiPre.load(local_dir, device=device)
 
 
-def load_g_model(local_dir: str, device: str = "cpu"):
+def load_g_model(local_dir: str, device: str = "cpu", mmap: bool = False):
     """Executor side: a predict-only PECOS XR-Linear g (``device`` is ignored: CPU model).
+
+    ``mmap``: load PECOS' memory-mapped form of the model (:func:`g_mmap_copy`), compiled once
+    per machine: the machine's workers then share one copy of the weights in the page cache
+    and each load takes milliseconds; predictions are the same.
 
     Examples
     --------
@@ -168,7 +180,41 @@ def load_g_model(local_dir: str, device: str = "cpu"):
     from pecos.xmc.xlinear.model import XLinearModel
     # PECOS' C++ loader aborts the worker on a truncated file: check first, naming the file
     runtime.check_artifacts(local_dir, required=["param.json", "ranker/param.json"])
+    if mmap:
+        return XLinearModel.load(g_mmap_copy(local_dir), is_predict_only=True)
     return XLinearModel.load(local_dir, is_predict_only=True)
+
+
+def _load_g_mmap(local_dir: str, device: str = "cpu"):
+    return load_g_model(local_dir, device, mmap=True)
+
+
+def g_mmap_copy(local_dir: str) -> str:
+    """Executor side: a folder holding PECOS' memory-mapped form of the XR-Linear model in
+    ``local_dir`` (``XLinearModel.compile_mmap_model``), compiled once per machine under a
+    file lock into the executor's local dirs (:func:`pina_spark.embstore.mapped_root`); named
+    by a hash of the model files' paths, sizes and times, so a retrained model is never served
+    stale.
+
+    Examples
+    --------
+    >>> g = XLinearModel.load(g_mmap_copy("/tmp/g"), is_predict_only=True)  # doctest: +SKIP
+    """
+    import hashlib
+    import os
+    from pecos.xmc.xlinear.model import XLinearModel
+    runtime.require_executor("g_mmap_copy")
+    h = hashlib.sha1(os.path.abspath(local_dir).encode())
+    for base, dirs, files in sorted(os.walk(local_dir)):
+        dirs.sort()
+        for f in sorted(files):
+            st = os.stat(os.path.join(base, f))
+            h.update(f"\x1e{os.path.relpath(os.path.join(base, f), local_dir)}\x1f{st.st_size}"
+                     f"\x1f{st.st_mtime_ns}".encode())
+    return embstore.build_once(
+        embstore.mapped_root("pina-g-mmap"), h.hexdigest()[:20],
+        lambda tmp: XLinearModel.compile_mmap_model(local_dir, tmp),
+        f"g {local_dir} compiled to memory-mapped form")
 
 
 # --------------------------------------------------------------------------- arrow helpers
@@ -535,51 +581,60 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- neighbours
+def _neighbors_arrow_schema():
+    import pyarrow as pa
+    return pa.schema([(io.INSTANCE_INDEX, pa.int64()), (io.NEIGHBOR, pa.list_(pa.int64())),
+                      (io.SCORE, pa.list_(pa.float32())), (io.VARIANT, pa.string())])
+
+
+def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, weighting: str,
+                   temperature: float, threads: int):
+    """Executor side: one neighbour record batch per g model (variant) for the rows of ``X``
+    (node indices ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
+    import numpy as np
+    import pyarrow as pa
+    schema = _neighbors_arrow_schema()
+    has_x = _nonzero_rows(X)
+    n = len(idx)
+    for (variant, spec), g in zip(chunk_specs, models):
+        Y = g.predict(X, only_topk=spec["topk"], threads=threads)
+        nodes, scores, counts = topk_neighbors(Y, col_maps[spec["name"]], own, twin, k)
+        counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
+        weights = normalize_scores(scores, counts, weighting, temperature)
+        keep = np.arange(k)[None, :] < counts[:, None]
+        yield spec, pa.RecordBatch.from_arrays([
+            pa.array(idx, pa.int64()),
+            _list_array(counts, nodes[keep], pa.int64()),
+            _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
+            pa.array([variant] * n, pa.string()),
+        ], schema=schema)
+
+
 def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
                        variants: Sequence[str], n_folds: int, out_of_fold: bool,
                        leave_self_out: bool, k: int, weighting: str, temperature: float,
                        dense_dim: int, threads_cfg: int, batch_size: int, plan, acc,
-                       store: Optional[Dict[str, Any]] = None):
-    """Driver side: build the executor function of the neighbours stage (``store``: the spec of
-    the memory-mapped embeddings the rows' X is gathered from, else X comes with the rows)."""
+                       g_loader: Callable[[str, str], Any] = load_g_model):
+    """Driver side: the executor function of ``embeddings_via: shuffle``: the instance rows
+    arrive with their embedding columns, sorted by (route, instance_index)."""
 
     def neighbors_partition(batches):
-        """Executor side: Arrow batches of instance rows (+ embeddings) -> neighbour batches."""
+        """Executor side: Arrow batches of instance rows + embeddings -> neighbour batches."""
         faults.maybe_fail(plan)
         tc = runtime.require_executor("neighbors_partition")
         import numpy as np
-        import pyarrow as pa
         from .folds import fold_of
         threads = runtime.task_threads(threads_cfg, tc)
         col_maps = col_maps_bc.value
-        # the memory-mapped embeddings open (or are built, by the first worker of the machine)
-        # in a thread while the first chunk's g models load: both mostly wait on I/O or C++
-        opening = _StoreOpener(store) if store is not None else None
-        E = None
-        schema = pa.schema([(io.INSTANCE_INDEX, pa.int64()),
-                            (io.NEIGHBOR, pa.list_(pa.int64())),
-                            (io.SCORE, pa.list_(pa.float32())), (io.VARIANT, pa.string())])
         counters: Dict[str, int] = {}
 
         def route_of(rb):
             return rb.column(ROUTE).to_numpy(zero_copy_only=False)
 
         for route, tbl in _iter_chunks(batches, route_of, batch_size):
-            models = [runtime.get_model(specs[(v, route)]["uri"], load_g_model,
-                                        specs[(v, route)]["version"], "cpu", acc,
-                                        specs[(v, route)]["name"]) for v in variants]
-            store_rows = None
-            if opening is not None:
-                if E is None:
-                    E = opening.result()
-                # rows of the memory-mapped embeddings; instances without one are counted
-                store_rows = embstore.store_rows(E, tbl.column(io.INSTANCE_INDEX).to_numpy())
-                have = store_rows >= 0
-                if not have.all():
-                    counters[MISSING_KEY] = counters.get(MISSING_KEY, 0) + int((~have).sum())
-                    tbl, store_rows = tbl.filter(pa.array(have)), store_rows[have]
-                    if not tbl.num_rows:
-                        continue
+            chunk_specs = [(v, specs[(v, route)]) for v in variants]
+            models = [runtime.get_model(sp["uri"], g_loader, sp["version"], "cpu", acc,
+                                        sp["name"]) for _, sp in chunk_specs]
             n = tbl.num_rows
             idx = tbl.column(io.INSTANCE_INDEX).to_numpy()
             if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
@@ -594,32 +649,222 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
             else:
                 own = np.full(n, -1, dtype=np.int64)
                 twin = own
-            X = None
-            for variant, g in zip(variants, models):
-                spec = specs[(variant, route)]
-                if X is None:
-                    if E is None:
-                        X = features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
-                    else:
-                        X = embstore.features(E, store_rows, int(g.model.nr_features))
-                    has_x = _nonzero_rows(X)
-                Y = g.predict(X, only_topk=spec["topk"], threads=threads)
-                nodes, scores, counts = topk_neighbors(Y, col_maps[spec["name"]], own, twin, k)
-                counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
-                weights = normalize_scores(scores, counts, weighting, temperature)
-                keep = np.arange(k)[None, :] < counts[:, None]
-                yield pa.RecordBatch.from_arrays([
-                    pa.array(idx, pa.int64()),
-                    _list_array(counts, nodes[keep], pa.int64()),
-                    _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
-                    pa.array([variant] * n, pa.string()),
-                ], schema=schema)
+            X = features_from_arrow(tbl, dense_dim, int(models[0].model.nr_features))
+            for spec, rb in _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k,
+                                           weighting, temperature, threads):
+                yield rb
                 key = f"rows|{spec['name']}"
                 counters[key] = counters.get(key, 0) + n
         if acc is not None and counters:
             acc.add(counters)
 
     return neighbors_partition
+
+
+#: executor side, per Python worker: :func:`task_order` of the latest store (one entry)
+_TASK_ORDER: Dict[Tuple[Any, ...], Tuple[Any, Any]] = {}
+
+
+def _read_node_indices(uri: str):
+    """Executor side: the sorted distinct ``node_index`` values of a Parquet table (pyarrow)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    found = io.parquet_files(uri)
+    if found is None:
+        raise RuntimeError(f"neighbors: cannot read the selection {uri} with pyarrow here; set "
+                           f"inference.embeddings_via: shuffle")
+    fs, files = found
+    parts = [np.zeros(0, np.int64)]
+    for fi in files:
+        with fs.open_input_file(fi.path) as fh:
+            col = pq.read_table(fh, columns=[io.NODE_INDEX]).column(0)
+        parts.append(col.drop_null().to_numpy().astype(np.int64))
+    return np.unique(np.concatenate(parts))
+
+
+def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
+    """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of every instance
+    node of the store ``E`` (:func:`pina_spark.embstore.open_store`), optionally only those in
+    ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
+    a train instance when ``n_folds`` > 0, else ``-1`` (the full g)."""
+    import numpy as np
+    from .folds import fold_of_unit
+    nodes = np.flatnonzero(np.asarray(E["kind"]) == embstore.KIND_INSTANCE).astype(np.int64)
+    if selection is not None:
+        nodes = nodes[np.isin(nodes, selection, assume_unique=True)]
+    if n_folds:
+        routes = fold_of_unit(np.asarray(E["fold_unit"])[nodes], n_folds)
+        order = np.lexsort((nodes, routes))
+        return nodes[order], routes[order]
+    return nodes, np.full(len(nodes), FULL_ROUTE, dtype=np.int64)
+
+
+def task_rows(E: Dict[str, Any], n_tasks: int, task: int, n_folds: int = 0,
+              selection=None, order=None):
+    """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of task ``task`` of
+    ``n_tasks``: the t-th of ``n_tasks`` contiguous slices of equal size (+-1) of
+    :func:`task_order` (or of ``order``, its result computed before). A task therefore needs
+    few fold models, and the slices do not depend on how Spark schedules the tasks.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> E = {"kind": np.array([1, 2, 1, 1, 0, 1], np.int8), "fold_unit": np.full(6, np.nan)}
+    >>> [task_rows(E, 2, t)[0].tolist() for t in (0, 1)]
+    [[0, 2], [3, 5]]
+    >>> task_rows(E, 2, 1, selection=np.array([2, 3]))[0].tolist()
+    [3]
+    """
+    nodes, routes = order if order is not None else task_order(E, n_folds, selection)
+    n = len(nodes)
+    lo, hi = n * task // n_tasks, n * (task + 1) // n_tasks
+    return nodes[lo:hi], routes[lo:hi]
+
+
+def _cached_task_order(E: Dict[str, Any], key: str, n_folds: int, selection: Optional[str]):
+    """Executor side: :func:`task_order` of a store, computed once per worker (the latest
+    one is kept): the tasks of a stage that a worker runs share it."""
+    ck = (key, n_folds, selection)
+    got = _TASK_ORDER.get(ck)
+    if got is None:
+        sel = _read_node_indices(selection) if selection else None
+        got = task_order(E, n_folds, sel)
+        _TASK_ORDER.clear()
+        _TASK_ORDER[ck] = got
+    return got
+
+
+def _route_chunks(routes, batch_size: int):
+    """``(start, end)`` of chunks of at most ``batch_size`` rows sharing one route (``routes``
+    non-decreasing)."""
+    import numpy as np
+    n = len(routes)
+    if not n:
+        return []
+    cut = np.flatnonzero(routes[1:] != routes[:-1]) + 1
+    out = []
+    for s, e in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [n]]).tolist()):
+        out.extend((a, min(a + batch_size, e)) for a in range(s, e, batch_size))
+    return out
+
+
+def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
+                            variants: Sequence[str], n_folds: int, out_of_fold: bool,
+                            leave_self_out: bool, use_twin: bool, k: int, weighting: str,
+                            temperature: float, threads_cfg: int, batch_size: int, plan, acc,
+                            store: Dict[str, Any], n_tasks: int, selection: Optional[str],
+                            sink: Optional[Dict[str, Any]],
+                            g_loader: Callable[[str, str], Any] = load_g_model):
+    """Driver side: the executor function of ``embeddings_via: files``. Its input is one row
+    per task (``spark.range(n_tasks)``): each task takes its slice of the instance nodes from
+    the memory-mapped store (:func:`task_rows`), gathers X there, and either yields neighbour
+    batches (``sink`` None) or writes them as Parquet into ``sink["uri"]`` with pyarrow and
+    yields one ``variant, rows, path`` row per file (:func:`_write_task_files`). Nothing but
+    task ids goes through Spark."""
+
+    def neighbors_task(batches):
+        """Executor side: task ids -> neighbours of their slices (batches or written files)."""
+        faults.maybe_fail(plan)
+        tc = runtime.require_executor("neighbors_task")
+        import numpy as np
+        import pyarrow as pa
+        threads = runtime.task_threads(threads_cfg, tc)
+        col_maps = col_maps_bc.value
+        # the memory-mapped embeddings open (or are built, by the first worker of the machine)
+        # in a thread while the full g models load: both mostly wait on I/O or C++
+        opening = _StoreOpener(store)
+
+        def models_of(route):
+            chunk_specs = [(v, specs[(v, route)]) for v in variants]
+            return chunk_specs, [runtime.get_model(sp["uri"], g_loader, sp["version"],
+                                                   "cpu", acc, sp["name"])
+                                 for _, sp in chunk_specs]
+
+        if not out_of_fold:
+            models_of(FULL_ROUTE)
+        E = opening.result()
+        order = _cached_task_order(E, store["key"], n_folds if out_of_fold else 0, selection)
+        counters: Dict[str, int] = {}
+        for rb in batches:
+            for task in rb.column(0).to_pylist():
+                nodes, routes = task_rows(E, n_tasks, int(task), order=order)
+                rows = embstore.store_rows(E, nodes)
+                have = rows >= 0
+                if not have.all():  # instances without an embedding row: counted, skipped
+                    counters[MISSING_KEY] = counters.get(MISSING_KEY, 0) + int((~have).sum())
+                    nodes, routes, rows = nodes[have], routes[have], rows[have]
+                out: Dict[str, List[Any]] = {v: [] for v in variants}
+                for s, e in _route_chunks(routes, batch_size):
+                    chunk_specs, models = models_of(int(routes[s]))
+                    idx = nodes[s:e]
+                    if leave_self_out:
+                        own = idx
+                        twin = (np.asarray(E["twin"][idx], dtype=np.int64) if use_twin
+                                else np.full(len(idx), -1, dtype=np.int64))
+                    else:
+                        own = twin = np.full(len(idx), -1, dtype=np.int64)
+                    X = embstore.features(E, rows[s:e], int(models[0].model.nr_features))
+                    for spec, b in _predict_chunk(models, chunk_specs, col_maps, X, idx, own,
+                                                  twin, k, weighting, temperature, threads):
+                        out[b.column(3)[0].as_py()].append(b)
+                        key = f"rows|{spec['name']}"
+                        counters[key] = counters.get(key, 0) + (e - s)
+                # rows of a task in instance_index order, as the shuffle path writes them
+                tables = {}
+                for v in variants:
+                    t = (pa.Table.from_batches(out[v]) if out[v]
+                         else _neighbors_arrow_schema().empty_table())
+                    tables[v] = t.take(pa.array(np.argsort(
+                        t.column(io.INSTANCE_INDEX).to_numpy(), kind="stable")))
+                if sink is None:
+                    for v in variants:
+                        for b in tables[v].to_batches():
+                            yield b
+                else:
+                    yield _write_task_files(tables, sink, int(task), tc.attemptNumber())
+        if acc is not None and counters:
+            acc.add(counters)
+
+    return neighbors_task
+
+
+#: the rows a ``files`` task yields with a sink: one per Parquet file it wrote
+SINK_SCHEMA = "variant string, rows long, path string"
+
+
+def _write_task_files(tables: Dict[str, Any], sink: Dict[str, Any], task: int, attempt: int):
+    """Executor side: write each variant's rows of a task to
+    ``<sink uri>/variant=<v>/part-<task>.parquet`` (pyarrow; a hidden temporary name renamed when
+    complete, so a retried or speculative attempt replaces the same file with the same rows) and
+    return one ``variant, rows, path`` record batch. A variant without rows still gets its
+    (empty) file, so the table has a schema even with no rows."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+    uri = sink["uri"]
+    fs, base = pafs.FileSystem.from_uri(uri if "://" in uri else "file://" + io.local_path(uri))
+    codec = (sink.get("compression") or "snappy").lower()
+    codec = "none" if codec in ("uncompressed", "none") else codec
+    done = []
+    for v, t in tables.items():
+        d = f"{base}/{io.VARIANT}={v}"
+        fs.create_dir(d, recursive=True)
+        name = f"part-{task:05d}.parquet"
+        tmp, final = f"{d}/.{name}.attempt{attempt}.tmp", f"{d}/{name}"
+        try:
+            with fs.open_output_stream(tmp) as stream:
+                pq.write_table(t.drop_columns([io.VARIANT]), stream, compression=codec)
+            fs.move(tmp, final)
+        except BaseException:
+            try:
+                fs.delete_file(tmp)
+            except Exception:
+                pass
+            raise
+        done.append((v, t.num_rows, final))
+    return pa.RecordBatch.from_arrays(
+        [pa.array([x[0] for x in done], pa.string()), pa.array([x[1] for x in done], pa.int64()),
+         pa.array([x[2] for x in done], pa.string())], ["variant", "rows", "path"])
 
 
 class _StoreOpener:
@@ -647,9 +892,11 @@ class _StoreOpener:
 
 
 def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
-                          mmap_max_mb: float) -> Tuple[str, str]:
+                          mmap_max_mb: float, selection_uri: Optional[str] = None
+                          ) -> Tuple[str, str]:
     """Driver side: ``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` |
-    ``shuffle`` (see :class:`pina_spark.config.InferenceConfig`).
+    ``shuffle`` (see :class:`pina_spark.config.InferenceConfig`). ``files`` needs pyarrow to
+    reach the tables (and an incremental run's ``selection_uri``) on the executors.
 
     Examples
     --------
@@ -662,7 +909,7 @@ def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
     if value not in ("auto", "files", "shuffle"):
         raise ValueError(f"inference.embeddings_via: {value!r} is not one of auto, files, "
                          f"shuffle")
-    reach = io.pyarrow_reaches(embeddings_uri) and io.pyarrow_reaches(nodes_uri)
+    reach = all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, selection_uri) if u)
     if value == "files":
         if not reach:
             raise ValueError(f"inference.embeddings_via=files: executors cannot read "
@@ -683,7 +930,9 @@ def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
 
 
 def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
-    """Driver side: ``(old->new remap or None, sorted label node indices, instance count)``.
+    """Driver side: ``(old->new remap or None, sorted label node indices, instance count)``
+    (``nodes_df``: a function returning this run's ``nodes`` DataFrame, called only when
+    needed).
 
     When ``ctx.models`` is another run's models, g's output nodes are indices of THAT run's
     ``nodes``; they are remapped through ``(kind, node_id)`` into this run's ``nodes`` (the
@@ -693,7 +942,7 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     import numpy as np
     from pyspark.sql import functions as F
     n_inst, label_idx = (_node_counts_arrow(ctx.paths.table(io.NODES), need_labels)
-                         or _node_counts_spark(nodes_df, need_labels))
+                         or _node_counts_spark(nodes_df(), need_labels))
     own_models = ctx.paths.table(io.MODELS).rstrip("/")
     models = ctx.models.rstrip("/")
     if models == own_models:
@@ -709,7 +958,7 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
         return None, label_idx, n_inst
     old = spark.read.parquet(old_nodes_uri).select(
         F.col(io.NODE_INDEX).alias("old"), io.KIND, io.NODE_ID)
-    pairs = old.join(nodes_df.select(F.col(io.NODE_INDEX).alias("new"), io.KIND, io.NODE_ID),
+    pairs = old.join(nodes_df().select(F.col(io.NODE_INDEX).alias("new"), io.KIND, io.NODE_ID),
                      [io.KIND, io.NODE_ID], "inner").select("old", "new").toPandas()
     n_old = old.agg(F.max("old")).first()[0]
     remap = np.full(int(n_old or 0) + 1, -1, dtype=np.int64)
@@ -786,9 +1035,15 @@ def _col_map(output_nodes, remap, label_idx, node_kinds: str):
 
 
 def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_plan=None,
-                    accumulator=None):
+                    accumulator=None, sink: Optional[Dict[str, Any]] = None):
     """Driver side: the lazy ``neighbors`` DataFrame (with a ``variant`` column) and a dict of
-    plain facts about it (variants, folds, rows, model names, candidates per row).
+    plain facts about it (variants, folds, rows, model names, candidates per row, ``writer``).
+
+    ``sink`` (``{"uri", "compression"}``, used by :func:`run_neighbors_stage`): with
+    ``embeddings_via: files`` the tasks write the neighbour rows themselves as Parquet under
+    ``sink["uri"]`` (``variant=<v>/part-<task>.parquet``) and the frame holds one
+    ``variant, rows, path`` row per file (``info["writer"] == "arrow"``); with ``shuffle`` the
+    sink is ignored (``info["writer"] == "spark"``).
 
     Examples
     --------
@@ -822,11 +1077,19 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     enc = _read_json(f"{models}/{VECTORIZER_DIR}/{ENCODER_JSON}")
     dense_dim = int(enc["dense_dim"])
 
-    nodes = io.read_table(spark, ctx.paths, io.NODES, contract=True)
+    for rel in (io.NODES, io.EMBEDDINGS):   # both complete, whichever way they are read
+        io.require_complete(spark, ctx.paths, rel)
+    read: List[Any] = []
+
+    def nodes():  # read with Spark only where needed (shuffle, remap, no pyarrow)
+        if not read:
+            read.append(io.read_table(spark, ctx.paths, io.NODES, contract=True))
+        return read[0]
+
     remap, label_idx, n_inst = _node_maps(spark, ctx, nodes, nb.node_kinds != "both")
     emb_uri, nodes_uri = ctx.paths.table(io.EMBEDDINGS), ctx.paths.table(io.NODES)
     via, via_reason = choose_embeddings_via(inf.embeddings_via, emb_uri, nodes_uri,
-                                            cfg.aggregate.mmap_max_mb)
+                                            cfg.aggregate.mmap_max_mb, ctx.selection or None)
     routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
     specs: Dict[Tuple[str, int], Dict[str, Any]] = {}
     col_maps: Dict[str, Any] = {}
@@ -850,64 +1113,74 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
             col_maps[name] = cmap
     bc = spark.sparkContext.broadcast(col_maps)
 
-    inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
-        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
-    if nb.leave_self_out and cfg.task.labels_are_items:
-        # an item's label node ("twin", same node_id) is excluded like self
-        twins = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
-            io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
-        inst = inst.join(twins, io.NODE_ID, "left")
-    else:
-        inst = inst.withColumn(TWIN, F.lit(None).cast("long"))
-    store = None
+    use_twin = bool(nb.leave_self_out and cfg.task.labels_are_items)
+    g_loader = _load_g_mmap if inf.g_mmap else load_g_model
     if via == "files":
-        # X comes from the memory-mapped embeddings (embstore): the narrow instance rows drive
-        # the stage (every instance node, or an incremental run's selection); the executors
-        # skip the instances without an embedding row and count them
+        # one row per task: each task takes its slice of the instance nodes (every one, or an
+        # incremental run's selection) and their X from the memory-mapped store of its machine
+        # (embstore); instances without an embedding row are skipped and counted
         sparse_dim = int(enc["sparse_dim"])
         store = {"embeddings": emb_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
                  "sparse_dim": sparse_dim,
                  "key": embstore.tables_key(emb_uri, nodes_uri, dense_dim, sparse_dim)}
-        vec_cols: List[str] = []
-        df = inst
+        n_rows = n_inst
         if ctx.selection:
-            sel = spark.read.parquet(ctx.selection).select(
-                F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX))
-            df = df.join(sel, io.INSTANCE_INDEX, "left_semi")
+            n_sel = io.count_rows_arrow(ctx.selection)
+            n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
+        parts = _n_partitions(n_rows, inf.rows_per_task)
+        fn = _make_neighbors_task_fn(specs, bc, list(variants), n_folds, out_of_fold,
+                                     nb.leave_self_out, use_twin, nb.k, nb.weighting,
+                                     nb.temperature, int(inf.torch_threads),
+                                     int(inf.batch_size), fault_plan, accumulator, store, parts,
+                                     ctx.selection or None, sink, g_loader)
+        out = spark.range(0, parts, 1, parts).mapInArrow(
+            fn, SINK_SCHEMA if sink is not None else NEIGHBORS_SCHEMA)
     else:
         # driven by the embeddings (an incremental run hands this stage a subset of them);
         # every instance with an embedding gets a row, with empty arrays when it has no
         # neighbour. The narrow instance table goes to the embeddings (broadcast while it is
         # small), so the wide embedding rows are shuffled once, by the repartition below
+        inst = nodes().filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
+            F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
+        if use_twin:
+            # an item's label node ("twin", same node_id) is excluded like self
+            twins = nodes().filter(F.col(io.KIND) == io.KIND_LABEL).select(
+                io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
+            inst = inst.join(twins, io.NODE_ID, "left")
+        else:
+            inst = inst.withColumn(TWIN, F.lit(None).cast("long"))
         vec_cols = [io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
         emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS, contract=True).select(
             F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), *vec_cols)
         if n_inst <= BROADCAST_INSTANCES_MAX_ROWS:
             inst = F.broadcast(inst)
         df = emb.join(inst, io.INSTANCE_INDEX, "inner")
-    if out_of_fold:
-        route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_route_expr(io.NODE_ID, n_folds)) \
-            .otherwise(F.lit(FULL_ROUTE))
-    else:
-        route = F.lit(FULL_ROUTE)
-    parts = _n_partitions(n_inst, inf.rows_per_task)
-    df = df.withColumn(ROUTE, route.cast("int"))
-    if out_of_fold:  # co-locate rows of one model: a task needs few models (cache capacity 4)
-        df = df.repartitionByRange(parts, ROUTE, io.INSTANCE_INDEX)
-    else:            # one model per variant: hash partitioning needs no sampling pass
-        df = df.repartition(parts, io.INSTANCE_INDEX)
-    df = (df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX)
-          .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, *vec_cols))
-    fn = _make_neighbors_fn(specs, bc, list(variants), n_folds, out_of_fold, nb.leave_self_out,
-                            nb.k, nb.weighting, nb.temperature, dense_dim,
-                            int(inf.torch_threads), int(inf.batch_size), fault_plan, accumulator,
-                            store)
-    out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(io.VARIANT, io.INSTANCE_INDEX)
+        if out_of_fold:
+            route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN,
+                           fold_route_expr(io.NODE_ID, n_folds)).otherwise(F.lit(FULL_ROUTE))
+        else:
+            route = F.lit(FULL_ROUTE)
+        parts = _n_partitions(n_inst, inf.rows_per_task)
+        df = df.withColumn(ROUTE, route.cast("int"))
+        if out_of_fold:  # co-locate rows of one model: a task needs few models (cache: 4)
+            df = df.repartitionByRange(parts, ROUTE, io.INSTANCE_INDEX)
+        else:            # one model per variant: hash partitioning needs no sampling pass
+            df = df.repartition(parts, io.INSTANCE_INDEX)
+        df = (df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX)
+              .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, *vec_cols))
+        fn = _make_neighbors_fn(specs, bc, list(variants), n_folds, out_of_fold,
+                                nb.leave_self_out, nb.k, nb.weighting, nb.temperature, dense_dim,
+                                int(inf.torch_threads), int(inf.batch_size), fault_plan,
+                                accumulator, g_loader)
+        out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(io.VARIANT,
+                                                                       io.INSTANCE_INDEX)
     info = {"variants": list(variants), "folds": n_folds, "instance_nodes": n_inst,
             "partitions": parts, "embeddings_via": via, "embeddings_via_reason": via_reason,
             "train_mode": nb.train_mode, "models": sorted(s["name"] for s in specs.values()),
             "candidates_per_row": {s["name"]: s["topk"] for s in specs.values()},
-            "remapped_nodes": remap is not None}
+            "remapped_nodes": remap is not None,
+            "writer": "arrow" if (via == "files" and sink is not None) else "spark",
+            "g_mmap": bool(inf.g_mmap)}
     return out, info
 
 
@@ -929,9 +1202,28 @@ def run_neighbors_stage(ctx) -> Dict[str, Any]:
     spark, cfg = ctx.spark, ctx.cfg
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
     plan = faults.fault_plan(cfg, "neighbors")
-    df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc)
+    staging = ctx.paths.staging(io.NEIGHBORS)
+    sink = None
+    if io.pyarrow_reaches(staging):
+        sink = {"uri": staging, "compression": spark.conf.get(
+            "spark.sql.parquet.compression.codec", "snappy")}
+    df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc, sink=sink)
     t0 = time.time()
-    io.write_table(df, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
+    if info["writer"] == "arrow":   # the tasks wrote the files: mark complete and publish
+        try:
+            files = df.collect()
+            log.info("neighbors: %d files written by the executors into %s", len(files),
+                     staging)
+            io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
+            io.publish(spark, staging, ctx.paths.table(io.NEIGHBORS))
+        except BaseException:
+            try:
+                io.delete_path(spark, staging)
+            except Exception:  # pragma: no cover - best effort, recover() removes it next run
+                log.warning("could not remove staging folder %s", staging)
+            raise
+    else:
+        io.write_table(df, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
     dt = time.time() - t0
     counters = dict(acc.value)
     per_variant: Dict[str, Any] = {}

@@ -190,6 +190,16 @@ def is_complete(spark, uri: str) -> bool:
     return path_exists(spark, uri.rstrip("/") + "/_SUCCESS")
 
 
+def require_complete(spark, paths: "RunPaths", rel: str) -> str:
+    """The URI of published table ``rel``; :class:`InputError` when it is missing or incomplete
+    (no ``_SUCCESS``)."""
+    uri = paths.table(rel)
+    if not is_complete(spark, uri):
+        raise InputError(f"table {uri} is missing or incomplete (no _SUCCESS); run the stage that "
+                         f"produces it first")
+    return uri
+
+
 def _rename(spark, src: str, dst: str) -> None:
     fs, s = _jfs(spark, src)
     _, d = _jfs(spark, dst)
@@ -339,6 +349,18 @@ def parquet_dataset(uri: str):
         return None
 
 
+def count_rows_arrow(uri: str) -> Optional[int]:
+    """Row count of a Parquet table from its footers, driver side (``None`` when pyarrow does
+    not read it here)."""
+    dset = parquet_dataset(uri)
+    if dset is None:
+        return None
+    try:
+        return int(sum(f.metadata.num_rows for f in dset.get_fragments()))
+    except Exception:
+        return None
+
+
 def pyarrow_reaches(uri: Optional[str]) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
     ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
@@ -371,6 +393,39 @@ def parquet_files(uri: str):
     return fs, sorted(keep, key=lambda fi: fi.path)
 
 
+def files_fingerprint(uri: str) -> Optional[str]:
+    """Driver side: hash of (path, size, modification time) of every file under ``uri`` listed
+    with ``pyarrow.fs`` (no JVM round trip per file), or ``None`` where pyarrow does not reach
+    or list it (then use :func:`input_fingerprint`). Not interchangeable with
+    :func:`input_fingerprint`: a cache key, not a manifest value.
+
+    Examples
+    --------
+    >>> files_fingerprint("hdfs:///models/g") is None
+    True
+    """
+    if not pyarrow_reaches(uri):
+        return None
+    try:
+        import hashlib
+        import pyarrow.fs as pafs
+        if is_remote(uri):
+            fs, root = pafs.FileSystem.from_uri(uri)
+        else:
+            fs, root = pafs.LocalFileSystem(), local_path(uri)
+        if fs.get_file_info(root).type != pafs.FileType.Directory:
+            return None
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except Exception as e:
+        log.info("%s not listable with pyarrow here (%s)", uri, e)
+        return None
+    h = hashlib.sha256(uri.encode())
+    for fi in sorted((fi for fi in infos if fi.type == pafs.FileType.File),
+                     key=lambda fi: fi.path):
+        h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
 def read_table(spark, paths: RunPaths, rel: str, contract: bool = False):
     """Read a published table, refusing an incomplete one.
 
@@ -379,10 +434,7 @@ def read_table(spark, paths: RunPaths, rel: str, contract: bool = False):
     Spark reads it with that schema and skips its schema-inference job (~0.5 s on small
     clusters); otherwise Spark infers the schema as usual.
     """
-    uri = paths.table(rel)
-    if not is_complete(spark, uri):
-        raise InputError(f"table {uri} is missing or incomplete (no _SUCCESS); run the stage that "
-                         f"produces it first")
+    uri = require_complete(spark, paths, rel)
     if contract and _footer_has_contract(uri, schema(rel)):
         return spark.read.schema(schema(rel)).parquet(uri)
     return spark.read.parquet(uri)

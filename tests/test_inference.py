@@ -380,6 +380,177 @@ def test_store_features_equal_features_from_arrow(tmp_path):
         embstore.features(E, rows[:2], D + S - 1)
 
 
+def _store_of(nodes_tbl):
+    """An in-memory store (the node facts of embstore) of a nodes table, for task_rows."""
+    from pina_spark import embstore
+    size = int(max(nodes_tbl.column(io.NODE_INDEX).to_pylist()) + 1)
+    kind, twin, unit = embstore.node_facts(nodes_tbl, size)
+    return {"kind": kind, "twin": twin, "fold_unit": unit}
+
+
+def _nodes_table(n, seed):
+    """A nodes table with shuffled indices: instances (train / test / null split), labels
+    (every 4th instance id is also a label: its twin) and another kind."""
+    import pyarrow as pa
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(n + n // 4 + 3)
+    rows = []
+    for j in range(n):
+        rows.append((int(idx[j]), f"item{j}", io.KIND_INSTANCE,
+                     [io.SPLIT_TRAIN, io.SPLIT_TEST, None][j % 3]))
+    for j in range(n // 4):
+        rows.append((int(idx[n + j]), f"item{4 * j}", io.KIND_LABEL, None))
+    for j in range(3):
+        rows.append((int(idx[n + n // 4 + j]), f"other{j}", "other", None))
+    order = rng.permutation(len(rows))
+    rows = [rows[i] for i in order]
+    return pa.table({io.NODE_INDEX: pa.array([r[0] for r in rows], pa.int64()),
+                     io.NODE_ID: [r[1] for r in rows], io.KIND: [r[2] for r in rows],
+                     io.SPLIT: pa.array([r[3] for r in rows], pa.string())}), rows
+
+
+def test_node_facts_kinds_twins_and_fold_units():
+    """The store's node facts: kind codes, the twin label of an item that is also a label, and
+    fold units that give exactly folds.fold_of for train instances (any number of folds)."""
+    from pina_spark import embstore
+    tbl, rows = _nodes_table(40, 1)
+    size = max(r[0] for r in rows) + 1
+    kind, twin, unit = embstore.node_facts(tbl, size)
+    label_of = {r[1]: r[0] for r in rows if r[2] == io.KIND_LABEL}
+    code = {io.KIND_INSTANCE: embstore.KIND_INSTANCE, io.KIND_LABEL: embstore.KIND_LABEL,
+            "other": embstore.KIND_OTHER}
+    for i, nid, k, split in rows:
+        assert kind[i] == code[k]
+        want_twin = label_of.get(nid, -1) if k == io.KIND_INSTANCE else -1
+        assert twin[i] == want_twin, (i, nid)
+        for n_folds in (2, 3, 7):
+            got = int(folds.fold_of_unit(unit[[i]], n_folds)[0])
+            want = folds.fold_of(nid, n_folds) if (k == io.KIND_INSTANCE and split ==
+                                                    io.SPLIT_TRAIN) else -1
+            assert got == want
+    assert sum(1 for t in twin if t >= 0) == 10
+    assert kind.size == size and (kind == embstore.KIND_NONE).sum() == 0
+
+
+@pytest.mark.parametrize("n_folds", [0, 3])
+def test_task_rows_cover_every_instance_once_in_route_order(n_folds):
+    """The slices of 1, 3 and 8 tasks are contiguous pieces of one (route, node index) order:
+    together every instance node exactly once, sizes within one row of each other."""
+    tbl, rows = _nodes_table(53, 2)
+    E = _store_of(tbl)
+    inst = sorted(r for r in rows if r[2] == io.KIND_INSTANCE)
+    route = {i: (folds.fold_of(nid, n_folds) if n_folds and s == io.SPLIT_TRAIN else -1)
+             for i, nid, _, s in inst}
+    want = sorted(route, key=lambda i: (route[i], i))
+    for n_tasks in (1, 3, 8):
+        got, sizes = [], []
+        for t in range(n_tasks):
+            nodes, routes = inference.task_rows(E, n_tasks, t, n_folds)
+            assert routes.tolist() == [route[i] for i in nodes.tolist()]
+            got += nodes.tolist()
+            sizes.append(len(nodes))
+        assert got == want
+        assert max(sizes) - min(sizes) <= 1
+    sel = np.array(sorted(want[::4] + [r[0] for r in rows if r[2] == io.KIND_LABEL][:2]))
+    got = [i for t in range(3) for i in inference.task_rows(E, 3, t, n_folds, sel)[0].tolist()]
+    assert got == [i for i in want if i in set(sel.tolist())]
+
+
+def test_route_chunks_split_at_route_changes_and_batch_size():
+    chunks = inference._route_chunks(np.array([-1, -1, -1, 0, 0, 2]), 2)
+    assert chunks == [(0, 2), (2, 3), (3, 5), (5, 6)]
+    assert inference._route_chunks(np.zeros(0, np.int64), 4) == []
+
+
+def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(tmp_path):
+    """_write_task_files: one file per variant under variant=<v>/, written under a hidden name
+    and renamed, so a second attempt of the task replaces it (no duplicate, no temp file left);
+    a variant without rows still gets a readable empty file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    schema = inference._neighbors_arrow_schema()
+    t = pa.table({io.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
+                  io.NEIGHBOR: pa.array([[1, 3], []], pa.list_(pa.int64())),
+                  io.SCORE: pa.array([[0.75, 0.25], []], pa.list_(pa.float32())),
+                  io.VARIANT: ["pina", "pina"]}, schema=schema)
+    sink = {"uri": str(tmp_path / "stage"), "compression": "zstd"}
+    for attempt in (0, 1):
+        meta = inference._write_task_files({"pina": t, "pina_naive": schema.empty_table()},
+                                           sink, 7, attempt)
+        assert meta.column(0).to_pylist() == ["pina", "pina_naive"]
+        assert meta.column(1).to_pylist() == [2, 0]
+    files = sorted(os.path.relpath(p, tmp_path / "stage")
+                   for p in glob.glob(str(tmp_path / "stage" / "**" / "*"), recursive=True)
+                   if os.path.isfile(p))
+    assert files == ["variant=pina/part-00007.parquet", "variant=pina_naive/part-00007.parquet"]
+    assert not glob.glob(str(tmp_path / "stage" / "*" / ".*"))
+    got = pq.read_table(str(tmp_path / "stage" / "variant=pina" / "part-00007.parquet"))
+    assert got.column_names == [io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE]
+    assert got.column(io.NEIGHBOR).to_pylist() == [[1, 3], []]
+    empty = pq.read_table(str(tmp_path / "stage" / "variant=pina_naive" / "part-00007.parquet"))
+    assert empty.num_rows == 0 and empty.schema.equals(got.schema)
+
+
+def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
+    """With embeddings_via: files the tasks themselves wrote the published table (pyarrow): one
+    file per task and variant, rows in instance_index order; Spark reads it with the contract
+    schema; the sink frame reports every instance once per variant."""
+    import pyarrow.parquet as pq
+    st = env["nb_stats"]
+    assert st["writer"] == "arrow" and st["embeddings_via"] == "files"
+    final = io.local_path(env["ctx"].paths.table(io.NEIGHBORS))
+    for v in st["variants"]:
+        files = sorted(glob.glob(os.path.join(final, f"{io.VARIANT}={v}", "*.parquet")))
+        assert len(files) == st["partitions"]
+        for f in files:
+            idx = pq.read_table(f).column(io.INSTANCE_INDEX).to_pylist()
+            assert idx == sorted(idx)
+    got_types = {f.name: f.dataType for f in io.read_table(spark, env["ctx"].paths,
+                                                           io.NEIGHBORS).schema.fields}
+    want = {f.name: f.dataType for f in io.schema(io.NEIGHBORS).fields}
+    assert {k: got_types[k] for k in want} == want and io.VARIANT in got_types
+    sink = {"uri": str(tmp_path / "sink"), "compression": "snappy"}
+    meta, info = inference.neighbors_frame(spark, env["ctx"], sink=sink)
+    assert info["writer"] == "arrow"
+    got = meta.collect()
+    assert len(got) == info["partitions"] * len(info["variants"])
+    for v in info["variants"]:
+        assert sum(r["rows"] for r in got if r["variant"] == v) == N_INST
+    c = _with(env["ctx"], inference={"embeddings_via": "shuffle"})
+    assert inference.neighbors_frame(spark, c, sink=sink)[1]["writer"] == "spark"
+
+
+def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env, spark):
+    """g in PECOS' memory-mapped form (the default, inference.g_mmap) predicts exactly what the
+    saved model does; every worker of the machine maps the same compiled folder."""
+    assert env["nb_stats"]["g_mmap"] is True
+    published = _collect_neighbors(io.read_table(spark, env["ctx"].paths, io.NEIGHBORS))
+    c = _with(env["ctx"], inference={"g_mmap": False})
+    df, info = inference.neighbors_frame(spark, c)
+    assert info["g_mmap"] is False
+    assert _collect_neighbors(df) == published
+    gdir = inference.g_model_dir(env["models"], "pina", 0)
+
+    def compile_twice(batches):
+        import os
+        import pyarrow as pa
+        from pina_spark.inference import g_mmap_copy
+        for b in batches:
+            a = g_mmap_copy(gdir)
+            done = os.stat(os.path.join(a, "_DONE")).st_mtime_ns
+            again = g_mmap_copy(gdir)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([a] * b.num_rows), pa.array([again == a and done == os.stat(
+                    os.path.join(a, "_DONE")).st_mtime_ns] * b.num_rows)], ["dir", "reused"])
+
+    got = spark.range(0, 4, 1, 4).mapInArrow(compile_twice, "dir string, reused boolean") \
+        .collect()
+    assert len({r["dir"] for r in got}) == 1 and all(r["reused"] for r in got)
+    assert os.path.exists(os.path.join(got[0]["dir"], "param.json"))
+    with pytest.raises(RuntimeError, match="executor"):
+        inference.g_mmap_copy(gdir)
+
+
 def test_choose_embeddings_via():
     assert inference.choose_embeddings_via("files", "/r/e", "/r/n", 1)[0] == "files"
     assert inference.choose_embeddings_via("auto", "gs://b/e", "gs://b/n", 8192)[0] == "shuffle"
