@@ -23,12 +23,21 @@ would have after it):
 
 rows/s = rows processed / wall seconds; ratio = spark / reference (>= 0.9 is the goal).
 
+``--repeat N`` (neighbours only; the stage takes seconds, so one measurement is at the mercy of
+the machine's noise): N measurements, each in a fresh Spark application (new Python workers:
+no g, embeddings copy or task order kept from an earlier measurement; the workers first import
+what the embed stage imports), each followed by the reference; the result holds the median
+Spark and reference seconds (ratio = ratio of the medians) and every measurement under
+``repeats``.
+
 Usage::
 
     python benchmarks/bench_inference.py --json /tmp/bench_inference.json --rows 3000
     # time only the neighbours stage again, on the embeddings and g of an earlier run
     python benchmarks/bench_inference.py --json /tmp/nb.json --rows 3000 --workdir /tmp/bi \\
         --stages neighbors
+    # the neighbours stage measured 5 times (fresh Spark application each), medians reported
+    python benchmarks/bench_inference.py --json /tmp/bi.json --rows 30000 --repeat 5
 
 Writes ``{"results": [{"stage", "rows", "spark_rows_per_s", "reference_rows_per_s", "ratio",
 ...}], "config": {...}}`` and prints the results.
@@ -174,6 +183,9 @@ def main(argv=None):
     ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
     ap.add_argument("--workdir", default=None, help="keep inputs, models and tables here "
                     "(default: a temp folder, removed at the end)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="neighbours: measurements (each in a fresh Spark application, each "
+                         "followed by the reference); the medians are reported")
     ap.add_argument("--stages", default="embed,neighbors",
                     help="stages to time: embed,neighbors (default) or neighbors, which reuses "
                          "the vectorizer, embeddings and g of an earlier run in --workdir")
@@ -183,6 +195,8 @@ def main(argv=None):
         ap.error(f"--stages: expected embed and/or neighbors, got {args.stages!r}")
     if "embed" not in stages and not args.workdir:
         ap.error("--stages without embed needs --workdir of an earlier run")
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for name in ("py4j", "pina_spark.io"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -203,8 +217,8 @@ def main(argv=None):
             "spark": {"master": f"local[{THREADS}]"}})
     cfg = make_cfg(n_nodes)           # embed: every node
     cfg_nb = make_cfg(len(inst))      # neighbors: the instance nodes
-    spark = get_spark(cfg.spark, {"spark.sql.shuffle.partitions": str(args.tasks),
-                                  "spark.ui.enabled": "false"})
+    spark_conf = {"spark.sql.shuffle.partitions": str(args.tasks), "spark.ui.enabled": "false"}
+    spark = get_spark(cfg.spark, spark_conf)
     ctx = pipeline.make_context(spark, cfg)
     rows = [Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
             for i, (a, t, s) in enumerate(inst)]
@@ -221,9 +235,7 @@ def main(argv=None):
         if n_have != n_nodes:
             raise SystemExit(f"--stages {args.stages}: {work} holds {n_have} nodes, --rows "
                              f"{args.rows} makes {n_nodes}: use the --rows of that run")
-        # the Python workers import what the embed stage would have imported before them
-        spark.range(0, THREADS, 1, THREADS).mapInArrow(_warm_worker, "id long").collect()
-        spark.range(100).selectExpr("sum(id)").collect()  # warm the session
+        _warm_session(spark)
     else:
         io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
         spark.range(100).selectExpr("sum(id)").collect()  # warm the session
@@ -243,13 +255,25 @@ def main(argv=None):
         if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
             train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
         import pecos.xmc.xlinear.model  # noqa: F401  (the reference's imports are warm either way)
-        results.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
+        runs = []
+        for rep in range(args.repeat):
+            if rep:  # a fresh application: nothing cached in the workers from the last one
+                spark.stop()
+                spark = get_spark(cfg.spark, spark_conf)
+                ctx = pipeline.make_context(spark, cfg)
+                _warm_session(spark)
+            runs.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
+            log.info("neighbors measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
+                     rep + 1, args.repeat, runs[-1]["spark_s"], runs[-1]["reference_s"],
+                     runs[-1]["ratio"])
+        results.append(_median_result(runs))
 
     out = {"results": results,
            "config": {"data": "citeulike-t", "articles": args.rows, "instances": len(inst),
                       "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
                       "reference_threads": THREADS, "batch_size": args.batch_size,
-                      "tasks": args.tasks, "stages": stages, "encoder": cfg.pretrain.encoder,
+                      "tasks": args.tasks, "stages": stages, "repeat": args.repeat,
+                      "encoder": cfg.pretrain.encoder,
                       "max_length": cfg.pretrain.max_length, "cpu_count": os.cpu_count(),
                       "load_avg": os.getloadavg()}}
     with open(args.json, "w") as fh:
@@ -265,6 +289,30 @@ def main(argv=None):
     return 0
 
 
+def _warm_session(spark):
+    """The Python workers import what the embed stage would have imported before them, and
+    the session runs one job."""
+    spark.range(0, THREADS, 1, THREADS).mapInArrow(_warm_worker, "id long").collect()
+    spark.range(100).selectExpr("sum(id)").collect()
+
+
+def _median_result(runs):
+    """One result from repeated measurements: median Spark and reference seconds, the ratio
+    of the medians' rates, and every measurement under ``repeats``."""
+    import statistics
+    if len(runs) == 1:
+        return runs[0]
+    out = dict(runs[-1])
+    spark_s = statistics.median(r["spark_s"] for r in runs)
+    ref_s = statistics.median(r["reference_s"] for r in runs)
+    out.update(spark_s=round(spark_s, 3), reference_s=round(ref_s, 3),
+               spark_rows_per_s=round(out["rows"] / spark_s, 2),
+               reference_rows_per_s=round(out["reference_rows"] / ref_s, 2),
+               repeats=[{k: r[k] for k in ("spark_s", "reference_s", "ratio")} for r in runs])
+    out["ratio"] = round(out["spark_rows_per_s"] / out["reference_rows_per_s"], 3)
+    return out
+
+
 def time_embed(ctx, models, work, batch_size):
     """The embed stage against :func:`reference_embed` (same run, same threads)."""
     t0 = time.time()
@@ -278,7 +326,8 @@ def time_embed(ctx, models, work, batch_size):
 
 def _result(stage, st, spark_s, n_ref, dt_ref):
     spark_rps, ref_rps = st["rows"] / spark_s, n_ref / dt_ref
-    return {"stage": stage, "rows": st["rows"], "spark_s": round(spark_s, 3),
+    return {"stage": stage, "rows": st["rows"], "reference_rows": n_ref,
+            "spark_s": round(spark_s, 3),
             "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_rps, 2),
             "reference_rows_per_s": round(ref_rps, 2), "ratio": round(spark_rps / ref_rps, 3),
             "partitions": st["partitions"], "model_loads": st["model_loads"],
