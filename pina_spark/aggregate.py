@@ -517,7 +517,8 @@ def run_stage(ctx) -> Dict[str, Any]:
         if sink is None:
             final = _write_features(spark, df, paths)
         else:
-            final = _publish_sink(spark, df, sink["uri"], paths)
+            final = paths.table(io.FEATURES)
+            io.publish_written(spark, df, sink["uri"], final, "aggregate")
     finally:
         if bc is not None:
             bc.unpersist()
@@ -558,20 +559,6 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
         return "arrow", "auto: pyarrow can write the staging folder"
     return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
                      f"here; JVM Parquet writer")
-
-
-def _publish_sink(spark, df, staging: str, paths) -> str:
-    """Run the job whose executors wrote the files into ``staging``, then mark it complete
-    (``_SUCCESS``) and publish it like :func:`pina_spark.io.write_table` does."""
-    try:
-        written = df.collect()
-        log.info("aggregate: %d files written by the executors into %s", len(written), staging)
-        io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
-        io.publish(spark, staging, paths.table(io.FEATURES))
-    except Exception:
-        io.delete_path(spark, staging)
-        raise
-    return paths.table(io.FEATURES)
 
 
 def _partition_counts(spark, uri: str) -> Dict[str, Dict[str, int]]:
@@ -752,20 +739,17 @@ def _make_sink(fn, variant: str, staging: str, compression: Optional[str]):
     name and renamed when complete, so a retried or speculative task attempt replaces the same
     file with the same rows (never a duplicate).
     """
-    codec = (compression or "zstd").lower()
-    codec = "none" if codec in ("uncompressed", "none") else codec
+    codec = io.parquet_codec(compression, "zstd")
 
     def write(batches):
         """Executor side (mapInArrow)."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.fs as pafs
         import pyarrow.parquet as pq
         from pyspark import TaskContext
         tc = TaskContext.get()
         pid, attempt = tc.partitionId(), tc.attemptNumber()
-        fs, base = pafs.FileSystem.from_uri(staging if "://" in staging else
-                                            "file://" + io.local_path(staging))
+        fs, base = io.pyarrow_fs(staging)
         writers, counts = {}, {}
         try:
             for b in fn(batches):

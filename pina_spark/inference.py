@@ -589,8 +589,8 @@ def _neighbors_arrow_schema():
 
 def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, weighting: str,
                    temperature: float, threads: int):
-    """Executor side: one neighbour record batch per g model (variant) for the rows of ``X``
-    (node indices ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
+    """Executor side: ``(variant, spec, record batch)`` per g model for the rows of ``X`` (node
+    indices ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
     import numpy as np
     import pyarrow as pa
     schema = _neighbors_arrow_schema()
@@ -602,7 +602,7 @@ def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, wei
         counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
         weights = normalize_scores(scores, counts, weighting, temperature)
         keep = np.arange(k)[None, :] < counts[:, None]
-        yield spec, pa.RecordBatch.from_arrays([
+        yield variant, spec, pa.RecordBatch.from_arrays([
             pa.array(idx, pa.int64()),
             _list_array(counts, nodes[keep], pa.int64()),
             _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
@@ -650,8 +650,8 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
                 own = np.full(n, -1, dtype=np.int64)
                 twin = own
             X = features_from_arrow(tbl, dense_dim, int(models[0].model.nr_features))
-            for spec, rb in _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k,
-                                           weighting, temperature, threads):
+            for _, spec, rb in _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin,
+                                              k, weighting, temperature, threads):
                 yield rb
                 key = f"rows|{spec['name']}"
                 counters[key] = counters.get(key, 0) + n
@@ -699,23 +699,22 @@ def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
     return nodes, np.full(len(nodes), FULL_ROUTE, dtype=np.int64)
 
 
-def task_rows(E: Dict[str, Any], n_tasks: int, task: int, n_folds: int = 0,
-              selection=None, order=None):
+def task_rows(order, n_tasks: int, task: int):
     """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of task ``task`` of
-    ``n_tasks``: the t-th of ``n_tasks`` contiguous slices of equal size (+-1) of
-    :func:`task_order` (or of ``order``, its result computed before). A task therefore needs
-    few fold models, and the slices do not depend on how Spark schedules the tasks.
+    ``n_tasks``: the t-th of ``n_tasks`` contiguous slices of equal size (+-1) of ``order``
+    (:func:`task_order`). A task therefore needs few fold models, and the slices do not depend
+    on how Spark schedules the tasks.
 
     Examples
     --------
     >>> import numpy as np
     >>> E = {"kind": np.array([1, 2, 1, 1, 0, 1], np.int8), "fold_unit": np.full(6, np.nan)}
-    >>> [task_rows(E, 2, t)[0].tolist() for t in (0, 1)]
+    >>> [task_rows(task_order(E), 2, t)[0].tolist() for t in (0, 1)]
     [[0, 2], [3, 5]]
-    >>> task_rows(E, 2, 1, selection=np.array([2, 3]))[0].tolist()
+    >>> task_rows(task_order(E, selection=np.array([2, 3])), 2, 1)[0].tolist()
     [3]
     """
-    nodes, routes = order if order is not None else task_order(E, n_folds, selection)
+    nodes, routes = order
     n = len(nodes)
     lo, hi = n * task // n_tasks, n * (task + 1) // n_tasks
     return nodes[lo:hi], routes[lo:hi]
@@ -757,10 +756,10 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
                             g_loader: Callable[[str, str], Any] = load_g_model):
     """Driver side: the executor function of ``embeddings_via: files``. Its input is one row
     per task (``spark.range(n_tasks)``): each task takes its slice of the instance nodes from
-    the memory-mapped store (:func:`task_rows`), gathers X there, and either yields neighbour
-    batches (``sink`` None) or writes them as Parquet into ``sink["uri"]`` with pyarrow and
-    yields one ``variant, rows, path`` row per file (:func:`_write_task_files`). Nothing but
-    task ids goes through Spark."""
+    the memory-mapped store (:func:`task_order`, :func:`task_rows`), gathers X there, and
+    either yields neighbour batches (``sink`` None) or writes them as Parquet into
+    ``sink["uri"]`` with pyarrow and yields one ``variant, rows, path`` row per file
+    (:func:`_write_task_files`). Nothing but task ids goes through Spark."""
 
     def neighbors_task(batches):
         """Executor side: task ids -> neighbours of their slices (batches or written files)."""
@@ -787,7 +786,7 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
         counters: Dict[str, int] = {}
         for rb in batches:
             for task in rb.column(0).to_pylist():
-                nodes, routes = task_rows(E, n_tasks, int(task), order=order)
+                nodes, routes = task_rows(order, n_tasks, int(task))
                 rows = embstore.store_rows(E, nodes)
                 have = rows >= 0
                 if not have.all():  # instances without an embedding row: counted, skipped
@@ -804,9 +803,10 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
                     else:
                         own = twin = np.full(len(idx), -1, dtype=np.int64)
                     X = embstore.features(E, rows[s:e], int(models[0].model.nr_features))
-                    for spec, b in _predict_chunk(models, chunk_specs, col_maps, X, idx, own,
-                                                  twin, k, weighting, temperature, threads):
-                        out[b.column(3)[0].as_py()].append(b)
+                    for v, spec, b in _predict_chunk(models, chunk_specs, col_maps, X, idx,
+                                                     own, twin, k, weighting, temperature,
+                                                     threads):
+                        out[v].append(b)
                         key = f"rows|{spec['name']}"
                         counters[key] = counters.get(key, 0) + (e - s)
                 # rows of a task in instance_index order, as the shuffle path writes them
@@ -839,12 +839,9 @@ def _write_task_files(tables: Dict[str, Any], sink: Dict[str, Any], task: int, a
     return one ``variant, rows, path`` record batch. A variant without rows still gets its
     (empty) file, so the table has a schema even with no rows."""
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
-    uri = sink["uri"]
-    fs, base = pafs.FileSystem.from_uri(uri if "://" in uri else "file://" + io.local_path(uri))
-    codec = (sink.get("compression") or "snappy").lower()
-    codec = "none" if codec in ("uncompressed", "none") else codec
+    fs, base = io.pyarrow_fs(sink["uri"])
+    codec = io.parquet_codec(sink.get("compression"))
     done = []
     for v, t in tables.items():
         d = f"{base}/{io.VARIANT}={v}"
@@ -1210,18 +1207,7 @@ def run_neighbors_stage(ctx) -> Dict[str, Any]:
     df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc, sink=sink)
     t0 = time.time()
     if info["writer"] == "arrow":   # the tasks wrote the files: mark complete and publish
-        try:
-            files = df.collect()
-            log.info("neighbors: %d files written by the executors into %s", len(files),
-                     staging)
-            io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
-            io.publish(spark, staging, ctx.paths.table(io.NEIGHBORS))
-        except BaseException:
-            try:
-                io.delete_path(spark, staging)
-            except Exception:  # pragma: no cover - best effort, recover() removes it next run
-                log.warning("could not remove staging folder %s", staging)
-            raise
+        io.publish_written(spark, df, staging, ctx.paths.table(io.NEIGHBORS), "neighbors")
     else:
         io.write_table(df, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
     dt = time.time() - t0

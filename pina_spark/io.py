@@ -303,14 +303,19 @@ def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
     try:
         writer.parquet(staging)
     except BaseException:
-        # the published table is untouched; remove the half-written staging folder
-        try:
-            delete_path(spark, staging)
-        except Exception:  # pragma: no cover - best effort, recover() removes it next run
-            log.warning("could not remove staging folder %s", staging)
+        _discard_staging(spark, staging)   # the published table is untouched
         raise
     publish(spark, staging, final)
     return final
+
+
+def _discard_staging(spark, staging: str) -> None:
+    """Remove a half-written staging folder (best effort: :func:`recover` removes it next run
+    otherwise)."""
+    try:
+        delete_path(spark, staging)
+    except Exception:  # pragma: no cover - best effort
+        log.warning("could not remove staging folder %s", staging)
 
 
 def collect_arrow(df):
@@ -367,6 +372,35 @@ def pyarrow_reaches(uri: Optional[str]) -> bool:
     return bool(uri) and (not is_remote(uri) or uri.startswith("s3://"))
 
 
+def pyarrow_fs(uri: str):
+    """``(pyarrow filesystem, path)`` of a local / ``file://`` path or a pyarrow.fs URI
+    (``s3://``); executor and driver side.
+
+    Examples
+    --------
+    >>> pyarrow_fs("file:///tmp/x")[1]
+    '/tmp/x'
+    """
+    import pyarrow.fs as pafs
+    if is_remote(uri):
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), local_path(uri)
+
+
+def _list_files(uri: str):
+    """``(filesystem, root, [FileInfo of every file under root])`` listed with ``pyarrow.fs``,
+    or ``None`` when pyarrow cannot list ``uri`` here."""
+    try:
+        import pyarrow.fs as pafs
+        fs, root = pyarrow_fs(uri)
+        root = root.rstrip("/")
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except Exception as e:
+        log.info("%s not listable with pyarrow here (%s)", uri, e)
+        return None
+    return fs, root, [fi for fi in infos if fi.type == pafs.FileType.File]
+
+
 def parquet_files(uri: str):
     """``(pyarrow filesystem, [FileInfo])`` of the data files of a Parquet folder, sorted by
     path (names starting with ``_`` or ``.`` are skipped, as Spark does), or ``None`` when
@@ -377,18 +411,11 @@ def parquet_files(uri: str):
     >>> parquet_files("/no/such/table") is None
     True
     """
-    try:
-        import pyarrow.fs as pafs
-        if is_remote(uri):
-            fs, root = pafs.FileSystem.from_uri(uri)
-        else:
-            fs, root = pafs.LocalFileSystem(), local_path(uri)
-        root = root.rstrip("/")
-        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    except Exception as e:
-        log.info("%s not listable with pyarrow here (%s)", uri, e)
+    listed = _list_files(uri)
+    if listed is None:
         return None
-    keep = [fi for fi in infos if fi.type == pafs.FileType.File and not any(
+    fs, root, files = listed
+    keep = [fi for fi in files if not any(
         part.startswith(("_", ".")) for part in fi.path[len(root):].split("/") if part)]
     return fs, sorted(keep, key=lambda fi: fi.path)
 
@@ -404,26 +431,43 @@ def files_fingerprint(uri: str) -> Optional[str]:
     >>> files_fingerprint("hdfs:///models/g") is None
     True
     """
-    if not pyarrow_reaches(uri):
+    listed = _list_files(uri) if pyarrow_reaches(uri) else None
+    if listed is None:
         return None
-    try:
-        import hashlib
-        import pyarrow.fs as pafs
-        if is_remote(uri):
-            fs, root = pafs.FileSystem.from_uri(uri)
-        else:
-            fs, root = pafs.LocalFileSystem(), local_path(uri)
-        if fs.get_file_info(root).type != pafs.FileType.Directory:
-            return None
-        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    except Exception as e:
-        log.info("%s not listable with pyarrow here (%s)", uri, e)
-        return None
+    import hashlib
     h = hashlib.sha256(uri.encode())
-    for fi in sorted((fi for fi in infos if fi.type == pafs.FileType.File),
-                     key=lambda fi: fi.path):
+    for fi in sorted(listed[2], key=lambda fi: fi.path):
         h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
     return h.hexdigest()[:16]
+
+
+def parquet_codec(name: Optional[str], default: str = "snappy") -> str:
+    """pyarrow's name of a Spark Parquet compression codec (``uncompressed`` -> ``none``).
+
+    Examples
+    --------
+    >>> parquet_codec("UNCOMPRESSED"), parquet_codec(None, "zstd")
+    ('none', 'zstd')
+    """
+    codec = (name or default).lower()
+    return "none" if codec in ("uncompressed", "none") else codec
+
+
+def publish_written(spark, df, staging: str, final: str, what: str) -> int:
+    """Run the job ``df`` whose executors wrote their files into ``staging`` (one row per file),
+    then mark the folder complete (``_SUCCESS``) and publish it at ``final`` as
+    :func:`write_table` does; on failure the staging folder is removed. Returns the number of
+    files.
+    """
+    try:
+        n = len(df.collect())
+        log.info("%s: %d files written by the executors into %s", what, n, staging)
+        write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
+        publish(spark, staging, final)
+    except BaseException:
+        _discard_staging(spark, staging)
+        raise
+    return n
 
 
 def read_table(spark, paths: RunPaths, rel: str, contract: bool = False):

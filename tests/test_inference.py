@@ -445,14 +445,15 @@ def test_task_rows_cover_every_instance_once_in_route_order(n_folds):
     for n_tasks in (1, 3, 8):
         got, sizes = [], []
         for t in range(n_tasks):
-            nodes, routes = inference.task_rows(E, n_tasks, t, n_folds)
+            nodes, routes = inference.task_rows(inference.task_order(E, n_folds), n_tasks, t)
             assert routes.tolist() == [route[i] for i in nodes.tolist()]
             got += nodes.tolist()
             sizes.append(len(nodes))
         assert got == want
         assert max(sizes) - min(sizes) <= 1
     sel = np.array(sorted(want[::4] + [r[0] for r in rows if r[2] == io.KIND_LABEL][:2]))
-    got = [i for t in range(3) for i in inference.task_rows(E, 3, t, n_folds, sel)[0].tolist()]
+    order = inference.task_order(E, n_folds, sel)
+    got = [i for t in range(3) for i in inference.task_rows(order, 3, t)[0].tolist()]
     assert got == [i for i in want if i in set(sel.tolist())]
 
 
