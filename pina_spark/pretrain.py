@@ -21,7 +21,9 @@ Decisions (what the public reference gets wrong, and how it is done here)
 - **Phi_pre** is fitted once (tf-idf on the texts of the union of the input rows of every
   variant) and shared by all variants.
 - **g** is always PECOS XR-Linear on X = Phi_pre(rows) (hierarchical k-means on PIFA label
-  embeddings of X). ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an XR-Transformer is
+  embeddings of X). ``pretrain.encoder: contrastive`` fine-tunes the base encoder on B_pre text
+  pairs (instance text with the text of a node its row points at, :mod:`pina_spark.contrastive`)
+  before Phi_pre is computed. ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an XR-Transformer is
   fine-tuned on B_pre of variant ``pina`` (starting from ``encoder_path`` or the shipped MiniLM),
   its text encoder is saved in ``vectorizer/encoder/`` and its ``encode()`` gives Phi_dnn for
   every stage; its own ranker is not kept.
@@ -551,6 +553,11 @@ def run_stage(ctx) -> Dict[str, Any]:
             encoder, enc_dir, xt_stats = _fine_tune_xtransformer(
                 pre, problems, nodes, pcfg, os.path.join(work, "xtransformer"))
             card["xtransformer"] = xt_stats
+        elif pcfg.encoder == "contrastive":
+            t0 = time.time()
+            encoder, enc_dir, card["contrastive"] = _fine_tune_contrastive(
+                problems, nodes, pcfg, os.path.join(work, "contrastive"))
+            card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         t0 = time.time()
         phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
         phi.save(os.path.join(tmp, VECTORIZER))
@@ -684,6 +691,59 @@ def _fine_tune_xtransformer(pre, problems, nodes: _Nodes, pcfg, out_dir: str):
                                            params=pcfg.xtransformer, xlinear=pcfg.xlinear)
     stats["variant"] = v
     return XTransformerEncoder(out_dir, pcfg.max_length), out_dir, stats
+
+
+def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
+                           which: str) -> Dict[str, np.ndarray]:
+    """Candidate fine-tuning pairs: every B_pre edge from a train-instance row to another node
+    (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
+    ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.
+
+    Examples
+    --------
+    >>> contrastive_candidates(problems, nodes, "both")["anchor"][:3]  # doctest: +SKIP
+    array([0, 0, 1])
+    """
+    anchors, targets = [], []
+    for pb in problems.values():
+        Y = pb["Y"].tocoo()
+        r, c = Y.row, Y.col
+        keep = pb["is_inst"][r] & (pb["rows"][r] != pb["cols"][c]) & \
+            (pb["twin_col"][r] != pb["cols"][c])
+        anchors.append(pb["rows"][r[keep]])
+        targets.append(pb["cols"][c[keep]])
+    anchor = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
+    node = np.concatenate(targets) if targets else np.zeros(0, np.int64)
+    kind = nodes.kind[nodes.pos(node)]
+    if which != "both":
+        sel = kind == (io.KIND_LABEL if which == "labels" else io.KIND_INSTANCE)
+        anchor, node = anchor[sel], node[sel]
+    return {"anchor": anchor, "node": node}
+
+
+def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str):
+    """``encoder: contrastive``: fine-tune the base encoder on B_pre text pairs
+    (:mod:`pina_spark.contrastive`) and return it as the dense part of Phi_pre."""
+    from . import contrastive
+    from .encoders import load_encoder, minilm_path, resolve_local
+    ccfg = pcfg.contrastive
+    cand = contrastive_candidates(problems, nodes, ccfg.pairs)
+    a, n = nodes.pos(cand["anchor"]), nodes.pos(cand["node"])
+    chosen = contrastive.choose_pairs(nodes.node_id[a], nodes.text[a], nodes.kind[n],
+                                      nodes.node_id[n], nodes.text[n], ccfg.max_pairs, ccfg.seed)
+    base = resolve_local(pcfg.encoder_path) if pcfg.encoder_path else minilm_path()
+    log.info("contrastive: %d pairs chosen of %d candidate B_pre edges (%d with equal or empty "
+             "texts, %d over max_pairs)", chosen["pairs"], chosen["candidates"],
+             chosen["equal_text"], chosen["over_budget"])
+    with _progress(f"contrastive fine-tuning on {chosen['pairs']} pairs"):
+        stats = contrastive.fine_tune(chosen["anchors"], chosen["positives"], base, out_dir,
+                                      ccfg)
+    stats.update({k: chosen[k] for k in ("candidates", "equal_text", "duplicates",
+                                         "over_budget")})
+    stats["base"] = pcfg.encoder_path or "minilm"
+    enc = load_encoder({"kind": "contrastive", "path": out_dir,
+                        "max_length": pcfg.max_length})
+    return enc, out_dir, stats
 
 
 def _publish_models(spark, local_dir: str, dst: str) -> None:

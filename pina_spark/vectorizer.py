@@ -12,7 +12,7 @@ Folder layout written by :meth:`PhiPre.save` (local path or ``s3://``)::
 
     tfidf/          PECOS Preprocessor.save
     encoder.json    kind, path, max_length, dense_dim, dense_weight, sparse_dim
-    encoder/        kinds hf and xtransformer: the encoder's model folder (encoder.json path
+    encoder/        kinds hf, contrastive and xtransformer: the encoder's model folder (encoder.json path
                     "encoder", relative); minilm is loaded from the installed wheel
 
 Examples
@@ -42,7 +42,7 @@ TFIDF_DIR = "tfidf"
 ENCODER_DIR = "encoder"
 #: encoder kinds whose model folder is copied into ``<vectorizer>/encoder`` (minilm comes from the
 #: installed wheel on every machine)
-SHIPPED_KINDS = ("hf", "xtransformer")
+SHIPPED_KINDS = ("hf", "contrastive", "xtransformer")
 
 
 def _clean(texts: Sequence[Optional[str]]):
@@ -170,9 +170,10 @@ class PhiPre:
         from .encoders import load_encoder
         pre = preprocessor if preprocessor is not None else cls.fit_tfidf(texts, pretrain_cfg)
         if encoder is None:
-            if pretrain_cfg.encoder == "xtransformer":
-                raise ValueError("PhiPre.fit: encoder 'xtransformer' must be fine-tuned first "
-                                 "(pretrain.run_stage does it) and passed as encoder=")
+            if pretrain_cfg.encoder in ("xtransformer", "contrastive"):
+                raise ValueError(f"PhiPre.fit: encoder {pretrain_cfg.encoder!r} must be "
+                                 f"fine-tuned first (pretrain.run_stage does it) and passed as "
+                                 f"encoder=")
             path = pretrain_cfg.encoder_path if pretrain_cfg.encoder == "hf" else None
             encoder = load_encoder({"kind": pretrain_cfg.encoder, "path": path,
                                     "max_length": pretrain_cfg.max_length}, device=device)

@@ -74,3 +74,24 @@ def test_spark_submit_stage(stage, demo_submit_run):
     entry = data["stages"][stage]
     assert entry["status"] == "complete" and entry["duration_s"] >= 0
     assert data["libraries"]["pyspark"]
+
+
+def test_demo_encoder_parity(demo_submit_run):
+    """The evaluate stage measures the vectorizer's train/test parity on the demo run
+    (eval/encoder_parity.json, also in metrics.json and report.md)."""
+    res = demo_submit_run["results"].get("evaluate") or {}
+    if res.get("rc") != 0:
+        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    ev = io.RunPaths(demo_submit_run["output"]).table(io.EVAL)
+    parity = json.load(open(os.path.join(ev, "encoder_parity.json")))
+    metrics = json.load(open(os.path.join(ev, "metrics.json")))
+    assert metrics["encoder_parity"] == parity and parity["encoder"] == "minilm"
+    assert parity["train"]["rows"] > 100 and parity["test"]["rows"] > 50
+    assert parity["candidate_labels"] == metrics["n_labels"]
+    for m in ("cos_true", "cos_margin", "P@1", "R@5"):
+        assert parity["gap"][m] == pytest.approx(parity["train"][m] - parity["test"][m],
+                                                 abs=1e-5)
+        assert 0.0 <= parity["train"]["P@1"] <= 1.0
+    # MiniLM places an instance nearer its own labels than labels at large, in both splits
+    assert parity["train"]["cos_margin"] > 0 and parity["test"]["cos_margin"] > 0
+    assert "## Vectorizer train/test parity" in open(os.path.join(ev, "report.md")).read()
