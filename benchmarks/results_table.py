@@ -9,7 +9,17 @@ Prints one table: baseline, vectorizer_only, then pina_naive and pina for each m
 (labelled out_of_fold / in_sample), with P@1/3/5, P@10, R@10 (percent), relative P@1 against
 baseline, the paired t-test p-values against baseline and, where present, pina against
 vectorizer_only.
+
+Encoder ablation (issue #18), one row per run and variant, from each run root's
+``eval/metrics.json``, ``eval/encoder_parity.json`` and ``models/model_card.json``::
+
+    python benchmarks/results_table.py --ablation runs/citeulike-t runs/citeulike-t-contrastive
+
+Columns: encoder, variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) against
+vectorizer_only, fine-tuning seconds and pairs used, and the vectorizer's train - test parity
+gaps (cos_margin, P@1; ``pina_spark/parity.py``).
 """
+import os
 import argparse
 import json
 
@@ -42,11 +52,55 @@ def rows(m, label):
     return out
 
 
+def _load(path):
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
+def ablation_rows(root):
+    """Rows of the encoder ablation for one run root."""
+    m = _load(os.path.join(root, "eval", "metrics.json"))
+    card = _load(os.path.join(root, "models", "model_card.json"))
+    parity = m.get("encoder_parity") or _load(os.path.join(root, "eval", "encoder_parity.json"))
+    enc = card.get("vectorizer", {}).get("kind") or parity.get("encoder") or "?"
+    tune = card.get("contrastive") or card.get("xtransformer") or {}
+    secs = card.get("times_s", {}).get("fine_tune", tune.get("seconds"))
+    pairs = tune.get("pairs", tune.get("rows"))
+    gap = parity.get("gap", {})
+    v, sig = m["variants"], m.get("significance", {})
+    base = v["baseline"]["P@1"]
+    out = []
+    for name in ("baseline", "vectorizer_only", "pina_naive", "pina"):
+        if name not in v:
+            continue
+        x = v[name]
+        rel = "—" if name == "baseline" else f"{100 * (x['P@1'] / base - 1):+.2f}%"
+        p_b = sig.get(f"{name}_vs_baseline", {}).get("P@1")
+        p_v = sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1")
+        out.append(f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
+                   f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
+                   f"{_p(p_b)} | {_p(p_v)} | "
+                   f"{'—' if secs is None else f'{secs:.0f}'} | {'—' if pairs is None else pairs} | "
+                   f"{gap.get('cos_margin', float('nan')):+.4f} | {gap.get('P@1', float('nan')):+.4f} |")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out_of_fold", help="metrics.json of the out_of_fold run")
+    ap.add_argument("out_of_fold", nargs="?", help="metrics.json of the out_of_fold run")
+    ap.add_argument("--ablation", nargs="+", metavar="RUN_ROOT", default=None,
+                    help="run roots of the encoder ablation (one table)")
     ap.add_argument("--in-sample", default=None, help="metrics.json of the in_sample rerun")
     a = ap.parse_args(argv)
+    if a.ablation:
+        print("| run | encoder | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline | p (P@1) | "
+              "p (P@1) vs vectorizer_only | fine-tuning s | pairs | parity gap cos_margin | "
+              "parity gap P@1 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for root in a.ablation:
+            print("\n".join(ablation_rows(root)))
+        return
+    if not a.out_of_fold:
+        ap.error("give a metrics.json, or --ablation RUN_ROOT ...")
     m = json.load(open(a.out_of_fold))
     print(f"n_train {m['n_train']}, n_test {m['n_test']} ({m.get('n_test_scored')} scored), "
           f"n_labels {m['n_labels']}, side_info {m['side_info']}")
