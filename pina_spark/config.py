@@ -460,12 +460,31 @@ class PinaConfig(_Params):
         return dc.replace(self, **changes)
 
     def fingerprint(self, *sections: str) -> str:
-        """Stable hash of the named sections (all when none), for resume decisions."""
+        """Stable hash of the named sections or dotted fields (all when none), for resume
+        decisions.
+
+        Examples
+        --------
+        >>> cfg = config_from_dict({"output": "/tmp/run"})
+        >>> k3 = config_from_dict({"output": "/tmp/run", "neighbors": {"k": 3}})
+        >>> cfg.fingerprint("neighbors.folds") == k3.fingerprint("neighbors.folds")
+        True
+        >>> cfg.fingerprint("neighbors") == k3.fingerprint("neighbors")
+        False
+        """
         import hashlib
         d = self.to_dict()
         if sections:
-            d = {k: d.get(k) for k in sections}
+            d = {k: _field(d, k) for k in sections}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _field(d: Dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            raise KeyError(f"config has no field {path!r}")
+        d = d[part]
+    return d
 
 
 # --------------------------------------------------------------------------- loading

@@ -61,10 +61,16 @@ SPLIT_NEW = "new"
 NODES_STEP = "nodes"
 
 
+#: the ``neighbors`` settings that decide how g is trained (so pretrain depends on them); the
+#: other ``neighbors`` settings (k, weighting, ...) only change prediction
+G_TRAINING_FIELDS = ("neighbors.leave_self_out", "neighbors.train_mode", "neighbors.folds")
+
+
 @dc.dataclass(frozen=True)
 class StageSpec:
-    """A stage: its entry point (``module:function``), the config sections its output depends on,
-    and the run-relative outputs that must be complete for it to count as done."""
+    """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
+    output depends on, and the run-relative outputs that must be complete for it to count as
+    done."""
     name: str
     target: str
     sections: Tuple[str, ...]
@@ -80,7 +86,7 @@ STAGES: Dict[str, StageSpec] = {s.name: s for s in [
               ("input", "side_info", "task", "graph"), (io.NODES, io.PRETRAIN_EDGES,
                                                         io.INSTANCE_LABELS)),
     StageSpec("pretrain", "pina_spark.pretrain:run_stage",
-              ("pretrain", "neighbors"), (io.MODELS,)),
+              ("pretrain",) + G_TRAINING_FIELDS, (io.MODELS,)),
     StageSpec("embed", "pina_spark.inference:run_embed_stage",
               ("inference",), (io.EMBEDDINGS,)),
     StageSpec("neighbors", "pina_spark.inference:run_neighbors_stage",

@@ -95,3 +95,29 @@ def test_demo_encoder_parity(demo_submit_run):
     # MiniLM places an instance nearer its own labels than labels at large, in both splits
     assert parity["train"]["cos_margin"] > 0 and parity["test"]["cos_margin"] > 0
     assert "## Vectorizer train/test parity" in open(os.path.join(ev, "report.md")).read()
+
+
+def test_neighbors_only_change_skips_pretrain(demo_submit_run):
+    """On the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate, train and
+    evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts unchanged).
+    Kept last in this file: it changes the shared demo run."""
+    import subprocess
+    import sys
+    if demo_submit_run["error"]:
+        pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
+    paths = io.RunPaths(demo_submit_run["output"])
+    before = json.load(open(paths.manifest))["stages"]
+    r = subprocess.run([sys.executable, "-m", "pina_spark.cli", "run", "--config",
+                        demo_submit_run["config"], "--set", "neighbors.k=3",
+                        "--set", "spark.master=local[2]"],
+                       capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stderr[-4000:]
+    report = json.loads(r.stdout[r.stdout.index("{"):])
+    assert report["stages"] == {
+        "graph": "skipped", "pretrain": "skipped", "embed": "skipped", "neighbors": "ran",
+        "aggregate": "ran", "train": "ran", "evaluate": "ran"}
+    after = json.load(open(paths.manifest))["stages"]
+    for stage in ("graph", "pretrain", "embed"):
+        assert after[stage]["runs"] == before[stage]["runs"], stage
+    for stage in ("neighbors", "aggregate", "train", "evaluate"):
+        assert after[stage]["runs"] == before[stage]["runs"] + 1, stage
