@@ -260,6 +260,10 @@ class NeighborsConfig(_Params):
         temperature: softmax temperature.
         node_kinds: which nodes may be neighbours: ``labels``, ``instances`` or ``both``.
     """
+    #: the settings that decide how g is trained (the pretrain stage depends on them); the others
+    #: only change prediction
+    G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("leave_self_out", "train_mode", "folds")
+
     k: int = 5
     leave_self_out: bool = True
     train_mode: Literal["in_sample", "out_of_fold"] = "out_of_fold"

@@ -50,7 +50,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import io
-from .config import STAGE_NAMES, PinaConfig
+from .config import STAGE_NAMES, NeighborsConfig, PinaConfig
 from .manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ NODES_STEP = "nodes"
 
 #: the ``neighbors`` settings that decide how g is trained (so pretrain depends on them); the
 #: other ``neighbors`` settings (k, weighting, ...) only change prediction
-G_TRAINING_FIELDS = ("neighbors.leave_self_out", "neighbors.train_mode", "neighbors.folds")
+G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
 
 
 @dc.dataclass(frozen=True)

@@ -532,7 +532,7 @@ def run_stage(ctx) -> Dict[str, Any]:
                             "variants": {}, "versions": _versions(),
                             "config": {"pretrain": pcfg.to_dict(), "neighbors": {
                                 k: v for k, v in ncfg.to_dict().items()
-                                if k in ("leave_self_out", "train_mode", "folds")}},
+                                if k in ncfg.G_TRAINING}},
                             "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
                                  "kind; pretrain.encoder only changes Phi_dnn",
                             "leave_self_out_rule": (
