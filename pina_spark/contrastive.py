@@ -197,8 +197,8 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     step = done = 0
     for e, plan in enumerate(plans):
         for batch in plan:
-            feats = [model.tokenize([anchors[i] for i in batch]),
-                     model.tokenize([positives[i] for i in batch])]
+            feats = [model.preprocess([anchors[i] for i in batch]),
+                     model.preprocess([positives[i] for i in batch])]
             feats = [{k: v.to(device) if hasattr(v, "to") else v for k, v in f.items()}
                      for f in feats]
             loss = loss_fn(feats, None)
