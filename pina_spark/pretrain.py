@@ -558,7 +558,8 @@ def run_stage(ctx) -> Dict[str, Any]:
         elif pcfg.encoder == "contrastive":
             t0 = time.time()
             encoder, enc_dir, card["contrastive"] = _fine_tune_contrastive(
-                problems, nodes, pcfg, os.path.join(work, "contrastive"))
+                problems, nodes, pcfg, os.path.join(work, "contrastive"),
+                cfg.task.labels_are_items)
             card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         t0 = time.time()
         phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
@@ -696,10 +697,15 @@ def _fine_tune_xtransformer(pre, problems, nodes: _Nodes, pcfg, out_dir: str):
 
 
 def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
-                           which: str) -> Dict[str, np.ndarray]:
+                           which: str, holdout_fraction: float = 0.0,
+                           twins: bool = False) -> Dict[str, np.ndarray]:
     """Candidate fine-tuning pairs: every B_pre edge from a train-instance row to another node
     (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
     ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.
+
+    Pairs that touch an item of g's held-out report (``holdout_fraction``: the anchor, an
+    instance node, or with ``twins`` -- ``task.labels: graph`` -- a label node that is the item)
+    are left out, so the encoder never saw what the held-out report asks g to predict.
 
     Examples
     --------
@@ -717,19 +723,25 @@ def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
     anchor = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
     node = np.concatenate(targets) if targets else np.zeros(0, np.int64)
     kind = nodes.kind[nodes.pos(node)]
+    keep = np.ones(len(anchor), dtype=bool)
     if which != "both":
-        sel = kind == (io.KIND_LABEL if which == "labels" else io.KIND_INSTANCE)
-        anchor, node = anchor[sel], node[sel]
-    return {"anchor": anchor, "node": node}
+        keep &= kind == (io.KIND_LABEL if which == "labels" else io.KIND_INSTANCE)
+    if holdout_fraction > 0:
+        held = {i for i in nodes.node_id[nodes.kind == io.KIND_INSTANCE]
+                if is_heldout(i, holdout_fraction)}
+        node_is_item = (kind == io.KIND_INSTANCE) | (twins & (kind == io.KIND_LABEL))
+        keep &= ~np.isin(nodes.node_id[nodes.pos(anchor)], list(held))
+        keep &= ~(node_is_item & np.isin(nodes.node_id[nodes.pos(node)], list(held)))
+    return {"anchor": anchor[keep], "node": node[keep]}
 
 
-def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str):
+def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str, twins: bool):
     """``encoder: contrastive``: fine-tune the base encoder on B_pre text pairs
     (:mod:`pina_spark.contrastive`) and return it as the dense part of Phi_pre."""
     from . import contrastive
     from .encoders import load_encoder, minilm_path, resolve_local
     ccfg = pcfg.contrastive
-    cand = contrastive_candidates(problems, nodes, ccfg.pairs)
+    cand = contrastive_candidates(problems, nodes, ccfg.pairs, pcfg.holdout_fraction, twins)
     a, n = nodes.pos(cand["anchor"]), nodes.pos(cand["node"])
     chosen = contrastive.choose_pairs(nodes.node_id[a], nodes.text[a], nodes.kind[n],
                                       nodes.node_id[n], nodes.text[n], ccfg.max_pairs, ccfg.seed)

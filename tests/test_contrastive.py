@@ -180,3 +180,30 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
     assert weights[False].keys() == weights[True].keys()
     for k in weights[False]:
         assert np.array_equal(weights[False][k], weights[True][k]), k
+
+
+def test_candidates_skip_self_twins_and_the_heldout_items():
+    """Graph labels (items a, b, c; a co-bought with b and c): candidate pairs are the instance
+    rows' edges to other nodes, never self or the item's own label node; with a held-out report
+    every pair that touches a held-out item, as anchor or as a label node that IS the item, is
+    left out."""
+    import pandas as pd
+    from test_pretrain import _graph_labels_problem
+    from pina_spark.folds import is_heldout
+    from pina_spark.pretrain import _Nodes, contrastive_candidates
+    nodes = _Nodes(pd.DataFrame({io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
+                                 io.KIND: ["instance"] * 3 + ["label"] * 3,
+                                 io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
+                                 io.TEXT: ["x"] * 6}))
+    problems = {"pina": _graph_labels_problem(twins=True)}
+    got = contrastive_candidates(problems, nodes, "both")
+    assert sorted(zip(got["anchor"].tolist(), got["node"].tolist())) == [
+        (0, 4), (0, 5), (1, 3), (2, 3)]
+    assert contrastive_candidates(problems, nodes, "instances")["anchor"].size == 0
+    # a fraction that holds out exactly one of a, b, c
+    frac = next(f / 100 for f in range(1, 100)
+                if sum(is_heldout(i, f / 100) for i in "abc") == 1)
+    held = [i for i in "abc" if is_heldout(i, frac)][0]
+    got = contrastive_candidates(problems, nodes, "both", frac, twins=True)
+    ids = {(nodes.node_id[a], nodes.node_id[n]) for a, n in zip(got["anchor"], got["node"])}
+    assert ids == {p for p in {("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")} if held not in p}
