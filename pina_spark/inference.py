@@ -159,10 +159,11 @@ def load_vectorizer(local_dir: str, device: str):
     --------
     >>> phi = load_vectorizer("/run/models/vectorizer", "cpu")   # doctest: +SKIP
     """
-    from .vectorizer import PhiPre
+    from .vectorizer import TFIDF_DIR, PhiPre
     # PECOS' C++ tf-idf loader aborts the worker on a corrupt file: check first, naming it
     runtime.check_artifacts(local_dir, required=[ENCODER_JSON],
-                            counted_text=("tfidf-model.txt", "vocab.txt"))
+                            counted_text=("tfidf-model.txt", "vocab.txt"),
+                            counted_under=TFIDF_DIR)
     return PhiPre.load(local_dir, device=device)
 
 

@@ -374,7 +374,7 @@ def local_model_dir(uri: str, version: str = "") -> str:
 
 
 def check_artifacts(local_dir: str, required: Sequence[str] = (),
-                    counted_text: Sequence[str] = ()) -> None:
+                    counted_text: Sequence[str] = (), counted_under: str = "") -> None:
     """Check a local model folder before a native loader reads it.
 
     Native loaders (PECOS C++) abort the whole Python worker on a truncated file, which Spark
@@ -382,7 +382,9 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
     the broken file instead. ``required`` files must exist; every ``.json`` must parse, every
     ``.npz`` must be a readable zip archive, every ``.npy`` must have a valid header, and text
     files named in ``counted_text`` (PECOS tf-idf ``tfidf-model.txt`` / ``vocab.txt``: a count
-    line, then that many tab-separated lines) must hold as many lines as they announce.
+    line, then that many tab-separated lines) must hold as many lines as they announce; with
+    ``counted_under``, only those inside that subfolder (a Hugging Face encoder beside the
+    tf-idf has a ``vocab.txt`` of another format).
 
     Examples
     --------
@@ -417,7 +419,8 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
                     with open(p, "rb") as fh:
                         version = np.lib.format.read_magic(fh)
                         np.lib.format._read_array_header(fh, version)
-                elif f in counted_text:
+                elif f in counted_text and os.path.relpath(p, local_dir).startswith(
+                        os.path.join(counted_under, "")):
                     with open(p, "rb") as fh:
                         data = fh.read()
                     first, _, rest = data.partition(b"\n")

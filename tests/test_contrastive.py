@@ -132,8 +132,8 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(spark, c
 
     def on_executor(batches):
         import pandas as pd
-        from pina_spark.vectorizer import PhiPre as P
-        enc = P.load(vec).encoder
+        from pina_spark.inference import load_vectorizer        # the embed stage's loader
+        enc = load_vectorizer(vec, "cpu").encoder
         for b in batches:
             emb = enc.encode(b["text"].tolist())
             yield pd.DataFrame({"i": b["i"], "v": [e.tolist() for e in emb]})

@@ -188,6 +188,15 @@ def test_check_artifacts_counted_text_files(tmp_path):
     vocab.write_bytes(b"\x00garbage")                                  # overwritten
     with pytest.raises(runtime.ModelLoadError, match=str(vocab)):
         runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",))
+    # a fine-tuned encoder beside the tf-idf has a Hugging Face vocab.txt (one token a line, no
+    # count): with counted_under only the tf-idf's files are read as counted text
+    vocab.write_bytes(b"2\n0\tfoo\n1\tbar\n")
+    hf = tmp_path / "encoder" / "vocab.txt"
+    hf.parent.mkdir()
+    hf.write_text("[PAD]\n[UNK]\nthe\n")
+    runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",), counted_under="tfidf")
+    with pytest.raises(runtime.ModelLoadError, match=str(hf)):
+        runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",))
 
 
 # --------------------------------------------------------------------------- inside Spark
