@@ -259,14 +259,20 @@ def table_version(uri: str) -> Optional[str]:
 
 
 def _relative_files(uri: str) -> Optional[Dict[str, int]]:
-    """``{relative path: size}`` of every file under ``uri`` but the markers (pyarrow listing;
-    ``None`` where pyarrow does not reach)."""
+    """``{relative path: size}`` of every file under ``uri`` but the markers and hidden files
+    (e.g. Hadoop's local ``.crc`` files) (pyarrow listing; ``None`` where pyarrow does not
+    reach)."""
     listed = _list_files(uri) if pyarrow_reaches(uri) else None
     if listed is None:
         return None
     _, root, files = listed
-    return {fi.path[len(root) + 1:]: int(fi.size) for fi in files
-            if fi.path[len(root) + 1:] not in ("_SUCCESS", VERSION_FILE)}
+    out = {}
+    for fi in files:
+        rel = fi.path[len(root) + 1:]
+        if rel not in ("_SUCCESS", VERSION_FILE) and not any(
+                part.startswith(".") for part in rel.split("/")):
+            out[rel] = int(fi.size)
+    return out
 
 
 def holds_its_files(uri: str) -> bool:
@@ -308,7 +314,7 @@ def publish(spark, staging: str, final: str) -> None:
         if old is not None:
             if not path_exists(spark, final):
                 _rename(spark, old, final)     # nobody replaced it: put the old version back
-            elif is_complete(spark, final):
+            elif is_complete(spark, final) and holds_its_files(final):
                 delete_path(spark, old)        # another writer's complete version won
         raise
     if old:
@@ -1139,9 +1145,9 @@ def uncommitted_tables(paths: RunPaths, owners: Dict[str, Sequence[str]],
     are accepted. A table listed by some commit (e.g. ``nodes`` by ``graph`` or by the nodes
     pre-step) is committed when any of them lists its current version."""
     unfinished = set(unfinished)
+    records = {st: read_commit(paths, st) or {} for st in owners}
     committed: Dict[str, set] = {}
-    for st in owners:
-        rec = read_commit(paths, st) or {}
+    for rec in records.values():
         for rel, v in rec.get("tables", {}).items():
             committed.setdefault(rel, set()).add(v)
     out: Dict[str, List[str]] = {}
@@ -1150,7 +1156,7 @@ def uncommitted_tables(paths: RunPaths, owners: Dict[str, Sequence[str]],
             v = table_version(paths.table(rel))
             if v is None or v in committed.get(rel, ()):
                 continue
-            if rel in committed or st in unfinished:
+            if st in unfinished or rel in records[st].get("tables", {}):
                 out.setdefault(st, []).append(rel)
     return out
 
