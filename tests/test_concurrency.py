@@ -70,8 +70,9 @@ def two_runs(tmp_path_factory):
     cfg_file.write_text(json.dumps({"output": str(out), "input": inputs,
                                     "spark": {"master": "local[1]",
                                               "conf": {"spark.ui.enabled": "false"}}}))
+    code = os.path.dirname(os.path.dirname(os.path.abspath(io.__file__)))  # the code under test
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=ROOT)
+               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=code)
     for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "pina_spark.cli", "run", "--config", str(cfg_file),
