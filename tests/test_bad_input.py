@@ -374,7 +374,7 @@ def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark,
     graph as valid, the graph stage stops with an error citing the rate (and what to check)."""
     d = tmp_path / "in"
     d.mkdir()
-    ev = _csv(d / "events.csv", "basket_id,item_id",
+    ev = _csv(d / "padded_events.csv", "basket_id,item_id",
               [f"{b},i{int(i[1:])}" for b, i, _, _ in GOOD_EVENTS])
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=ev))
     msg = _assert_failed(spark, cfg, io.InputError, "unknown_item 100.0%",
