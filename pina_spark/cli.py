@@ -22,6 +22,10 @@ def setup_logging(level: str = "INFO") -> None:
                         stream=sys.stderr)
     for noisy in ("py4j", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from .redact import LogFilter
+    for h in logging.getLogger().handlers:
+        if not any(isinstance(f, LogFilter) for f in h.filters):
+            h.addFilter(LogFilter())
 
 
 def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
@@ -48,14 +52,39 @@ def config_from_args(args, base=None):
         sets.append("run.incremental=true")
     if getattr(args, "force", False):
         sets.append("run.force=true")
-    return load_config(args.config, sets, base=base)
+    from .redact import redact_config
+    redact_config(sets)   # registers secret values before anything can log them
+    cfg = load_config(args.config, sets, base=base)
+    redact_config(cfg.to_dict())
+    return cfg
 
 
 def run_stages(cfg, stages) -> dict:
+    """Take the run root's lease (before Spark starts, so a second run on the same root fails
+    at once naming the owner), then run the stages."""
+    import uuid
+    from .io import RunPaths, acquire_lease
     from .pipeline import run_pipeline
     from .session import get_spark
-    spark = get_spark(cfg.spark)
-    return run_pipeline(spark, cfg, stages)
+    root = RunPaths(cfg.output, cfg.run.run_date).root
+    with acquire_lease(root, uuid.uuid4().hex[:12], stale_s=cfg.run.lease_stale_s,
+                       heartbeat_s=cfg.run.lease_heartbeat_s):
+        spark = get_spark(cfg.spark)
+        return run_pipeline(spark, cfg, stages)
+
+
+def _fail(e: BaseException) -> int:
+    """Print a known error (exit 2) or a scrubbed traceback (exit 1)."""
+    from .config import ConfigError
+    from .io import InputError, LeaseError
+    from .redact import scrub
+    if isinstance(e, (ConfigError, InputError, LeaseError)):
+        print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)
+        return 2
+    import traceback
+    print(scrub("".join(traceback.format_exception(type(e), e, e.__traceback__))),
+          file=sys.stderr)
+    return 1
 
 
 def _cmd_run(args) -> int:
@@ -143,13 +172,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     args = parser.parse_args(argv)
     setup_logging(getattr(args, "log_level", "INFO"))
-    from .config import ConfigError
-    from .io import InputError
     try:
         return args.fn(args)
-    except (ConfigError, InputError) as e:
-        print(f"pina-spark: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        return _fail(e)
 
 
 
@@ -159,14 +185,11 @@ def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
     add_config_args(p)
     args = p.parse_args(argv)
     setup_logging(args.log_level)
-    from .config import ConfigError
-    from .io import InputError
     try:
         cfg = config_from_args(args)
         result = run_stages(cfg, (stage,))
-    except (ConfigError, InputError) as e:
-        print(f"pina-spark: error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        return _fail(e)
     print(json.dumps({"output": cfg.output, "stages": result}))
     return 0
 

@@ -396,19 +396,64 @@ class RunConfig(_Params):
         models: an earlier run's root whose ``models/`` are reused (no retraining).
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
+        lease_stale_s: a run root's lease (``<root>/_LOCK``) whose heartbeat is older than this
+            is taken over by the next run (its owner is presumed dead).
+        lease_heartbeat_s: how often the owner refreshes the lease's heartbeat.
     """
     run_date: Optional[str] = None
     models: Optional[str] = None
     incremental: bool = False
     force: bool = False
+    lease_stale_s: float = 600.0
+    lease_heartbeat_s: float = 30.0
 
     def __post_init__(self):
         if self.run_date is not None:
             import datetime
+            import re
+            ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.run_date))
             try:
-                datetime.date.fromisoformat(self.run_date)
+                ok = ok and datetime.date.fromisoformat(self.run_date).isoformat() == self.run_date
             except ValueError:
-                raise ConfigError(f"run.run_date: expected YYYY-MM-DD, got {self.run_date!r}")
+                ok = False
+            if not ok:
+                raise ConfigError(f"run.run_date: expected a calendar date YYYY-MM-DD (e.g. "
+                                  f"2026-11-21), got {self.run_date!r}")
+        _check_range("run.lease_heartbeat_s", self.lease_heartbeat_s, 0, None, lo_open=True)
+        if self.lease_stale_s <= 2 * self.lease_heartbeat_s:
+            raise ConfigError(f"run.lease_stale_s ({self.lease_stale_s}) must exceed twice "
+                              f"run.lease_heartbeat_s ({self.lease_heartbeat_s}), or a live run "
+                              f"could lose its lease")
+
+
+@dc.dataclass(frozen=True)
+class QualityConfig(_Params):
+    """Data-quality gates of the graph stage (see :mod:`pina_spark.validate`).
+
+    Attributes:
+        max_quarantined_fraction: a table whose quarantined rows exceed this fraction of its
+            rows stops the run with an error citing the rate per reason (0..1; 1 = no gate).
+        max_reason_fraction: tighter limits for one reason, ``"<reason>"`` or
+            ``"<table>.<reason>"`` -> fraction (e.g. ``{events.unknown_item: 0.2}``).
+        max_text_chars: instance/label texts longer than this are quarantined as
+            ``text_too_long`` (the tokenizer truncates anyway; a 10 MB string only costs time
+            and memory).
+    """
+    max_quarantined_fraction: float = 0.5
+    max_reason_fraction: Dict[str, float] = dc.field(default_factory=dict)
+    max_text_chars: int = 100_000
+
+    def __post_init__(self):
+        _check_range("quality.max_quarantined_fraction", self.max_quarantined_fraction, 0, 1)
+        for k, v in self.max_reason_fraction.items():
+            _check_range(f"quality.max_reason_fraction.{k}", float(v), 0, 1)
+        _check_range("quality.max_text_chars", self.max_text_chars, 1, None)
+
+    def limit(self, table: str, reason: str) -> Optional[float]:
+        """The limit of one (table, reason), ``None`` when only the table-wide one applies."""
+        m = self.max_reason_fraction
+        v = m.get(f"{table}.{reason}", m.get(reason))
+        return None if v is None else float(v)
 
 
 @dc.dataclass(frozen=True)
@@ -457,6 +502,7 @@ class PinaConfig(_Params):
     spark: SparkConfig = dc.field(default_factory=SparkConfig)
     run: RunConfig = dc.field(default_factory=RunConfig)
     faults: FaultsConfig = dc.field(default_factory=FaultsConfig)
+    quality: QualityConfig = dc.field(default_factory=QualityConfig)
     tune: TuneConfig = dc.field(default_factory=TuneConfig)
 
     def replace(self, **changes) -> "PinaConfig":
@@ -597,6 +643,15 @@ def _check_combinations(cfg: PinaConfig, source: str) -> None:
                           "(raw co-purchase logs)")
     if cfg.task.labels == "graph" and not inp.events:
         raise ConfigError(f"{source}: task.labels=graph needs input.events")
+    out = cfg.output.rstrip("/")
+    for name, uri in cfg.input.to_dict().items():
+        if not uri:
+            continue
+        u = str(uri).rstrip("/")
+        if out == u or out.startswith(u + "/"):
+            raise ConfigError(f"{source}: output {cfg.output} is input.{name} ({uri}) or lies "
+                              "inside it: publishing would replace or mix with the input. "
+                              "Choose an output folder outside the inputs")
     if cfg.run.incremental and not cfg.run.models:
         raise ConfigError(f"{source}: run.incremental needs run.models (an earlier run whose "
                           "models are reused)")

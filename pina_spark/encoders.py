@@ -51,7 +51,9 @@ def minilm_path() -> str:
 
 def resolve_local(uri: str) -> str:
     """A local folder for ``uri``: local paths are returned as is; remote folders (``s3://``...)
-    are copied once per machine into ``$TMPDIR/pina-models/<hash>`` (reused afterwards).
+    are copied once per machine into the private model cache of
+    :func:`pina_spark.runtime.local_model_dir`, keyed by the URI and a fingerprint of its files
+    (a retrained encoder at the same URI is copied afresh) and checked against its checksums.
 
     Examples
     --------
@@ -61,22 +63,8 @@ def resolve_local(uri: str) -> str:
     from . import io
     if not io.is_remote(uri):
         return io.local_path(uri)
-    key = hashlib.sha1(uri.encode("utf-8")).hexdigest()[:16]
-    dst = os.path.join(tempfile.gettempdir(), "pina-models", key)
-    marker = os.path.join(dst, ".pina_complete")
-    if os.path.exists(marker):
-        return dst
-    tmp = f"{dst}.tmp-{os.getpid()}-{time.time_ns()}"
-    log.info("copying %s to local cache %s", uri, dst)
-    io.copy_dir(uri, tmp)
-    with open(os.path.join(tmp, ".pina_complete"), "w") as fh:
-        fh.write(uri)
-    try:
-        os.replace(tmp, dst)
-    except OSError:  # another process won the race: use its copy
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dst
+    from .runtime import local_model_dir
+    return local_model_dir(uri, io.files_fingerprint(uri) or "")
 
 
 def _resolve_device(device: str) -> str:

@@ -648,6 +648,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         raise io.InputError(f"input.instances: all {in_stats['instances']['rows_in']} rows were "
                             f"quarantined {in_stats['instances']['reasons']}; see "
                             f"{paths.table(io.QUARANTINE + '/instances')}")
+    validate.check_quality(in_stats, cfg.quality, paths.table(io.QUARANTINE))
     instances = tables["instances"]
     plan = faults.fault_plan(cfg, "graph")
     events = tables.get("events")

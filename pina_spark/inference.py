@@ -599,7 +599,13 @@ def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, wei
     n = len(idx)
     for (variant, spec), g in zip(chunk_specs, models):
         Y = g.predict(X, only_topk=spec["topk"], threads=threads)
-        nodes, scores, counts = topk_neighbors(Y, col_maps[spec["name"]], own, twin, k)
+        cmap = col_maps[spec["name"]]
+        if Y.shape != (n, len(cmap)):
+            raise runtime.ModelLoadError(
+                f"g model {spec['uri']} gave predictions of shape {Y.shape} for {n} rows, but "
+                f"its output_nodes.npy maps {len(cmap)} outputs: the model and output_nodes.npy "
+                f"come from different trainings; rerun the pretrain stage")
+        nodes, scores, counts = topk_neighbors(Y, cmap, own, twin, k)
         counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
         weights = normalize_scores(scores, counts, weighting, temperature)
         keep = np.arange(k)[None, :] < counts[:, None]

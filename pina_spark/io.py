@@ -19,7 +19,7 @@ Examples
 import logging
 import os
 import uuid
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,11 @@ PREDICTIONS = "predictions"                  # partitioned by variant
 EVAL = "eval"
 QUARANTINE = "quarantine"
 MANIFEST = "_manifest.json"
+STAGING = "_staging"
+STAGING_RUN_TAG = ".run-"
+LOCK = "_LOCK"                               # the run root's lease (one writer per root)
+COMMITS = "_commits"                         # one atomic commit record per stage
+VERSION_FILE = "_VERSION"                    # version token inside every published folder
 
 
 def _schemas():
@@ -148,7 +153,10 @@ class RunPaths:
         return f"{self.root}/{rel}"
 
     def staging(self, rel: str) -> str:
-        return f"{self.root}/_staging/{rel.replace('/', '__')}-{uuid.uuid4().hex[:12]}"
+        """A fresh staging folder for ``rel``, tagged with the run id of the lease this process
+        holds on the root (``.run-<id>``) so :func:`recover` never touches a live run's files."""
+        return (f"{self.root}/{STAGING}/{rel.replace('/', '__')}-{uuid.uuid4().hex[:12]}"
+                f"{STAGING_RUN_TAG}{held_run_id(self.root) or 'none'}")
 
     @property
     def manifest(self) -> str:
@@ -201,8 +209,25 @@ def require_complete(spark, paths: "RunPaths", rel: str) -> str:
 
 
 def _rename(spark, src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst``, refusing an existing ``dst`` (Hadoop's rename would move
+    ``src`` *inside* an existing folder and nest one table in another). Local paths use
+    ``os.rename``, which cannot replace a non-empty folder, so the refusal is atomic there."""
+    if not is_remote(src) and not is_remote(dst):
+        s, d = local_path(src), local_path(dst)
+        os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
+        if os.path.lexists(d):
+            raise IOError(f"could not rename {src} -> {dst}: the destination exists (another "
+                          f"writer published it; refusing to nest or overwrite)")
+        try:
+            os.rename(s, d)
+        except OSError as e:
+            raise IOError(f"could not rename {src} -> {dst}: {e}") from e
+        return
     fs, s = _jfs(spark, src)
     _, d = _jfs(spark, dst)
+    if fs.exists(d):
+        raise IOError(f"could not rename {src} -> {dst}: the destination exists (another "
+                      f"writer published it; refusing to nest or overwrite)")
     parent = d.getParent()
     if parent is not None and not fs.exists(parent):
         fs.mkdirs(parent)
@@ -210,26 +235,108 @@ def _rename(spark, src: str, dst: str) -> None:
         raise IOError(f"could not rename {src} -> {dst}")
 
 
+def _version_info(uri: str) -> Optional[Dict[str, Any]]:
+    """The content of ``<uri>/_VERSION`` (``{"version", "files": {path: size} or None}``)."""
+    import json
+    try:
+        raw = read_bytes(uri.rstrip("/") + "/" + VERSION_FILE)
+    except Exception:
+        return None
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return {"version": raw.decode("utf-8", "replace").strip(), "files": None}
+    return info if isinstance(info, dict) else None
+
+
+def table_version(uri: str) -> Optional[str]:
+    """The version token written into a published folder by :func:`publish` (``None`` for a
+    folder published before version tokens existed, or a missing one)."""
+    info = _version_info(uri)
+    return info.get("version") if info else None
+
+
+def _relative_files(uri: str) -> Optional[Dict[str, int]]:
+    """``{relative path: size}`` of every file under ``uri`` but the markers and hidden files
+    (e.g. Hadoop's local ``.crc`` files) (pyarrow listing; ``None`` where pyarrow does not
+    reach)."""
+    listed = _list_files(uri) if pyarrow_reaches(uri) else None
+    if listed is None:
+        return None
+    _, root, files = listed
+    out = {}
+    for fi in files:
+        rel = fi.path[len(root) + 1:]
+        if rel not in ("_SUCCESS", VERSION_FILE) and not any(
+                part.startswith(".") for part in rel.split("/")):
+            out[rel] = int(fi.size)
+    return out
+
+
+def holds_its_files(uri: str) -> bool:
+    """Whether the published folder ``uri`` holds every file (with its size) that its
+    ``_VERSION`` lists: false for a folder whose copy-and-delete rename (S3) stopped half way,
+    even though ``_SUCCESS`` (copied early: ``_`` sorts first) is there. Folders without a list
+    count as complete."""
+    info = _version_info(uri)
+    if not info or not info.get("files"):
+        return True
+    have = _relative_files(uri)
+    if have is None:
+        return True
+    return all(have.get(f) == n for f, n in info["files"].items())
+
+
 def publish(spark, staging: str, final: str) -> None:
-    """Swap a fully written ``staging`` folder into ``final`` (see module docstring)."""
+    """Swap a fully written ``staging`` folder into ``final`` (see module docstring).
+
+    The staging folder gets a version token (``_VERSION``, its own unique name) first, so a
+    stage commit can record exactly which version of each table it published. Refuses to run
+    when this process held the root's lease and lost it. If another writer published ``final``
+    in between, the rename refuses the existing destination and this publish fails (its moved
+    aside copy is put back when ``final`` is gone, else dropped)."""
+    check_lease_for(final)
     if not is_complete(spark, staging):
         raise IOError(f"refusing to publish {staging}: no _SUCCESS marker (incomplete write)")
+    import json
+    write_bytes(staging.rstrip("/") + "/" + VERSION_FILE, json.dumps({
+        "version": staging.rstrip("/").rsplit("/", 1)[-1],
+        "files": _relative_files(staging)}, sort_keys=True).encode("utf-8"))
     old = None
     if path_exists(spark, final):
         old = f"{final}.__old-{uuid.uuid4().hex[:8]}"
         _rename(spark, final, old)
-    _rename(spark, staging, final)
+    try:
+        _rename(spark, staging, final)
+    except BaseException:
+        if old is not None:
+            if not path_exists(spark, final):
+                _rename(spark, old, final)     # nobody replaced it: put the old version back
+            elif is_complete(spark, final) and holds_its_files(final):
+                delete_path(spark, old)        # another writer's complete version won
+        raise
     if old:
         delete_path(spark, old)
     log.info("published %s", final)
 
 
 def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
-    """Repair an interrupted publish: if ``<t>`` is missing but ``<t>.__old-*`` exists, restore
-    it; delete leftover staging folders. Returns the repaired table names.
+    """Repair an interrupted publish: if ``<t>`` is missing, or present without ``_SUCCESS``
+    (an S3-style rename copies object by object and can stop half way), and a complete
+    ``<t>.__old-*`` exists, restore it; delete leftover staging folders of runs that do not
+    hold the root's lease. Returns the repaired table names.
+
+    Refuses (:class:`LeaseError`) when another live run holds the lease of the root: the
+    staging folders and moved-aside versions are then that run's in-flight work.
 
     Besides ``rels``, every ``*.__old-*`` folder found under the run root (two levels deep, e.g.
     ``quarantine/<table>``) is repaired the same way, so no published table is forgotten."""
+    owner = live_lease_owner(paths.root)
+    if owner is not None and owner.get("run_id") != held_run_id(paths.root):
+        raise LeaseError(f"recover {paths.root}: {describe_lease(owner)} holds the lease; "
+                         f"refusing to touch its staging folders")
     repaired = []
     rels = list(rels)
     for rel in _stray_olds(spark, paths):
@@ -244,16 +351,44 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
         base = p.getName()
         olds = [st.getPath() for st in fs.listStatus(parent)
                 if st.getPath().getName().startswith(base + ".__old-")]
-        if olds and not fs.exists(p):
-            fs.rename(olds[0], p)
-            olds = olds[1:]
+        complete_olds = [o for o in olds if fs.exists(jpath_child(spark, o, "_SUCCESS"))
+                         and holds_its_files(final.rsplit("/", 1)[0] + "/" + o.getName())]
+        if complete_olds and fs.exists(p) and not (is_complete(spark, final)
+                                                   and holds_its_files(final)):
+            log.warning("recover: %s is incomplete (a rename stopped half way); restoring the "
+                        "previous complete version", final)
+            fs.delete(p, True)
+        if complete_olds and not fs.exists(p):
+            fs.rename(complete_olds[0], p)
+            olds = [o for o in olds if o.getName() != complete_olds[0].getName()]
             repaired.append(rel)
         for o in olds:
             fs.delete(o, True)
-    staging = paths.table("_staging")
-    if path_exists(spark, staging):
-        delete_path(spark, staging)
+    _clean_staging(spark, paths)
     return repaired
+
+
+def jpath_child(spark, jpath, name: str):
+    """Hadoop ``Path`` of ``name`` inside the Hadoop ``Path`` ``jpath``."""
+    return spark.sparkContext._jvm.org.apache.hadoop.fs.Path(jpath, name)
+
+
+def _clean_staging(spark, paths: RunPaths) -> None:
+    """Delete the staging folders of every run except the one holding the root's lease."""
+    staging = paths.table(STAGING)
+    if not path_exists(spark, staging):
+        return
+    keep = held_run_id(paths.root)
+    fs, p = _jfs(spark, staging)
+    left = 0
+    for st in fs.listStatus(p):
+        name = st.getPath().getName()
+        if keep and name.endswith(STAGING_RUN_TAG + keep):
+            left += 1
+            continue
+        fs.delete(st.getPath(), True)
+    if not left:
+        fs.delete(p, True)
 
 
 def _stray_olds(spark, paths: RunPaths, depth: int = 2) -> List[str]:
@@ -303,13 +438,13 @@ def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
     try:
         writer.parquet(staging)
     except BaseException:
-        _discard_staging(spark, staging)   # the published table is untouched
+        discard_staging(spark, staging)   # the published table is untouched
         raise
     publish(spark, staging, final)
     return final
 
 
-def _discard_staging(spark, staging: str) -> None:
+def discard_staging(spark, staging: str) -> None:
     """Remove a half-written staging folder (best effort: :func:`recover` removes it next run
     otherwise)."""
     try:
@@ -454,20 +589,54 @@ def parquet_codec(name: Optional[str], default: str = "snappy") -> str:
 
 
 def publish_written(spark, df, staging: str, final: str, what: str) -> int:
-    """Run the job ``df`` whose executors wrote their files into ``staging`` (one row per file),
-    then mark the folder complete (``_SUCCESS``) and publish it at ``final`` as
+    """Run the job ``df`` whose executors wrote their files into ``staging`` (one row per file,
+    with its ``path`` and ``rows``), check that the staging folder holds exactly those files with
+    those row counts, then mark it complete (``_SUCCESS``) and publish it at ``final`` as
     :func:`write_table` does; on failure the staging folder is removed. Returns the number of
     files.
+
+    The check catches a staging folder that was emptied while the job ran (another process's
+    cleanup: the writers of later tasks recreate the folder, so it looks fine but lacks the
+    earlier tasks' files) and stray files nobody reported.
     """
     try:
-        n = len(df.collect())
+        written = df.collect()
+        n = len(written)
         log.info("%s: %d files written by the executors into %s", what, n, staging)
+        _check_written(staging, [(r["path"], int(r["rows"])) for r in written], what)
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, final)
     except BaseException:
-        _discard_staging(spark, staging)
+        discard_staging(spark, staging)
         raise
     return n
+
+
+def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str) -> None:
+    """Raise ``IOError`` unless the data files under ``staging`` are exactly ``reported`` (path,
+    rows), each with that row count in its Parquet footer."""
+    import pyarrow.parquet as pq
+    found = parquet_files(staging)
+    if found is None:
+        raise IOError(f"{what}: cannot list {staging} to check the written files")
+    fs, files = found
+    on_disk = {fi.path for fi in files}
+    want = {}
+    for path, rows in reported:
+        want[path] = want.get(path, 0) + rows   # pyarrow paths, as the writers report them
+    missing = sorted(set(want) - on_disk)
+    extra = sorted(on_disk - set(want))
+    if missing or extra:
+        raise IOError(f"{what}: the files in {staging} are not those the tasks reported "
+                      f"(missing {missing[:3]}{'...' if len(missing) > 3 else ''}, unexpected "
+                      f"{extra[:3]}{'...' if len(extra) > 3 else ''}); was the staging folder "
+                      f"cleaned by another run? Not publishing")
+    for path, rows in want.items():
+        with fs.open_input_file(path) as fh:
+            got = pq.ParquetFile(fh).metadata.num_rows
+        if got != rows:
+            raise IOError(f"{what}: {path} holds {got} rows, its task reported {rows}; not "
+                          f"publishing")
 
 
 def read_table(spark, paths: RunPaths, rel: str, contract: bool = False):
@@ -554,6 +723,7 @@ def read_input(spark, uri: str, table: str):
             raise
         present = {f.name: f.dataType for f in df.schema.fields}
         _check_columns(present.keys(), required, uri, table)
+        _check_parquet_files_agree(uri, table, [f.name for f in full.fields])
         for field in full.fields:
             if field.name in present and present[field.name] != field.dataType:
                 ok = (isinstance(field.dataType, T.DoubleType)
@@ -584,13 +754,50 @@ def read_input(spark, uri: str, table: str):
     reader = spark.read.schema(read_schema).option("mode", "PERMISSIVE") \
         .option("columnNameOfCorruptRecord", CORRUPT)
     if fmt == "csv":
-        df = reader.option("header", True).option("multiLine", False).option("escape", '"') \
+        # multiLine: a quoted field may hold a newline (one record, not two halves)
+        df = reader.option("header", True).option("multiLine", True).option("escape", '"') \
             .option("enforceSchema", False).csv(uri)
     else:
         df = reader.json(uri)
     cols = [F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
             for f in full.fields]
     return df.select(*cols, F.col(CORRUPT))
+
+
+def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> None:
+    """Every data file of a Parquet folder must give each contract column the same type (Spark
+    takes one file's schema and fails later, mid-job, with a raw conversion error otherwise).
+    Reads the footers with pyarrow where it reaches ``uri``; a single file is its own schema."""
+    if not pyarrow_reaches(uri):
+        return
+    found = parquet_files(uri)
+    if not found or len(found[1]) < 2:
+        return
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    def spark_type(t) -> str:
+        try:
+            return from_arrow_type(t).simpleString()
+        except Exception:
+            return str(t)
+    fs, files = found
+    seen: Dict[str, Dict[str, str]] = {}
+    for fi in files:
+        try:
+            with fs.open_input_file(fi.path) as fh:
+                sch = pq.read_schema(fh)
+        except Exception as e:
+            raise InputError(f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet "
+                             f"file: {type(e).__name__}: {e}") from None
+        for c in columns:
+            if c in sch.names:
+                seen.setdefault(c, {}).setdefault(spark_type(sch.field(c).type), fi.path)
+    for c, types in seen.items():
+        if len(types) > 1:
+            detail = ", ".join(f"{t} (e.g. {p})" for t, p in sorted(types.items()))
+            raise InputError(f"{uri}: the files of {table} disagree on the type of column "
+                             f"'{c}': {detail}; rewrite them with one type")
 
 
 #: JSON lines looked at to find the keys of a table (a key absent from all of them is missing)
@@ -674,6 +881,284 @@ def copy_dir(src: str, dst: str) -> None:
         return
     pafs.copy_files(src if is_remote(src) else os.path.abspath(local_path(src)),
                     dst if is_remote(dst) else os.path.abspath(local_path(dst)))
+
+
+# --------------------------------------------------------------------------- run-root lease
+class LeaseError(RuntimeError):
+    """Another live run holds the lease of the run root (or this run lost it)."""
+
+
+#: lease files older than this (no heartbeat) may be taken over
+LEASE_STALE_S = 600.0
+LEASE_HEARTBEAT_S = 30.0
+_LEASES: Dict[str, "Lease"] = {}
+_LEASES_LOCK = __import__("threading").Lock()
+
+
+def _root_key(root: str) -> str:
+    return root.rstrip("/")
+
+
+def held_run_id(root: str) -> Optional[str]:
+    """Run id of the lease this process holds on ``root`` (``None`` when it holds none)."""
+    lease = _LEASES.get(_root_key(root))
+    return lease.run_id if lease is not None else None
+
+
+def check_lease_for(uri: str) -> None:
+    """Raise :class:`LeaseError` when ``uri`` lies under a root whose lease this process held and
+    lost (taken over as stale by another run): publishing now could clobber that run's work."""
+    for root, lease in list(_LEASES.items()):
+        if uri == root or uri.startswith(root + "/"):
+            lease.check()
+
+
+def read_lease(root: str) -> Optional[Dict[str, Any]]:
+    """The content of ``<root>/_LOCK`` (``None`` when there is no lease)."""
+    import json
+    try:
+        raw = read_bytes(_root_key(root) + "/" + LOCK)
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return {"run_id": "?", "heartbeat": 0.0, "note": "unreadable lease file"}
+
+
+def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> Optional[Dict[str, Any]]:
+    """The lease of ``root`` when it is live (heartbeat younger than ``stale_s``), else ``None``."""
+    import time
+    owner = read_lease(root)
+    if owner is None:
+        return None
+    if time.time() - float(owner.get("heartbeat", 0.0)) > stale_s:
+        return None
+    return owner
+
+
+def describe_lease(owner: Dict[str, Any]) -> str:
+    import time
+    age = time.time() - float(owner.get("heartbeat", 0.0))
+    return (f"run {owner.get('run_id')} (host {owner.get('host')}, pid {owner.get('pid')}, "
+            f"started {owner.get('started')}, last heartbeat {age:.0f}s ago)")
+
+
+class Lease:
+    """One writer per run root: ``<root>/_LOCK`` holds the owner's run id, host, pid and a
+    heartbeat refreshed by a daemon thread. Created atomically (``O_EXCL`` on local disks;
+    create-if-absent then read back on object stores, which is best effort). A second run fails
+    fast naming the owner; a lease whose heartbeat is older than ``stale_s`` is taken over (the
+    stale file is first renamed aside, so of two runs taking over only one wins).
+
+    Reentrant inside one process: :func:`acquire_lease` on a root this process already holds
+    returns the same lease.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> with acquire_lease(root, "r1") as lease:
+    ...     held_run_id(root)
+    'r1'
+    >>> held_run_id(root) is None
+    True
+    """
+
+    def __init__(self, root: str, run_id: str, stale_s: float = LEASE_STALE_S,
+                 heartbeat_s: float = LEASE_HEARTBEAT_S):
+        self.root = _root_key(root)
+        self.run_id = run_id
+        self.stale_s = float(stale_s)
+        self.heartbeat_s = float(heartbeat_s)
+        self.uri = self.root + "/" + LOCK
+        self.lost: Optional[str] = None
+        self._depth = 0
+        self._stop = None
+        self._thread = None
+        self.started = None
+
+    def _content(self) -> bytes:
+        import json
+        import socket
+        import time
+        return json.dumps({"run_id": self.run_id, "host": socket.gethostname(),
+                           "pid": os.getpid(), "started": self.started,
+                           "heartbeat": time.time(), "stale_after_s": self.stale_s}).encode()
+
+    def _create(self) -> bool:
+        """Create the lease file if absent; ``True`` when this call created it."""
+        if is_remote(self.uri):
+            if read_bytes(self.uri) is not None:
+                return False
+            write_bytes(self.uri, self._content())
+            got = read_lease(self.root) or {}
+            return got.get("run_id") == self.run_id
+        p = local_path(self.uri)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        try:
+            fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(self._content())
+        return True
+
+    def _take_over_stale(self, owner: Dict[str, Any]) -> None:
+        aside = f"{self.uri}.stale-{uuid.uuid4().hex[:8]}"
+        log.warning("lease %s: taking over the stale lease of %s", self.uri, describe_lease(owner))
+        try:
+            if is_remote(self.uri):
+                write_bytes(aside, read_bytes(self.uri) or b"")
+                import pyarrow.fs as pafs
+                fs, p = pafs.FileSystem.from_uri(self.uri)
+                fs.delete_file(p)
+            else:
+                os.rename(local_path(self.uri), local_path(aside))
+        except (OSError, FileNotFoundError):
+            pass  # another run moved it first: the create below decides
+
+    def acquire(self) -> "Lease":
+        import time
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for _ in range(2):
+            if self._create():
+                break
+            owner = read_lease(self.root) or {}
+            if time.time() - float(owner.get("heartbeat", 0.0)) <= self.stale_s:
+                raise LeaseError(
+                    f"run root {self.root} is in use by {describe_lease(owner)}: one writer per "
+                    f"run root. Wait for it to finish, or, if it is dead, remove {self.uri} (it "
+                    f"is taken over automatically {self.stale_s:.0f}s after its last heartbeat)")
+            self._take_over_stale(owner)
+        else:
+            raise LeaseError(f"could not take the lease {self.uri}: another run took it over "
+                             f"at the same time ({describe_lease(read_lease(self.root) or {})})")
+        self._start_heartbeat()
+        log.info("lease %s taken by run %s", self.uri, self.run_id)
+        return self
+
+    def _start_heartbeat(self) -> None:
+        import threading
+        self._stop = threading.Event()
+
+        def beat():
+            while not self._stop.wait(self.heartbeat_s):
+                self.refresh()
+        self._thread = threading.Thread(target=beat, name=f"lease-{self.run_id}", daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        """Rewrite the heartbeat, unless the lease is no longer ours (then mark it lost)."""
+        owner = read_lease(self.root)
+        if owner is None or owner.get("run_id") != self.run_id:
+            self.lost = (f"the lease {self.uri} was taken over by "
+                         f"{describe_lease(owner) if owner else 'nobody (file removed)'}")
+            log.error("run %s: %s", self.run_id, self.lost)
+            if self._stop is not None:
+                self._stop.set()
+            return
+        write_bytes(self.uri, self._content())
+
+    def check(self) -> None:
+        if self.lost:
+            raise LeaseError(f"run {self.run_id} lost its lease: {self.lost}; not publishing")
+        owner = read_lease(self.root)
+        if owner is None or owner.get("run_id") != self.run_id:
+            self.refresh()
+            raise LeaseError(f"run {self.run_id} lost its lease: {self.lost}; not publishing")
+
+    def release(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        owner = read_lease(self.root)
+        if owner is not None and owner.get("run_id") == self.run_id:
+            try:
+                if is_remote(self.uri):
+                    import pyarrow.fs as pafs
+                    fs, p = pafs.FileSystem.from_uri(self.uri)
+                    fs.delete_file(p)
+                else:
+                    os.remove(local_path(self.uri))
+            except OSError as e:  # pragma: no cover
+                log.warning("could not remove lease %s: %s", self.uri, e)
+        log.info("lease %s released by run %s", self.uri, self.run_id)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _LEASES_LOCK:
+            self._depth -= 1
+            if self._depth > 0:
+                return
+            _LEASES.pop(self.root, None)
+        self.release()
+
+
+def acquire_lease(root: str, run_id: str, stale_s: float = LEASE_STALE_S,
+                  heartbeat_s: float = LEASE_HEARTBEAT_S) -> Lease:
+    """Take (or re-enter) the lease of run root ``root``; use as a context manager.
+
+    Raises
+    ------
+    LeaseError
+        Another live run holds it; the message names that run, its host and pid.
+    """
+    key = _root_key(root)
+    with _LEASES_LOCK:
+        lease = _LEASES.get(key)
+        if lease is None:
+            lease = Lease(key, run_id, stale_s, heartbeat_s).acquire()
+            _LEASES[key] = lease
+        lease._depth += 1
+        return lease
+
+
+# --------------------------------------------------------------------------- stage commits
+class UncommittedError(InputError):
+    """A stage's input was published by an upstream stage run that never committed."""
+
+
+def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) -> Dict[str, Any]:
+    """Record, in one atomic write (``<root>/_commits/<stage>.json``), the version token of every
+    output ``rels`` of ``stage``: the point where all its tables become valid together."""
+    import json
+    import time
+    rec = {"stage": stage, "run_id": run_id,
+           "committed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "tables": {rel: table_version(paths.table(rel)) for rel in rels}}
+    write_bytes(paths.table(f"{COMMITS}/{stage}.json"),
+                json.dumps(rec, indent=1, sort_keys=True).encode())
+    return rec
+
+
+def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
+    import json
+    raw = read_bytes(paths.table(f"{COMMITS}/{stage}.json"))
+    return json.loads(raw) if raw else None
+
+
+def uncommitted_tables(paths: RunPaths, owners: Dict[str, Sequence[str]],
+                       unfinished: Iterable[str] = ()) -> Dict[str, List[str]]:
+    """``{stage: [tables]}`` of the tables in ``owners`` (stage -> its outputs) whose published
+    version no commit record lists. A table no commit has ever listed counts only when its
+    stage is in ``unfinished`` (the manifest shows a run of it that did not finish) and the
+    table carries a version token; tables published by hand or before commit records existed
+    are accepted. A table listed by some commit (e.g. ``nodes`` by ``graph`` or by the nodes
+    pre-step) is committed when any of them lists its current version."""
+    unfinished = set(unfinished)
+    records = {st: read_commit(paths, st) or {} for st in owners}
+    committed: Dict[str, set] = {}
+    for rec in records.values():
+        for rel, v in rec.get("tables", {}).items():
+            committed.setdefault(rel, set()).add(v)
+    out: Dict[str, List[str]] = {}
+    for st, rels in owners.items():
+        for rel in rels:
+            v = table_version(paths.table(rel))
+            if v is None or v in committed.get(rel, ()):
+                continue
+            if st in unfinished or rel in records[st].get("tables", {}):
+                out.setdefault(st, []).append(rel)
+    return out
 
 
 def input_fingerprint(spark, uris: Iterable[Optional[str]]) -> str:

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
-from . import io
+from . import io, redact
 
 log = logging.getLogger(__name__)
 
@@ -55,71 +55,100 @@ def library_versions() -> Dict[str, Optional[str]]:
 
 
 class Manifest:
-    """Read-modify-write JSON manifest (driver side only; writes are atomic replaces)."""
+    """JSON manifest, driver side. Every change is a read-modify-write of the file as it is now
+    (under the run root's lease, :func:`pina_spark.io.acquire_lease`), so an entry written by
+    another stage or another ``Manifest`` object is never lost; writes are atomic replaces.
+    Config values and error strings go through :mod:`pina_spark.redact` first."""
 
     def __init__(self, uri: str):
         self.uri = uri
-        raw = io.read_bytes(uri)
-        self.data: Dict[str, Any] = json.loads(raw) if raw else {"stages": {}}
-        self.data.setdefault("stages", {})
+        self.data: Dict[str, Any] = self._read()
+
+    def _read(self) -> Dict[str, Any]:
+        raw = io.read_bytes(self.uri)
+        data = json.loads(raw) if raw else {"stages": {}}
+        data.setdefault("stages", {})
+        return data
+
+    def _update(self, change) -> None:
+        """Apply ``change(data)`` to the manifest as stored now and write it back."""
+        data = self._read()
+        change(data)
+        data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        io.write_bytes(self.uri, json.dumps(data, indent=2, sort_keys=True,
+                                            default=str).encode())
+        self.data = data
 
     def save(self) -> None:
-        self.data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        io.write_bytes(self.uri, json.dumps(self.data, indent=2, sort_keys=True,
-                                            default=str).encode())
+        """Write the top-level keys of ``self.data`` (stage entries are merged one by one)."""
+        mine = dict(self.data)
+
+        def change(data):
+            stages = data["stages"]
+            data.update({k: v for k, v in mine.items() if k != "stages"})
+            for name, entry in mine.get("stages", {}).items():
+                stages[name] = entry
+        self._update(change)
 
     def stage(self, name: str) -> Optional[Dict[str, Any]]:
         return self.data["stages"].get(name)
 
     def set_run_info(self, config: Dict[str, Any]) -> None:
-        self.data["config"] = config
-        self.data["libraries"] = library_versions()
-        self.save()
+        cfg = redact.redact_config(config)
+
+        def change(data):
+            data["config"] = cfg
+            data["libraries"] = library_versions()
+        self._update(change)
+
+    def _update_stage(self, name: str, fn) -> None:
+        def change(data):
+            entry = data["stages"].get(name, {})
+            fn(entry)
+            data["stages"][name] = entry
+        self._update(change)
 
     def mark_started(self, name: str, fingerprint: str) -> None:
-        entry = self.data["stages"].get(name, {})
-        entry.update({"status": "running", "fingerprint": fingerprint,
-                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        self.data["stages"][name] = entry
-        self.save()
+        self._update_stage(name, lambda e: e.update({
+            "status": "running", "fingerprint": fingerprint,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
 
     def mark_failed(self, name: str, error: str) -> None:
-        entry = self.data["stages"].get(name, {})
-        entry.update({"status": "failed", "error": error[:2000]})
-        self.data["stages"][name] = entry
-        self.save()
+        self._update_stage(name, lambda e: e.update({"status": "failed",
+                                                     "error": redact.scrub(error)[:2000]}))
 
     def record_stage(self, name: str, stats: Dict[str, Any], fingerprint: str,
                      duration_s: float, **extra: Any) -> None:
         """Mark ``name`` complete (after its outputs were published). ``extra``: e.g.
         ``rows_out={table: n}``, ``rows_per_s``."""
-        entry = self.data["stages"].get(name, {})
-        entry.update({"status": "complete", "stats": stats, "fingerprint": fingerprint,
-                      "duration_s": round(duration_s, 3),
-                      "finished": _now_us()})
-        entry.update(extra)
-        entry["runs"] = int(entry.get("runs", 0)) + 1
-        entry["version"] = uuid.uuid4().hex  # changes whenever the outputs are republished
-        entry.pop("error", None)
-        self.data["stages"][name] = entry
-        self.save()
+        def fn(entry):
+            entry.update({"status": "complete", "stats": stats, "fingerprint": fingerprint,
+                          "duration_s": round(duration_s, 3), "finished": _now_us()})
+            entry.update(extra)
+            entry["runs"] = int(entry.get("runs", 0)) + 1
+            entry["version"] = uuid.uuid4().hex  # changes whenever the outputs are republished
+            entry.pop("error", None)
+        self._update_stage(name, fn)
 
     def start_run(self, run_id: str, stages: List[str], **info: Any) -> None:
         """Append an entry to the run history (one per ``run_pipeline`` call)."""
-        hist = self.data.setdefault("history", [])
-        hist.append(dict(info, run_id=run_id, stages=stages, status="running", started=_now()))
-        del hist[:-_MAX_HISTORY]
-        self.save()
+        def change(data):
+            hist = data.setdefault("history", [])
+            hist.append(dict(info, run_id=run_id, stages=stages, status="running",
+                             started=_now()))
+            del hist[:-_MAX_HISTORY]
+        self._update(change)
 
     def finish_run(self, run_id: str, result: Dict[str, str], status: str,
                    error: Optional[str] = None) -> None:
-        for h in reversed(self.data.get("history", [])):
-            if h.get("run_id") == run_id:
-                h.update({"status": status, "result": dict(result), "finished": _now()})
-                if error:
-                    h["error"] = error[:2000]
-                break
-        self.save()
+        def change(data):
+            for h in reversed(data.get("history", [])):
+                if h.get("run_id") == run_id:
+                    h.update({"status": status, "result": dict(result), "finished": _now()})
+                    if error:
+                        h["error"] = redact.scrub(error)[:2000]
+                    break
+        self._update(change)
 
     def is_complete(self, name: str, fingerprint: str) -> bool:
         e = self.stage(name)

@@ -83,7 +83,7 @@ class StageSpec:
 
 STAGES: Dict[str, StageSpec] = {s.name: s for s in [
     StageSpec("graph", "pina_spark.graph:run_stage",
-              ("input", "side_info", "task", "graph"), (io.NODES, io.PRETRAIN_EDGES,
+              ("input", "side_info", "task", "graph", "quality"), (io.NODES, io.PRETRAIN_EDGES,
                                                         io.INSTANCE_LABELS)),
     StageSpec("pretrain", "pina_spark.pretrain:run_stage",
               ("pretrain",) + G_TRAINING_FIELDS, (io.MODELS,)),
@@ -179,8 +179,17 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     force = cfg.run.force if force is None else force
     stages = tuple(stages or STAGE_NAMES)
     ctx = make_context(spark, cfg)
+    run_id = io.held_run_id(ctx.paths.root) or uuid.uuid4().hex[:12]
+    with io.acquire_lease(ctx.paths.root, run_id, stale_s=cfg.run.lease_stale_s,
+                          heartbeat_s=cfg.run.lease_heartbeat_s):
+        return _run_leased(ctx, run_id, stages, force)
+
+
+def _run_leased(ctx: StageContext, run_id: str, stages: Tuple[str, ...],
+                force: bool) -> Dict[str, Any]:
+    """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
+    spark, cfg = ctx.spark, ctx.cfg
     io.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
-    run_id = uuid.uuid4().hex[:12]
     ctx.manifest.set_run_info(cfg.to_dict())
     ctx.manifest.start_run(run_id, list(stages), spark_version=spark.version,
                            run_date=cfg.run.run_date, models=cfg.run.models)
@@ -197,14 +206,14 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
             else:
                 result[NODES_STEP] = _run_step(
                     ctx, NODES_STEP, _hash(base + "nodes"), (io.NODES,), force,
-                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths))
+                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths), run_id)
         for spec in plan(cfg, stages):
             fp = _hash(base + cfg.fingerprint(*spec.sections) + _upstream_token(ctx, spec.name))
             if cfg.run.incremental and spec.name in INCREMENTAL:
                 fn = _incremental_runner(spec)
             else:
                 fn = spec.load()
-            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn)
+            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id)
     except BaseException as e:
         ctx.manifest.finish_run(run_id, result, status="failed",
                                 error=f"{type(e).__name__}: {e}")
@@ -213,14 +222,50 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     return result
 
 
+def _stage_outputs() -> Dict[str, Tuple[str, ...]]:
+    """Outputs of every step, keyed by name, in pipeline order (the nodes pre-step first)."""
+    out: Dict[str, Tuple[str, ...]] = {NODES_STEP: (io.NODES,)}
+    out.update({name: spec.outputs for name, spec in STAGES.items()})
+    return out
+
+
+def require_upstream_committed(ctx: StageContext, name: str) -> None:
+    """Refuse to run ``name`` on outputs of an earlier step (in :data:`STAGES` order) that were
+    published by a run of that step which never committed (e.g. a driver killed after ``nodes``
+    was published but before ``graph/pretrain_edges``): the tables would not belong together.
+
+    Raises
+    ------
+    pina_spark.io.UncommittedError
+        Names the upstream step, its uncommitted tables and the fix (rerun that step).
+    """
+    owners = _stage_outputs()
+    order = list(owners)
+    upstream = {st: rels for st, rels in owners.items()
+                if st != name and order.index(st) < order.index(name)}
+    unfinished = set()
+    for st in upstream:
+        e = ctx.manifest.stage(st)
+        if e and e.get("status") in ("running", "failed"):
+            unfinished.add(st)
+    bad = io.uncommitted_tables(ctx.paths, upstream, unfinished)
+    if bad:
+        what = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
+        raise io.UncommittedError(
+            f"stage {name} refuses to read upstream tables of {ctx.paths.root} that were "
+            f"published by a run that did not commit ({what}): the stage did not finish, so "
+            f"its tables may not belong together. Rerun {', '.join(bad)} first")
+
+
 def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], force: bool,
-              fn: Callable[[StageContext], Dict[str, Any]]) -> str:
+              fn: Callable[[StageContext], Dict[str, Any]], run_id: str = "") -> str:
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     outputs_ok = all(io.is_complete(spark, ctx.paths.table(o)) for o in outputs)
     if not force and ctx.manifest.is_complete(name, fp) and outputs_ok:
         log.info("stage %s: complete for fingerprint %s, skipped", name, fp)
         return "skipped"
+    require_upstream_committed(ctx, name)
     log.info("stage %s: start (fingerprint %s, root %s)", name, fp, ctx.paths.root)
     ctx.manifest.mark_started(name, fp)
     t0 = time.time()
@@ -231,10 +276,13 @@ def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], for
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
         raise
     dt = time.time() - t0
+    commit = io.commit_stage(ctx.paths, name, outputs, run_id)
     rows = _output_rows(spark, ctx.paths, outputs)
     total = sum(rows.values())
     rate = round(total / dt, 1) if dt > 0 and rows else None
-    ctx.manifest.record_stage(name, stats, fp, dt, rows_out=rows, rows_per_s=rate)
+    ctx.manifest.record_stage(name, stats, fp, dt, rows_out=rows, rows_per_s=rate,
+                              committed=commit["tables"],
+                              models_version=io.table_version(ctx.models))
     log.info("stage %s: done in %.1fs, rows out %s%s %s", name, dt, rows or "-",
              f" ({rate} rows/s)" if rate is not None else "", _brief(stats))
     return "ran"
@@ -429,6 +477,21 @@ def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[io.RunPaths]:
     return None
 
 
+def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) -> Optional[str]:
+    """Why the rows of ``base`` cannot be merged with rows computed now (``None`` when they
+    can): its ``stage`` ran with another version of the models than ``ctx.models`` (a retrain in
+    between), or recorded none (a run older than model versions)."""
+    now = io.table_version(ctx.models)
+    entry = Manifest(base.manifest).stage(stage) or {}
+    then = entry.get("models_version")
+    if then is None and now is None:
+        return None
+    if then != now:
+        return (f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
+                f", the models at {ctx.models} are version {now or 'unknown'} (retrained since)")
+    return None
+
+
 @dc.dataclass(frozen=True)
 class IncrementalSpec:
     """How a stage runs incrementally: ``subset`` is the input table handed to the stage as a
@@ -478,7 +541,7 @@ def _copy_side_files(spark, src: str, dst: str) -> None:
     for st in fs.listStatus(p):
         name = st.getPath().getName()
         if st.isDirectory() or name.startswith(("part-", "_SUCCESS", ".", "_committed",
-                                                "_started")):
+                                                "_started", io.VERSION_FILE)):
             continue
         data = io.read_bytes(src.rstrip("/") + "/" + name)
         if data is not None:
@@ -504,6 +567,11 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
         stats = spec.load()(ctx) or {}
         return dict(stats, incremental="full (no base run)")
+    other = _base_used_other_models(ctx, base, spec.name)
+    if other:
+        log.warning("stage %s: full recompute instead of incremental: %s", spec.name, other)
+        stats = spec.load()(ctx) or {}
+        return dict(stats, incremental=f"full ({other})")
     nodes = io.read_table(spark, paths, io.NODES)
     sel = select_changed(nodes, io.read_table(spark, base, io.NODES))
     sel = sel.where(F.col(io.KIND).isin(list(inc.kinds))).select(io.NODE_INDEX)

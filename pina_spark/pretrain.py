@@ -83,7 +83,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import io
+from . import io, redact
 from .folds import fold_of, is_heldout
 
 log = logging.getLogger(__name__)
@@ -530,9 +530,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     os.makedirs(tmp)
     card: Dict[str, Any] = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "variants": {}, "versions": _versions(),
-                            "config": {"pretrain": pcfg.to_dict(), "neighbors": {
+                            "config": redact.redact_config({"pretrain": pcfg.to_dict(), "neighbors": {
                                 k: v for k, v in ncfg.to_dict().items()
-                                if k in ncfg.G_TRAINING}},
+                                if k in ncfg.G_TRAINING}}),
                             "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
                                  "kind; pretrain.encoder only changes Phi_dnn",
                             "leave_self_out_rule": (
@@ -761,7 +761,13 @@ def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str, twins: b
 
 
 def _publish_models(spark, local_dir: str, dst: str) -> None:
-    """Copy the finished models folder to ``dst`` (local or remote); ``_SUCCESS`` last."""
+    """Publish the finished models folder at ``dst`` (``<root>/models``, local or remote) the
+    way tables are published: checksums (``_CHECKSUMS.json``, verified by executors when they
+    load local copies) are written, the folder is copied to a staging folder under the run
+    root with ``_SUCCESS`` last, then swapped in by :func:`pina_spark.io.publish`. A crash at
+    any point leaves the previous models complete and loadable (a crash between the two renames
+    is repaired by :func:`pina_spark.io.recover`)."""
+    from .runtime import write_checksums
     try:
         master = spark.sparkContext.master
     except Exception:  # pragma: no cover
@@ -769,8 +775,16 @@ def _publish_models(spark, local_dir: str, dst: str) -> None:
     if not io.is_remote(dst) and not str(master).startswith("local"):
         log.warning("models destination %s is a local path while spark.master is %s: executors "
                     "may not reach it (use a shared file system or s3://)", dst, master)
-    if io.path_exists(spark, dst):
-        io.delete_path(spark, dst)  # the old _SUCCESS goes first: readers see 'incomplete'
-    io.copy_dir(local_dir, dst)
-    io.write_bytes(dst.rstrip("/") + "/_SUCCESS", b"")
-    log.info("models published to %s", dst)
+    n = write_checksums(local_dir)
+    root = dst.rstrip("/")
+    if not root.endswith("/" + io.MODELS):
+        raise ValueError(f"models destination {dst} is not <run root>/{io.MODELS}")
+    staging = io.RunPaths(root[:-len(io.MODELS) - 1]).staging(io.MODELS)
+    try:
+        io.copy_dir(local_dir, staging)
+        io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
+        io.publish(spark, staging, dst)
+    except BaseException:
+        io.discard_staging(spark, staging)
+        raise
+    log.info("models published to %s (%d files checksummed)", dst, n)

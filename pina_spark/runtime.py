@@ -17,8 +17,9 @@ Every load is counted per worker (``(pid, key) -> loads``); :func:`get_model` al
 into an optional Spark accumulator (:class:`LoadStatsParam`) so the driver can report, in the
 manifest, that each worker loaded each model once.
 
-Remote model folders (``s3://...``) are copied once per worker process into a local cache dir
-(``$PINA_MODEL_CACHE`` or ``$TMPDIR/pina-models``) with :func:`pina_spark.io.copy_dir`; a
+Remote model folders (``s3://...``) are copied once per worker process into a private local
+cache dir (mode 0700: ``$PINA_MODEL_CACHE``, else under the executor's local dirs), keyed by URI
+and version, and checked against the ``_CHECKSUMS.json`` files the pretrain stage wrote; a
 missing or unreadable artifact raises :class:`ModelLoadError` naming the artifact's path, so the
 task fails (no hang, no retry loop hiding it).
 
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ModelCache", "ModelLoadError", "LoadStatsParam", "choose_device", "resolve_device",
            "task_threads", "get_model", "local_model_dir", "check_artifacts", "require_executor",
-           "summarize_loads", "MODEL_CACHE"]
+           "summarize_loads", "MODEL_CACHE", "write_checksums", "verify_checksums"]
 
 DEFAULT_CAPACITY = 4
 
@@ -325,9 +326,79 @@ def resolve_device(cfg_device: str = "auto", cfg_threads: int = 0) -> str:
 
 
 # --------------------------------------------------------------------------- local copies
+#: per-directory checksum file written by the pretrain stage (sha256 of every file there)
+CHECKSUMS = "_CHECKSUMS.json"
+
+
 def _cache_root() -> str:
-    return os.environ.get("PINA_MODEL_CACHE") or os.path.join(tempfile.gettempdir(),
-                                                               "pina-models")
+    """A private (0700, owned by this user) folder for local model copies: ``$PINA_MODEL_CACHE``,
+    else under the executor's local dirs (``SPARK_LOCAL_DIRS`` / YARN's ``LOCAL_DIRS``), else the
+    temp dir. A folder that exists but is not ours or is open to others is refused."""
+    base = os.environ.get("PINA_MODEL_CACHE")
+    if not base:
+        local = os.environ.get("SPARK_LOCAL_DIRS") or os.environ.get("LOCAL_DIRS") or ""
+        first = next((d for d in local.split(",") if d.strip()), tempfile.gettempdir())
+        base = os.path.join(first.strip(), f"pina-models-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    st = os.stat(base)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ModelLoadError(f"model cache {base} is not private (owner uid {st.st_uid}, mode "
+                             f"{oct(st.st_mode & 0o777)}); refusing to load models from it. "
+                             f"Remove it or set PINA_MODEL_CACHE to a folder only you can read")
+    return base
+
+
+def write_checksums(local_dir: str) -> int:
+    """Driver side (pretrain): write ``_CHECKSUMS.json`` (``{file: sha256}`` of the files directly
+    inside) into every folder of ``local_dir``; returns the number of files covered."""
+    import json
+    n = 0
+    for base, _, files in os.walk(local_dir):
+        sums = {f: _sha256(os.path.join(base, f)) for f in sorted(files)
+                if f not in (CHECKSUMS, "_SUCCESS")}
+        with open(os.path.join(base, CHECKSUMS), "w") as fh:
+            json.dump(sums, fh, indent=1, sort_keys=True)
+        n += len(sums)
+    return n
+
+
+def verify_checksums(local_dir: str, what: str) -> bool:
+    """Check every file of ``local_dir`` against the ``_CHECKSUMS.json`` files pretrain wrote
+    (``False`` when the folder has none: models published before checksums existed).
+
+    Raises
+    ------
+    ModelLoadError
+        A file differs, is missing or is not listed; names it and ``what``.
+    """
+    import json
+    if not os.path.isfile(os.path.join(local_dir, CHECKSUMS)):
+        return False
+    for base, _, files in os.walk(local_dir):
+        listed_file = os.path.join(base, CHECKSUMS)
+        if not os.path.isfile(listed_file):
+            raise ModelLoadError(f"model artifact {what}: {base} has no {CHECKSUMS}")
+        with open(listed_file) as fh:
+            listed = json.load(fh)
+        present = {f for f in files if f not in (CHECKSUMS, "_SUCCESS", ".pina_complete",
+                                                 io.VERSION_FILE)}
+        for f in sorted(present | set(listed)):
+            p = os.path.join(base, f)
+            if f not in listed:
+                raise ModelLoadError(f"model artifact {what}: {p} is not in {CHECKSUMS} (a file "
+                                     f"nobody published)")
+            if not os.path.isfile(p) or _sha256(p) != listed[f]:
+                raise ModelLoadError(f"model artifact {what}: {p} does not match its checksum "
+                                     f"(missing, truncated or replaced)")
+    return True
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def local_model_dir(uri: str, version: str = "") -> str:
@@ -335,12 +406,14 @@ def local_model_dir(uri: str, version: str = "") -> str:
 
     Local paths are returned as they are (after checking they exist); remote folders are copied
     once per worker process (and reused across processes of one machine via an atomic rename)
-    with :func:`pina_spark.io.copy_dir`.
+    with :func:`pina_spark.io.copy_dir` into the private cache (:func:`_cache_root`), keyed by
+    ``uri`` and ``version``, and checked against the checksums pretrain wrote
+    (:func:`verify_checksums`) before first use in each process.
 
     Raises
     ------
     ModelLoadError
-        The folder is missing or cannot be copied; names ``uri``.
+        The folder is missing, cannot be copied or fails its checksums; names ``uri``.
     """
     if not io.is_remote(uri):
         p = io.local_path(uri)
@@ -369,6 +442,11 @@ def local_model_dir(uri: str, version: str = "") -> str:
             except OSError:  # another process of this machine won the race
                 shutil.rmtree(tmp, ignore_errors=True)
             log.info("copied %s to %s in %.1fs", uri, dst, time.time() - t0)
+        try:
+            verify_checksums(dst, uri)
+        except ModelLoadError:
+            shutil.rmtree(dst, ignore_errors=True)   # the next attempt copies afresh
+            raise
         _LOCAL_DIRS[(uri, version)] = dst
         return dst
 

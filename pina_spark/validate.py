@@ -12,13 +12,20 @@ Row rules (the first rule a row breaks is its ``reason``; rules are checked in t
 reason               rule
 ===================  =========================================================================
 ``unparseable``      the reader could not parse the line (``_corrupt_record`` is set)
-``missing_id``       an id column is null or empty/blank (instances, labels, pairs)
+``missing_id``       an id column is null or blank (instances, labels, pairs); blank is
+                     Unicode-aware: only white space of any kind (tab, NBSP, U+3000...),
+                     control or format characters
 ``missing_basket``   events: ``basket_id`` null or blank
 ``missing_item``     events: ``item_id`` null or blank
 ``invalid_utf8``     a string column holds U+FFFD: Spark's CSV/JSON readers replace bytes that
                      are not valid UTF-8 by U+FFFD, so the original text is lost; quarantined
                      rather than silently mangled
+``invalid_id``       an id holds a control character (``\r``, ``\n``, tab...), a format
+                     character (zero-width space, BOM, bidi marks), a line/paragraph separator
+                     or a space other than U+0020 (NBSP...): such ids break one-id-per-line
+                     exports and never match the same id typed plainly
 ``missing_text``     instance or label with null or blank text
+``text_too_long``    instance or label text longer than ``quality.max_text_chars`` characters
 ``invalid_split``    instances: ``split`` is not ``train``/``test`` (a null split means ``train``)
 ``invalid_weight``   events: weight is NaN, +-inf or negative (null weight is allowed)
 ``unknown_instance`` instance_labels: the instance is not a clean instance row
@@ -33,6 +40,12 @@ Duplicates are resolved deterministically, whatever the input order or partition
 *valid* rows of one key, instances/labels keep the row with the smallest (text, split); events
 keep the earliest ``event_time`` (nulls last), then the smallest weight; all others are
 quarantined. Ids are compared exactly (no trimming or case folding).
+
+Data-quality gates (:func:`check_quality`, ``quality`` config section): after the quarantine
+tables are published, a table whose quarantined fraction exceeds
+``quality.max_quarantined_fraction`` (default 0.5), or one reason over its
+``quality.max_reason_fraction`` limit, stops the graph stage with an :class:`InputError` that cites
+every rate (e.g. 100% ``unknown_item``: item ids formatted differently from instance ids).
 
 Baskets of one item are *not* quarantined: they are valid rows that contribute no pair (the graph
 stage counts them). Event weights are validated but the co-purchase count is a count of baskets
@@ -57,12 +70,12 @@ from . import io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["validate_inputs", "required_tables", "ValidationInvariantError",
+__all__ = ["validate_inputs", "required_tables", "ValidationInvariantError", "check_quality",
            "validate_instances", "validate_labels", "validate_instance_labels",
            "validate_events", "validate_filter_pairs", "REASONS"]
 
 REASONS = ("unparseable", "missing_id", "missing_basket", "missing_item", "invalid_utf8",
-           "missing_text", "invalid_split", "invalid_weight", "unknown_instance", "unknown_label",
+           "invalid_id", "missing_text", "text_too_long", "invalid_split", "invalid_weight", "unknown_instance", "unknown_label",
            "unknown_item", "duplicate_id", "duplicate_pair", "duplicate_event")
 
 #: the character Spark's text readers substitute for bytes that are not valid UTF-8
@@ -76,9 +89,35 @@ class ValidationInvariantError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- helpers
+#: Java regex: characters that make an id blank when nothing else is there (any Unicode white
+#: space, control and format characters)
+BLANK_CHARS = r"(?U)[\s\p{Z}\p{Cc}\p{Cf}]"
+#: Java regex: characters an id may not hold (controls, format characters, line/paragraph
+#: separators, any space but U+0020)
+BAD_ID_CHARS = r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}[\p{Zs}&&[^ ]]]"
+#: default of ``quality.max_text_chars``
+MAX_TEXT_CHARS = 100_000
+
+
 def _blank(col):
+    """Null, empty, or only white space / control / format characters (Unicode-aware: ``F.trim``
+    strips ASCII spaces only, so a tab or an NBSP would pass as an id)."""
     from pyspark.sql import functions as F
-    return col.isNull() | (F.trim(col) == "")
+    return col.isNull() | (F.regexp_replace(col, BLANK_CHARS, "") == "")
+
+
+def _bad_id(*cols):
+    from pyspark.sql import functions as F
+    cond = None
+    for c in cols:
+        one = F.coalesce(F.col(c).rlike(BAD_ID_CHARS), F.lit(False))
+        cond = one if cond is None else (cond | one)
+    return cond
+
+
+def _too_long(col, max_chars: int):
+    from pyspark.sql import functions as F
+    return F.coalesce(F.length(col) > int(max_chars), F.lit(False))
 
 
 def _has_fffd(*cols):
@@ -132,7 +171,7 @@ def _split(tagged, table: str):
 
 
 # --------------------------------------------------------------------------- per table
-def validate_instances(raw):
+def validate_instances(raw, max_text_chars: int = MAX_TEXT_CHARS):
     """Tag the rows of a raw ``instances`` frame (as returned by ``io.read_input``).
 
     Returns the raw frame plus a ``reason`` column (null = clean). A null split becomes
@@ -150,7 +189,9 @@ def validate_instances(raw):
         (F.col(io.CORRUPT).isNotNull(), "unparseable"),
         (_blank(F.col(io.INSTANCE_ID)), "missing_id"),
         (_has_fffd(io.INSTANCE_ID, io.TEXT, io.SPLIT), "invalid_utf8"),
+        (_bad_id(io.INSTANCE_ID), "invalid_id"),
         (_blank(F.col(io.TEXT)), "missing_text"),
+        (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
         (~F.col(io.SPLIT).isin(*VALID_SPLITS), "invalid_split"),
     ])
     return _flag_duplicates(tagged, [io.INSTANCE_ID],
@@ -158,7 +199,7 @@ def validate_instances(raw):
                             "duplicate_id")
 
 
-def validate_labels(raw):
+def validate_labels(raw, max_text_chars: int = MAX_TEXT_CHARS):
     """Tag the rows of a raw ``labels`` frame (``reason`` null = clean).
 
     Examples
@@ -170,7 +211,9 @@ def validate_labels(raw):
         (F.col(io.CORRUPT).isNotNull(), "unparseable"),
         (_blank(F.col(io.LABEL_ID)), "missing_id"),
         (_has_fffd(io.LABEL_ID, io.TEXT), "invalid_utf8"),
+        (_bad_id(io.LABEL_ID), "invalid_id"),
         (_blank(F.col(io.TEXT)), "missing_text"),
+        (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
     ])
     return _flag_duplicates(tagged, [io.LABEL_ID], [F.col(io.TEXT).asc_nulls_last()],
                             "duplicate_id")
@@ -188,6 +231,7 @@ def validate_instance_labels(raw, instances, labels):
         (F.col(io.CORRUPT).isNotNull(), "unparseable"),
         (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
         (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+        (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
     ])
     tagged = _flag_unknown(tagged, instances, io.INSTANCE_ID, "unknown_instance")
     tagged = _flag_unknown(tagged, labels, io.LABEL_ID, "unknown_label")
@@ -210,6 +254,7 @@ def validate_events(raw, instances):
         (_blank(F.col(io.BASKET_ID)), "missing_basket"),
         (_blank(F.col(io.ITEM_ID)), "missing_item"),
         (_has_fffd(io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME), "invalid_utf8"),
+        (_bad_id(io.BASKET_ID, io.ITEM_ID), "invalid_id"),
         (bad_weight, "invalid_weight"),
     ])
     tagged = _flag_unknown(tagged, instances.select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID)),
@@ -232,6 +277,7 @@ def validate_filter_pairs(raw):
         (F.col(io.CORRUPT).isNotNull(), "unparseable"),
         (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
         (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+        (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
     ])
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
 
@@ -313,9 +359,9 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
             continue
         uri = getattr(inp, name)
         if name == "instances":
-            tagged = validate_instances(raw[name])
+            tagged = validate_instances(raw[name], cfg.quality.max_text_chars)
         elif name == "labels":
-            tagged = validate_labels(raw[name])
+            tagged = validate_labels(raw[name], cfg.quality.max_text_chars)
         elif name == "instance_labels":
             if "labels" not in tables:
                 raise io.InputError("input.instance_labels given without input.labels")
@@ -335,6 +381,59 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     if stats is not None:
         stats.update(counts)
     return tables, quarantine
+
+
+#: advice added to a gate error per reason
+_ADVICE = {
+    "unknown_item": "events.item_id must be an instance_id of input.instances, formatted "
+                    "alike (zero padding, case, prefixes)",
+    "unknown_instance": "instance_labels.instance_id must be an instance_id of input.instances",
+    "unknown_label": "instance_labels.label_id must be a label_id of input.labels",
+    "unparseable": "check the file's format, delimiter and quoting",
+}
+
+
+def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -> None:
+    """Data-quality gates over the counts of :func:`validate_inputs`.
+
+    Raises
+    ------
+    pina_spark.io.InputError
+        A table's quarantined fraction is above ``quality.max_quarantined_fraction``, or one
+        reason's fraction above its ``quality.max_reason_fraction`` limit; the message cites
+        every offending rate, the key to change and, per reason, what to check.
+
+    Examples
+    --------
+    >>> from pina_spark.config import QualityConfig
+    >>> check_quality({"events": {"rows_in": 4, "rows_quarantined": 4,
+    ...                           "reasons": {"unknown_item": 4}}}, QualityConfig())
+    Traceback (most recent call last):
+    ...
+    pina_spark.io.InputError: data-quality gate: events: 4 of 4 rows quarantined (100.0% > 50.0%, quality.max_quarantined_fraction): unknown_item 100.0%. unknown_item: events.item_id must be an instance_id of input.instances, formatted alike (zero padding, case, prefixes)
+    """
+    problems, reasons_seen = [], []
+    for table, c in counts.items():
+        n = max(1, int(c["rows_in"]))
+        rates = ", ".join(f"{r} {k / n:.1%}" for r, k in sorted(c["reasons"].items(),
+                                                                 key=lambda x: -x[1]))
+        q = int(c["rows_quarantined"])
+        if q / n > quality.max_quarantined_fraction:
+            problems.append(f"{table}: {q} of {n} rows quarantined ({q / n:.1%} > "
+                            f"{quality.max_quarantined_fraction:.1%}, "
+                            f"quality.max_quarantined_fraction): {rates}")
+            reasons_seen += list(c["reasons"])
+        for r, k in c["reasons"].items():
+            lim = quality.limit(table, r)
+            if lim is not None and k / n > lim:
+                problems.append(f"{table}.{r}: {k} of {n} rows ({k / n:.1%} > {lim:.1%}, "
+                                f"quality.max_reason_fraction)")
+                reasons_seen.append(r)
+    if problems:
+        advice = [f"{r}: {_ADVICE[r]}" for r in dict.fromkeys(reasons_seen) if r in _ADVICE]
+        raise io.InputError("data-quality gate: " + "; ".join(problems) + ". "
+                            + " ".join(advice) + (f" (quarantined rows: {where})" if where
+                                                  else ""))
 
 
 def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:

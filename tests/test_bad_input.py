@@ -365,3 +365,72 @@ def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
                task={"labels": "graph"}, graph={"min_count": 100})
     msg = _assert_failed(spark, cfg, (io.InputError, ValueError), "label")
     assert "min_count" in msg or "empty" in msg.lower() or "no edge" in msg.lower()
+
+
+# --------------------------------------------------------------------------- quality gates
+def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark, tmp_path):
+    """The most common real failure: event item ids zero-padded differently from the instance
+    ids (``i1`` vs ``i01``). Every event is ``unknown_item``; instead of publishing an empty
+    graph as valid, the graph stage stops with an error citing the rate (and what to check)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    ev = _csv(d / "padded_events.csv", "basket_id,item_id",
+              [f"{b},i{int(i[1:])}" for b, i, _, _ in GOOD_EVENTS])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=ev))
+    msg = _assert_failed(spark, cfg, io.InputError, "unknown_item 100.0%",
+                         "quality.max_quarantined_fraction", "zero padding")
+    assert "events:" in msg
+    q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/events")
+    assert q.count() == len(GOOD_EVENTS)        # the quarantine that explains it is published
+    # a per-reason limit tighter than the table-wide one
+    few = _csv(d / "few.csv", "basket_id,item_id",
+               [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS] + ["b9,ghost"])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=few),
+               quality={"max_reason_fraction": {"events.unknown_item": 0.01}})
+    _assert_failed(spark, cfg, io.InputError, "events.unknown_item: 1 of 13 rows")
+
+
+def _jsonl(path, rows):
+    import json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_ids_with_control_characters_or_unicode_spaces_are_quarantined(spark, tmp_path):
+    """``\\r``, ``\\n``, a tab, a non-breaking space or a zero-width space inside an id make it
+    ``invalid_id`` (one-id-per-line exports would break, and the id never matches its plain
+    twin); ids made only of such characters are ``missing_id`` (F.trim strips ASCII spaces
+    only). Texts longer than quality.max_text_chars are ``text_too_long``."""
+    d = tmp_path / "in"
+    d.mkdir()
+    bad_ids = {"i20\r": "invalid_id", "i21\n": "invalid_id", "i\t22": "invalid_id",
+               "i23\u00a0": "invalid_id", "i\u200b24": "invalid_id",
+               "\u00a0": "missing_id", "\t \u3000": "missing_id"}
+    rows = [{"instance_id": f"i{n:02d}", "text": f"good product {n}", "split": "train"}
+            for n in range(1, 13)]
+    rows += [{"instance_id": i, "text": "some text", "split": "train"} for i in bad_ids]
+    rows += [{"instance_id": "i30", "text": "x" * 101, "split": "train"}]
+    inst = _jsonl(d / "instances.jsonl", rows)
+    labels = _jsonl(d / "labels.jsonl", [{"label_id": f"L{n}", "text": f"label {n}"}
+                                         for n in range(1, 5)]
+                    + [{"label_id": "L\u00a05", "text": "nbsp label"}])
+    ev = _jsonl(d / "events.jsonl", [{"basket_id": b, "item_id": i}
+                                     for b, i, _, _ in GOOD_EVENTS]
+                + [{"basket_id": "b9", "item_id": "i01\r"}])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst, labels=labels,
+                                       events=ev), quality={"max_text_chars": 100})
+    assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
+    paths = io.RunPaths(cfg.output)
+    got = {r[io.INSTANCE_ID]: r[io.REASON] for r in
+           io.read_table(spark, paths, f"{io.QUARANTINE}/instances").collect()}
+    assert got == {**bad_ids, "i30": "text_too_long"}
+    labels_q = {r[io.LABEL_ID]: r[io.REASON] for r in
+                io.read_table(spark, paths, f"{io.QUARANTINE}/labels").collect()}
+    assert labels_q == {"L\u00a05": "invalid_id"}
+    ev_q = [(r[io.ITEM_ID], r[io.REASON]) for r in
+            io.read_table(spark, paths, f"{io.QUARANTINE}/events").collect()]
+    assert ev_q == [("i01\r", "invalid_id")]
+    stats = _graph_entry(cfg)["stats"]["inputs"]["instances"]
+    assert stats["reasons"] == {"invalid_id": 5, "missing_id": 2, "text_too_long": 1}
+    node_ids = {r[io.NODE_ID] for r in io.read_table(spark, paths, io.NODES).collect()}
+    assert not any(c in i for i in node_ids for c in "\r\n\t\u00a0\u200b")

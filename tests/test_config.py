@@ -140,6 +140,17 @@ def test_run_date(tmp_path):
     msg = err(p, ["run.run_date=2026-13-01"])
     assert "run.run_date" in msg and "YYYY-MM-DD" in msg
     assert "run.run_date" in err(p, ["run.run_date=yesterday"])
+    # fromisoformat accepts these on Python >= 3.11; a run-date folder must be one spelling
+    for odd in ("2026-W47-6", "2026-11-21T00:00", "2026-325", "2026-1-5"):
+        assert "YYYY-MM-DD" in err(p, [f"run.run_date={odd}"]), odd
+
+
+def test_output_equal_to_or_inside_an_input_is_refused(tmp_path):
+    for out in ("/data/events", "/data/events/", "/data/events/run"):
+        with pytest.raises(ConfigError, match="input.events"):
+            config_from_dict({"output": out, "input": {"instances": "/data/i.csv",
+                                                       "events": "/data/events"}})
+    config_from_dict({"output": "/data/events-out", "input": {"events": "/data/events"}})
 
 
 def test_skeleton_round_trip(tmp_path):

@@ -471,3 +471,30 @@ def test_read_input_jsonl_keys_missing_on_first_lines_are_not_lost(spark, tmp_pa
                                           '{"instance_id":"i2","text":"t"}\n')
     rows = sorted(io.read_input(spark, uri2, "instances").collect(), key=lambda r: r.instance_id)
     assert [(r.instance_id, r.text) for r in rows] == [("i1", None), ("i2", "t")]
+
+
+def test_read_input_quoted_csv_newline_is_one_row(spark, tmp_path):
+    """A quoted field holding a newline (or CRLF) is one record, not two halves."""
+    p = tmp_path / "inst.csv"
+    p.write_bytes(b'instance_id,text,split\n'
+                  b'i1,"first line\nsecond line",train\n'
+                  b'i2,"a\r\nb",test\n'
+                  b'i3,plain,train\n')
+    rows = {r["instance_id"]: r for r in io.read_input(spark, str(p), "instances").collect()}
+    assert sorted(rows) == ["i1", "i2", "i3"]
+    assert rows["i1"]["text"] == "first line\nsecond line"
+    assert rows["i2"]["split"] == "test"
+    assert all(r[io.CORRUPT] is None for r in rows.values())
+
+
+def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "events.parquet"
+    d.mkdir()
+    pq.write_table(pa.table({"basket_id": ["b1"], "item_id": ["i1"]}), str(d / "part-0.parquet"))
+    pq.write_table(pa.table({"basket_id": ["b2"], "item_id": pa.array([7], pa.int64())}),
+                   str(d / "part-1.parquet"))
+    with pytest.raises(io.InputError, match=r"disagree on the type of column 'item_id': "
+                                            r"bigint .*part-1.parquet.*string"):
+        io.read_input(spark, str(d), "events")
