@@ -530,9 +530,10 @@ def run_stage(ctx) -> Dict[str, Any]:
     os.makedirs(tmp)
     card: Dict[str, Any] = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "variants": {}, "versions": _versions(),
-                            "config": redact.redact_config({"pretrain": pcfg.to_dict(), "neighbors": {
-                                k: v for k, v in ncfg.to_dict().items()
-                                if k in ncfg.G_TRAINING}}),
+                            "config": redact.redact_config({
+                                "pretrain": pcfg.to_dict(),
+                                "neighbors": {k: v for k, v in ncfg.to_dict().items()
+                                              if k in ncfg.G_TRAINING}}),
                             "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
                                  "kind; pretrain.encoder only changes Phi_dnn",
                             "leave_self_out_rule": (
