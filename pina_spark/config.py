@@ -271,6 +271,10 @@ class AggregateConfig(_Params):
             page-cache backed copy per machine instead of one per Python worker).
         v1_weight: the weight ``a`` of V1 against V0 before the final normalisation.
         output_partitions: partitions of the features table (0 = from row count).
+        writer: how ``features`` is written: ``arrow`` (the executors write the Parquet files
+            with pyarrow into the staging folder: the vectors never cross into the JVM),
+            ``spark`` (the JVM Parquet writer) or ``auto`` (``arrow`` where pyarrow can write
+            the staging folder -- local paths, ``s3://`` -- else ``spark``).
     """
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
     broadcast_via: Literal["auto", "files", "spark"] = "auto"
@@ -278,6 +282,7 @@ class AggregateConfig(_Params):
     mmap_max_mb: int = 8192
     v1_weight: float = 1.0
     output_partitions: int = 0
+    writer: Literal["auto", "arrow", "spark"] = "auto"
 
 
 @dc.dataclass(frozen=True)
@@ -318,7 +323,9 @@ class SparkConfig(_Params):
     """Attributes:
         master: Spark master; ``None`` leaves it to spark-submit.
         app_name: application name.
-        conf: extra Spark conf passed to the session builder.
+        conf: extra Spark conf for the session; it only fills keys that spark-submit
+            ``--conf``, the platform's spark-defaults or a running session left unset
+            (:mod:`pina_spark.session`).
     """
     master: Optional[str] = "local[2]"
     app_name: str = "pina-spark"
@@ -334,11 +341,14 @@ class RunConfig(_Params):
         models: an earlier run's root whose ``models/`` are reused (no retraining).
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
+        progress_s: seconds between progress lines of a running stage (its Spark stages'
+            tasks done/total, from Spark's status tracker); 0 turns them off.
     """
     run_date: Optional[str] = None
     models: Optional[str] = None
     incremental: bool = False
     force: bool = False
+    progress_s: float = 30.0
 
     def __post_init__(self):
         if self.run_date is not None:
@@ -347,6 +357,7 @@ class RunConfig(_Params):
                 datetime.date.fromisoformat(self.run_date)
             except ValueError:
                 raise ConfigError(f"run.run_date: expected YYYY-MM-DD, got {self.run_date!r}")
+        _check_range("run.progress_s", self.progress_s, 0.0, None)
 
 
 @dc.dataclass(frozen=True)

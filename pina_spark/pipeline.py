@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import io
 from .config import STAGE_NAMES, PinaConfig
 from .manifest import Manifest
+from .progress import StageProgress
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
                             "space may not match the models of %s", mroot)
             else:
                 result[NODES_STEP] = _run_step(
-                    ctx, NODES_STEP, _hash(base + "nodes"), (io.NODES,), force,
+                    ctx, NODES_STEP, _hash(base + "nodes"), (io.NODES,), force, run_id,
                     lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths))
         for spec in plan(cfg, stages):
             fp = _hash(base + cfg.fingerprint(*spec.sections) + _upstream_token(ctx, spec.name))
@@ -198,7 +199,7 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
                 fn = _incremental_runner(spec)
             else:
                 fn = spec.load()
-            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn)
+            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, run_id, fn)
     except BaseException as e:
         ctx.manifest.finish_run(run_id, result, status="failed",
                                 error=f"{type(e).__name__}: {e}")
@@ -208,7 +209,7 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
 
 
 def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], force: bool,
-              fn: Callable[[StageContext], Dict[str, Any]]) -> str:
+              run_id: str, fn: Callable[[StageContext], Dict[str, Any]]) -> str:
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     outputs_ok = all(io.is_complete(spark, ctx.paths.table(o)) for o in outputs)
@@ -219,7 +220,8 @@ def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], for
     ctx.manifest.mark_started(name, fp)
     t0 = time.time()
     try:
-        stats = fn(ctx) or {}
+        with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
+            stats = fn(ctx) or {}
     except Exception as e:
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
