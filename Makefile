@@ -1,8 +1,11 @@
-# pina-spark: two commands do all set-up on a fresh machine (Python 3.9+, Java 17):
+# pina-spark: two commands do all set-up on a fresh machine (Python 3.10+, Java 17):
 #   make demo   creates .venv, installs everything, runs the whole pipeline on the demo data
 #   make test   creates/refreshes .venv, runs the test suite
-# Also: make dist (wheel + wheelhouse for EMR, see docs/emr.md), make test-spark35 (the demo on
-# pyspark 3.5 in .venv35, as EMR 7 runs it); .ci/run runs make test then make test-spark35.
+# Also: make dist (wheel + venv-pack'd environment archive for EMR, see docs/emr.md), make docs
+# (docs/config.md), make test-spark35 (the demo on pyspark 3.5 in .venv35, as EMR 7 runs it),
+# make check-install35 (the wheel installed over a platform's pyspark 3.5), make test-airflow
+# (the DAGs in their own venv); .ci/run runs make test, test-spark35, check-install35 and
+# test-airflow.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -62,7 +65,7 @@ EMR_PYTHON_PREFIX ?= /usr
 TORCH_CPU_PIP ?=
 TORCH_GPU_PIP ?= --index-url https://download.pytorch.org/whl/cu126 --extra-index-url https://pypi.org/simple
 
-.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35
+.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow
 
 wheel: $(STAMP)
 	rm -rf build dist/pina_spark-*.whl
@@ -70,6 +73,7 @@ wheel: $(STAMP)
 	test -f $(WHEEL)
 
 dist: wheel
+	cp conf/emr/bootstrap-node.sh dist/
 	$(MAKE) --no-print-directory _env FLAVOR=cpu ARCHIVE=dist/pina-env-$(VERSION).tar.gz \
 		TORCH_PIP="$(TORCH_CPU_PIP)"
 
@@ -114,7 +118,7 @@ dist-wheelhouse: wheel
 	$(PY) -m pip download -q -d dist/wheelhouse $(EMR_PIP_TARGET) \
 		-r dist/wheelhouse/requirements-emr.txt
 	cp $(WHEEL) dist/wheelhouse/
-	cp conf/emr/bootstrap.sh dist/
+	cp conf/emr/bootstrap.sh conf/emr/bootstrap-node.sh dist/
 	@echo "wheelhouse ready: $$(ls dist/wheelhouse | wc -l) files, $$(du -sh dist/wheelhouse | cut -f1)"
 
 # The wheel on a platform that already has Spark 3.5 (EMR 7, a notebook): a fresh venv gets
@@ -134,6 +138,24 @@ check-install35: wheel
 		print('pyspark', pyspark.__version__, 'kept; pina_spark', pina_spark.__version__, 'installed')"
 	test -x $(INSTALL35_VENV)/bin/pina-spark
 	$(INSTALL35_VENV)/bin/pina-spark --version
+
+# ---------------------------------------------------------------- Airflow DAGs (separate venv)
+# conf/airflow/*.py loaded with DagBag in a venv of their own (Airflow's dependency set must not
+# meet the pinned stack); tests/test_airflow_dags.py. ~2 min to install on this machine.
+VENV_AIRFLOW ?= .venv-airflow
+AIRFLOW_VERSION ?= 3.3.2
+AIRFLOW_AMAZON_VERSION ?= 9.39.0
+STAMP_AIRFLOW := $(VENV_AIRFLOW)/.installed-$(AIRFLOW_VERSION)-$(AIRFLOW_AMAZON_VERSION)
+
+$(STAMP_AIRFLOW):
+	test -x $(VENV_AIRFLOW)/bin/python || $(PYTHON) -m venv $(VENV_AIRFLOW)
+	$(VENV_AIRFLOW)/bin/python -m pip install -q "apache-airflow==$(AIRFLOW_VERSION)" \
+		"apache-airflow-providers-amazon==$(AIRFLOW_AMAZON_VERSION)" "pytest>=7.4"
+	touch $(STAMP_AIRFLOW)
+
+test-airflow: $(STAMP_AIRFLOW)
+	AIRFLOW_HOME=$(abspath $(VENV_AIRFLOW))/home AIRFLOW__CORE__LOAD_EXAMPLES=False \
+		$(VENV_AIRFLOW)/bin/python -m pytest -q -ra tests/test_airflow_dags.py
 
 # ---------------------------------------------------------------- Spark 3.5 (EMR 7) check
 VENV35 ?= .venv35
@@ -160,4 +182,4 @@ test-spark35: $(STAMP35)
 	test -f $(DEMO35_OUT)/run/eval/_SUCCESS
 
 clean:
-	rm -rf $(VENV) $(VENV35) runs dist build *.egg-info
+	rm -rf $(VENV) $(VENV35) $(VENV_AIRFLOW) runs dist build *.egg-info

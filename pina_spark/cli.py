@@ -44,7 +44,8 @@ def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) ->
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set neighbors.k=10 (repeatable)")
     p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
-    p.add_argument("--models", help="reuse the models of an earlier run (its output root)")
+    p.add_argument("--models", help="reuse the models of an earlier run (its run root), or "
+                                    "'latest': the run promoted under the config's output")
     p.add_argument("--incremental", action="store_true",
                    help="recompute only new or changed instances (needs --models)")
     p.add_argument("--force", action="store_true", help="redo stages even if complete")

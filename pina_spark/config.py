@@ -310,12 +310,27 @@ class TrainConfig(_Params):
 
 @dc.dataclass(frozen=True)
 class EvaluateConfig(_Params):
-    """Attributes:
+    """Evaluation of the downstream predictions, and the promotion gate.
+
+    Attributes:
         ks: cut-offs for P@k and R@k.
         report_examples: test instances shown in the qualitative table of report.md.
+        promote: after evaluating, promote this run (write ``<output>/_PROMOTED``, which
+            ``--models latest`` follows) when it passes the gate below.
+        gate_variant: the variant whose metric the gate compares.
+        gate_metric: the metric the gate compares (a key of ``metrics.json``, e.g. ``P@1``).
+        gate_tolerance: the run passes when its metric is not below the promoted run's by more
+            than this (absolute); the first run of an output always passes.
     """
     ks: List[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
     report_examples: int = 5
+    promote: bool = False
+    gate_variant: Literal["baseline", "vectorizer_only", "pina_naive", "pina"] = "pina"
+    gate_metric: str = "P@1"
+    gate_tolerance: float = 0.0
+
+    def __post_init__(self):
+        _check_range("evaluate.gate_tolerance", self.gate_tolerance, 0.0, None)
 
 
 @dc.dataclass(frozen=True)
@@ -338,7 +353,9 @@ class RunConfig(_Params):
 
     Attributes:
         run_date: ``YYYY-MM-DD``: outputs go under ``<output>/run_date=<date>/``.
-        models: an earlier run's root whose ``models/`` are reused (no retraining).
+        models: an earlier run's root whose ``models/`` are reused (no retraining), or
+            ``latest``: the run promoted under ``output`` (``_PROMOTED``, see
+            ``evaluate.promote``).
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
         progress_s: seconds between progress lines of a running stage (its Spark stages'

@@ -423,6 +423,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
     stats: Dict[str, Any] = {"variants": variants, "n_test": len(test_ids),
                              "n_test_scored": n_scored}
+    if cfg.evaluate.promote:
+        from . import promotion
+        stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
     for v, m in out_variants.items():
         stats[f"{v}_P@1"] = round(m["P@1"], 6)
     return stats

@@ -53,6 +53,7 @@ from . import io
 from .config import STAGE_NAMES, PinaConfig
 from .manifest import Manifest
 from .progress import StageProgress
+from .promotion import resolve_models
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     """
     force = cfg.run.force if force is None else force
     stages = tuple(stages or STAGE_NAMES)
+    cfg = resolve_models(cfg)  # run.models: latest -> the promoted run, decided once
     ctx = make_context(spark, cfg)
     io.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
     run_id = uuid.uuid4().hex[:12]

@@ -86,9 +86,10 @@ def status_text(root: str) -> str:
         p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics.get("variants", {}).items()]
         out += ["", f"P@1 on {metrics.get('n_test_scored')} scored test instances:",
                 _table(p, ["variant", "P@1"])]
-    promoted = m.get("promoted")
-    if promoted:
-        out.append(f"\npromoted: {json.dumps(promoted, sort_keys=True)}")
+    promotion = ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion")
+    if promotion:
+        out.append(f"\npromotion gate: {'promoted' if promotion.get('promoted') else 'NOT promoted'}"
+                   f" ({promotion.get('reason')})")
     return "\n".join(out)
 
 
