@@ -58,17 +58,18 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' pina_spark/__init__.p
 WHEEL := dist/pina_spark-$(VERSION)-py3-none-any.whl
 # the interpreter the archive is built with (must be 3.11, like the cluster's python3.11) and
 # where that interpreter lives on the nodes: the archive's bin/python links to
-# $(EMR_PYTHON_PREFIX)/bin/python3.11 (AL2023's python3.11 package installs /usr/bin/python3.11)
+# $(EMR_PYTHON_PREFIX)/bin/$(EMR_PYTHON) (AL2023's python3.11 package installs /usr/bin/python3.11)
 ENV_PYTHON ?= $(PYTHON)
+EMR_PYTHON ?= python3.11
 EMR_PYTHON_PREFIX ?= /usr
 # where pip finds each torch build (empty: pip's own configuration)
 TORCH_CPU_PIP ?=
 TORCH_GPU_PIP ?= --index-url https://download.pytorch.org/whl/cu126 --extra-index-url https://pypi.org/simple
 
-.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow
+.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full
 
 wheel: $(STAMP)
-	rm -rf build dist/pina_spark-*.whl
+	rm -rf build/lib build/bdist.* dist/pina_spark-*.whl
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
 	test -f $(WHEEL)
 
@@ -99,7 +100,16 @@ _env:
 	cd build && env-$(FLAVOR)/bin/python -c "import pina_spark, os; \
 		assert os.path.realpath(pina_spark.__file__).startswith(os.path.realpath('env-$(FLAVOR)')), pina_spark.__file__"
 	test -x build/env-$(FLAVOR)/bin/pina-spark
-	$(PY) -m venv_pack -p build/env-$(FLAVOR) -o $(ARCHIVE) --python-prefix $(EMR_PYTHON_PREFIX) -q
+	# point the venv at the nodes' interpreter, then pack (venv-pack 0.2's --python-prefix
+	# mangles a python3 -> .../bin/python3 link into .../bin/python3.113)
+	ln -sfn $(EMR_PYTHON_PREFIX)/bin/$(EMR_PYTHON) build/env-$(FLAVOR)/bin/python3
+	sed -i -e 's#^home = .*#home = $(EMR_PYTHON_PREFIX)/bin#' \
+		-e 's#^executable = .*#executable = $(EMR_PYTHON_PREFIX)/bin/$(EMR_PYTHON)#' \
+		-e '/^command = /d' build/env-$(FLAVOR)/pyvenv.cfg
+	$(PY) -m venv_pack -p build/env-$(FLAVOR) -o $(ARCHIVE) -q
+	tar -tvzf $(ARCHIVE) bin/python3 | grep -q -- "-> $(EMR_PYTHON_PREFIX)/bin/$(EMR_PYTHON)$$"
+	tar -tzf $(ARCHIVE) | grep -q -x bin/pina-spark
+	tar -tzf $(ARCHIVE) | grep -q -x lib/$(EMR_PYTHON)/site-packages/pina_spark/cli.py
 	@echo "$(ARCHIVE): $$(du -h $(ARCHIVE) | cut -f1) packed, $$(du -sh build/env-$(FLAVOR) | cut -f1) unpacked" \
 		"(torch $$(build/env-$(FLAVOR)/bin/python -c 'import torch; print(torch.__version__)'))"
 
@@ -155,6 +165,7 @@ $(STAMP_AIRFLOW):
 
 test-airflow: $(STAMP_AIRFLOW)
 	AIRFLOW_HOME=$(abspath $(VENV_AIRFLOW))/home AIRFLOW__CORE__LOAD_EXAMPLES=False \
+		AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT=600 \
 		$(VENV_AIRFLOW)/bin/python -m pytest -q -ra tests/test_airflow_dags.py
 
 # ---------------------------------------------------------------- Spark 3.5 (EMR 7) check
@@ -164,13 +175,13 @@ PYSPARK35 ?= 3.5.8
 STAMP35 := $(VENV35)/.installed-$(PYSPARK35)
 DEMO35_OUT ?= runs/demo35
 
-$(STAMP35): setup.py requirements.txt
+$(STAMP35): setup.py requirements.txt requirements-dev.txt
 	test -x $(PY35) || $(PYTHON) -m venv $(VENV35)
 	$(PY35) -m pip install -q --upgrade pip
 	$(PY35) -m pip install -q torch==2.13.0
 	grep -v -E '^(pyspark)([=<> ]|$$)' requirements.txt > $(VENV35)/requirements35.txt
 	echo "pyspark==$(PYSPARK35)" >> $(VENV35)/requirements35.txt
-	$(PY35) -m pip install -q -r $(VENV35)/requirements35.txt
+	$(PY35) -m pip install -q -r $(VENV35)/requirements35.txt -r requirements-dev.txt
 	$(PY35) -m pip install -q --no-deps -e .
 	$(PY35) -m pina_spark.smoke
 	touch $(STAMP35)
@@ -180,6 +191,11 @@ test-spark35: $(STAMP35)
 		$(VENV35)/bin/pina-spark demo --output $(DEMO35_OUT) --force
 	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 	test -f $(DEMO35_OUT)/run/eval/_SUCCESS
+
+# the whole test suite on pyspark 3.5 (not in .ci/run yet: see the CI budget note in .ci/run)
+test-spark35-full: $(STAMP35)
+	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \
+		$(PY35) -m pytest -q -ra $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_AIRFLOW) runs dist build *.egg-info

@@ -34,6 +34,9 @@ def test_dagbag_loads_both_dags(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", DAGS)
+    # a loaded 2-core machine needs more than the default 30 s to import boto3 + the provider
+    monkeypatch.setenv("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "600")
+    import airflow.providers.amazon.aws.operators.emr  # noqa: F401  (warm the import)
     monkeypatch.syspath_prepend(DAGS)
     from airflow.models import DagBag
     bag = DagBag(dag_folder=DAGS)          # examples off: AIRFLOW__CORE__LOAD_EXAMPLES
