@@ -82,9 +82,10 @@ def status_text(root: str) -> str:
                                                   "stages"])]
     metrics = _metrics(root) if (stages.get("evaluate") or {}).get("status") == "complete" \
         else None
-    if metrics:
-        p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics.get("variants", {}).items()]
-        out += ["", f"P@1 on {metrics.get('n_test_scored')} scored test instances:",
+    if metrics and metrics.get("variants"):
+        p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics["variants"].items()]
+        n = metrics.get("n_test_scored")
+        out += ["", f"P@1 on {n if n is not None else 'the'} scored test instances:",
                 _table(p, ["variant", "P@1"])]
     promotion = ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion")
     if promotion:
