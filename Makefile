@@ -4,7 +4,8 @@
 # Also: make dist (wheel + venv-pack'd environment archive for EMR, see docs/emr.md), make docs
 # (docs/config.md), make test-spark35 (the demo on pyspark 3.5 in .venv35, as EMR 7 runs it),
 # make check-install35 (the wheel installed over a platform's pyspark 3.5), make test-airflow
-# (the DAGs in their own venv); .ci/run runs make test, test-spark35 and test-airflow.
+# (the DAGs in their own venv); .ci/run runs make test, test-spark35, check-install35 and
+# test-airflow.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
