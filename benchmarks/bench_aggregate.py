@@ -251,12 +251,13 @@ def spark_session(driver_memory):
     return spark
 
 
-def run_spark(spark, root, strategy, broadcast_via="auto"):
+def run_spark(spark, root, strategy, broadcast_via="auto", writer="auto"):
     from pina_spark import aggregate
     from pina_spark.config import config_from_dict
     from pina_spark.pipeline import make_context
     cfg = config_from_dict({"output": root, "aggregate": {"strategy": strategy,
-                                                          "broadcast_via": broadcast_via}})
+                                                          "broadcast_via": broadcast_via,
+                                                          "writer": writer}})
     return aggregate.run_stage(make_context(spark, cfg))
 
 
@@ -268,7 +269,7 @@ def main(argv=None):
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--writer", default="auto", choices=["auto", "spark", "arrow"],
-                    help="how features are written (spark.pina.aggregate.writer; auto = arrow "
+                    help="how features are written (aggregate.writer; auto = arrow "
                          "on local paths)")
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     ap.add_argument("--broadcast-via", default="auto", choices=["auto", "files", "spark"],
@@ -280,12 +281,10 @@ def main(argv=None):
     sizes = [int(x) for x in args.sizes.split(",") if x]
     work = args.workdir or tempfile.mkdtemp(prefix="bench-aggregate-")
     spark = spark_session(args.driver_memory)
-    from pina_spark.aggregate import WRITER_CONF
-    spark.conf.set(WRITER_CONF, args.writer)
     # warm up: JVM, Python workers, imports (not timed)
     warm = os.path.join(work, "warmup")
     generate(warm, 2000, seed=99)
-    run_spark(spark, warm, args.strategy, args.broadcast_via)
+    run_spark(spark, warm, args.strategy, args.broadcast_via, args.writer)
     shutil.rmtree(warm, ignore_errors=True)
     results = []
     for n in sizes:
@@ -294,7 +293,7 @@ def main(argv=None):
         generate(root, n)
         log.info("n=%d: inputs generated in %.1fs", n, time.time() - t)
         t = time.time()
-        stats = run_spark(spark, root, args.strategy, args.broadcast_via)
+        stats = run_spark(spark, root, args.strategy, args.broadcast_via, args.writer)
         spark_s = time.time() - t
         t = time.time()
         reference(root, os.path.join(root, "features_reference"))

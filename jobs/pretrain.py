@@ -1,6 +1,7 @@
 """pina-spark stage `pretrain` as a spark-submit entry point.
 
-    spark-submit --master yarn --py-files dist/pina_spark-0.1.0-py3-none-any.whl \
+    spark-submit --master yarn --deploy-mode cluster --archives dist/pina-env-0.1.0.tar.gz#env \
+        --conf spark.pyspark.python=./env/bin/python \
         jobs/pretrain.py --config conf/emr.yaml [--set key=value] [--run-date YYYY-MM-DD]
 
 Locally: ``spark-submit --master local[2] jobs/pretrain.py --config conf/local.yaml``.

@@ -64,7 +64,7 @@ Strategies (``aggregate.strategy``)
 
 Writing
 -------
-``spark.pina.aggregate.writer`` (Spark conf) = ``auto`` (default) | ``arrow`` | ``spark``; ``auto``
+``aggregate.writer`` (config key) = ``auto`` (default) | ``arrow`` | ``spark``; ``auto``
 is ``arrow`` where pyarrow can write the staging folder (local paths, ``s3://``) and ``spark``
 elsewhere (:func:`choose_writer`). ``spark``: :func:`pina_spark.io.write_table` (JVM Parquet
 writer; dictionary encoding off for this write). ``arrow``: the reduction tasks write their
@@ -104,11 +104,11 @@ __all__ = ["run_stage", "build_features", "choose_strategy", "choose_broadcast_v
            "resolve_sparse_dim", "export_csr", "VARIANT_VECTORIZER_ONLY", "FEATURES_META"]
 
 VARIANT_VECTORIZER_ONLY = "vectorizer_only"
-#: Spark conf choosing how ``features`` is written: ``auto`` (default, see
+#: the config key choosing how ``features`` is written: ``auto`` (default, see
 #: :func:`choose_writer`), ``arrow`` (the executors write the Parquet files with pyarrow into
 #: the staging folder, then the same _SUCCESS + atomic publish) or ``spark`` (io.write_table,
-#: the JVM Parquet writer). Set it with ``--set spark.conf.spark.pina.aggregate.writer=spark``.
-WRITER_CONF = "spark.pina.aggregate.writer"
+#: the JVM Parquet writer). Set it with ``--set aggregate.writer=spark``.
+WRITER_KEY = "aggregate.writer"
 #: small JSON written into the published features folder: dense/sparse widths per variant
 FEATURES_META = "_pina_features.json"
 #: instance rows per numpy chunk in the executor reduction (bounds the gathered neighbour rows)
@@ -503,7 +503,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models)
     plan = faults.fault_plan(cfg, "aggregate")
     staging = paths.staging(io.FEATURES)
-    writer, writer_reason = choose_writer(spark.conf.get(WRITER_CONF, None), staging)
+    writer, writer_reason = choose_writer(cfg.aggregate.writer, staging)
     sink = None
     if writer == "arrow":
         sink = {"uri": staging, "compression": spark.conf.get(
@@ -536,7 +536,7 @@ def run_stage(ctx) -> Dict[str, Any]:
 
 
 def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str]:
-    """``(writer, reason)`` for ``spark.pina.aggregate.writer`` = ``auto`` (default) | ``arrow`` |
+    """``(writer, reason)`` for ``aggregate.writer`` = ``auto`` (default) | ``arrow`` |
     ``spark``. ``auto`` takes the executor-side pyarrow writer where pyarrow can write the
     staging folder (a local/``file://`` path or ``s3://``) and the JVM writer elsewhere
     (``hdfs://``, ``s3a://``, ``gs://``, ...).
@@ -548,13 +548,13 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
     >>> choose_writer("auto", "hdfs:///runs/x/_staging/features")[0]
     'spark'
     >>> choose_writer("spark", "s3://bucket/run/_staging/features")
-    ('spark', 'spark.pina.aggregate.writer=spark')
+    ('spark', 'aggregate.writer=spark')
     """
     value = (conf_value or "auto").strip().lower()
     if value not in ("auto", "spark", "arrow"):
-        raise ValueError(f"{WRITER_CONF}: {value!r} is not one of auto, spark, arrow")
+        raise ValueError(f"{WRITER_KEY}: {value!r} is not one of auto, spark, arrow")
     if value != "auto":
-        return value, f"{WRITER_CONF}={value}"
+        return value, f"{WRITER_KEY}={value}"
     if io.pyarrow_reaches(staging_uri):
         return "arrow", "auto: pyarrow can write the staging folder"
     return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "

@@ -1,4 +1,8 @@
-"""Command line: ``pina-spark run | demo | prepare-data | tune | skeleton``.
+"""Command line: ``pina-spark run | demo | prepare-data | tune | skeleton | status | compare``.
+
+Exit codes: 0 success; 1 an unexpected failure (a stage raised: Python traceback on stderr, the
+stage marked ``failed`` in ``_manifest.json``); 2 a usage, configuration or input error (message
+``pina-spark: error: ...`` naming the key and the file; nothing ran).
 
 Examples
 --------
@@ -15,9 +19,20 @@ from typing import List, Optional
 log = logging.getLogger("pina_spark")
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(value: str) -> str:
+    """argparse type of ``--log-level``: a level name in any case, else a usage error (exit 2)."""
+    v = value.strip().upper()
+    if v not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return v
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Configure handlers once, in the entry point (library modules only get loggers)."""
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+    logging.basicConfig(level=getattr(logging, _log_level(level)),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     for noisy in ("py4j", "urllib3", "filelock"):
@@ -33,11 +48,17 @@ def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) ->
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set neighbors.k=10 (repeatable)")
     p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
-    p.add_argument("--models", help="reuse the models of an earlier run (its output root)")
+    p.add_argument("--models", help="reuse the models of an earlier run (its run root), or "
+                                    "'latest': the run promoted under the config's output")
     p.add_argument("--incremental", action="store_true",
                    help="recompute only new or changed instances (needs --models)")
     p.add_argument("--force", action="store_true", help="redo stages even if complete")
-    p.add_argument("--log-level", default="INFO")
+    add_log_level(p)
+
+
+def add_log_level(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
+                   help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
 
 
 def config_from_args(args, base=None):
@@ -138,8 +159,22 @@ def _cmd_skeleton(args) -> int:
     return 0
 
 
+def _cmd_status(args) -> int:
+    from .runinfo import status_text
+    print(status_text(args.run))
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from .runinfo import compare_text
+    print(compare_text(args.run_a, args.run_b))
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    from . import __version__
     parser = argparse.ArgumentParser(prog="pina-spark", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"pina-spark {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("run", help="run pipeline stages")
@@ -158,7 +193,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--source", required=True, choices=["instacart", "citeulike-t", "demo"])
     p.add_argument("--input", help="folder of the raw data set (not needed for demo)")
     p.add_argument("--output", required=True)
-    p.add_argument("--log-level", default="INFO")
+    add_log_level(p)
     p.set_defaults(fn=_cmd_prepare)
 
     p = sub.add_parser("tune", help="grid over cheap stages on a validation split of train")
@@ -169,6 +204,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     p = sub.add_parser("skeleton", help="print every config key with its default")
     p.set_defaults(fn=_cmd_skeleton, log_level="INFO")
+
+    p = sub.add_parser("status", help="stages, times, row counts and quarantine of a run "
+                                      "(from its _manifest.json)")
+    p.add_argument("run", help="run root: <output> or <output>/run_date=YYYY-MM-DD")
+    add_log_level(p)
+    p.set_defaults(fn=_cmd_status)
+
+    p = sub.add_parser("compare", help="metrics of two runs side by side, with a paired t-test "
+                                       "on the test instances both scored")
+    p.add_argument("run_a", help="run root A (the reference)")
+    p.add_argument("run_b", help="run root B")
+    add_log_level(p)
+    p.set_defaults(fn=_cmd_compare)
 
     args = parser.parse_args(argv)
     setup_logging(getattr(args, "log_level", "INFO"))

@@ -327,6 +327,10 @@ class AggregateConfig(_Params):
             page-cache backed copy per machine instead of one per Python worker).
         v1_weight: the weight ``a`` of V1 against V0 before the final normalisation.
         output_partitions: partitions of the features table (0 = from row count).
+        writer: how ``features`` is written: ``arrow`` (the executors write the Parquet files
+            with pyarrow into the staging folder: the vectors never cross into the JVM),
+            ``spark`` (the JVM Parquet writer) or ``auto`` (``arrow`` where pyarrow can write
+            the staging folder -- local paths, ``s3://`` -- else ``spark``).
     """
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
     broadcast_via: Literal["auto", "files", "spark"] = "auto"
@@ -334,6 +338,7 @@ class AggregateConfig(_Params):
     mmap_max_mb: int = 8192
     v1_weight: float = 1.0
     output_partitions: int = 0
+    writer: Literal["auto", "arrow", "spark"] = "auto"
 
 
 @dc.dataclass(frozen=True)
@@ -361,18 +366,31 @@ class TrainConfig(_Params):
 
 @dc.dataclass(frozen=True)
 class EvaluateConfig(_Params):
-    """Attributes:
+    """Evaluation of the downstream predictions, and the promotion gate.
+
+    Attributes:
         ks: cut-offs for P@k and R@k.
         report_examples: test instances shown in the qualitative table of report.md.
         parity_max_per_split: instances per split sampled for the vectorizer's train/test
             parity (``eval/encoder_parity.json``, :mod:`pina_spark.parity`); 0 turns it off.
+        promote: after evaluating, promote this run (write ``<output>/_PROMOTED``, which
+            ``--models latest`` follows) when it passes the gate below.
+        gate_variant: the variant whose metric the gate compares.
+        gate_metric: the metric the gate compares (a key of ``metrics.json``, e.g. ``P@1``).
+        gate_tolerance: the run passes when its metric is not below the promoted run's by more
+            than this (absolute); the first run of an output always passes.
     """
     ks: List[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
     report_examples: int = 5
     parity_max_per_split: int = 5000
+    promote: bool = False
+    gate_variant: Literal["baseline", "vectorizer_only", "pina_naive", "pina"] = "pina"
+    gate_metric: str = "P@1"
+    gate_tolerance: float = 0.0
 
     def __post_init__(self):
         _check_range("evaluate.parity_max_per_split", self.parity_max_per_split, 0, None)
+        _check_range("evaluate.gate_tolerance", self.gate_tolerance, 0.0, None)
 
 
 @dc.dataclass(frozen=True)
@@ -380,7 +398,9 @@ class SparkConfig(_Params):
     """Attributes:
         master: Spark master; ``None`` leaves it to spark-submit.
         app_name: application name.
-        conf: extra Spark conf passed to the session builder.
+        conf: extra Spark conf for the session; it only fills keys that spark-submit
+            ``--conf``, the platform's spark-defaults or a running session left unset
+            (:mod:`pina_spark.session`).
     """
     master: Optional[str] = "local[2]"
     app_name: str = "pina-spark"
@@ -393,12 +413,16 @@ class RunConfig(_Params):
 
     Attributes:
         run_date: ``YYYY-MM-DD``: outputs go under ``<output>/run_date=<date>/``.
-        models: an earlier run's root whose ``models/`` are reused (no retraining).
+        models: an earlier run's root whose ``models/`` are reused (no retraining), or
+            ``latest``: the run promoted under ``output`` (``_PROMOTED``, see
+            ``evaluate.promote``).
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
         lease_stale_s: a run root's lease (``<root>/_LOCK``) whose heartbeat is older than this
             is taken over by the next run (its owner is presumed dead).
         lease_heartbeat_s: how often the owner refreshes the lease's heartbeat.
+        progress_s: seconds between progress lines of a running stage (its Spark stages'
+            tasks done/total, from Spark's status tracker); 0 turns them off.
     """
     run_date: Optional[str] = None
     models: Optional[str] = None
@@ -406,6 +430,7 @@ class RunConfig(_Params):
     force: bool = False
     lease_stale_s: float = 600.0
     lease_heartbeat_s: float = 30.0
+    progress_s: float = 30.0
 
     def __post_init__(self):
         if self.run_date is not None:
@@ -424,6 +449,7 @@ class RunConfig(_Params):
             raise ConfigError(f"run.lease_stale_s ({self.lease_stale_s}) must exceed twice "
                               f"run.lease_heartbeat_s ({self.lease_heartbeat_s}), or a live run "
                               f"could lose its lease")
+        _check_range("run.progress_s", self.progress_s, 0.0, None)
 
 
 @dc.dataclass(frozen=True)

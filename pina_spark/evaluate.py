@@ -53,6 +53,30 @@ TRAIN_STATS_FILE = "_train_stats.json"
 VARIANT_ORDER = ("baseline", "vectorizer_only", "pina_naive", "pina")
 
 
+#: per-instance P@k of every variant on the scored test instances (``pina-spark compare``
+#: pairs two runs on it): columns ``variant``, ``instance_id``, ``P@1``, ``P@3``, ``P@5``
+PER_INSTANCE_FILE = "per_instance.parquet"
+
+
+def per_instance_parquet(instance_ids: Sequence[str],
+                         per_inst: Dict[str, Dict[int, np.ndarray]]) -> bytes:
+    """Parquet bytes of :data:`PER_INSTANCE_FILE` (``per_inst[variant][k]`` aligned with
+    ``instance_ids``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    cols: Dict[str, list] = {"variant": [], "instance_id": []}
+    for k in TTEST_KS:
+        cols[f"P@{k}"] = []
+    for v, by_k in per_inst.items():
+        cols["variant"].extend([v] * len(instance_ids))
+        cols["instance_id"].extend(instance_ids)
+        for k in TTEST_KS:
+            cols[f"P@{k}"].extend(np.asarray(by_k[k], dtype=np.float64).tolist())
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table(cols), sink)
+    return sink.getvalue().to_pybytes()
+
+
 # --------------------------------------------------------------------------- pure metrics
 def per_instance_precision_recall(pred_ids: Sequence[Sequence[Any]],
                                   true_sets: Sequence[Iterable[Any]],
@@ -395,6 +419,8 @@ def run_stage(ctx) -> Dict[str, Any]:
                            json.dumps(parity, indent=2).encode("utf-8"))
     io.write_bytes(eval_dir + "/metrics.json",
                    json.dumps(metrics, indent=2, sort_keys=False).encode())
+    scored_ids = [i for i, t in zip(test_ids, truths) if t]
+    io.write_bytes(eval_dir + "/" + PER_INSTANCE_FILE, per_instance_parquet(scored_ids, per_inst))
 
     png = _plot_pk(metrics, ks)
     io.write_bytes(eval_dir + "/pk.png", png)
@@ -405,6 +431,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
     stats: Dict[str, Any] = {"variants": variants, "n_test": len(test_ids),
                              "n_test_scored": n_scored}
+    if cfg.evaluate.promote:
+        from . import promotion
+        stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
     for v, m in out_variants.items():
         stats[f"{v}_P@1"] = round(m["P@1"], 6)
     return stats

@@ -52,6 +52,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import io
 from .config import STAGE_NAMES, NeighborsConfig, PinaConfig
 from .manifest import Manifest
+from .progress import StageProgress
+from .promotion import resolve_models
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +180,7 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     """
     force = cfg.run.force if force is None else force
     stages = tuple(stages or STAGE_NAMES)
+    cfg = resolve_models(cfg)  # run.models: latest -> the promoted run, decided once
     ctx = make_context(spark, cfg)
     run_id = io.held_run_id(ctx.paths.root) or uuid.uuid4().hex[:12]
     with io.acquire_lease(ctx.paths.root, run_id, stale_s=cfg.run.lease_stale_s,
@@ -270,7 +273,8 @@ def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], for
     ctx.manifest.mark_started(name, fp)
     t0 = time.time()
     try:
-        stats = fn(ctx) or {}
+        with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
+            stats = fn(ctx) or {}
     except Exception as e:
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)

@@ -157,14 +157,15 @@ def _as_matrix(t, dense_w, sparse_w):
     return sp.hstack([sp.csr_matrix(dense), spm], format="csr")
 
 
-def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True):
+def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True, writer="auto"):
     root = str(tmp)
     case.write(root)
     if S_meta:
         os.makedirs(os.path.join(root, io.MODELS, "vectorizer"), exist_ok=True)
         with open(os.path.join(root, io.MODELS, "vectorizer", "encoder.json"), "w") as fh:
             json.dump({"sparse_dim": case.S, "dense_dim": case.dense.shape[1]}, fh)
-    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a}}
+    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a,
+                                          "writer": writer}}
     conf.update(extra or {})
     ctx = make_context(spark, config_from_dict(conf))
     stats = aggregate.run_stage(ctx)
@@ -285,15 +286,12 @@ def citeulike_case(citeulike_dir):
 def citeulike_runs(spark, citeulike_case, tmp_path_factory):
     """broadcast (embeddings memory-mapped by the executors, broadcast_via auto -> files) with
     the JVM writer (io.write_table); shuffle with the executor-side pyarrow writer
-    (spark.pina.aggregate.writer=arrow)."""
+    (aggregate.writer=arrow)."""
     out = {}
     for strategy, writer in (("broadcast", "spark"), ("shuffle", "arrow")):
         tmp = tmp_path_factory.mktemp(f"cite-{strategy}")
-        spark.conf.set(aggregate.WRITER_CONF, writer)
-        try:
-            out[strategy] = (tmp, *_run(spark, citeulike_case, tmp, strategy, a=0.7))
-        finally:
-            spark.conf.unset(aggregate.WRITER_CONF)
+        out[strategy] = (tmp, *_run(spark, citeulike_case, tmp, strategy, a=0.7,
+                                    writer=writer))
         assert out[strategy][1]["writer"] == writer
     assert out["broadcast"][1]["broadcast_via"] == "files"
     return out

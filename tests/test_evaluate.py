@@ -175,3 +175,34 @@ def test_reciprocal_pair_filtering_changes_scores(spark, hand_run, tmp_path):
     assert b["P@3"] == pytest.approx((0 + 1 / 3) / 2)
     assert m["n_filter_pairs_on_test"] == 2           # (t1, A) and (t2, Z); r1 is train
     assert m["n_test_scored"] == 2
+
+
+def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tmp_path):
+    """evaluate.promote: the first run is promoted; a run worse than the promoted one by more
+    than the tolerance leaves the pointer alone; --models latest resolves the pointer."""
+    from pina_spark import promotion
+    from pina_spark.config import ConfigError
+    root, paths, _ = hand_run
+    out = os.path.dirname(root)                      # <output> of a run at <output>/run
+    # hand_run's output is `root` itself: promote into it
+    assert promotion.read_promoted(root) is None
+    stats, m, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True})
+    assert stats["promotion"]["promoted"] and m["variants"]["pina"]["P@1"] == 1.0
+    ptr = promotion.read_promoted(root)
+    assert ptr["run"] == paths.root.rstrip("/") and ptr["value"] == 1.0
+    # someone better is promoted (P@1 1.2 is impossible, fine for the gate): 1.0 < 1.2 - 0.1
+    better = dict(ptr, run="s3://b/runs/prod/run_date=2026-11-01", value=1.2)
+    io.write_bytes(promotion.pointer_uri(root), json.dumps(better).encode())
+    stats, _, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True,
+                                                   "gate_tolerance": 0.1})
+    assert not stats["promotion"]["promoted"] and "<" in stats["promotion"]["reason"]
+    assert promotion.read_promoted(root)["run"] == better["run"]
+    # within tolerance passes
+    stats, _, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True,
+                                                   "gate_tolerance": 0.25})
+    assert stats["promotion"]["promoted"]
+    cfg = config_from_dict({"output": root, "run": {"models": "latest"}})
+    assert promotion.resolve_models(cfg).run.models == paths.root.rstrip("/")
+    with pytest.raises(ConfigError, match="no promoted run"):
+        promotion.resolve_models(config_from_dict({"output": out + "/none",
+                                                   "run": {"models": "latest"}}))

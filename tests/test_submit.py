@@ -17,37 +17,91 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.submit
 
 
+#: spark-submit entry points that are not pipeline stages
+EXTRA_JOBS = ("gpu_smoke.py",)
+
+
 def test_every_job_is_a_stage():
     assert list(JOBS) == list(pipeline.STAGES)
     assert sorted(f for f in os.listdir(os.path.join(ROOT, "jobs")) if f.endswith(".py")) == \
-        sorted(JOBS.values())
+        sorted(list(JOBS.values()) + list(EXTRA_JOBS))
     for stage, job in JOBS.items():
         text = open(os.path.join(ROOT, "jobs", job)).read()
         assert f'job_main("{stage}")' in text and "spark-submit" in text
 
 
+def _conf(args):
+    return dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--conf")
+
+
 @pytest.mark.parametrize("name", ["steps.json", "steps-gpu.json"])
 def test_emr_steps_cover_the_pipeline_in_order(name):
+    """Each step ships its Python environment (--archives ...#env, spark.pyspark.python=
+    ./env/bin/python, cluster deploy mode so the driver gets it too), never --py-files."""
     steps = json.load(open(os.path.join(ROOT, "conf", "emr", name)))
     jobs = []
     for s in steps:
         args = s["Args"]
         assert s["Jar"] == "command-runner.jar" and args[0] == "spark-submit"
         assert args[args.index("--master") + 1] == "yarn"
-        wheel = args[args.index("--py-files") + 1]
-        assert wheel.startswith("s3://") and wheel.endswith("-py3-none-any.whl")
+        assert args[args.index("--deploy-mode") + 1] == "cluster"
+        assert "--py-files" not in args
+        archive = args[args.index("--archives") + 1]
+        assert archive.startswith("s3://") and archive.endswith(".tar.gz#env")
+        assert _conf(args)["spark.pyspark.python"] == "./env/bin/python"
+        script = [a for a in args if a.startswith("s3://") and "/jobs/" in a]
+        assert len(script) == 1
+        job = script[0].rsplit("/", 1)[1]
+        if job in EXTRA_JOBS:
+            continue
         conf = args[args.index("--config") + 1]
         assert conf.startswith("s3://") and conf.endswith(("/emr.yaml", "/emr-gpu.yaml"))
-        script = [a for a in args if a.startswith("s3://") and "/jobs/" in a]
-        assert len(script) == 1 and args.index(script[0]) < args.index("--config")
-        jobs.append(script[0].rsplit("/", 1)[1])
+        assert args.index(script[0]) < args.index("--config")
+        jobs.append(job)
         assert args[args.index("--run-date") + 1] == "RUN_DATE"
     assert jobs == [JOBS[s] for s in pipeline.STAGES]
 
 
-def test_bootstrap_script_is_valid_bash():
+def test_gpu_steps_request_gpus_only_for_gpu_stages():
+    """On the GPU fleet: a smoke step first; embed and neighbours own one GPU per task and ship
+    the CUDA archive; every other stage requests no GPU (all vCPUs work) and ships the CPU one."""
+    steps = json.load(open(os.path.join(ROOT, "conf", "emr", "steps-gpu.json")))
+    assert "gpu_smoke.py" in " ".join(steps[0]["Args"])
+    for s in steps[1:]:
+        args = s["Args"]
+        conf = _conf(args)
+        archive = args[args.index("--archives") + 1]
+        gpu_stage = any(a.endswith(("/embed.py", "/predict_neighbors.py")) for a in args)
+        if gpu_stage:
+            assert conf["spark.executor.resource.gpu.amount"] == "1"
+            assert conf["spark.task.resource.gpu.amount"] == "1"
+            assert "/pina-env-gpu-" in archive
+        else:
+            assert not [k for k in conf if "resource.gpu" in k], s["Name"]
+            assert conf["spark.task.cpus"] == "1" and "/pina-env-gpu-" not in archive
+
+
+def test_gpu_cluster_uses_emr7_cgroup_settings():
+    """EMR 7.x: cgroups at /spark-rapids-cgroup (not 6.x's /sys/fs/cgroup), mounted by the
+    bootstrap action (EMR release guide, NVIDIA RAPIDS Accelerator page)."""
+    cfg = json.load(open(os.path.join(ROOT, "conf", "emr", "configurations-gpu.json")))
+    by = {c["Classification"]: c for c in cfg}
+    yarn = by["yarn-site"]["Properties"]
+    assert yarn["yarn.nodemanager.linux-container-executor.cgroups.mount-path"] == \
+        "/spark-rapids-cgroup"
+    cg = {c["Classification"]: c["Properties"] for c in by["container-executor"]["Configurations"]}
+    assert cg["cgroups"]["root"] == "/spark-rapids-cgroup" and cg["gpu"]["module.enabled"] == "true"
+    assert "/sys/fs/cgroup" not in json.dumps(cfg)
+    boot = open(os.path.join(ROOT, "conf", "emr", "bootstrap-node.sh")).read()
+    assert "mount -t cgroup -o devices cgroupv1-devices /spark-rapids-cgroup/devices" in boot
+    for c in json.load(open(os.path.join(ROOT, "conf", "emr", "configurations.json"))) + cfg:
+        assert "/opt/pina/venv" not in json.dumps(c)   # archive route: no cluster venv
+
+
+@pytest.mark.parametrize("script", ["bootstrap.sh", "bootstrap-node.sh"])
+def test_bootstrap_script_is_valid_bash(script):
     import subprocess
-    r = subprocess.run(["bash", "-n", os.path.join(ROOT, "conf", "emr", "bootstrap.sh")],
+    r = subprocess.run(["bash", "-n", os.path.join(ROOT, "conf", "emr", script)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

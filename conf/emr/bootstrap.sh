@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# EMR bootstrap action: install pina-spark's Python stack on EVERY node from the wheelhouse that
-# `make dist` builds and docs/emr.md uploads to S3. No PyPI access is needed (offline install).
+# EMR bootstrap action for the bootstrap-per-cluster route (docs/emr.md; the default route is the
+# per-job archive with conf/emr/bootstrap-node.sh): install pina-spark's Python stack on EVERY
+# node from the wheelhouse that `make dist-wheelhouse` builds and docs/emr.md uploads to S3. No
+# PyPI access is needed (offline install). New code then needs a new cluster (or this script
+# rerun on every node); steps use spark.pyspark.python=/opt/pina/venv/bin/python.
 #
 #   --bootstrap-actions Path=s3://YOUR-BUCKET/pina/dist/bootstrap.sh,Args=[s3://YOUR-BUCKET/pina/dist]
 #   GPU nodes:          ...,Args=[s3://YOUR-BUCKET/pina/dist,--gpu]
@@ -16,11 +19,10 @@ GPU="${2:-}"
 VENV=/opt/pina/venv
 PYBIN="${PINA_PYTHON:-python3.11}"
 
-if ! command -v "$PYBIN" >/dev/null 2>&1; then
-  sudo dnf install -y python3.11 python3.11-pip || sudo yum install -y python3.11 python3.11-pip
-fi
-
 WORK=$(mktemp -d /tmp/pina-bootstrap.XXXXXX)
+# python3.11 and (--gpu) the EMR 7 cgroup v1 devices mount: the same script as the archive route
+aws s3 cp --only-show-errors "$DIST_URI/bootstrap-node.sh" "$WORK/bootstrap-node.sh"
+bash "$WORK/bootstrap-node.sh" "$GPU"
 aws s3 cp --recursive --only-show-errors "$DIST_URI/wheelhouse/" "$WORK/wheelhouse/"
 
 sudo mkdir -p /opt/pina

@@ -1,0 +1,89 @@
+"""`pina-spark status RUN` and `pina-spark compare RUN_A RUN_B` on runs made of their files
+(manifest, eval/metrics.json, eval/per_instance.parquet), and the CLI's --version and
+--log-level."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from pina_spark import __version__, cli
+from pina_spark.evaluate import PER_INSTANCE_FILE, paired_ttest, per_instance_parquet
+
+
+def _run(root, p1_pina, ids, p1_per_instance, quarantined=3):
+    os.makedirs(os.path.join(root, "eval"), exist_ok=True)
+    manifest = {"stages": {
+        "graph": {"status": "complete", "started": "2026-11-23T10:00:00Z", "duration_s": 12.5,
+                  "rows_out": {"nodes": 120}, "rows_per_s": 9.6,
+                  "stats": {"inputs": {"instances": {
+                      "rows_in": 103, "rows_used": 100, "rows_quarantined": quarantined,
+                      "reasons": {"empty_text": quarantined}}}}},
+        "pretrain": {"status": "complete", "duration_s": 30.0},
+        "embed": {"status": "failed", "error": "OSError: disk full"},
+        "evaluate": {"status": "complete", "duration_s": 2.0}},
+        "history": [{"run_id": "abc", "status": "failed", "stages": ["graph", "embed"],
+                     "started": "2026-11-23T10:00:00Z"}]}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    metrics = {"variants": {"baseline": {"P@1": 0.25, "P@3": 0.2, "P@5": 0.1},
+                            "pina": {"P@1": p1_pina, "P@3": 0.3, "P@5": 0.2}},
+               "n_test_scored": len(ids)}
+    with open(os.path.join(root, "eval", "metrics.json"), "w") as fh:
+        json.dump(metrics, fh)
+    per = {v: {k: np.asarray(p1_per_instance[v], dtype=float) for k in (1, 3, 5)}
+           for v in p1_per_instance}
+    with open(os.path.join(root, "eval", PER_INSTANCE_FILE), "wb") as fh:
+        fh.write(per_instance_parquet(ids, per))
+    return root
+
+
+def test_status_shows_stages_rows_quarantine_and_failures(tmp_path, capsys):
+    root = _run(str(tmp_path / "a"), 0.5, ["i1", "i2"], {"pina": [1, 0]})
+    assert cli.main(["status", root]) == 0
+    out = capsys.readouterr().out
+    assert "| graph " in out and "12.5s" in out and "nodes=120" in out
+    assert "stage embed failed: OSError: disk full" in out
+    assert "not run: neighbors, aggregate, train" in out
+    assert "empty_text=3" in out and "| instances " in out
+    assert "| pina " in out and "0.5000" in out
+
+
+def test_compare_pairs_shared_test_ids(tmp_path, capsys):
+    ids_a = ["i1", "i2", "i3", "i4", "i5"]
+    a = _run(str(tmp_path / "a"), 0.4, ids_a, {"pina": [1, 0, 0, 1, 0], "baseline": [0] * 5})
+    # B scored i2..i6: the t-test pairs the 4 shared ids only
+    ids_b = ["i2", "i3", "i4", "i5", "i6"]
+    b = _run(str(tmp_path / "b"), 0.8, ids_b, {"pina": [1, 1, 1, 1, 0], "baseline": [0] * 5})
+    assert cli.main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    assert "| pina     | P@1    | 0.4000 | 0.8000 | +0.4000 |" in out
+    expected_p = paired_ttest([1, 1, 1, 1], [0, 0, 1, 0])["p"]   # B against A on i2..i5
+    row = [ln for ln in out.splitlines() if ln.startswith("| pina ") and "| 4 " in ln
+           and "| P@1 " in ln]
+    assert row and f"{expected_p:.4f}" in row[0], out
+
+
+def test_status_of_a_folder_without_manifest_exits_2(tmp_path, capsys):
+    assert cli.main(["status", str(tmp_path)]) == 2
+    assert "no run manifest" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"pina-spark {__version__}"
+
+
+@pytest.mark.parametrize("argv", [["run", "--config", "c.yaml", "--log-level", "LOUD"],
+                                  ["status", "x", "--log-level", "verbose"]])
+def test_log_level_is_validated(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "--log-level" in capsys.readouterr().err
+
+
+def test_log_level_any_case(tmp_path, capsys):
+    root = _run(str(tmp_path / "a"), 0.5, ["i1"], {"pina": [1]})
+    assert cli.main(["status", root, "--log-level", "debug"]) == 0
