@@ -11,7 +11,8 @@ DOC = os.path.join(ROOT, "docs", "config.md")
 
 def _leaf_keys(d, prefix=""):
     for k, v in d.items():
-        if isinstance(v, dict) and k not in ("conf", "tfidf", "xtransformer", "grid"):
+        # dict-valued settings (Spark conf, tf-idf kwargs, limits per reason, ...) are one key
+        if isinstance(v, dict) and v and k not in ("conf", "tfidf", "xtransformer", "grid"):
             yield from _leaf_keys(v, prefix + k + ".")
         else:
             yield prefix + k
