@@ -129,13 +129,6 @@ def plan_batches(anchors: Sequence[str], positives: Sequence[str], batch_size: i
     return batches
 
 
-def _device(choice: str) -> str:
-    import torch
-    if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return choice
-
-
 def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, out_dir: str,
               ccfg) -> Dict[str, Any]:
     """Fine-tune the encoder at ``base_dir`` on (anchor, positive) pairs and save it to ``out_dir``.
@@ -166,6 +159,7 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     import torch
     from sentence_transformers import SentenceTransformer, losses
     from transformers import get_linear_schedule_with_warmup
+    from .encoders import _resolve_device
 
     if len(anchors) != len(positives):
         raise ValueError("fine_tune: anchors and positives differ in length")
@@ -173,7 +167,7 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
         raise ValueError(f"pretrain.encoder contrastive: {len(anchors)} text pair(s) in B_pre; "
                          f"in-batch negatives need at least 2 (check the graph stage's "
                          f"pretrain_edges, or use pretrain.encoder: minilm)")
-    device = _device(ccfg.device)
+    device = _resolve_device(ccfg.device)
     torch.manual_seed(int(ccfg.seed))
     model = SentenceTransformer(base_dir, device=device)
     model.max_seq_length = int(ccfg.max_length)

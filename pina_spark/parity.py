@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import io
+from .encoders import _l2_rows
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,6 @@ __all__ = ["encoder_parity", "measure_run", "PARITY_JSON"]
 PARITY_JSON = "encoder_parity.json"
 SPLITS = (io.SPLIT_TRAIN, io.SPLIT_TEST)
 METRICS = ("cos_true", "cos_margin", "P@1", "R@5")
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return np.divide(x, n, out=np.zeros_like(x), where=n > 0)
 
 
 def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.ndarray],
@@ -73,7 +68,7 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
     dict
         ``{"train": {metric: value, "rows": n}, "test": {...}, "gap": {metric: train - test}}``.
     """
-    inst, labels = _unit_rows(inst), _unit_rows(labels)
+    inst, labels = _l2_rows(inst), _l2_rows(labels)
     split = np.asarray(split)
     has = np.array([len(t) > 0 for t in truth], dtype=bool)
     out: Dict[str, Any] = {}
