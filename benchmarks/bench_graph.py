@@ -20,6 +20,8 @@ Data sets (``--datasets``):
   occurrences), where pair occurrences dominate; min_count 100.
 * ``citeulike_users``: citeulike-t's user libraries as baskets (``../shared/data/citeulike-t``);
   min_count 5.
+* ``demo``: the built-in demo data set (``pina-spark demo``'s inputs: its own instances,
+  labels and instance_labels), min_count 2 as in ``conf/demo.yaml``: the demo's graph stage.
 
 Usage::
 
@@ -46,9 +48,11 @@ sys.path.insert(0, ROOT)
 
 log = logging.getLogger("bench_graph")
 
-DATASETS = ("instacart_x1", "instacart_x10", "instacart_x100", "heavy", "citeulike_users")
-#: min_count per data set (the heavy log: the threshold of the measured co-rating log)
-MIN_COUNT = {"instacart": 2, "heavy": 100, "citeulike_users": 5}
+DATASETS = ("instacart_x1", "instacart_x10", "instacart_x100", "heavy", "citeulike_users",
+            "demo")
+#: min_count per data set (the heavy log: the threshold of the measured co-rating log; the demo:
+#: conf/demo.yaml's)
+MIN_COUNT = {"instacart": 2, "heavy": 100, "citeulike_users": 5, "demo": 2}
 HEAVY_SEED = 20231
 
 
@@ -137,7 +141,7 @@ def pair_occurrences(events_path: str) -> int:
     """Sum over baskets of C(distinct items, 2)."""
     import numpy as np
     import pandas as pd
-    df = pd.read_parquet(events_path).drop_duplicates()
+    df = pd.read_parquet(events_path, columns=["basket_id", "item_id"]).drop_duplicates()
     s = df.groupby("basket_id").size().to_numpy().astype(np.int64)
     return int((s * (s - 1) // 2).sum())
 
@@ -253,10 +257,15 @@ def main(argv=None) -> int:
     results = []
     try:
         for name in [s.strip() for s in args.datasets.split(",") if s.strip()]:
-            ev = make_dataset(name, work, args.instacart, args.citeulike)
             d = os.path.join(work, name)
             os.makedirs(d, exist_ok=True)
-            inputs = stage_inputs(ev, d)
+            if name == "demo":
+                from pina_spark.datasets import write_demo_data
+                inputs = write_demo_data(os.path.join(d, "input"))
+                ev = inputs["events"]
+            else:
+                ev = make_dataset(name, work, args.instacart, args.citeulike)
+                inputs = stage_inputs(ev, d)
             import pyarrow.parquet as pq
             n_events = pq.ParquetFile(ev).metadata.num_rows
             n_pairs = pair_occurrences(ev)
@@ -286,7 +295,8 @@ def main(argv=None) -> int:
                   f"graph stage {spark_s:.1f}s, DuckDB {duck_s:.2f}s, ratio "
                   f"{spark_s / duck_s:.2f}, steps {row['steps_s']}", flush=True)
             shutil.rmtree(d, ignore_errors=True)
-            os.remove(ev)
+            if os.path.exists(ev):
+                os.remove(ev)
     finally:
         spark.stop()
         if not args.workdir:

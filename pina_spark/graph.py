@@ -32,6 +32,24 @@ I2I graph (:func:`i2i_edges`)
 * The output has both directions of every edge and no self loops. It is the raw graph over ALL
   items (train and test): it defines the graph labels of test instances.
 
+Pair counting (``graph.strategy``, decided once on the driver: :func:`pair_plan`)
+--------------------------------------------------------------------------------
+Both strategies give the same edges (tests/test_graph.py checks both against brute force).
+
+* ``broadcast`` (``auto`` up to ``graph.broadcast_max_events`` validated events): the driver
+  collects the (basket, item) rows once as Arrow, codes items by sorted id, drops duplicate
+  rows, applies the cap (hashing only the rows of baskets over the cap) and builds the basket x
+  item incidence matrix X (CSR) with n_a and N (:func:`basket_matrix`). One Spark job of
+  ``defaultParallelism`` tasks gets X as a broadcast; task t counts the pairs (a, b), a < b, of
+  its contiguous range of item codes (ranges of about equal work) as ``X[:, lo:hi].T @
+  X[:, lo:]`` (scipy's sparse product accumulates each row in a dense buffer: no sort of the
+  pair occurrences), keeps ``count >= min_count`` and scores them in numpy. No shuffle; only
+  thresholded edges leave the tasks. The train-only graph is built from the same collected
+  rows (train items kept before the cap), not from a second pass over the events.
+* ``shuffle``: :func:`capped_baskets` (a window per basket), per-partition pair counts
+  (:func:`co_counts`, numpy) merged by a Spark aggregation, scores by joins
+  (:func:`_score`). For logs that do not fit the driver.
+
 Leak policy (``task.labels: graph`` and the ``A`` block)
 --------------------------------------------------------
 Anything that trains a model is built from a second graph over TRAIN items only (events whose item
@@ -114,14 +132,26 @@ def basket_hash(basket_id: str, item_id: str) -> str:
 
 
 # --------------------------------------------------------------------------- node indices
-def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None):
+#: up to this many rows (when the caller knows the count) a table is ranked in one sorted
+#: partition: no sampling job, no partition-size job (the rank is the same either way)
+SINGLE_PARTITION_RANK_MAX = 2_000_000
+
+
+def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None,
+                 n_rows: Optional[int] = None):
     """Add ``node_index`` = ``offset`` + rank of ``key`` (unique) in ascending order; returns
-    (frame, n). One small driver action (partition sizes). The ranked frame is persisted so the
-    partition sizes and the rows come from the same evaluation (range bounds come from a
-    sample); it is appended to ``persisted`` for the caller to unpersist."""
+    (frame, n). With ``n_rows`` (the known row count) up to :data:`SINGLE_PARTITION_RANK_MAX`:
+    a window over one sorted partition, no job here. Otherwise one small driver action
+    (partition sizes): the ranked frame is persisted so the partition sizes and the rows come
+    from the same evaluation (range bounds come from a sample); it is appended to
+    ``persisted`` for the caller to unpersist."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    if n_rows is not None and n_rows <= SINGLE_PARTITION_RANK_MAX:
+        w = Window.orderBy(F.col(key))
+        return df.withColumn(io.NODE_INDEX, (F.row_number().over(w) - 1 + offset)
+                             .cast("long")), n_rows
     ranged = df.repartitionByRange(F.col(key)).withColumn("_pid", F.spark_partition_id())
     w = Window.partitionBy("_pid").orderBy(F.col(key))
     ranked = ranged.withColumn("_local", F.row_number().over(w) - 1) \
@@ -141,7 +171,8 @@ def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] =
     return out.drop("_pid", "_local"), acc - offset
 
 
-def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None):
+def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None,
+                        n_rows: Tuple[Optional[int], Optional[int]] = (None, None)):
     """The ``nodes`` table: instances sorted by id get ``0..n_inst-1``, then labels sorted by id.
 
     Parameters
@@ -152,6 +183,9 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
         ``label_id, text`` with unique ids.
     persisted : list, optional
         receives the two persisted rank frames (unpersist them once the result is written).
+    n_rows : (int or None, int or None)
+        the row counts of ``instances`` and ``labels`` when known (small tables are then
+        ranked without extra jobs).
 
     Returns
     -------
@@ -174,9 +208,9 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
     """
     from pyspark.sql import functions as F
     inst, n_inst = _global_rank(instances.select(io.INSTANCE_ID, io.TEXT, io.SPLIT),
-                                io.INSTANCE_ID, persisted=persisted)
+                                io.INSTANCE_ID, persisted=persisted, n_rows=n_rows[0])
     lab, _ = _global_rank(labels.select(io.LABEL_ID, io.TEXT), io.LABEL_ID, offset=n_inst,
-                          persisted=persisted)
+                          persisted=persisted, n_rows=n_rows[1])
     inst = inst.select(io.NODE_INDEX, F.lit(io.KIND_INSTANCE).alias(io.KIND),
                        F.col(io.INSTANCE_ID).alias(io.NODE_ID), io.TEXT, io.SPLIT)
     lab = lab.select(io.NODE_INDEX, F.lit(io.KIND_LABEL).alias(io.KIND),
@@ -604,28 +638,32 @@ class PairTask:
         min_count: pairs with a smaller count are dropped in the task.
         measure: ``count`` | ``jaccard`` | ``pmi`` | ``llr``.
         fault_plan: ``faults.fault_plan(cfg, "graph")``.
+        seconds: Spark accumulator of the tasks' compute seconds (pair counting, scoring and
+            threshold, summed over tasks; read on the driver after the job).
     """
     matrix: Any
     bounds: Tuple[int, ...]
     min_count: int
     measure: str
     fault_plan: Optional[tuple] = None
+    seconds: Any = None
 
 
 def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int):
-    """(``_item_a, _item_b, count, score`` with ``count >= min_count``, the broadcast): one
-    Spark job of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle. The
-    caller may ``unpersist()`` the broadcast once the frame was written."""
+    """(``_item_a, _item_b, count, score`` with ``count >= min_count``, its :class:`PairTask`):
+    one Spark job of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle.
+    The caller may ``unpersist()`` ``task.matrix`` once the frame was written."""
     if graph_cfg.measure not in ("count", "jaccard", "pmi", "llr"):
         raise ValueError(f"graph.measure: unknown measure {graph_cfg.measure!r} "
                          "(expected count, jaccard, pmi, llr)")
     bounds = _item_bounds(matrix, tasks) if len(matrix["items"]) else (0, 0)
-    task = PairTask(spark.sparkContext.broadcast(matrix), bounds, graph_cfg.min_count,
-                    graph_cfg.measure, fault_plan)
+    sc = spark.sparkContext
+    task = PairTask(sc.broadcast(matrix), bounds, graph_cfg.min_count, graph_cfg.measure,
+                    fault_plan, sc.accumulator(0.0))
     n = len(bounds) - 1
     return spark.range(0, n, 1, n).mapInArrow(
         _make_range_counter(task),
-        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double"), task.matrix
+        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double"), task
 
 
 def _make_range_counter(task: PairTask):
@@ -639,6 +677,7 @@ def _make_range_counter(task: PairTask):
         import pyarrow as pa
         import scipy.sparse as sp
         faults.maybe_fail(task.fault_plan)
+        t0 = time.perf_counter()
         m = task.matrix.value
         items, n_a, big_n = m["items"], m["n_a"], float(m["n_baskets"])
         n_items = len(items)
@@ -659,9 +698,12 @@ def _make_range_counter(task: PairTask):
                 a, b, cnt = a[order], b[order], cnt[order]
                 score = _score_np(cnt.astype(np.float64), n_a[a].astype(np.float64),
                                   n_a[b].astype(np.float64), big_n, task.measure)
-                yield pa.RecordBatch.from_arrays(
+                out = pa.RecordBatch.from_arrays(
                     [items.take(pa.array(a)), items.take(pa.array(b)), pa.array(cnt),
                      pa.array(score, pa.float64())], [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE])
+                task.seconds.add(time.perf_counter() - t0)
+                yield out
+                t0 = time.perf_counter()
 
     return count_range
 
@@ -836,25 +878,26 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
 
 
 # --------------------------------------------------------------------------- the stage
-def _degree_stats(edges) -> Tuple[int, Dict[str, float]]:
-    """(directed edge rows, degree quantiles) in one job."""
-    from pyspark.sql import functions as F
-    deg = edges.groupBy(io.SRC_ID).agg(F.count(F.lit(1)).alias("d"))
-    r = deg.agg(F.expr("percentile(d, array(0.5, 0.9, 0.99, 1.0))").alias("q"),
-                F.count(F.lit(1)).alias("n"), F.sum("d").alias("e")).collect()[0]
-    if not r["n"]:
+def _degree_stats(spark, uri: str) -> Tuple[int, Dict[str, float]]:
+    """(directed edge rows, degree quantiles) of the published edges at ``uri``: degrees per
+    ``src_id`` (:func:`pina_spark.io.group_counts`), quantiles with linear interpolation (as
+    Spark's ``percentile``)."""
+    import numpy as np
+    deg = io.group_counts(spark, uri, [io.SRC_ID]).column("count").to_numpy()
+    if not len(deg):
         return 0, {"items_with_edges": 0}
-    q = r["q"]
-    return int(r["e"]), {"items_with_edges": int(r["n"]), "p50": float(q[0]),
-                         "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
+    q = np.percentile(deg.astype(np.float64), [50, 90, 99, 100])
+    return int(deg.sum()), {"items_with_edges": int(len(deg)), "p50": float(q[0]),
+                            "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
 
 
 def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, need_train: bool,
-                  persisted: List[Any], timer):
+                  persisted: List[Any], timer, tasks: List[PairTask]):
     """(all-items edges, their basket stats, train-only edges or None when every instance is a
     train instance, their basket stats); ``None, None`` for the last two without
     ``need_train``. Frames are lazy except what the steps materialise. With ``broadcast`` the
-    (basket, item) rows are collected once and both graphs come from them."""
+    (basket, item) rows are collected once and both graphs come from them; ``tasks`` receives
+    their :class:`PairTask` (all items first)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     spark = events.sparkSession
@@ -872,8 +915,9 @@ def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, nee
         for prefix, k in [("", None)] + ([("train.", keep)] if train_only else []):
             with timer.step(prefix + "i2i.basket_matrix"):
                 m, st = basket_matrix(tbl, graph_cfg.max_basket_size, keep_items=k)
-            pairs, bc = _broadcast_pairs(spark, m, graph_cfg, fault_plan, gplan.tasks)
-            persisted.append(bc)
+            pairs, task = _broadcast_pairs(spark, m, graph_cfg, fault_plan, gplan.tasks)
+            persisted.append(task.matrix)
+            tasks.append(task)
             out += [_finish_pairs(pairs, graph_cfg), st]
     else:
         train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
@@ -917,7 +961,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     stats["inputs"] = in_stats
     for name, q in quarantine.items():
         with timer.step(f"quarantine.{name}"):
-            written = io.write_quarantine(q, paths, name)
+            written = io.write_quarantine(q, paths, name, in_stats[name]["rows_quarantined"])
         if written != in_stats[name]["reasons"]:
             raise validate.ValidationInvariantError(
                 f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}")
@@ -934,14 +978,16 @@ def run_stage(ctx) -> Dict[str, Any]:
         gplan = pair_plan(spark, cfg.graph, in_stats["events"]["rows_used"])
         stats["pair_plan"] = dc.asdict(gplan)
         log.info("graph stage: pair counting %s", gplan)
+        pair_tasks: List[PairTask] = []
         built = _build_graphs(events, instances, cfg.graph, gplan, plan, need_train,
-                              persisted, timer)
+                              persisted, timer, pair_tasks)
         edges, stats["baskets"] = built[0], built[1]
         with timer.step("i2i.publish"):
             io.write_table(edges, paths, io.I2I_EDGES)
         i2i_all = io.read_table(spark, paths, io.I2I_EDGES)
         with timer.step("i2i.degree_stats"):
-            stats["i2i_edges"], stats["degree"] = _degree_stats(i2i_all)
+            stats["i2i_edges"], stats["degree"] = _degree_stats(spark,
+                                                                paths.table(io.I2I_EDGES))
         if need_train:
             tr, stats["baskets_train"] = built[2], built[3]
             if tr is None:
@@ -951,6 +997,9 @@ def run_stage(ctx) -> Dict[str, Any]:
                     i2i_train = tr.persist()
                     persisted.append(i2i_train)
                     stats["i2i_edges_train"] = i2i_train.count()
+        if pair_tasks:   # executor seconds inside the steps above, summed over tasks
+            stats["pair_tasks_s"] = dict(zip(("all", "train"), (
+                round(t.seconds.value, 3) for t in pair_tasks)))
     if cfg.task.labels == "graph":
         with timer.step("graph_labels"):
             labels, il = graph_labels(instances, i2i_all, i2i_train)
@@ -966,11 +1015,14 @@ def run_stage(ctx) -> Dict[str, Any]:
     else:
         labels, il = tables["labels"], tables["instance_labels"]
     with timer.step("nodes.publish"):
-        io.write_table(assign_node_indices(instances, labels, persisted), paths, io.NODES)
+        n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
+        io.write_table(assign_node_indices(instances, labels, persisted,
+                                           (in_stats["instances"]["rows_used"], n_lab)),
+                       paths, io.NODES)
     nodes = io.read_table(spark, paths, io.NODES)
     with timer.step("nodes.count"):
-        kinds = {r[io.KIND]: int(r["n"]) for r in
-                 nodes.groupBy(io.KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
+        kinds = {r[io.KIND]: int(r["count"]) for r in
+                 io.group_counts(spark, paths.table(io.NODES), [io.KIND]).to_pylist()}
     stats["nodes"] = {"instances": kinds.get(io.KIND_INSTANCE, 0),
                       "labels": kinds.get(io.KIND_LABEL, 0)}
     if not stats["nodes"]["labels"]:
@@ -978,17 +1030,18 @@ def run_stage(ctx) -> Dict[str, Any]:
                     cfg.task.labels)
     with timer.step("instance_labels.publish"):
         io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
-        il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
-        stats["instance_labels"] = il_idx.count()
+    il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
     with timer.step("pretrain_edges.publish"):
         pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
         io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
-    with timer.step("pretrain_edges.count"):
-        per = {}
-        for r in pe.groupBy(io.VARIANT, io.BLOCK).agg(F.count(F.lit(1)).alias("n")).collect():
-            per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["n"])
-    stats["pretrain_edges"] = per
+    with timer.step("counts"):
+        n_il = io.count_rows_arrow(paths.table(io.INSTANCE_LABELS))
+        stats["instance_labels"] = il_idx.count() if n_il is None else n_il
+        per: Dict[str, Dict[str, int]] = {}
+        for r in io.group_counts(spark, paths.table(io.PRETRAIN_EDGES),
+                                 [io.VARIANT, io.BLOCK]).to_pylist():
+            per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["count"])
+    stats["pretrain_edges"] = {v: dict(sorted(b.items())) for v, b in sorted(per.items())}
     for df in persisted:
         df.unpersist()
     stats["steps_s"] = timer.as_dict()

@@ -197,8 +197,10 @@ def test_node_indices_deterministic(spark, small_tables):
          (6, "label", "l3", "L3", None)],
         "node_index long, kind string, node_id string, text string, split string")
     for parts in (1, 3):
-        nodes = graph.assign_node_indices(inst.repartition(parts), lab.repartition(parts))
-        assertDataFrameEqual(nodes, expected)
+        for n_rows in ((None, None), (4, 3), (4, None)):   # range-partitioned / one partition
+            nodes = graph.assign_node_indices(inst.repartition(parts), lab.repartition(parts),
+                                              n_rows=n_rows)
+            assertDataFrameEqual(nodes, expected)
 
 
 BLOCK_EDGES = {
@@ -315,8 +317,21 @@ def test_run_stage_given_labels(spark, tmp_path):
                             "graph": {"min_count": 2},
                             "input": {"instances": inst, "labels": lab, "instance_labels": il,
                                       "events": ev}})
-    ctx, stats = _run(spark, cfg)
-    paths = ctx.paths
+    from pina_spark.manifest import Manifest
+    from pina_spark.pipeline import make_context, run_pipeline
+    assert run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
+    paths = make_context(spark, cfg).paths
+    stats = Manifest(paths.manifest).stage("graph")["stats"]   # what the manifest recorded
+    steps = stats["steps_s"]                 # per-step wall seconds, in the order they ran
+    assert list(steps)[:4] == ["validate.instances", "validate.labels",
+                               "validate.instance_labels", "validate.events"]
+    for step in ("quarantine.events", "i2i.collect_events", "i2i.basket_matrix", "i2i.publish",
+                 "nodes.publish", "instance_labels.publish", "pretrain_edges.publish"):
+        assert isinstance(steps[step], float) and steps[step] >= 0, step
+    assert stats["pair_plan"]["strategy"] == "broadcast"
+    assert set(stats["pair_tasks_s"]) == {"all", "train"}    # side_info both: train-only graph
+    assert stats["i2i_edges"] == 4 and stats["degree"]["max"] == 2.0
+    assert stats["instance_labels"] == 5
     assert stats["inputs"]["instances"]["reasons"] == {"missing_text": 1}
     assert stats["inputs"]["instance_labels"]["reasons"] == {"unknown_instance": 1}
     assert stats["inputs"]["events"]["reasons"] == {"unknown_item": 1}
@@ -377,7 +392,8 @@ def _pretrain_texts_by_id(spark, paths):
             if r.node_index in used}
 
 
-def test_graph_labels_leak_guard(spark, tmp_path):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     """task.labels=graph: removing every test row leaves pretrain_edges unchanged (as node_id
     pairs), even with a binding basket cap and a count-dependent measure, and so g's training
     data: the same edges between the same nodes with the same texts."""
@@ -388,9 +404,10 @@ def test_graph_labels_leak_guard(spark, tmp_path):
         cfg = config_from_dict({
             "output": str(d / "run"), "side_info": "both", "task": {"labels": "graph"},
             "graph": {"min_count": 2, "max_basket_size": 4, "measure": "jaccard",
-                      "min_score": 0.05},
+                      "min_score": 0.05, "strategy": strategy},
             "input": {"instances": inst, "events": ev}})
         ctx, stats = _run(spark, cfg)
+        assert stats["pair_plan"]["strategy"] == strategy
         runs[drop] = (_pe_by_id(spark, ctx.paths), ctx, stats)
         texts[drop] = _pretrain_texts_by_id(spark, ctx.paths)
     full, ctx, stats = runs[False]
