@@ -112,6 +112,13 @@ class GraphConfig(_Params):
         measure: edge score: ``count`` | ``jaccard`` | ``pmi`` | ``llr`` (Dunning's log-likelihood
             ratio as in Mahout).
         min_score: optional threshold on the measure (applied after ``min_count``).
+        strategy: how pairs are counted (the same edges either way): ``broadcast`` (the driver
+            collects the (basket, item) rows as Arrow, codes and caps them once, every task
+            gets the basket x item matrix and counts the pairs of its own range of items with
+            a sparse product; no shuffle), ``shuffle`` (per-partition pair counts merged by a
+            Spark aggregation; for logs that do not fit the driver) or ``auto`` (``broadcast``
+            up to ``broadcast_max_events`` events, else ``shuffle``).
+        broadcast_max_events: the ``auto`` limit (validated events) of ``broadcast``.
     """
     min_count: int = 2
     max_basket_size: int = 100
@@ -119,6 +126,8 @@ class GraphConfig(_Params):
     max_degree: Optional[int] = None
     measure: Literal["count", "jaccard", "pmi", "llr"] = "count"
     min_score: Optional[float] = None
+    strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
+    broadcast_max_events: int = 50_000_000
 
     def __post_init__(self):
         _check_range("graph.min_count", self.min_count, 1, None)
@@ -127,6 +136,7 @@ class GraphConfig(_Params):
             _check_range("graph.top_n", self.top_n, 1, None)
         if self.max_degree is not None:
             _check_range("graph.max_degree", self.max_degree, 1, None)
+        _check_range("graph.broadcast_max_events", self.broadcast_max_events, 0, None)
 
 
 @dc.dataclass(frozen=True)

@@ -32,6 +32,24 @@ I2I graph (:func:`i2i_edges`)
 * The output has both directions of every edge and no self loops. It is the raw graph over ALL
   items (train and test): it defines the graph labels of test instances.
 
+Pair counting (``graph.strategy``, decided once on the driver: :func:`pair_plan`)
+--------------------------------------------------------------------------------
+Both strategies give the same edges (tests/test_graph.py checks both against brute force).
+
+* ``broadcast`` (``auto`` up to ``graph.broadcast_max_events`` validated events): the driver
+  collects the (basket, item) rows once as Arrow, codes items by sorted id, drops duplicate
+  rows, applies the cap (hashing only the rows of baskets over the cap) and builds the basket x
+  item incidence matrix X (CSR) with n_a and N (:func:`basket_matrix`). One Spark job of
+  ``defaultParallelism`` tasks gets X as a broadcast; task t counts the pairs (a, b), a < b, of
+  its contiguous range of item codes (ranges of about equal work) as ``X[:, lo:hi].T @
+  X[:, lo:]`` (scipy's sparse product accumulates each row in a dense buffer: no sort of the
+  pair occurrences), keeps ``count >= min_count`` and scores them in numpy. No shuffle; only
+  thresholded edges leave the tasks. The train-only graph is built from the same collected
+  rows (train items kept before the cap), not from a second pass over the events.
+* ``shuffle``: :func:`capped_baskets` (a window per basket), per-partition pair counts
+  (:func:`co_counts`, numpy) merged by a Spark aggregation, scores by joins
+  (:func:`_score`). For logs that do not fit the driver.
+
 Leak policy (``task.labels: graph`` and the ``A`` block)
 --------------------------------------------------------
 Anything that trains a model is built from a second graph over TRAIN items only (events whose item
@@ -75,16 +93,18 @@ Examples
 |     b|     a|    2|  2.0|
 +------+------+-----+-----+
 """
+import dataclasses as dc
 import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import faults, io, validate
+from .manifest import StepTimer
 
 log = logging.getLogger(__name__)
 
 __all__ = ["run_stage", "assign_node_indices", "capped_baskets", "basket_stats", "co_counts",
-           "i2i_edges", "graph_labels", "index_instance_labels", "pretrain_edges",
+           "i2i_edges", "pair_plan", "PairPlan", "basket_matrix", "graph_labels", "index_instance_labels", "pretrain_edges",
            "basket_hash", "VARIANT_PINA", "VARIANT_NAIVE"]
 
 VARIANT_PINA = "pina"
@@ -112,14 +132,26 @@ def basket_hash(basket_id: str, item_id: str) -> str:
 
 
 # --------------------------------------------------------------------------- node indices
-def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None):
+#: up to this many rows (when the caller knows the count) a table is ranked in one sorted
+#: partition: no sampling job, no partition-size job (the rank is the same either way)
+SINGLE_PARTITION_RANK_MAX = 2_000_000
+
+
+def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None,
+                 n_rows: Optional[int] = None):
     """Add ``node_index`` = ``offset`` + rank of ``key`` (unique) in ascending order; returns
-    (frame, n). One small driver action (partition sizes). The ranked frame is persisted so the
-    partition sizes and the rows come from the same evaluation (range bounds come from a
-    sample); it is appended to ``persisted`` for the caller to unpersist."""
+    (frame, n). With ``n_rows`` (the known row count) up to :data:`SINGLE_PARTITION_RANK_MAX`:
+    a window over one sorted partition, no job here. Otherwise one small driver action
+    (partition sizes): the ranked frame is persisted so the partition sizes and the rows come
+    from the same evaluation (range bounds come from a sample); it is appended to
+    ``persisted`` for the caller to unpersist."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    if n_rows is not None and n_rows <= SINGLE_PARTITION_RANK_MAX:
+        w = Window.orderBy(F.col(key))
+        return df.withColumn(io.NODE_INDEX, (F.row_number().over(w) - 1 + offset)
+                             .cast("long")), n_rows
     ranged = df.repartitionByRange(F.col(key)).withColumn("_pid", F.spark_partition_id())
     w = Window.partitionBy("_pid").orderBy(F.col(key))
     ranked = ranged.withColumn("_local", F.row_number().over(w) - 1) \
@@ -139,7 +171,8 @@ def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] =
     return out.drop("_pid", "_local"), acc - offset
 
 
-def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None):
+def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None,
+                        n_rows: Tuple[Optional[int], Optional[int]] = (None, None)):
     """The ``nodes`` table: instances sorted by id get ``0..n_inst-1``, then labels sorted by id.
 
     Parameters
@@ -150,6 +183,9 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
         ``label_id, text`` with unique ids.
     persisted : list, optional
         receives the two persisted rank frames (unpersist them once the result is written).
+    n_rows : (int or None, int or None)
+        the row counts of ``instances`` and ``labels`` when known (small tables are then
+        ranked without extra jobs).
 
     Returns
     -------
@@ -172,9 +208,9 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
     """
     from pyspark.sql import functions as F
     inst, n_inst = _global_rank(instances.select(io.INSTANCE_ID, io.TEXT, io.SPLIT),
-                                io.INSTANCE_ID, persisted=persisted)
+                                io.INSTANCE_ID, persisted=persisted, n_rows=n_rows[0])
     lab, _ = _global_rank(labels.select(io.LABEL_ID, io.TEXT), io.LABEL_ID, offset=n_inst,
-                          persisted=persisted)
+                          persisted=persisted, n_rows=n_rows[1])
     inst = inst.select(io.NODE_INDEX, F.lit(io.KIND_INSTANCE).alias(io.KIND),
                        F.col(io.INSTANCE_ID).alias(io.NODE_ID), io.TEXT, io.SPLIT)
     lab = lab.select(io.NODE_INDEX, F.lit(io.KIND_LABEL).alias(io.KIND),
@@ -413,7 +449,7 @@ def _mutual_ranks(directed):
     return fwd.join(bwd, [_ITEM_A, _ITEM_B])
 
 
-def i2i_edges(events, graph_cfg, fault_plan=None, capped=None):
+def i2i_edges(events, graph_cfg, fault_plan=None, capped=None, plan: Optional["PairPlan"] = None):
     """The thresholded, scored, symmetric co-purchase graph (see the module docstring).
 
     Parameters
@@ -424,23 +460,48 @@ def i2i_edges(events, graph_cfg, fault_plan=None, capped=None):
     fault_plan : tuple, optional
         from ``faults.fault_plan(cfg, "graph")`` (driver side).
     capped : DataFrame, optional
-        a (persisted) :func:`capped_baskets` of ``events`` to reuse.
+        a (persisted) :func:`capped_baskets` of ``events`` to reuse (implies the ``shuffle``
+        strategy).
+    plan : PairPlan, optional
+        how to count the pairs; by default :func:`pair_plan` of ``graph_cfg`` (``auto`` counts
+        the events first).
 
     Returns
     -------
     DataFrame
-        ``src_id, dst_id, count (long), score (double)``, both directions, no self loops.
+        ``src_id, dst_id, count (long), score (double)``, both directions, no self loops. Both
+        strategies give the same rows.
 
     Examples
     --------
     >>> from pina_spark.config import GraphConfig
     >>> i2i_edges(events, GraphConfig(min_count=2, measure="jaccard"))        # doctest: +SKIP
     """
+    if capped is not None:
+        plan = PairPlan("shuffle", 0, "a capped frame was given")
+    elif plan is None:
+        plan = pair_plan(events.sparkSession, graph_cfg,
+                         events.count() if graph_cfg.strategy == "auto" else None)
+    if plan.strategy == "broadcast":
+        tbl = io.collect_arrow(events.select(io.BASKET_ID, io.ITEM_ID))
+        m, _ = basket_matrix(tbl, graph_cfg.max_basket_size)
+        pairs, _ = _broadcast_pairs(events.sparkSession, m, graph_cfg, fault_plan, plan.tasks)
+        return _finish_pairs(pairs, graph_cfg)
+    return _finish_pairs(_shuffle_pairs(events, graph_cfg, fault_plan, capped), graph_cfg)
+
+
+def _shuffle_pairs(events, graph_cfg, fault_plan=None, capped=None):
+    """``_item_a, _item_b, count, score`` with ``count >= min_count`` (shuffle strategy)."""
     from pyspark.sql import functions as F
     if capped is None:
         capped = capped_baskets(events, graph_cfg.max_basket_size)
     pairs = co_counts(capped, fault_plan).filter(F.col(io.COUNT) >= graph_cfg.min_count)
-    pairs = _score(pairs, capped, graph_cfg.measure)
+    return _score(pairs, capped, graph_cfg.measure)
+
+
+def _finish_pairs(pairs, graph_cfg):
+    """min_score, top_n and max_degree on scored pairs; both directions as ``src_id, dst_id``."""
+    from pyspark.sql import functions as F
     if graph_cfg.min_score is not None:
         pairs = pairs.filter(F.col(io.SCORE) >= graph_cfg.min_score)
     if graph_cfg.top_n is not None:
@@ -453,6 +514,227 @@ def i2i_edges(events, graph_cfg, fault_plan=None, capped=None):
     pairs = pairs.select(_ITEM_A, _ITEM_B, F.col(io.COUNT).cast("long").alias(io.COUNT),
                          F.col(io.SCORE).cast("double").alias(io.SCORE))
     return _directed(pairs)
+
+
+# --------------------------------------------------------------------------- broadcast strategy
+@dc.dataclass(frozen=True)
+class PairPlan:
+    """How the pairs of the co-purchase graph are counted, decided once on the driver.
+
+    Attributes:
+        strategy: ``broadcast`` | ``shuffle`` (see ``GraphConfig.strategy``).
+        tasks: number of pair-counting tasks (``broadcast``: each takes a range of items).
+        reason: why (logged and written to the manifest).
+    """
+    strategy: str
+    tasks: int
+    reason: str
+
+
+def pair_plan(spark, graph_cfg, n_events: Optional[int]) -> PairPlan:
+    """Resolve ``graph.strategy`` (``auto``: ``broadcast`` up to ``broadcast_max_events``).
+
+    Examples
+    --------
+    >>> from pina_spark.config import GraphConfig
+    >>> pair_plan(spark, GraphConfig(strategy="shuffle"), None).strategy       # doctest: +SKIP
+    'shuffle'
+    """
+    tasks = max(1, int(spark.sparkContext.defaultParallelism))
+    if graph_cfg.strategy != "auto":
+        return PairPlan(graph_cfg.strategy, tasks, f"graph.strategy={graph_cfg.strategy}")
+    if n_events is not None and n_events <= graph_cfg.broadcast_max_events:
+        return PairPlan("broadcast", tasks, f"{n_events} events <= graph.broadcast_max_events="
+                                            f"{graph_cfg.broadcast_max_events}")
+    return PairPlan("shuffle", tasks, f"{n_events} events > graph.broadcast_max_events="
+                                      f"{graph_cfg.broadcast_max_events}")
+
+
+def basket_matrix(tbl, max_basket_size: int, keep_items=None):
+    """Driver side: the capped basket x item incidence matrix of a (basket_id, item_id) Arrow
+    table, with the same distinct rows, the same cap and the same statistics as
+    :func:`capped_baskets` + :func:`basket_stats`.
+
+    Parameters
+    ----------
+    tbl : pyarrow.Table
+        ``basket_id, item_id`` strings (duplicates allowed).
+    max_basket_size : int
+    keep_items : pyarrow.Array, optional
+        only rows whose item is in it are used (the train-only graph), before the cap.
+
+    Returns
+    -------
+    (matrix, stats) : (dict, dict)
+        ``matrix``: ``indptr`` (int64), ``indices`` (int32 item codes, ascending in each
+        basket) of the baskets with >= 2 items, ``items`` (pyarrow string array, sorted: code ->
+        id), ``n_a`` (baskets per item code), ``n_baskets`` (N); ``stats`` as
+        :func:`basket_stats`.
+    """
+    import hashlib
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    b = tbl.column(io.BASKET_ID).combine_chunks()
+    i = tbl.column(io.ITEM_ID).combine_chunks()
+    if keep_items is not None:
+        m = pc.is_in(i, value_set=keep_items)
+        b, i = b.filter(m), i.filter(m)
+    items = pc.unique(i)
+    items = items.take(pc.sort_indices(items))   # code order == string (UTF-8 byte) order
+    n_items = len(items)
+    icode = pc.index_in(i, value_set=items).to_numpy(zero_copy_only=False).astype(np.int64)
+    enc = pc.dictionary_encode(b)
+    bcode = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    key = np.unique(bcode * max(n_items, 1) + icode)   # distinct (basket, item), basket-major
+    bc, ic = key // max(n_items, 1), key % max(n_items, 1)
+    sizes = np.bincount(bc, minlength=len(enc.dictionary)).astype(np.int64)
+    keep = np.ones(len(key), dtype=bool)
+    big = np.flatnonzero(sizes > max_basket_size)
+    if len(big):   # the documented cap: first max_basket_size items by (sha1, item id)
+        names, ids = enc.dictionary.to_pylist(), items.to_pylist()
+        starts = np.r_[0, np.cumsum(sizes)[:-1]]
+        for bb in big:
+            lo, hi = int(starts[bb]), int(starts[bb] + sizes[bb])
+            codes = ic[lo:hi].tolist()
+            ranked = sorted(codes, key=lambda c: (basket_hash(names[bb], ids[c]), c))
+            keep[lo:hi] = np.isin(ic[lo:hi], ranked[:max_basket_size])
+    kept = np.minimum(sizes, max_basket_size)
+    stats = {"baskets": int(len(sizes)), "baskets_one_item": int((sizes == 1).sum()),
+             "baskets_capped": int((sizes > max_basket_size).sum()),
+             "baskets_used": int((sizes >= 2).sum()), "events_distinct_kept": int(kept.sum())}
+    used = keep & (sizes[bc] >= 2)
+    indptr = np.r_[0, np.cumsum(kept[sizes >= 2])].astype(np.int64)
+    indices = ic[used].astype(np.int32)
+    matrix = {"indptr": indptr, "indices": indices, "items": items,
+              "n_a": np.bincount(indices, minlength=n_items).astype(np.int64),
+              "n_baskets": stats["baskets_used"]}
+    return matrix, stats
+
+
+def _item_bounds(matrix, tasks: int) -> Tuple[int, ...]:
+    """Item-code bounds of ``tasks`` contiguous ranges of about equal work (an item's work: the
+    basket items at or after it, summed over its baskets)."""
+    import numpy as np
+    indptr, indices = matrix["indptr"], matrix["indices"]
+    n_items = len(matrix["items"])
+    sizes = np.diff(indptr)
+    pos = np.arange(len(indices)) - np.repeat(indptr[:-1], sizes)
+    work = np.bincount(indices, weights=np.repeat(sizes, sizes) - pos, minlength=n_items)
+    cum = np.cumsum(work)
+    total = float(cum[-1]) if len(cum) else 0.0
+    cuts = [int(np.searchsorted(cum, total * k / tasks)) for k in range(1, tasks)]
+    return tuple(sorted({0, n_items, *[min(max(c, 0), n_items) for c in cuts]}))
+
+
+@dc.dataclass(frozen=True)
+class PairTask:
+    """What every broadcast pair-counting task needs (executor side reads ``matrix.value``).
+
+    Attributes:
+        matrix: Spark broadcast of :func:`basket_matrix`'s ``matrix``.
+        bounds: item-code bounds; task t counts the pairs (a, b), a < b, with
+            ``bounds[t] <= a < bounds[t+1]``.
+        min_count: pairs with a smaller count are dropped in the task.
+        measure: ``count`` | ``jaccard`` | ``pmi`` | ``llr``.
+        fault_plan: ``faults.fault_plan(cfg, "graph")``.
+        seconds: Spark accumulator of the tasks' compute seconds (pair counting, scoring and
+            threshold, summed over tasks; read on the driver after the job).
+    """
+    matrix: Any
+    bounds: Tuple[int, ...]
+    min_count: int
+    measure: str
+    fault_plan: Optional[tuple] = None
+    seconds: Any = None
+
+
+def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int):
+    """(``_item_a, _item_b, count, score`` with ``count >= min_count``, its :class:`PairTask`):
+    one Spark job of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle.
+    The caller may ``unpersist()`` ``task.matrix`` once the frame was written."""
+    if graph_cfg.measure not in ("count", "jaccard", "pmi", "llr"):
+        raise ValueError(f"graph.measure: unknown measure {graph_cfg.measure!r} "
+                         "(expected count, jaccard, pmi, llr)")
+    bounds = _item_bounds(matrix, tasks) if len(matrix["items"]) else (0, 0)
+    sc = spark.sparkContext
+    task = PairTask(sc.broadcast(matrix), bounds, graph_cfg.min_count, graph_cfg.measure,
+                    fault_plan, sc.accumulator(0.0))
+    n = len(bounds) - 1
+    return spark.range(0, n, 1, n).mapInArrow(
+        _make_range_counter(task),
+        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double"), task
+
+
+def _make_range_counter(task: PairTask):
+    """Driver side: the executor function of :func:`_broadcast_pairs` (closes over ``task``)."""
+
+    def count_range(batches):
+        """Executor side: for each task id t of the batches, the pairs (a, b) with a in t's item
+        range and b > a as ``X[:, lo:hi].T @ X[:, lo:]`` (scipy, per-row accumulation), kept
+        when count >= min_count, scored."""
+        import numpy as np
+        import pyarrow as pa
+        import scipy.sparse as sp
+        faults.maybe_fail(task.fault_plan)
+        t0 = time.perf_counter()
+        m = task.matrix.value
+        items, n_a, big_n = m["items"], m["n_a"], float(m["n_baskets"])
+        n_items = len(items)
+        x = sp.csr_matrix((np.ones(len(m["indices"]), dtype=np.int32), m["indices"],
+                           m["indptr"]), shape=(len(m["indptr"]) - 1, n_items))
+        xc = x.tocsc()
+        for batch in batches:
+            for t in batch.column(0).to_pylist():
+                lo, hi = task.bounds[t], task.bounds[t + 1]
+                if hi <= lo:
+                    continue
+                c = (xc[:, lo:hi].T @ x[:, lo:]).tocoo()
+                keep = (c.col > c.row) & (c.data >= task.min_count)
+                a = c.row[keep].astype(np.int64) + lo
+                b = c.col[keep].astype(np.int64) + lo
+                cnt = c.data[keep].astype(np.int64)
+                order = np.lexsort((b, a))
+                a, b, cnt = a[order], b[order], cnt[order]
+                score = _score_np(cnt.astype(np.float64), n_a[a].astype(np.float64),
+                                  n_a[b].astype(np.float64), big_n, task.measure)
+                out = pa.RecordBatch.from_arrays(
+                    [items.take(pa.array(a)), items.take(pa.array(b)), pa.array(cnt),
+                     pa.array(score, pa.float64())], [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE])
+                task.seconds.add(time.perf_counter() - t0)
+                yield out
+                t0 = time.perf_counter()
+
+    return count_range
+
+
+def _score_np(c, na, nb, big_n, measure: str):
+    """Executor side: the measures of :func:`_score` in numpy (same formulas, same order)."""
+    import numpy as np
+    if measure == "count":
+        return c
+    if measure == "jaccard":
+        return c / (na + nb - c)
+    if measure == "pmi":
+        return np.log(c * big_n / (na * nb))
+
+    def xlogx(v):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(v > 0, v * np.log(np.where(v > 0, v, 1.0)), 0.0)
+
+    def entropy(*ks):
+        total = ks[0]
+        for k in ks[1:]:
+            total = total + k
+        out = xlogx(total)
+        for k in ks:
+            out = out - xlogx(k)
+        return out
+    k11, k12, k21, k22 = c, na - c, nb - c, big_n - na - nb + c
+    row = entropy(k11 + k12, k21 + k22)
+    col = entropy(k11 + k21, k12 + k22)
+    mat = entropy(k11, k12, k21, k22)
+    return np.where(row + col < mat, 0.0, 2.0 * (row + col - mat))
 
 
 # --------------------------------------------------------------------------- labels
@@ -596,25 +878,62 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
 
 
 # --------------------------------------------------------------------------- the stage
-def _degree_stats(edges) -> Tuple[int, Dict[str, float]]:
-    """(directed edge rows, degree quantiles) in one job."""
-    from pyspark.sql import functions as F
-    deg = edges.groupBy(io.SRC_ID).agg(F.count(F.lit(1)).alias("d"))
-    r = deg.agg(F.expr("percentile(d, array(0.5, 0.9, 0.99, 1.0))").alias("q"),
-                F.count(F.lit(1)).alias("n"), F.sum("d").alias("e")).collect()[0]
-    if not r["n"]:
+def _degree_stats(spark, uri: str) -> Tuple[int, Dict[str, float]]:
+    """(directed edge rows, degree quantiles) of the published edges at ``uri``: degrees per
+    ``src_id`` (:func:`pina_spark.io.group_counts`), quantiles with linear interpolation (as
+    Spark's ``percentile``)."""
+    import numpy as np
+    deg = io.group_counts(spark, uri, [io.SRC_ID]).column("count").to_numpy()
+    if not len(deg):
         return 0, {"items_with_edges": 0}
-    q = r["q"]
-    return int(r["e"]), {"items_with_edges": int(r["n"]), "p50": float(q[0]),
-                         "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
+    q = np.percentile(deg.astype(np.float64), [50, 90, 99, 100])
+    return int(deg.sum()), {"items_with_edges": int(len(deg)), "p50": float(q[0]),
+                            "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
 
 
-def _build_i2i(events, graph_cfg, fault_plan, persisted: List[Any]) -> Tuple[Any, Dict[str, int]]:
+def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, need_train: bool,
+                  persisted: List[Any], timer, tasks: List[PairTask]):
+    """(all-items edges, their basket stats, train-only edges or None when every instance is a
+    train instance, their basket stats); ``None, None`` for the last two without
+    ``need_train``. Frames are lazy except what the steps materialise. With ``broadcast`` the
+    (basket, item) rows are collected once and both graphs come from them; ``tasks`` receives
+    their :class:`PairTask` (all items first)."""
     from pyspark import StorageLevel
-    capped = capped_baskets(events, graph_cfg.max_basket_size).persist(StorageLevel.MEMORY_AND_DISK)
-    persisted.append(capped)
-    st = basket_stats(capped, graph_cfg.max_basket_size)
-    return i2i_edges(events, graph_cfg, fault_plan, capped=capped), st
+    from pyspark.sql import functions as F
+    spark = events.sparkSession
+    train_only = False
+    if need_train:
+        with timer.step("train.items"):
+            train_only = instances.filter(F.col(io.SPLIT) != io.SPLIT_TRAIN).limit(1).count() > 0
+    train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN) \
+        .select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID))
+    out: List[Any] = []
+    if gplan.strategy == "broadcast":
+        with timer.step("i2i.collect_events"):
+            tbl = io.collect_arrow(events.select(io.BASKET_ID, io.ITEM_ID))
+            keep = io.collect_arrow(train_ids).column(0) if train_only else None
+        for prefix, k in [("", None)] + ([("train.", keep)] if train_only else []):
+            with timer.step(prefix + "i2i.basket_matrix"):
+                m, st = basket_matrix(tbl, graph_cfg.max_basket_size, keep_items=k)
+            pairs, task = _broadcast_pairs(spark, m, graph_cfg, fault_plan, gplan.tasks)
+            persisted.append(task.matrix)
+            tasks.append(task)
+            out += [_finish_pairs(pairs, graph_cfg), st]
+    else:
+        train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
+        for prefix, ev in [("", events)] + ([("train.", train_events)] if train_only else []):
+            with timer.step(prefix + "i2i.capped_baskets"):
+                capped = capped_baskets(ev, graph_cfg.max_basket_size) \
+                    .persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(capped)
+                st = basket_stats(capped, graph_cfg.max_basket_size)
+            out += [_finish_pairs(_shuffle_pairs(ev, graph_cfg, fault_plan, capped), graph_cfg),
+                    st]
+    if not need_train:
+        return out[0], out[1], None, None
+    if not train_only:
+        return out[0], out[1], None, out[1]
+    return tuple(out)
 
 
 def run_stage(ctx) -> Dict[str, Any]:
@@ -623,7 +942,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     Returns the statistics recorded in the manifest: ``inputs`` (rows in/used/quarantined and
     reasons per table), ``baskets`` (+ ``baskets_train``), ``i2i_edges`` (directed rows) and
     ``degree``, ``nodes``, ``instance_labels``, ``pretrain_edges`` (per variant and block),
-    ``time_s``.
+    ``steps_s`` (wall seconds per step, in order) and ``time_s``.
 
     Examples
     --------
@@ -633,14 +952,16 @@ def run_stage(ctx) -> Dict[str, Any]:
     """
     from pyspark.sql import functions as F
     t0 = time.time()
+    timer = StepTimer("graph")
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     persisted: List[Any] = []
     stats: Dict[str, Any] = {}
     in_stats: Dict[str, Any] = {}
-    tables, quarantine = validate.validate_inputs(spark, cfg, in_stats, persisted)
+    tables, quarantine = validate.validate_inputs(spark, cfg, in_stats, persisted, timer)
     stats["inputs"] = in_stats
     for name, q in quarantine.items():
-        written = io.write_quarantine(q, paths, name)
+        with timer.step(f"quarantine.{name}"):
+            written = io.write_quarantine(q, paths, name, in_stats[name]["rows_quarantined"])
         if written != in_stats[name]["reasons"]:
             raise validate.ValidationInvariantError(
                 f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}")
@@ -654,55 +975,77 @@ def run_stage(ctx) -> Dict[str, Any]:
     events = tables.get("events")
     i2i_all = i2i_train = None
     if events is not None:
-        edges, stats["baskets"] = _build_i2i(events, cfg.graph, plan, persisted)
-        io.write_table(edges, paths, io.I2I_EDGES)
+        need_train = cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph"
+        gplan = pair_plan(spark, cfg.graph, in_stats["events"]["rows_used"])
+        stats["pair_plan"] = dc.asdict(gplan)
+        log.info("graph stage: pair counting %s", gplan)
+        pair_tasks: List[PairTask] = []
+        built = _build_graphs(events, instances, cfg.graph, gplan, plan, need_train,
+                              persisted, timer, pair_tasks)
+        edges, stats["baskets"] = built[0], built[1]
+        with timer.step("i2i.publish"):
+            io.write_table(edges, paths, io.I2I_EDGES)
         i2i_all = io.read_table(spark, paths, io.I2I_EDGES)
-        stats["i2i_edges"], stats["degree"] = _degree_stats(i2i_all)
-        if cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph":
-            train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN) \
-                .select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID))
-            if instances.filter(F.col(io.SPLIT) != io.SPLIT_TRAIN).limit(1).count() == 0:
+        with timer.step("i2i.degree_stats"):
+            stats["i2i_edges"], stats["degree"] = _degree_stats(spark,
+                                                                paths.table(io.I2I_EDGES))
+        if need_train:
+            tr, stats["baskets_train"] = built[2], built[3]
+            if tr is None:
                 i2i_train = i2i_all
-                stats["baskets_train"] = stats["baskets"]
             else:
-                train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
-                tr, stats["baskets_train"] = _build_i2i(train_events, cfg.graph, plan, persisted)
-                i2i_train = tr.persist()
-                persisted.append(i2i_train)
-                stats["i2i_edges_train"] = i2i_train.count()
+                with timer.step("train.i2i.edges"):
+                    i2i_train = tr.persist()
+                    persisted.append(i2i_train)
+                    stats["i2i_edges_train"] = i2i_train.count()
+        if pair_tasks:   # executor seconds inside the steps above, summed over tasks
+            stats["pair_tasks_s"] = dict(zip(("all", "train"), (
+                round(t.seconds.value, 3) for t in pair_tasks)))
     if cfg.task.labels == "graph":
-        labels, il = graph_labels(instances, i2i_all, i2i_train)
-        if labels.limit(1).count() == 0:
-            g = cfg.graph
-            raise io.InputError(
-                f"task.labels=graph: no graph labels: no edge of the co-purchase graph reaches a "
-                f"train item (graph.min_count={g.min_count}, measure={g.measure}, "
-                f"min_score={g.min_score}, top_n={g.top_n}, max_degree={g.max_degree}; "
-                f"{stats.get('i2i_edges', 0)} directed i2i edges over all items). Lower "
-                f"graph.min_count / min_score or give more events; nothing to learn otherwise")
+        with timer.step("graph_labels"):
+            labels, il = graph_labels(instances, i2i_all, i2i_train)
+            if labels.limit(1).count() == 0:
+                g = cfg.graph
+                raise io.InputError(
+                    f"task.labels=graph: no graph labels: no edge of the co-purchase graph "
+                    f"reaches a train item (graph.min_count={g.min_count}, measure={g.measure}, "
+                    f"min_score={g.min_score}, top_n={g.top_n}, max_degree={g.max_degree}; "
+                    f"{stats.get('i2i_edges', 0)} directed i2i edges over all items). Lower "
+                    f"graph.min_count / min_score or give more events; nothing to learn "
+                    f"otherwise")
     else:
         labels, il = tables["labels"], tables["instance_labels"]
-    io.write_table(assign_node_indices(instances, labels, persisted), paths, io.NODES)
+    with timer.step("nodes.publish"):
+        n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
+        io.write_table(assign_node_indices(instances, labels, persisted,
+                                           (in_stats["instances"]["rows_used"], n_lab)),
+                       paths, io.NODES)
     nodes = io.read_table(spark, paths, io.NODES)
-    kinds = {r[io.KIND]: int(r["n"]) for r in
-             nodes.groupBy(io.KIND).agg(F.count(F.lit(1)).alias("n")).collect()}
+    with timer.step("nodes.count"):
+        kinds = {r[io.KIND]: int(r["count"]) for r in
+                 io.group_counts(spark, paths.table(io.NODES), [io.KIND]).to_pylist()}
     stats["nodes"] = {"instances": kinds.get(io.KIND_INSTANCE, 0),
                       "labels": kinds.get(io.KIND_LABEL, 0)}
     if not stats["nodes"]["labels"]:
         log.warning("graph stage: no label nodes (task.labels=%s); B_pre has no B block",
                     cfg.task.labels)
-    io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
+    with timer.step("instance_labels.publish"):
+        io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
     il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
-    stats["instance_labels"] = il_idx.count()
-    pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
-    io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
-    per = {}
-    for r in pe.groupBy(io.VARIANT, io.BLOCK).agg(F.count(F.lit(1)).alias("n")).collect():
-        per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["n"])
-    stats["pretrain_edges"] = per
+    with timer.step("pretrain_edges.publish"):
+        pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
+        io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
+    with timer.step("counts"):
+        n_il = io.count_rows_arrow(paths.table(io.INSTANCE_LABELS))
+        stats["instance_labels"] = il_idx.count() if n_il is None else n_il
+        per: Dict[str, Dict[str, int]] = {}
+        for r in io.group_counts(spark, paths.table(io.PRETRAIN_EDGES),
+                                 [io.VARIANT, io.BLOCK]).to_pylist():
+            per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["count"])
+    stats["pretrain_edges"] = {v: dict(sorted(b.items())) for v, b in sorted(per.items())}
     for df in persisted:
         df.unpersist()
+    stats["steps_s"] = timer.as_dict()
     stats["time_s"] = round(time.time() - t0, 3)
     log.info("graph stage: %s", {k: v for k, v in stats.items() if k != "inputs"})
     return stats

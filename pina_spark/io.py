@@ -673,14 +673,64 @@ def _footer_has_contract(uri: str, contract) -> bool:
     return all(f.name in got and got[f.name] == f.dataType for f in contract.fields)
 
 
-def write_quarantine(df, paths: RunPaths, table: str) -> Dict[str, int]:
+def write_quarantine(df, paths: RunPaths, table: str, n_rows: Optional[int] = None
+                     ) -> Dict[str, int]:
     """Publish quarantined rows of input ``table`` (with a ``reason`` column) under
-    ``quarantine/<table>`` and return counts per reason (always written, even when empty)."""
+    ``quarantine/<table>`` and return counts per reason, counted on the published table
+    (:func:`group_counts`; always written, even when empty). ``n_rows=0`` (known to the
+    caller): where pyarrow reaches the run root, the empty table is written by the driver
+    (one Parquet file with the schema, ``_SUCCESS``, same publish) instead of a Spark job."""
+    rel = f"{QUARANTINE}/{table}"
+    if n_rows == 0 and pyarrow_reaches(paths.root):
+        _write_empty(df, paths, rel)
+        return {}
+    write_table(df, paths, rel)
+    counts = group_counts(df.sparkSession, paths.table(rel), [REASON])
+    return {r[REASON]: int(r["count"]) for r in counts.to_pylist()}
+
+
+def _write_empty(df, paths: RunPaths, rel: str) -> None:
+    """Publish an empty table with ``df``'s schema at ``rel`` without a Spark job."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+    spark = df.sparkSession
+    staging = paths.staging(rel)
+    try:
+        fs, root = pyarrow_fs(staging)
+        fs.create_dir(root, recursive=True)
+        schema = to_arrow_schema(df.schema)
+        with fs.open_output_stream(f"{root}/part-00000.parquet") as fh:
+            pq.write_table(pa.Table.from_batches([], schema=schema), fh)
+        write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
+        publish(spark, staging, paths.table(rel))
+    except BaseException:
+        _discard_staging(spark, staging)
+        raise
+
+
+def group_counts(spark, uri: str, cols: Sequence[str]):
+    """Rows per distinct value of ``cols`` in the Parquet table at ``uri`` as a pyarrow Table
+    (``cols`` + ``count``): read with pyarrow on the driver where it reaches the table (no
+    Spark job; a published table's partition folders are read as columns), else a Spark
+    ``groupBy`` collected as Arrow.
+
+    Examples
+    --------
+    >>> group_counts(spark, paths.table("graph/pretrain_edges"), ["variant", "block"])  # doctest: +SKIP
+    """
+    import pyarrow as pa
+    dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
+    if dset is not None:
+        try:
+            t = dset.to_table(columns=list(cols))
+            g = t.group_by(list(cols)).aggregate([([], "count_all")])
+            return pa.table({**{c: g[c] for c in cols}, "count": g["count_all"]})
+        except (pa.ArrowInvalid, KeyError) as e:   # e.g. files without the column
+            log.info("%s: counted with Spark (%s)", uri, e)
     from pyspark.sql import functions as F
-    counts = {r[REASON]: int(r["n"]) for r in
-              df.groupBy(REASON).agg(F.count("*").alias("n")).collect()}
-    write_table(df, paths, f"{QUARANTINE}/{table}")
-    return counts
+    df = spark.read.parquet(uri)
+    return collect_arrow(df.groupBy(*cols).agg(F.count(F.lit(1)).cast("long").alias("count")))
 
 
 # --------------------------------------------------------------------------- input readers

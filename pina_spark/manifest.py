@@ -12,12 +12,13 @@ Examples
 >>> Manifest(m.uri).stage("graph")["stats"]["edges"]
 10
 """
+import contextlib
 import json
 import logging
 import platform
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from . import io, redact
 
@@ -52,6 +53,42 @@ def library_versions() -> Dict[str, Optional[str]]:
         except PackageNotFoundError:
             out[name] = None
     return out
+
+
+class StepTimer:
+    """Wall-clock seconds of the named steps of a stage, in the order they ran: logged at INFO
+    as each step ends and recorded in the stage's manifest statistics (``steps_s``).
+
+    A step that runs again adds to its total. Spark is lazy: a step's time is the time of the
+    actions inside it, so each step should end with the action that materialises it (a write,
+    a count, a persist + count).
+
+    Examples
+    --------
+    >>> t = StepTimer("graph")
+    >>> with t.step("nodes"):
+    ...     pass
+    >>> list(t.as_dict())
+    ['nodes']
+    """
+
+    def __init__(self, stage: str):
+        self.stage = stage
+        self._steps: Dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            self._steps[name] = self._steps.get(name, 0.0) + dt
+            log.info("%s: %s took %.2fs", self.stage, name, dt)
+
+    def as_dict(self) -> Dict[str, float]:
+        """``{step: seconds}`` rounded to milliseconds, in first-run order."""
+        return {k: round(v, 3) for k, v in self._steps.items()}
 
 
 class Manifest:

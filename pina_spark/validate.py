@@ -301,7 +301,7 @@ def required_tables(cfg) -> Tuple[str, ...]:
 
 
 def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
-                    persisted: Optional[List[Any]] = None):
+                    persisted: Optional[List[Any]] = None, timer=None):
     """Read and validate every configured input table.
 
     Parameters
@@ -314,6 +314,8 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     persisted : list, optional
         Receives the persisted intermediate frames so the caller can ``unpersist()`` them when
         done (the returned frames are computed from them).
+    timer : pina_spark.manifest.StepTimer, optional
+        Records one step ``validate.<table>`` per table (read, tag, count).
 
     Returns
     -------
@@ -336,7 +338,6 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     >>> st["events"]["reasons"]                                          # doctest: +SKIP
     {'unknown_item': 3, 'duplicate_event': 1}
     """
-    from pyspark import StorageLevel
     inp = cfg.input
     for name in required_tables(cfg):
         if not getattr(inp, name):
@@ -357,27 +358,9 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     for name in TABLE_ORDER:
         if name not in raw:
             continue
-        uri = getattr(inp, name)
-        if name == "instances":
-            tagged = validate_instances(raw[name], cfg.quality.max_text_chars)
-        elif name == "labels":
-            tagged = validate_labels(raw[name], cfg.quality.max_text_chars)
-        elif name == "instance_labels":
-            if "labels" not in tables:
-                raise io.InputError("input.instance_labels given without input.labels")
-            tagged = validate_instance_labels(raw[name], tables["instances"], tables["labels"])
-        elif name == "events":
-            tagged = validate_events(raw[name], tables["instances"])
-        else:
-            tagged = validate_filter_pairs(raw[name])
-        tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
-        if persisted is not None:
-            persisted.append(tagged)
-        counts[name] = _count(raw[name], tagged, name, uri)
-        tables[name], quarantine[name] = _split(tagged, name)
-        c = counts[name]
-        log.info("input %s: %d rows in, %d used, %d quarantined %s", name, c["rows_in"],
-                 c["rows_used"], c["rows_quarantined"], c["reasons"])
+        with (timer.step(f"validate.{name}") if timer is not None else _no_timer()):
+            _validate_one(name, raw, tables, quarantine, counts, getattr(inp, name), persisted,
+                          cfg.quality.max_text_chars)
     if stats is not None:
         stats.update(counts)
     return tables, quarantine
@@ -434,6 +417,36 @@ def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -
         raise io.InputError("data-quality gate: " + "; ".join(problems) + ". "
                             + " ".join(advice) + (f" (quarantined rows: {where})" if where
                                                   else ""))
+
+
+def _no_timer():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_text_chars):
+    """Tag, persist and count one table (fills ``tables``, ``quarantine``, ``counts``)."""
+    from pyspark import StorageLevel
+    if name == "instances":
+        tagged = validate_instances(raw[name], max_text_chars)
+    elif name == "labels":
+        tagged = validate_labels(raw[name], max_text_chars)
+    elif name == "instance_labels":
+        if "labels" not in tables:
+            raise io.InputError("input.instance_labels given without input.labels")
+        tagged = validate_instance_labels(raw[name], tables["instances"], tables["labels"])
+    elif name == "events":
+        tagged = validate_events(raw[name], tables["instances"])
+    else:
+        tagged = validate_filter_pairs(raw[name])
+    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
+    if persisted is not None:
+        persisted.append(tagged)
+    counts[name] = _count(raw[name], tagged, name, uri)
+    tables[name], quarantine[name] = _split(tagged, name)
+    c = counts[name]
+    log.info("input %s: %d rows in, %d used, %d quarantined %s", name, c["rows_in"],
+             c["rows_used"], c["rows_quarantined"], c["reasons"])
 
 
 def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:

@@ -12,6 +12,12 @@ from pina_spark import faults, graph, io
 from pina_spark.config import GraphConfig, config_from_dict
 
 EV_SCHEMA = "basket_id string, item_id string"
+STRATEGIES = ("broadcast", "shuffle")
+
+
+def _plan(strategy):
+    """A pair-counting plan of the given strategy (2 tasks: more than one item range)."""
+    return graph.PairPlan(strategy, 2, "test")
 
 
 def _undirected(edges_df):
@@ -78,15 +84,16 @@ def test_measures_on_tiny_example(spark, tiny_events):
     assert expected["jaccard"][("a", "b")] == pytest.approx(0.5)          # 2 / (3 + 3 - 2)
     assert expected["pmi"][("c", "d")] == pytest.approx(0.0)              # ln(1*4 / (2*2))
     capped = graph.capped_baskets(tiny_events, 100).persist()
-    for measure, exp in expected.items():
-        got = _undirected(graph.i2i_edges(tiny_events, GraphConfig(min_count=1, measure=measure),
-                                          capped=capped))
-        assert {k: v[0] for k, v in got.items()} == counts
-        for k, v in exp.items():
-            assert got[k][1] == pytest.approx(v, rel=1e-12, abs=1e-12), (measure, k)
-    got = _undirected(graph.i2i_edges(tiny_events, GraphConfig(min_count=2, measure="jaccard",
-                                                               min_score=0.6), capped=capped))
-    assert got == {("a", "c"): (2, pytest.approx(2 / 3))}
+    for kw in ({"capped": capped}, {"plan": _plan("shuffle")}, {"plan": _plan("broadcast")}):
+        for measure, exp in expected.items():
+            got = _undirected(graph.i2i_edges(
+                tiny_events, GraphConfig(min_count=1, measure=measure), **kw))
+            assert {k: v[0] for k, v in got.items()} == counts
+            for k, v in exp.items():
+                assert got[k][1] == pytest.approx(v, rel=1e-12, abs=1e-12), (measure, k, kw)
+        got = _undirected(graph.i2i_edges(tiny_events, GraphConfig(
+            min_count=2, measure="jaccard", min_score=0.6), **kw))
+        assert got == {("a", "c"): (2, pytest.approx(2 / 3))}
     capped.unpersist()
 
 
@@ -124,11 +131,18 @@ def test_basket_cap_and_stats(spark):
     for b, items in baskets.items():
         exp = sorted(set(items), key=lambda i: (graph.basket_hash(b, i), i))[:4]
         assert kept[b] == set(exp), b
-    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_basket_size=4)))
-    assert {k: v[0] for k, v in got.items()} == dict(brute_force_counts(baskets, 4))
+    tbl = io.collect_arrow(ev.select(io.BASKET_ID, io.ITEM_ID))
+    m, st_b = graph.basket_matrix(tbl, 4)
+    assert st_b == st                      # the broadcast strategy's stats
+    assert m["n_baskets"] == 40
+    for strategy in STRATEGIES:
+        got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_basket_size=4),
+                                          plan=_plan(strategy)))
+        assert {k: v[0] for k, v in got.items()} == dict(brute_force_counts(baskets, 4)), strategy
 
 
-def test_top_n_union_and_max_degree_mutual(spark):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_top_n_union_and_max_degree_mutual(spark, strategy):
     # star: hub h with 4 spokes (counts 4,3,2,1) plus x-y (count 5)
     baskets = []
     for item, c in (("s1", 4), ("s2", 3), ("s3", 2), ("s4", 1)):
@@ -137,21 +151,25 @@ def test_top_n_union_and_max_degree_mutual(spark):
     baskets += [["s1y", ["s1", "y"]]]
     ev = spark.createDataFrame([(b, i) for b, items in baskets for i in items], EV_SCHEMA)
     # top_n=1: h keeps s1; each spoke keeps h (its best) -> union keeps all hub edges
-    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, top_n=1)))
+    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, top_n=1),
+                                      plan=_plan(strategy)))
     assert set(got) == {("h", "s1"), ("h", "s2"), ("h", "s3"), ("h", "s4"), ("x", "y")}
     # max_degree=2: edge kept only when both ends rank each other within 2
-    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_degree=2)))
+    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_degree=2),
+                                      plan=_plan(strategy)))
     assert set(got) == {("h", "s1"), ("h", "s2"), ("s1", "y"), ("x", "y")}
     degree = Counter(a for e in got for a in e)
     assert max(degree.values()) <= 2
 
 
-def test_fault_hook_runs_in_executor_function(spark, tiny_events, tmp_path):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_fault_hook_runs_in_executor_function(spark, tiny_events, tmp_path, strategy):
     cfg = config_from_dict({"output": str(tmp_path), "faults": {"fail_first_attempt": ["graph"]}})
     plan = faults.fault_plan(cfg, "graph")
     assert plan == ("graph", ())
     with pytest.raises(Exception, match="injected fault: stage graph"):
-        graph.i2i_edges(tiny_events, GraphConfig(min_count=1), fault_plan=plan).collect()
+        graph.i2i_edges(tiny_events, GraphConfig(min_count=1), fault_plan=plan,
+                        plan=_plan(strategy)).collect()
 
 
 # --------------------------------------------------------------------------- nodes and B_pre
@@ -179,8 +197,10 @@ def test_node_indices_deterministic(spark, small_tables):
          (6, "label", "l3", "L3", None)],
         "node_index long, kind string, node_id string, text string, split string")
     for parts in (1, 3):
-        nodes = graph.assign_node_indices(inst.repartition(parts), lab.repartition(parts))
-        assertDataFrameEqual(nodes, expected)
+        for n_rows in ((None, None), (4, 3), (4, None)):   # range-partitioned / one partition
+            nodes = graph.assign_node_indices(inst.repartition(parts), lab.repartition(parts),
+                                              n_rows=n_rows)
+            assertDataFrameEqual(nodes, expected)
 
 
 BLOCK_EDGES = {
@@ -240,19 +260,20 @@ def instacart_events(spark, instacart_dir, tmp_path_factory):
     ev.unpersist()
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("cap", [None, 5])
-def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap):
+def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap, strategy):
     pdf, ev, baskets = instacart_events
     assert len(pdf) > 100_000
     max_size = cap if cap is not None else 10_000
     bf = brute_force_counts(baskets, cap)
     if cap is None:
         assert len(bf) == 607_786                     # figure quoted in shared/data/README.md
-    capped = graph.capped_baskets(ev, max_size).persist()
+    capped = graph.capped_baskets(ev, max_size).persist() if strategy == "shuffle" else None
     try:
         for min_count in (1, 2, 3):
             cfg = GraphConfig(min_count=min_count, max_basket_size=max_size)
-            edges = graph.i2i_edges(ev, cfg, capped=capped)
+            edges = graph.i2i_edges(ev, cfg, capped=capped, plan=_plan(strategy))
             und = edges.filter(f"{io.SRC_ID} < {io.DST_ID}").toPandas()
             got = dict(zip(zip(und[io.SRC_ID], und[io.DST_ID]), und[io.COUNT]))
             exp = {(min(a, b), max(a, b)): c for (a, b), c in bf.items() if c >= min_count}
@@ -261,7 +282,8 @@ def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap):
         if cap is None:
             assert sum(1 for c in bf.values() if c >= 2) == 163_112
     finally:
-        capped.unpersist()
+        if capped is not None:
+            capped.unpersist()
 
 
 # --------------------------------------------------------------------------- whole stage
@@ -295,8 +317,21 @@ def test_run_stage_given_labels(spark, tmp_path):
                             "graph": {"min_count": 2},
                             "input": {"instances": inst, "labels": lab, "instance_labels": il,
                                       "events": ev}})
-    ctx, stats = _run(spark, cfg)
-    paths = ctx.paths
+    from pina_spark.manifest import Manifest
+    from pina_spark.pipeline import make_context, run_pipeline
+    assert run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
+    paths = make_context(spark, cfg).paths
+    stats = Manifest(paths.manifest).stage("graph")["stats"]   # what the manifest recorded
+    steps = stats["steps_s"]                 # per-step wall seconds, in the order they ran
+    assert list(steps)[:4] == ["validate.instances", "validate.labels",
+                               "validate.instance_labels", "validate.events"]
+    for step in ("quarantine.events", "i2i.collect_events", "i2i.basket_matrix", "i2i.publish",
+                 "nodes.publish", "instance_labels.publish", "pretrain_edges.publish"):
+        assert isinstance(steps[step], float) and steps[step] >= 0, step
+    assert stats["pair_plan"]["strategy"] == "broadcast"
+    assert set(stats["pair_tasks_s"]) == {"all", "train"}    # side_info both: train-only graph
+    assert stats["i2i_edges"] == 4 and stats["degree"]["max"] == 2.0
+    assert stats["instance_labels"] == 5
     assert stats["inputs"]["instances"]["reasons"] == {"missing_text": 1}
     assert stats["inputs"]["instance_labels"]["reasons"] == {"unknown_instance": 1}
     assert stats["inputs"]["events"]["reasons"] == {"unknown_item": 1}
@@ -357,7 +392,8 @@ def _pretrain_texts_by_id(spark, paths):
             if r.node_index in used}
 
 
-def test_graph_labels_leak_guard(spark, tmp_path):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     """task.labels=graph: removing every test row leaves pretrain_edges unchanged (as node_id
     pairs), even with a binding basket cap and a count-dependent measure, and so g's training
     data: the same edges between the same nodes with the same texts."""
@@ -368,9 +404,10 @@ def test_graph_labels_leak_guard(spark, tmp_path):
         cfg = config_from_dict({
             "output": str(d / "run"), "side_info": "both", "task": {"labels": "graph"},
             "graph": {"min_count": 2, "max_basket_size": 4, "measure": "jaccard",
-                      "min_score": 0.05},
+                      "min_score": 0.05, "strategy": strategy},
             "input": {"instances": inst, "events": ev}})
         ctx, stats = _run(spark, cfg)
+        assert stats["pair_plan"]["strategy"] == strategy
         runs[drop] = (_pe_by_id(spark, ctx.paths), ctx, stats)
         texts[drop] = _pretrain_texts_by_id(spark, ctx.paths)
     full, ctx, stats = runs[False]
