@@ -28,6 +28,9 @@ Usage::
     .venv/bin/python benchmarks/bench_graph.py --json runs/bench_graph.json
     .venv/bin/python benchmarks/bench_graph.py --datasets heavy --json out.json
 
+Each side runs ``--repeat`` times per data set (alternating); ``spark_s`` and ``duckdb_s`` are
+the medians, ``spark_runs_s`` / ``duckdb_runs_s`` every run.
+
 Writes ``{"results": [{"name", "events", "pair_occurrences", "spark_s", "duckdb_s", "ratio",
 "edges_equal", "edges", "steps_s", "load_avg_1m", ...}], "settings": {...}}`` and prints a
 Markdown table (with the command that made it and the machine load) and the Spark stage's time
@@ -38,6 +41,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import shutil
 import sys
 import tempfile
@@ -205,8 +209,10 @@ def make_dataset(name: str, work: str, instacart_dir: str, citeulike_dir: str) -
 
 
 def markdown(results, command: str) -> str:
-    lines = [f"`{command}`", "",
-             "| data set | events | pair occurrences | edges | graph stage (Spark) s | DuckDB s "
+    lines = [f"`{command}`", "", "Medians of the repeats (every run in the JSON); the steps are "
+             "those of the last Spark run.", "",
+             "| data set | events | pair occurrences | edges | graph stage (Spark) s, median | "
+             "DuckDB s, median "
              "| ratio | Spark ns / pair occurrence | edges equal | load |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -239,6 +245,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-basket-size", type=int, default=100_000)
     p.add_argument("--shuffle-partitions", type=int, default=4)
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each side per data set; the table shows medians")
     args = p.parse_args(argv)
     command = "python benchmarks/bench_graph.py " + " ".join(argv if argv is not None
                                                              else sys.argv[1:])
@@ -270,22 +278,30 @@ def main(argv=None) -> int:
             n_events = pq.ParquetFile(ev).metadata.num_rows
             n_pairs = pair_occurrences(ev)
             min_count = MIN_COUNT.get(name.split("_x")[0], MIN_COUNT.get(name, 2))
-            t0 = time.perf_counter()
-            st = spark_stage(spark, inputs, os.path.join(d, "run"), min_count,
-                             args.max_basket_size, args.shuffle_partitions)
-            spark_s = time.perf_counter() - t0
-            duck_out = os.path.join(d, "duckdb_edges.parquet")
-            t0 = time.perf_counter()
-            duckdb_edges(ev, duck_out, min_count, args.threads)
-            duck_s = time.perf_counter() - t0
-            same, n_spark, n_duck = edges_equal(os.path.join(d, "run", "graph", "i2i_edges"),
-                                                duck_out)
-            if not same:
-                raise SystemExit(f"{name}: Spark wrote {n_spark} edges, DuckDB {n_duck}: the "
-                                 f"edges differ")
+            spark_runs, duck_runs = [], []
+            for r in range(args.repeat):   # alternated, so drifting machine load hits both sides
+                run_dir = os.path.join(d, f"run{r}")
+                t0 = time.perf_counter()
+                st = spark_stage(spark, inputs, run_dir, min_count, args.max_basket_size,
+                                 args.shuffle_partitions)
+                spark_runs.append(time.perf_counter() - t0)
+                duck_out = os.path.join(d, f"duckdb_edges{r}.parquet")
+                t0 = time.perf_counter()
+                duckdb_edges(ev, duck_out, min_count, args.threads)
+                duck_runs.append(time.perf_counter() - t0)
+                same, n_spark, n_duck = edges_equal(os.path.join(run_dir, "graph", "i2i_edges"),
+                                                    duck_out)
+                if not same:
+                    raise SystemExit(f"{name}: Spark wrote {n_spark} edges, DuckDB {n_duck}: "
+                                     f"the edges differ")
+                if r + 1 < args.repeat:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+            spark_s, duck_s = statistics.median(spark_runs), statistics.median(duck_runs)
             row = {"name": name, "events": n_events, "pair_occurrences": n_pairs,
                    "min_count": min_count, "edges": n_spark, "spark_s": round(spark_s, 3),
                    "duckdb_s": round(duck_s, 3), "ratio": round(spark_s / duck_s, 3),
+                   "spark_runs_s": [round(t, 3) for t in spark_runs],
+                   "duckdb_runs_s": [round(t, 3) for t in duck_runs],
                    "spark_ns_per_pair": round(spark_s / max(n_pairs, 1) * 1e9, 2),
                    "edges_equal": same, "steps_s": st.get("steps_s", {}),
                    "stage_time_s": st.get("time_s"),

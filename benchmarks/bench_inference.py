@@ -1,7 +1,9 @@
 """Benchmark of the embed and neighbors stages (Spark, ``local[2]``) against a plain
 single-process loop doing the same work with the same number of threads, in the same run.
 
-Data: citeulike-t (``../shared/data/citeulike-t``). The first ``--rows`` articles are instances
+Data (``--data``): ``titles``, short product titles (the first ``--rows`` Instacart products by
+id, ``../shared/data/instacart``; labels: their aisles, label text = aisle name), or
+``citeulike`` (default), long texts (``../shared/data/citeulike-t``). The first ``--rows`` articles are instances
 (every 5th by id-hash is ``test``, see :func:`pina_spark.folds.is_heldout`); an article's text is
 its bag of words, words by count descending (ties: vocabulary order), each repeated by its count.
 Labels are the tags on at least 5 of these articles (label text = tag name). Phi_pre (MiniLM +
@@ -92,6 +94,34 @@ def load_citeulike(n_rows, min_tag_items=5):
     return inst, labels, art_tags
 
 
+def load_titles(n_rows, min_items=5):
+    """Short product titles (the e-commerce case): the first ``n_rows`` Instacart products by id
+    (text = product name), labels = their aisles with at least ``min_items`` of them (label text
+    = aisle name). Same return shape as :func:`load_citeulike`."""
+    import csv
+    d = os.path.join(DATA, "instacart")
+    with open(os.path.join(d, "aisles.csv"), newline="") as fh:
+        aisle_name = {r["aisle_id"]: r["aisle"] for r in csv.DictReader(fh)}
+    with open(os.path.join(d, "products.csv"), newline="") as fh:
+        prods = sorted(csv.DictReader(fh), key=lambda r: int(r["product_id"]))[:n_rows]
+    inst, by_aisle = [], {}
+    for i, r in enumerate(prods):
+        pid = f"p{int(r['product_id']):06d}"
+        inst.append((pid, r["product_name"],
+                     "test" if folds.is_heldout(pid, 0.2, "bench-split") else "train"))
+        by_aisle.setdefault(r["aisle_id"], []).append(i)
+    labels, art_tags = [], {}
+    for aid in sorted(by_aisle, key=int):
+        if len(by_aisle[aid]) >= min_items:
+            labels.append((f"aisle{int(aid):04d}", aisle_name[aid]))
+            for it in by_aisle[aid]:
+                art_tags.setdefault(it, []).append(len(labels) - 1)
+    return inst, labels, art_tags
+
+
+DATASETS = {"citeulike": load_citeulike, "titles": load_titles}
+
+
 def _warm_worker(batches):
     """Executor side (``--stages neighbors``): import what a worker that ran the embed stage
     has imported (numpy, pyarrow, scipy, torch, PECOS' tf-idf), nothing of the neighbour
@@ -178,7 +208,11 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True, help="output JSON file")
-    ap.add_argument("--rows", type=int, default=3000, help="citeulike-t articles used")
+    ap.add_argument("--rows", type=int, default=3000, help="instances used")
+    ap.add_argument("--data", choices=sorted(DATASETS), default="citeulike",
+                    help="citeulike: citeulike-t articles (long bag-of-words texts), tags as "
+                         "labels; titles: Instacart product names (short titles), aisles as "
+                         "labels")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
     ap.add_argument("--workdir", default=None, help="keep inputs, models and tables here "
@@ -205,12 +239,12 @@ def main(argv=None):
     from pina_spark.session import get_spark
     from pina_spark.vectorizer import PhiPre
     work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
-    inst, labels, art_tags = load_citeulike(args.rows)
+    inst, labels, art_tags = DATASETS[args.data](args.rows)
     n_nodes = len(inst) + len(labels)
 
     def make_cfg(rows):   # rows per task such that the stage over ``rows`` rows has --tasks tasks
         return config.config_from_dict({
-            "output": os.path.join(work, "run"), "input": {"instances": "citeulike-t"},
+            "output": os.path.join(work, "run"), "input": {"instances": args.data},
             "neighbors": {"k": 5, "train_mode": "in_sample"},
             "inference": {"rows_per_task": int(math.ceil(rows / float(args.tasks))),
                           "batch_size": args.batch_size, "torch_threads": 1},
@@ -269,7 +303,7 @@ def main(argv=None):
         results.append(_median_result(runs))
 
     out = {"results": results,
-           "config": {"data": "citeulike-t", "articles": args.rows, "instances": len(inst),
+           "config": {"data": args.data, "rows": args.rows, "instances": len(inst),
                       "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
                       "reference_threads": THREADS, "batch_size": args.batch_size,
                       "tasks": args.tasks, "stages": stages, "repeat": args.repeat,

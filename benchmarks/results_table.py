@@ -16,7 +16,8 @@ Encoder ablation (issue #18), one row per run and variant, from each run root's
     python benchmarks/results_table.py --ablation runs/citeulike-t runs/citeulike-t-contrastive
 
 Columns: encoder, variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) against
-vectorizer_only, fine-tuning seconds and pairs used, and the vectorizer's train - test parity
+vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive rows), fine-tuning
+seconds and pairs used, and the vectorizer's train - test parity
 gaps (cos_margin, P@1; ``pina_spark/parity.py``).
 """
 import os
@@ -66,6 +67,7 @@ def ablation_rows(root):
     secs = card.get("times_s", {}).get("fine_tune", tune.get("seconds"))
     pairs = tune.get("pairs", tune.get("rows"))
     gap = parity.get("gap", {})
+    held = _load(os.path.join(root, "eval", "pretrain.json")).get("variants", {})
     v, sig = m["variants"], m.get("significance", {})
     base = v["baseline"]["P@1"]
     out = []
@@ -76,9 +78,10 @@ def ablation_rows(root):
         rel = "—" if name == "baseline" else f"{100 * (x['P@1'] / base - 1):+.2f}%"
         p_b = sig.get(f"{name}_vs_baseline", {}).get("P@1")
         p_v = sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1")
+        g_p1 = held.get(name, {}).get("P@1")
         out.append(f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
                    f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
-                   f"{_p(p_b)} | {_p(p_v)} | "
+                   f"{_p(p_b)} | {_p(p_v)} | {'—' if g_p1 is None else f'{100 * g_p1:.2f}'} | "
                    f"{'—' if secs is None else f'{secs:.0f}'} | {'—' if pairs is None else pairs} | "
                    f"{gap.get('cos_margin', float('nan')):+.4f} | {gap.get('P@1', float('nan')):+.4f} |")
     return out
@@ -93,9 +96,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.ablation:
         print("| run | encoder | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline | p (P@1) | "
-              "p (P@1) vs vectorizer_only | fine-tuning s | pairs | parity gap cos_margin | "
-              "parity gap P@1 |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "p (P@1) vs vectorizer_only | g held-out P@1 | fine-tuning s | pairs | "
+              "parity gap cos_margin | parity gap P@1 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for root in a.ablation:
             print("\n".join(ablation_rows(root)))
         return

@@ -293,7 +293,8 @@ class InferenceConfig(_Params):
     """Executor-side execution of the embed and neighbours stages.
 
     Attributes:
-        rows_per_task: rows per Spark partition (task).
+        rows_per_task: rows per Spark partition (task) of the embed and neighbors stages, about;
+            the task count is rounded up to a multiple of the task slots (every slot busy).
         batch_size: rows per model call inside a task.
         device: ``auto`` (GPU when the task owns one), ``cpu`` or ``cuda``.
         torch_threads: threads per task for torch; 0 = ``spark.task.cpus``.

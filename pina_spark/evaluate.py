@@ -411,7 +411,8 @@ def run_stage(ctx) -> Dict[str, Any]:
     }
     if cfg.evaluate.parity_max_per_split > 0:
         from .parity import PARITY_JSON, measure_run
-        parity = measure_run(spark, paths, cfg.evaluate.parity_max_per_split)
+        parity = measure_run(spark, paths, cfg.evaluate.parity_max_per_split,
+                             exclude_twins=cfg.task.labels_are_items)
         if parity is not None:
             parity["encoder"] = cfg.pretrain.encoder
             metrics["encoder_parity"] = parity

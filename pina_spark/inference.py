@@ -421,8 +421,18 @@ def topk_neighbors(Y, col_map, own, twin, k: int):
 
 
 # --------------------------------------------------------------------------- partitioning
-def _n_partitions(n_rows: int, rows_per_task: int) -> int:
-    return max(1, int(math.ceil(n_rows / float(max(1, rows_per_task)))))
+def _n_partitions(n_rows: int, rows_per_task: int, slots: int = 1) -> int:
+    """Tasks for ``n_rows``: about ``rows_per_task`` rows each, rounded up to a multiple of the
+    task slots (every slot busy to the end of the stage), never more tasks than rows.
+
+    Examples
+    --------
+    >>> _n_partitions(11688, 4000, 2), _n_partitions(11688, 4000, 1), _n_partitions(3, 4000, 8)
+    (4, 3, 3)
+    """
+    base = int(math.ceil(n_rows / float(max(1, rows_per_task))))
+    slots = max(1, int(slots))
+    return max(1, min(int(math.ceil(base / slots)) * slots, max(1, int(n_rows))))
 
 
 def fold_route_expr(node_id_col: str, folds: int):
@@ -493,7 +503,7 @@ def _make_embed_fn(vec_uri: str, version: str, device_cfg: str, threads_cfg: int
 
 def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
                 fault_plan=None, version: str = "", accumulator=None,
-                load_fn: Optional[Callable[[str, str], Any]] = None):
+                load_fn: Optional[Callable[[str, str], Any]] = None, slots: int = 1):
     """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).
 
     Parameters
@@ -515,6 +525,9 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
     load_fn : callable, optional
         ``load_fn(local_dir, device) -> object with .transform(texts, batch_size)``;
         default :func:`load_vectorizer` (``PhiPre.load``).
+    slots : int
+        Task slots of the application (:func:`runtime.task_slots`); the task count is a
+        multiple of it.
 
     Examples
     --------
@@ -525,7 +538,7 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
     from pyspark.sql import functions as F
     inf = inference_cfg
     bs = int(inf.batch_size)
-    parts = _n_partitions(n_rows, inf.rows_per_task)
+    parts = _n_partitions(n_rows, inf.rows_per_task, slots)
     # Blocks of ``batch_size`` consecutive node indices are the encoder's batches (the same
     # batches on any partitioning, hence identical numbers); they are dealt to the tasks round
     # robin (block mod parts, then block), so that every task gets a mix of long instance texts
@@ -566,13 +579,15 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     n = nodes.count()
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
     plan = faults.fault_plan(cfg, "embed")
-    df = embed_frame(nodes, vec_uri, cfg.inference, n, plan, _version(spark, vec_uri), acc)
+    slots = runtime.task_slots(spark)
+    df = embed_frame(nodes, vec_uri, cfg.inference, n, plan, _version(spark, vec_uri), acc,
+                     slots=slots)
     t0 = time.time()
     io.write_table(df, ctx.paths, io.EMBEDDINGS)
     dt = time.time() - t0
     counters = dict(acc.value)
     stats: Dict[str, Any] = {"rows": n, "rows_written": int(counters.get("rows|embed", 0)),
-                             "partitions": _n_partitions(n, cfg.inference.rows_per_task),
+                             "partitions": _n_partitions(n, cfg.inference.rows_per_task, slots),
                              "seconds": round(dt, 3), "rows_per_s": round(n / dt, 2) if dt else None,
                              "vectorizer": vec_uri}
     stats.update(runtime.summarize_loads(counters))
@@ -1131,7 +1146,7 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
         if ctx.selection:
             n_sel = io.count_rows_arrow(ctx.selection)
             n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
-        parts = _n_partitions(n_rows, inf.rows_per_task)
+        parts = _n_partitions(n_rows, inf.rows_per_task, runtime.task_slots(spark))
         fn = _make_neighbors_task_fn(specs, bc, list(variants), n_folds, out_of_fold,
                                      nb.leave_self_out, use_twin, nb.k, nb.weighting,
                                      nb.temperature, int(inf.torch_threads),
@@ -1164,7 +1179,7 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
                            fold_route_expr(io.NODE_ID, n_folds)).otherwise(F.lit(FULL_ROUTE))
         else:
             route = F.lit(FULL_ROUTE)
-        parts = _n_partitions(n_inst, inf.rows_per_task)
+        parts = _n_partitions(n_inst, inf.rows_per_task, runtime.task_slots(spark))
         df = df.withColumn(ROUTE, route.cast("int"))
         if out_of_fold:  # co-locate rows of one model: a task needs few models (cache: 4)
             df = df.repartitionByRange(parts, ROUTE, io.INSTANCE_INDEX)

@@ -47,7 +47,8 @@ METRICS = ("cos_true", "cos_margin", "P@1", "R@5")
 
 
 def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.ndarray],
-                   labels: np.ndarray, chunk: int = 2048) -> Dict[str, Any]:
+                   labels: np.ndarray, chunk: int = 2048,
+                   exclude: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """Per-split vectorizer metrics (see the module docstring) and their train - test gaps.
 
     Parameters
@@ -62,6 +63,11 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
         ``(L, D)`` candidate label vectors.
     chunk : int
         Instances scored per matrix product.
+    exclude : sequence of int, optional
+        Per instance, the row position in ``labels`` of a candidate it must not be scored
+        against (its twin: with ``task.labels: graph`` a train item is also a label node with
+        the same text, which only train items have), or -1. Left out of the ranking and of the
+        mean over all labels, as the neighbours stage leaves twins out.
 
     Returns
     -------
@@ -71,6 +77,8 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
     inst, labels = _l2_rows(inst), _l2_rows(labels)
     split = np.asarray(split)
     has = np.array([len(t) > 0 for t in truth], dtype=bool)
+    excl = (np.full(len(truth), -1, dtype=np.int64) if exclude is None
+            else np.asarray(exclude, dtype=np.int64))
     out: Dict[str, Any] = {}
     for sp in SPLITS:
         rows = np.flatnonzero((split == sp) & has)
@@ -78,12 +86,19 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
         for s in range(0, len(rows), chunk):
             r = rows[s:s + chunk]
             sim = inst[r] @ labels.T
+            ex = excl[r]
+            has_ex = np.flatnonzero(ex >= 0)
+            n_cand = np.full(len(r), labels.shape[0], dtype=np.float64)
+            sums = sim.sum(axis=1)
+            sums[has_ex] -= sim[has_ex, ex[has_ex]]
+            n_cand[has_ex] -= 1
+            sim[has_ex, ex[has_ex]] = -np.inf
             top = np.argsort(-sim, axis=1, kind="stable")[:, :5]
             for j, i in enumerate(r):
                 t = np.asarray(truth[i], dtype=np.int64)
                 ct = float(sim[j, t].mean())
                 acc["cos_true"] += ct
-                acc["cos_margin"] += ct - float(sim[j].mean())
+                acc["cos_margin"] += ct - float(sums[j] / max(n_cand[j], 1.0))
                 acc["P@1"] += float(top[j, 0] in set(t.tolist()))
                 acc["R@5"] += len(set(top[j].tolist()) & set(t.tolist())) / len(t)
         n = max(len(rows), 1)
@@ -98,14 +113,20 @@ def _sampled(node_id: str, fraction: float) -> bool:
     return int(h[:12], 16) / 16 ** 12 < fraction
 
 
-def measure_run(spark, paths, max_per_split: int = 5000,
-                max_labels: int = 50000) -> Optional[Dict[str, Any]]:
+def measure_run(spark, paths, max_per_split: int = 5000, max_labels: int = 50000,
+                encoder=None, exclude_twins: bool = False) -> Optional[Dict[str, Any]]:
     """:func:`encoder_parity` on a finished run's ``embeddings``, ``nodes`` and
     ``graph/instance_labels``; ``None`` when the run has no test instance or no embeddings.
 
     At most ``max_per_split`` instances per split (by a hash of the id, so the sample is the same
     in every run of the same data) and ``max_labels`` candidate labels (every sampled instance's
-    true labels, then others by hash) are read to the driver.
+    true labels, then others by hash) are read to the driver. With ``encoder`` (an object with
+    ``encode(texts) -> (n, D) array``, e.g. :func:`pina_spark.encoders.load_encoder`'s), the same
+    sample's texts are encoded with it instead of reading the run's ``embeddings``: the parity of
+    another encoder (the frozen one, for the noise level) on exactly the same rows. With
+    ``exclude_twins`` (``task.labels: graph``, where labels are items), an instance's own label
+    node (same ``node_id``) is no candidate for it: only train items have one, and its text is
+    the instance's own.
 
     Examples
     --------
@@ -138,15 +159,8 @@ def measure_run(spark, paths, max_per_split: int = 5000,
         labels = labels[labels[io.NODE_INDEX].isin(needed)
                         | labels[io.NODE_ID].map(lambda i: _sampled(i, fr))]
     want = np.concatenate([inst[io.NODE_INDEX].to_numpy(), labels[io.NODE_INDEX].to_numpy()])
-    emb = io.collect_arrow(io.read_table(spark, paths, io.EMBEDDINGS)
-                           .select(io.NODE_INDEX, io.DENSE)
-                           .join(spark.createDataFrame([(int(i),) for i in want],
-                                                       [io.NODE_INDEX]),
-                                 io.NODE_INDEX, "left_semi"))
-    idx = emb.column(io.NODE_INDEX).to_numpy()
-    dense = emb.column(io.DENSE).combine_chunks()
-    dim = len(dense[0]) if len(dense) else 0
-    vecs = dense.flatten().to_numpy(zero_copy_only=False).reshape(len(idx), dim)
+    idx, vecs = (_run_dense(spark, paths, want) if encoder is None
+                 else _encoded_dense(spark, paths, want, encoder))
     row_of = {int(i): r for r, i in enumerate(idx)}
     lab_idx = [int(i) for i in labels[io.NODE_INDEX] if int(i) in row_of]
     lab_pos = {i: p for p, i in enumerate(lab_idx)}
@@ -156,12 +170,46 @@ def measure_run(spark, paths, max_per_split: int = 5000,
             by_inst.setdefault(int(i), []).append(lab_pos[lab])
     inst_idx = [int(i) for i in inst[io.NODE_INDEX] if int(i) in row_of]
     split_of = dict(zip(inst[io.NODE_INDEX].astype(int), inst[io.SPLIT]))
+    twin_pos: Dict[int, int] = {}
+    if exclude_twins:
+        lab_of_id = dict(zip(labels[io.NODE_ID], labels[io.NODE_INDEX].astype(int)))
+        for i, nid in zip(inst[io.NODE_INDEX].astype(int), inst[io.NODE_ID]):
+            lab = lab_of_id.get(nid)
+            if lab is not None and lab in lab_pos and lab_pos[lab] not in by_inst.get(int(i), []):
+                twin_pos[int(i)] = lab_pos[lab]
+    lab_vecs = vecs[[row_of[i] for i in lab_idx]] if lab_idx else np.zeros((0, vecs.shape[1]))
     res = encoder_parity(vecs[[row_of[i] for i in inst_idx]],
                          [split_of[i] for i in inst_idx],
                          [np.array(by_inst.get(i, []), dtype=np.int64) for i in inst_idx],
-                         vecs[[row_of[i] for i in lab_idx]] if lab_idx else np.zeros((0, dim)))
+                         lab_vecs, exclude=[twin_pos.get(i, -1) for i in inst_idx])
     res["candidate_labels"] = len(lab_idx)
+    res["vectors"] = "embeddings (dense part)" if encoder is None else "encoder given"
+    res["twins_excluded"] = len(twin_pos)
     res["sample"] = {"max_per_split": max_per_split, "max_labels": max_labels,
                      "rule": "sha1('pina-parity' + '\\x1f' + node_id) below the split's fraction"}
     log.info("encoder parity (train - test): %s", res["gap"])
     return res
+
+
+def _wanted(spark, paths, table: str, want: np.ndarray, columns: List[str]):
+    """The rows of ``table`` whose node_index is in ``want``, as Arrow on the driver."""
+    return io.collect_arrow(io.read_table(spark, paths, table).select(*columns)
+                            .join(spark.createDataFrame([(int(i),) for i in want],
+                                                        [io.NODE_INDEX]),
+                                  io.NODE_INDEX, "left_semi"))
+
+
+def _run_dense(spark, paths, want: np.ndarray):
+    """(node indices, dense vectors) of ``want`` from the run's ``embeddings``."""
+    emb = _wanted(spark, paths, io.EMBEDDINGS, want, [io.NODE_INDEX, io.DENSE])
+    idx = emb.column(io.NODE_INDEX).to_numpy()
+    dense = emb.column(io.DENSE).combine_chunks()
+    dim = len(dense[0]) if len(dense) else 0
+    return idx, dense.flatten().to_numpy(zero_copy_only=False).reshape(len(idx), dim)
+
+
+def _encoded_dense(spark, paths, want: np.ndarray, encoder):
+    """(node indices, vectors) of ``want``: their ``nodes`` texts encoded with ``encoder``."""
+    tbl = _wanted(spark, paths, io.NODES, want, [io.NODE_INDEX, io.TEXT])
+    vecs = np.asarray(encoder.encode(tbl.column(io.TEXT).to_pylist()), dtype=np.float32)
+    return tbl.column(io.NODE_INDEX).to_numpy(), vecs

@@ -280,6 +280,21 @@ def choose_device(resources: Optional[Mapping[str, Any]], env: Mapping[str, str]
     return "cpu"
 
 
+def task_slots(spark) -> int:
+    """Driver side: how many tasks the application runs at once (``defaultParallelism``, the
+    executor cores, divided by ``spark.task.cpus``); stages size their task counts as a multiple
+    of it, so no slot idles through a stage's last wave.
+
+    Examples
+    --------
+    >>> task_slots(spark) >= 1
+    True
+    """
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    cpus = max(1, int(spark.conf.get("spark.task.cpus", "1") or 1))
+    return max(1, cores // cpus)
+
+
 def task_threads(cfg_threads: int = 0, tc: Any = None) -> int:
     """Threads a task may use: ``cfg_threads`` when > 0, else ``spark.task.cpus``.
 

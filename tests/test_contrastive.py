@@ -207,3 +207,18 @@ def test_candidates_skip_self_twins_and_the_heldout_items():
     got = contrastive_candidates(problems, nodes, "both", frac, twins=True)
     ids = {(nodes.node_id[a], nodes.node_id[n]) for a, n in zip(got["anchor"], got["node"])}
     assert ids == {p for p in {("a", "b"), ("a", "c"), ("b", "a"), ("c", "a")} if held not in p}
+
+
+def test_encoder_parity_leaves_twins_out():
+    """With graph labels a train item is also a label node with its own text: that twin must not
+    be ranked or averaged for it (only train items have one, so it would fake a gap)."""
+    labels = np.array([[1, 0, 0], [0.8, 0.6, 0], [0, 0, 1]], dtype=np.float32)
+    inst = np.array([[1, 0, 0], [1, 0, 0]], dtype=np.float32)   # a train item and a test item
+    split, truth = np.array(["train", "test"]), [np.array([1]), np.array([1])]
+    raw = encoder_parity(inst, split, truth, labels)
+    assert raw["train"]["P@1"] == 0.0 and raw["test"]["P@1"] == 0.0   # label 0 ranks first
+    fair = encoder_parity(inst, split, truth, labels, exclude=[0, -1])
+    assert fair["train"]["P@1"] == 1.0 and fair["test"]["P@1"] == 0.0
+    # the train row's mean over candidates leaves its twin out: (0.8 + 0) / 2
+    assert fair["train"]["cos_margin"] == pytest.approx(0.8 - 0.4, abs=1e-6)
+    assert raw["train"]["cos_margin"] == pytest.approx(0.8 - 1.8 / 3, abs=1e-6)

@@ -151,6 +151,30 @@ def test_demo_encoder_parity(demo_submit_run):
     assert "## Vectorizer train/test parity" in open(os.path.join(ev, "report.md")).read()
 
 
+def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, spark):
+    """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
+    frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
+    frozen-encoder reference that benchmarks/encoder_parity.py puts beside a fine-tuned run)."""
+    from pina_spark.encoders import load_encoder
+    from pina_spark.inference import ENCODER_JSON, VECTORIZER_DIR
+    from pina_spark.parity import measure_run
+    res = demo_submit_run["results"].get("evaluate") or {}
+    if res.get("rc") != 0:
+        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    out = demo_submit_run["output"]
+    ran = json.load(open(os.path.join(io.RunPaths(out).table(io.EVAL), "encoder_parity.json")))
+    spec = json.load(open(os.path.join(out, "models", VECTORIZER_DIR, ENCODER_JSON)))
+    enc = load_encoder({"kind": "minilm", "path": None, "max_length": spec["max_length"]})
+    again = measure_run(spark, io.RunPaths(out), ran["sample"]["max_per_split"], encoder=enc)
+    assert again["vectors"] == "encoder given" and again["candidate_labels"] == \
+        ran["candidate_labels"]
+    for sp in ("train", "test"):
+        assert again[sp]["rows"] == ran[sp]["rows"]
+        for m, tol in (("cos_true", 1e-4), ("cos_margin", 1e-4), ("P@1", 0.01), ("R@5", 0.01)):
+            # the cosines to float noise; P@1 / R@5 allow a near-tie flipped by batch padding
+            assert again[sp][m] == pytest.approx(ran[sp][m], abs=tol), (sp, m)
+
+
 def test_neighbors_only_change_skips_pretrain(demo_submit_run):
     """On the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate, train and
     evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts unchanged).
