@@ -942,7 +942,8 @@ def run_stage(ctx) -> Dict[str, Any]:
     Returns the statistics recorded in the manifest: ``inputs`` (rows in/used/quarantined and
     reasons per table), ``baskets`` (+ ``baskets_train``), ``i2i_edges`` (directed rows) and
     ``degree``, ``nodes``, ``instance_labels``, ``pretrain_edges`` (per variant and block),
-    ``steps_s`` (wall seconds per step, in order) and ``time_s``.
+    ``steps_s`` (wall seconds per step, in run order here; the manifest stores its keys
+    sorted) and ``time_s``.
 
     Examples
     --------

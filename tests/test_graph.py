@@ -322,9 +322,9 @@ def test_run_stage_given_labels(spark, tmp_path):
     assert run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
     paths = make_context(spark, cfg).paths
     stats = Manifest(paths.manifest).stage("graph")["stats"]   # what the manifest recorded
-    steps = stats["steps_s"]                 # per-step wall seconds, in the order they ran
-    assert list(steps)[:4] == ["validate.instances", "validate.labels",
-                               "validate.instance_labels", "validate.events"]
+    steps = stats["steps_s"]                 # per-step wall seconds (the manifest sorts keys)
+    assert {"validate.instances", "validate.labels", "validate.instance_labels",
+            "validate.events"} <= set(steps)
     for step in ("quarantine.events", "i2i.collect_events", "i2i.basket_matrix", "i2i.publish",
                  "nodes.publish", "instance_labels.publish", "pretrain_edges.publish"):
         assert isinstance(steps[step], float) and steps[step] >= 0, step
