@@ -26,8 +26,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "ConfigError", "PinaConfig", "InputConfig", "TaskConfig", "GraphConfig", "XLinearConfig",
-    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig", "TrainConfig",
-    "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
+    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig",
+    "TrainConfig", "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
     "load_config", "config_from_dict", "apply_overrides", "dump_config", "skeleton",
 ]
 

@@ -151,7 +151,8 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
 
     Examples
     --------
-    >>> fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc", ContrastiveConfig())  # doctest: +SKIP
+    >>> fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc",
+    ...           ContrastiveConfig())  # doctest: +SKIP
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -159,6 +160,7 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     import torch
     from sentence_transformers import SentenceTransformer, losses
     from transformers import get_linear_schedule_with_warmup
+
     from .encoders import _resolve_device
 
     if len(anchors) != len(positives):

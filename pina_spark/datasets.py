@@ -448,6 +448,7 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
     everyday *hub* items (milk, bananas, batteries, paper towels ...).
     """
     import datetime
+
     import numpy as np
     rng = np.random.RandomState(seed + 1)
     n = len(products)

@@ -26,10 +26,8 @@ Examples
 >>> enc.encode(["deep learning for tags", ""]).shape                       # doctest: +SKIP
 (2, 384)
 """
-import hashlib
 import logging
 import os
-import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -255,8 +253,8 @@ def load_encoder(spec: Dict[str, Any], device: str = "cpu",
     Parameters
     ----------
     spec : dict
-        ``kind`` (``minilm``|``hf``|``contrastive``|``xtransformer``), ``path`` (``None`` for minilm; a relative
-        path is resolved against ``base_dir``), ``max_length``.
+        ``kind`` (``minilm``|``hf``|``contrastive``|``xtransformer``), ``path`` (``None`` for
+        minilm; a relative path is resolved against ``base_dir``), ``max_length``.
     device : str
         ``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``.
     base_dir : str, optional

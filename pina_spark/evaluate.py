@@ -453,6 +453,7 @@ def _read_train_stats(pred_uri: str) -> Dict[str, Dict[str, Any]]:
 
 def _plot_pk(metrics: Dict[str, Any], ks: Sequence[int]) -> bytes:
     import io as _bio
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -566,7 +567,8 @@ def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: st
                   f"their true labels among {parity['candidate_labels']} candidate labels "
                   "(`pina_spark/parity.py`). A gap well above zero means the vectorizer favours "
                   "the rows it was fitted on.", "",
-                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |", "|---|---|---|---|---|---|",
+                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |",
+                  "|---|---|---|---|---|---|",
                   *rows, ""]
     if examples_md:
         parts += ["## Qualitative examples", "",

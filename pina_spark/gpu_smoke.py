@@ -42,8 +42,8 @@ def check_task(resources: Dict[str, Any], cuda_available: bool, device_names: Li
 
 
 def _task(_: Iterator[Any]) -> Iterator[str]:
-    from pyspark import TaskContext
     import torch
+    from pyspark import TaskContext
     ok = torch.cuda.is_available()
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok \
         else []

@@ -88,7 +88,7 @@ VERSION_FILE = "_VERSION"                    # version token inside every publis
 
 def _schemas():
     from pyspark.sql import types as T
-    s, l, f = T.StringType(), T.LongType(), T.FloatType()
+    s, lng, f = T.StringType(), T.LongType(), T.FloatType()
     arr = T.ArrayType
     return {
         # input contract
@@ -98,18 +98,19 @@ def _schemas():
         "instance_labels": T.StructType([T.StructField(INSTANCE_ID, s),
                                          T.StructField(LABEL_ID, s)]),
         "events": T.StructType([T.StructField(BASKET_ID, s), T.StructField(ITEM_ID, s),
-                                T.StructField(EVENT_TIME, s), T.StructField(WEIGHT, T.DoubleType())]),
+                                T.StructField(EVENT_TIME, s),
+                                T.StructField(WEIGHT, T.DoubleType())]),
         "filter_pairs": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(LABEL_ID, s)]),
         # produced tables
-        NODES: T.StructType([T.StructField(NODE_INDEX, l, False), T.StructField(KIND, s, False),
+        NODES: T.StructType([T.StructField(NODE_INDEX, lng, False), T.StructField(KIND, s, False),
                              T.StructField(NODE_ID, s, False), T.StructField(TEXT, s),
                              T.StructField(SPLIT, s)]),
-        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, l, False),
+        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, lng, False),
                                   T.StructField(DENSE, arr(f)),
                                   T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
                                   T.StructField(SPARSE_VALUES, arr(f))]),
-        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, l, False),
-                                 T.StructField(NEIGHBOR, arr(l)), T.StructField(SCORE, arr(f))]),
+        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, lng, False),
+                                 T.StructField(NEIGHBOR, arr(lng)), T.StructField(SCORE, arr(f))]),
         # partitioned by VARIANT and SPLIT on disk (SPLIT is also kept as a column)
         FEATURES: T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(SPLIT, s),
                                 T.StructField(DENSE, arr(f)),
@@ -705,7 +706,7 @@ def _write_empty(df, paths: RunPaths, rel: str) -> None:
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, paths.table(rel))
     except BaseException:
-        _discard_staging(spark, staging)
+        discard_staging(spark, staging)
         raise
 
 
@@ -717,7 +718,8 @@ def group_counts(spark, uri: str, cols: Sequence[str]):
 
     Examples
     --------
-    >>> group_counts(spark, paths.table("graph/pretrain_edges"), ["variant", "block"])  # doctest: +SKIP
+    >>> group_counts(spark, paths.table("graph/pretrain_edges"),
+    ...              ["variant", "block"])  # doctest: +SKIP
     """
     import pyarrow as pa
     dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
@@ -856,6 +858,7 @@ JSON_PEEK_LINES = 1000
 
 def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
     import json
+
     from pyspark.sql import functions as F
     if fmt == "csv":
         import csv

@@ -89,8 +89,8 @@ def status_text(root: str) -> str:
                 _table(p, ["variant", "P@1"])]
     promotion = ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion")
     if promotion:
-        out.append(f"\npromotion gate: {'promoted' if promotion.get('promoted') else 'NOT promoted'}"
-                   f" ({promotion.get('reason')})")
+        verdict = "promoted" if promotion.get("promoted") else "NOT promoted"
+        out.append(f"\npromotion gate: {verdict} ({promotion.get('reason')})")
     return "\n".join(out)
 
 
