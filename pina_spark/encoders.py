@@ -344,7 +344,7 @@ def train_xtransformer_encoder(texts: Sequence[str], Y, X_feat, out_dir: str,
     nr_splits = int(getattr(xlinear, "nr_splits", 16)) if xlinear is not None else 16
     max_leaf = int(getattr(xlinear, "max_leaf_size", 100)) if xlinear is not None else 100
     seed = int(getattr(xlinear, "seed", 0)) if xlinear is not None else 0
-    matcher = {
+    matcher: Dict[str, Any] = {
         "model_shortcut": init_local,
         "num_train_epochs": 1,
         "batch_size": 32,

@@ -876,6 +876,8 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
     for name in BLOCKS:
         if name in parts:
             pina = parts[name] if pina is None else pina.unionByName(parts[name])
+    if pina is None:  # B, or A with I_inst, is always there
+        raise ValueError(f"pretrain_edges: no block for side_info={side_info!r}")
     return pina.withColumn(io.VARIANT, F.lit(VARIANT_PINA)).unionByName(
         blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE)))
 

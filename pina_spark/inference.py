@@ -221,7 +221,7 @@ def g_mmap_copy(local_dir: str) -> str:
 
 # --------------------------------------------------------------------------- arrow helpers
 def _iter_chunks(batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
-                 ) -> Iterator[Tuple[int, Any]]:
+                 ) -> Iterator[Tuple[Any, Any]]:
     """Executor side: regroup sorted Arrow record batches into ``(key, pa.Table)`` chunks of
     at most ``max_rows`` rows sharing one key (keys must be non-decreasing)."""
     import numpy as np
@@ -768,7 +768,7 @@ def _route_chunks(routes, batch_size: int):
     if not n:
         return []
     cut = np.flatnonzero(routes[1:] != routes[:-1]) + 1
-    out = []
+    out: List[Tuple[int, int]] = []
     for s, e in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [n]]).tolist()):
         out.extend((a, min(a + batch_size, e)) for a in range(s, e, batch_size))
     return out

@@ -19,7 +19,10 @@ Examples
 import logging
 import os
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import threading
 
 log = logging.getLogger(__name__)
 
@@ -505,7 +508,9 @@ def count_rows_arrow(uri: str) -> Optional[int]:
 def pyarrow_reaches(uri: Optional[str]) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
     ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
-    return bool(uri) and (not is_remote(uri) or uri.startswith("s3://"))
+    if not uri:
+        return False
+    return not is_remote(uri) or uri.startswith("s3://")
 
 
 def pyarrow_fs(uri: str):
@@ -622,7 +627,7 @@ def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str)
         raise IOError(f"{what}: cannot list {staging} to check the written files")
     fs, files = found
     on_disk = {fi.path for fi in files}
-    want = {}
+    want: Dict[str, int] = {}
     for path, rows in reported:
         want[path] = want.get(path, 0) + rows   # pyarrow paths, as the writers report them
     missing = sorted(set(want) - on_disk)
@@ -1024,9 +1029,9 @@ class Lease:
         self.uri = self.root + "/" + LOCK
         self.lost: Optional[str] = None
         self._depth = 0
-        self._stop = None
-        self._thread = None
-        self.started = None
+        self._stop: Optional[threading.Event] = None
+        self._thread: Optional[threading.Thread] = None
+        self.started: Optional[str] = None
 
     def _content(self) -> bytes:
         import json
@@ -1189,7 +1194,7 @@ def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
     return json.loads(raw) if raw else None
 
 
-def uncommitted_tables(paths: RunPaths, owners: Dict[str, Sequence[str]],
+def uncommitted_tables(paths: RunPaths, owners: Mapping[str, Sequence[str]],
                        unfinished: Iterable[str] = ()) -> Dict[str, List[str]]:
     """``{stage: [tables]}`` of the tables in ``owners`` (stage -> its outputs) whose published
     version no commit record lists. A table no commit has ever listed counts only when its

@@ -226,7 +226,7 @@ def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
     truth = sp.csr_matrix(truth)
     truth.eliminate_zeros()
     kmax = max(list(p_ks) + list(r_ks))
-    hits = {k: [] for k in set(p_ks) | set(r_ks)}
+    hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
     npos = []
     for r in range(pred.shape[0]):
         pos = set(truth.indices[truth.indptr[r]:truth.indptr[r + 1]].tolist())
@@ -438,7 +438,7 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
         twin_col, entity = _twins(row_ids, cols, nodes, is_inst)
     else:
         twin_col = np.full(len(rows), -1, dtype=np.int64)
-        entity = np.where(is_inst, row_ids, None).astype(object)
+        entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
     return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
             "twin_col": twin_col, "entity": entity,
             "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),

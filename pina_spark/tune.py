@@ -299,6 +299,8 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
             _run(ctx, name, pid)
             ran.append(name)
         raw = io.read_bytes(work.table(io.EVAL) + "/metrics.json")
+        if raw is None:
+            raise IOError(f"tune point {pid}: {work.table(io.EVAL)}/metrics.json not written")
         m = json.loads(raw)
         io.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
         io.write_bytes(f"{tune_root}/points/{pid}/point.json",
