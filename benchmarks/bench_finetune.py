@@ -74,6 +74,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     import torch
+
     from pina_spark.config import ContrastiveConfig
     from pina_spark.contrastive import choose_pairs, fine_tune
     from pina_spark.encoders import minilm_path

@@ -41,8 +41,8 @@ import json
 import logging
 import os
 import platform
-import statistics
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -120,6 +120,7 @@ def stage_inputs(events_path: str, out_dir: str) -> dict:
     """Instances (every item, ~1/5 test by a hash of the id), 50 labels and 2 labels per
     instance, written as Parquet next to the events: the inputs of the graph stage."""
     import hashlib
+
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc

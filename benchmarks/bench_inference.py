@@ -3,8 +3,9 @@ single-process loop doing the same work with the same number of threads, in the 
 
 Data (``--data``): ``titles``, short product titles (the first ``--rows`` Instacart products by
 id, ``../shared/data/instacart``; labels: their aisles, label text = aisle name), or
-``citeulike`` (default), long texts (``../shared/data/citeulike-t``). The first ``--rows`` articles are instances
-(every 5th by id-hash is ``test``, see :func:`pina_spark.folds.is_heldout`); an article's text is
+``citeulike`` (default), long texts (``../shared/data/citeulike-t``). The first ``--rows``
+articles are instances (every 5th by id-hash is ``test``, see
+:func:`pina_spark.folds.is_heldout`); an article's text is
 its bag of words, words by count descending (ties: vocabulary order), each repeated by its count.
 Labels are the tags on at least 5 of these articles (label text = tag name). Phi_pre (MiniLM +
 PECOS tf-idf) is fitted on the train texts and labels; g (PECOS XR-Linear, variant ``pina``,
@@ -144,6 +145,7 @@ def _sync_threads(n):
 def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from pina_spark.vectorizer import PhiPre
     t0 = time.time()
     tbl = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.TEXT]).sort_by(io.NODE_INDEX)
@@ -236,6 +238,7 @@ def main(argv=None):
         logging.getLogger(name).setLevel(logging.WARNING)
 
     from pyspark.sql import Row
+
     from pina_spark.session import get_spark
     from pina_spark.vectorizer import PhiPre
     work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
@@ -377,10 +380,10 @@ def _phi_dim(models):
 def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
     """g (not timed): XR-Linear on B_pre = train instance -> its tags, tag -> its train
     instances, tag -> itself, from the published embeddings."""
+    import pyarrow.parquet as pq
     import scipy.sparse as sp
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
-    import pyarrow.parquet as pq
     phi_dim, sparse_dim = _phi_dim(models)
     emb = pq.read_table(ctx.paths.table(io.EMBEDDINGS)).sort_by(io.NODE_INDEX)
     X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + sparse_dim)

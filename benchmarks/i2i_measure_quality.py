@@ -43,6 +43,7 @@ def main(argv=None):
     import pyarrow.parquet as pq
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     from pina_spark import graph, io
     from pina_spark.config import GraphConfig, SparkConfig
     from pina_spark.session import get_spark
@@ -50,7 +51,8 @@ def main(argv=None):
     spark = get_spark(SparkConfig(master="local[2]", app_name="i2i-measure-quality",
                                   conf={"spark.sql.shuffle.partitions": "8",
                                         "spark.driver.memory": "4g"}))
-    inst = pq.read_table(f"{a.data}/instances.parquet", columns=["instance_id", "split"]).to_pandas()
+    inst = pq.read_table(f"{a.data}/instances.parquet",
+                         columns=["instance_id", "split"]).to_pandas()
     train = set(inst.loc[inst.split == "train", "instance_id"])
     il = pq.read_table(f"{a.data}/instance_labels.parquet").to_pandas()
     il = il[il.instance_id.isin(train)]
@@ -92,8 +94,8 @@ def main(argv=None):
         rows.append(r)
         print(json.dumps(r), flush=True)
     print()
-    print("| measure | coverage | neighbours sharing a label | label precision | label recall of top-%d |"
-          % a.k)
+    print("| measure | coverage | neighbours sharing a label | label precision "
+          "| label recall of top-%d |" % a.k)
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['measure']} | {r['coverage']:.3f} | {r['share_tag']:.3f} | "

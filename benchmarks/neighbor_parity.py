@@ -28,7 +28,7 @@ kind = dict(zip(nodes.node_index, nodes.kind))
 node_id = dict(zip(nodes.node_index, nodes.node_id))
 # task.labels graph: a label IS an item; an instance neighbour that is one of the item's labels
 # (same id) is a hit too
-truth_ids = {i: {node_id[l] for l in ls} for i, ls in truth.items()}
+truth_ids = {i: {node_id[lab] for lab in ls} for i, ls in truth.items()}
 for variant in ("pina_naive", "pina"):
     path = f"{root}/neighbors/variant={variant}"
     if not os.path.isdir(path):
@@ -59,5 +59,6 @@ for variant in ("pina_naive", "pina"):
               f"label-neighbour precision={lab_hit / max(lab_tot, 1):.3f} (n={lab_tot}) "
               f"instance-neighbour label precision={inst_prec / max(inst_tot, 1):.3f} "
               f"(n={inst_tot}) instance-neighbour is a label of it (same id)="
-              f"{inst_item_hit / max(inst_tot, 1):.3f} top-1 neighbour hit={top1 / max(len(rows), 1):.3f} "
+              f"{inst_item_hit / max(inst_tot, 1):.3f} "
+              f"top-1 neighbour hit={top1 / max(len(rows), 1):.3f} "
               f"share of neighbours that are labels={lab_tot / max(n, 1):.3f}")

@@ -20,9 +20,9 @@ vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive row
 seconds and pairs used, and the vectorizer's train - test parity
 gaps (cos_margin, P@1; ``pina_spark/parity.py``).
 """
-import os
 import argparse
 import json
+import os
 
 
 def _p(x):
@@ -82,8 +82,10 @@ def ablation_rows(root):
         out.append(f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
                    f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
                    f"{_p(p_b)} | {_p(p_v)} | {'—' if g_p1 is None else f'{100 * g_p1:.2f}'} | "
-                   f"{'—' if secs is None else f'{secs:.0f}'} | {'—' if pairs is None else pairs} | "
-                   f"{gap.get('cos_margin', float('nan')):+.4f} | {gap.get('P@1', float('nan')):+.4f} |")
+                   f"{'—' if secs is None else f'{secs:.0f}'} | "
+                   f"{'—' if pairs is None else pairs} | "
+                   f"{gap.get('cos_margin', float('nan')):+.4f} | "
+                   f"{gap.get('P@1', float('nan')):+.4f} |")
     return out
 
 

@@ -91,7 +91,7 @@ import json
 import logging
 import math
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from . import embstore, faults, io
 from .embstore import estimate_mb as estimate_embeddings_mb
@@ -262,11 +262,11 @@ def _variants(neighbors) -> List[str]:
         files = neighbors.inputFiles()
     except Exception:
         files = []
-    found = set()
+    found: Set[str] = set()
     for f in files:
         m = re.search(r"/%s=([^/]*)/" % re.escape(io.VARIANT), f)
-        if m is None:
-            found = None
+        if m is None:  # a file outside variant=... folders: ask Spark
+            found = set()
             break
         found.add(unquote(m.group(1)))
     if found:
@@ -410,6 +410,8 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     if strategy == "broadcast":
         info["broadcast_via"], info["broadcast_via_reason"] = via, via_reason
         if via == "files":
+            # choose_broadcast_via returns "files" only when both tables are given
+            assert embeddings_uri is not None and nodes_uri is not None
             bc = {"embeddings": embeddings_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
                   "sparse_dim": sparse_dim,
                   "key": embstore.tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim)}

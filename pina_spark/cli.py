@@ -8,7 +8,8 @@ Examples
 --------
 ``pina-spark run --config conf/local.yaml --set neighbors.k=10 --stages graph,pretrain``
 ``pina-spark demo --output runs/demo``
-``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t --output data/cul``
+``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t \
+--output data/cul``
 """
 import argparse
 import json
@@ -84,6 +85,7 @@ def run_stages(cfg, stages) -> dict:
     """Take the run root's lease (before Spark starts, so a second run on the same root fails
     at once naming the owner), then run the stages."""
     import uuid
+
     from .io import RunPaths, acquire_lease
     from .pipeline import run_pipeline
     from .session import get_spark
@@ -117,9 +119,10 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .datasets import write_demo_data
-    from .config import parse_stages
     import os
+
+    from .config import parse_stages
+    from .datasets import write_demo_data
     out = os.path.abspath(args.output)
     inputs = write_demo_data(os.path.join(out, "input"))
     base = {"output": os.path.join(out, "run"), "input": inputs}
@@ -153,8 +156,9 @@ def _cmd_tune(args) -> int:
 
 
 def _cmd_skeleton(args) -> int:
-    from .config import skeleton
     import yaml
+
+    from .config import skeleton
     print(yaml.safe_dump(skeleton(), sort_keys=False))
     return 0
 

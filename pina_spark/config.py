@@ -26,8 +26,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "ConfigError", "PinaConfig", "InputConfig", "TaskConfig", "GraphConfig", "XLinearConfig",
-    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig", "TrainConfig",
-    "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
+    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig",
+    "TrainConfig", "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
     "load_config", "config_from_dict", "apply_overrides", "dump_config", "skeleton",
 ]
 
@@ -796,7 +796,7 @@ def _build(cls, data: Dict[str, Any], source: str, prefix: str):
         key = prefix + name
         if name in data:
             kwargs[name] = _coerce(hints[name], data[name], key, source)
-        elif f.default is dc.MISSING and f.default_factory is dc.MISSING:  # type: ignore
+        elif f.default is dc.MISSING and f.default_factory is dc.MISSING:
             raise ConfigError(f"{source}: missing required key '{key}'")
     try:
         return cls(**kwargs)

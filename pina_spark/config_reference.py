@@ -88,8 +88,8 @@ def type_name(tp) -> str:
 def _default(f: dc.Field) -> str:
     if f.default is not dc.MISSING:
         value = f.default
-    elif f.default_factory is not dc.MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
+    elif f.default_factory is not dc.MISSING:
+        value = f.default_factory()
     else:
         return "(required)"
     return json.dumps(C._to_plain(value))

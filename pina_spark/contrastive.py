@@ -151,14 +151,20 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
 
     Examples
     --------
-    >>> fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc", ContrastiveConfig())  # doctest: +SKIP
+    >>> fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc",
+    ...           ContrastiveConfig())  # doctest: +SKIP
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
-    from sentence_transformers import SentenceTransformer, losses
+    from sentence_transformers import SentenceTransformer
+    try:  # where sentence-transformers 5.x keeps the losses
+        from sentence_transformers.sentence_transformer import losses
+    except ImportError:  # older releases
+        from sentence_transformers import losses  # type: ignore[attr-defined,no-redef]
     from transformers import get_linear_schedule_with_warmup
+
     from .encoders import _resolve_device
 
     if len(anchors) != len(positives):
@@ -171,6 +177,7 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     torch.manual_seed(int(ccfg.seed))
     model = SentenceTransformer(base_dir, device=device)
     model.max_seq_length = int(ccfg.max_length)
+    loss_fn: torch.nn.Module
     if ccfg.symmetric:
         loss_fn = losses.MultipleNegativesSymmetricRankingLoss(model, scale=float(ccfg.scale))
     else:

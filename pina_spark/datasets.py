@@ -51,7 +51,7 @@ import json
 import logging
 import os
 import uuid
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import io
 from .folds import in_sample_fraction
@@ -368,7 +368,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     # ---- products
     cat_list = [(dept, cat) for dept, _, _, cats, _, _, _ in _DEPARTMENTS for cat in cats]
     dept_info = {d[0]: d for d in _DEPARTMENTS}
-    kw_of_noun = {}
+    kw_of_noun: Dict[str, List[str]] = {}
     for kw, nouns in _KEYWORD_LABELS.items():
         for n in nouns:
             kw_of_noun.setdefault(n, []).append(kw)
@@ -410,8 +410,8 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     by_cat: Dict[str, List[int]] = {}
     for j, p in enumerate(products):
         by_cat.setdefault(p["category"], []).append(j)
-    for mission, cats in _MISSIONS:
-        for c in cats:
+    for mission, m_cats in _MISSIONS:
+        for c in m_cats:
             members = by_cat[c]
             take = rng.uniform(size=len(members)) < 0.35
             for j, t in zip(members, take):
@@ -448,6 +448,7 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
     everyday *hub* items (milk, bananas, batteries, paper towels ...).
     """
     import datetime
+
     import numpy as np
     rng = np.random.RandomState(seed + 1)
     n = len(products)
@@ -470,17 +471,17 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
 
     glob_cdf = np.cumsum(glob_p)
 
-    def draw(pool: Sequence[int], k: int) -> List[int]:
+    def draw(pool: Union[Sequence[int], np.ndarray], k: int) -> List[int]:
         """k distinct items of ``pool``, weighted by popularity (Efraimidis-Spirakis keys)."""
-        pool = np.asarray(pool)
-        k = min(k, len(pool))
+        items = np.asarray(pool)
+        k = min(k, len(items))
         if k <= 0:
             return []
-        keys = rng.exponential(size=len(pool)) / pop[pool]
-        return [int(x) for x in pool[np.argsort(keys, kind="stable")[:k]]]
+        keys = rng.exponential(size=len(items)) / pop[items]
+        return [int(x) for x in items[np.argsort(keys, kind="stable")[:k]]]
 
     def one() -> int:
-        return int(min(np.searchsorted(glob_cdf, rng.uniform()), n - 1))
+        return min(int(np.searchsorted(glob_cdf, rng.uniform())), n - 1)
 
     start = datetime.datetime(2026, 1, 1)
     rows = []
@@ -652,15 +653,15 @@ def citeulike_text(entries: Sequence[str], vocabulary: Sequence[str]) -> str:
     return " ".join(" ".join([vocabulary[w]] * (-c)) for c, w in bag)
 
 
-def prepare_citeulike(input_dir: str, output_dir: str, min_tag_articles: int = 5
+def prepare_citeulike(input_dir: Optional[str], output_dir: str, min_tag_articles: int = 5
                       ) -> Tuple[Dict[str, str], dict]:
     """Convert the shared citeulike-t folder to the input contract (rules in the module docs).
 
     Parameters
     ----------
-    input_dir : str
+    input_dir : str or None
         Folder with ``mult.dat``, ``vocabulary.dat``, ``tags.dat``, ``tag-item.dat``,
-        ``users.dat``.
+        ``users.dat`` (``None`` or a folder lacking one: :class:`pina_spark.io.InputError`).
     output_dir : str
         Where the four Parquet files and ``prepare_stats.json`` go.
     min_tag_articles : int
@@ -716,7 +717,7 @@ def prepare_citeulike(input_dir: str, output_dir: str, min_tag_articles: int = 5
     kept_pairs.sort(key=lambda p: (int(p[0]), int(p[1])))
     label_texts = [tags[t].replace("-", " ").replace("_", " ").strip() for t in kept_tags]
     arts_with_tag = {a for a, _ in kept_pairs}
-    arts_any_tag = set()
+    arts_any_tag: Set[int] = set()
     for ln_i, ln in enumerate(tag_items):
         arts_any_tag.update(int(a) for a in _parse_counted_line(ln, ti_path, ln_i))
 
@@ -726,9 +727,9 @@ def prepare_citeulike(input_dir: str, output_dir: str, min_tag_articles: int = 5
     ev_i: List[str] = []
     ev_dup = ev_bad = 0
     for u, ln in enumerate(users):
-        arts = _parse_counted_line(ln, u_path, u)
-        uniq = sorted({int(a) for a in arts})
-        ev_dup += len(arts) - len(uniq)
+        entries = _parse_counted_line(ln, u_path, u)
+        uniq = sorted({int(a) for a in entries})
+        ev_dup += len(entries) - len(uniq)
         ok = [a for a in uniq if 0 <= a < n_art]
         ev_bad += len(uniq) - len(ok)
         ev_b += [f"u{u}"] * len(ok)
@@ -781,7 +782,8 @@ def prepare_citeulike(input_dir: str, output_dir: str, min_tag_articles: int = 5
 
 
 # --------------------------------------------------------------------------- instacart
-def prepare_instacart(input_dir: str, output_dir: str) -> Tuple[Dict[str, str], dict]:
+def prepare_instacart(input_dir: Optional[str], output_dir: str
+                      ) -> Tuple[Dict[str, str], dict]:
     """Convert the shared instacart sample to ``instances`` and ``events`` (no labels: use
     ``task.labels: graph``).
 
@@ -793,8 +795,9 @@ def prepare_instacart(input_dir: str, output_dir: str) -> Tuple[Dict[str, str], 
 
     Parameters
     ----------
-    input_dir : str
-        Folder with ``order_products_sample.csv`` and ``products.csv``.
+    input_dir : str or None
+        Folder with ``order_products_sample.csv`` and ``products.csv`` (``None`` or a folder
+        lacking one: :class:`pina_spark.io.InputError`).
     output_dir : str
         Where the Parquet files and ``prepare_stats.json`` go.
 
@@ -854,7 +857,7 @@ def prepare_instacart(input_dir: str, output_dir: str) -> Tuple[Dict[str, str], 
             io.EVENT_TIME: [order_time[o] for o in op["order_id"].tolist()]}),
     }
     n_test = sum(s == io.SPLIT_TEST for s in splits)
-    stats = {
+    stats: Dict[str, Any] = {
         "source": "instacart",
         "rules": {
             "instance_id": "product_id of every product in order_products_sample.csv",

@@ -154,6 +154,7 @@ def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xtransformer.model import XTransformer
     from pecos.xmc.xtransformer.module import MLProblemWithText
+
     from .encoders import minilm_path, resolve_local
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     xcfg = cfg.train.xlinear
@@ -230,6 +231,7 @@ def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
     are test is decided by ``nodes`` (so a tuning run can re-split without rewriting features).
     """
     import shutil
+
     import scipy.sparse as sp
     from pyspark.sql import functions as F
     splits = sorted(r[0] for r in spark.read.parquet(feat_uri)

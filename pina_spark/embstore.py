@@ -215,6 +215,7 @@ def node_facts(nodes_tbl, size: int):
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
     from .folds import fold_unit
     t = nodes_tbl.combine_chunks()
     idx = t.column(io.NODE_INDEX).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -274,6 +275,7 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     if got is not None:
         return got
     import os
+
     import numpy as np
     import pyarrow as pa
     final = build_once(mapped_root(), key, lambda tmp: _build(spec, tmp), "embeddings mapped")
@@ -339,6 +341,7 @@ def _build(spec: Dict[str, Any], out: str) -> None:
     that :func:`open_store` maps (memory: one record batch at a time, plus the sparse
     part and the node ids)."""
     import os
+
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq

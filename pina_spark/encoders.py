@@ -26,10 +26,8 @@ Examples
 >>> enc.encode(["deep learning for tags", ""]).shape                       # doctest: +SKIP
 (2, 384)
 """
-import hashlib
 import logging
 import os
-import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -255,8 +253,8 @@ def load_encoder(spec: Dict[str, Any], device: str = "cpu",
     Parameters
     ----------
     spec : dict
-        ``kind`` (``minilm``|``hf``|``contrastive``|``xtransformer``), ``path`` (``None`` for minilm; a relative
-        path is resolved against ``base_dir``), ``max_length``.
+        ``kind`` (``minilm``|``hf``|``contrastive``|``xtransformer``), ``path`` (``None`` for
+        minilm; a relative path is resolved against ``base_dir``), ``max_length``.
     device : str
         ``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``.
     base_dir : str, optional
@@ -346,7 +344,7 @@ def train_xtransformer_encoder(texts: Sequence[str], Y, X_feat, out_dir: str,
     nr_splits = int(getattr(xlinear, "nr_splits", 16)) if xlinear is not None else 16
     max_leaf = int(getattr(xlinear, "max_leaf_size", 100)) if xlinear is not None else 100
     seed = int(getattr(xlinear, "seed", 0)) if xlinear is not None else 0
-    matcher = {
+    matcher: Dict[str, Any] = {
         "model_shortcut": init_local,
         "num_train_epochs": 1,
         "batch_size": 32,

@@ -35,6 +35,7 @@ import math
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import io
 
@@ -179,7 +180,7 @@ def precision_recall_at_k(pred_ids: Sequence[Sequence[Any]], true_sets: Sequence
     return out
 
 
-def paired_ttest(a: Sequence[float], b: Sequence[float]) -> Dict[str, Optional[float]]:
+def paired_ttest(a: ArrayLike, b: ArrayLike) -> Dict[str, Optional[float]]:
     """Instance-wise paired t-test of ``a`` against ``b`` (:func:`scipy.stats.ttest_rel`).
 
     Returns ``{"t": t, "p": p}``. Identical vectors give ``t = 0.0, p = 1.0`` (not NaN); a
@@ -193,19 +194,19 @@ def paired_ttest(a: Sequence[float], b: Sequence[float]) -> Dict[str, Optional[f
     >>> paired_ttest([1, 0, 1], [1, 0, 1])
     {'t': 0.0, 'p': 1.0}
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"paired_ttest: shapes differ {a.shape} vs {b.shape}")
-    if a.size < 2:
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"paired_ttest: shapes differ {x.shape} vs {y.shape}")
+    if x.size < 2:
         return {"t": None, "p": None}
-    d = a - b
+    d = x - y
     if np.all(d == 0):
         return {"t": 0.0, "p": 1.0}
     if np.all(d == d[0]):  # zero variance, non-zero mean: infinitely significant
         return {"t": math.copysign(math.inf, d[0]), "p": 0.0}
     from scipy import stats
-    res = stats.ttest_rel(a, b)
+    res = stats.ttest_rel(x, y)
     return {"t": float(res.statistic), "p": float(res.pvalue)}
 
 
@@ -453,6 +454,7 @@ def _read_train_stats(pred_uri: str) -> Dict[str, Dict[str, Any]]:
 
 def _plot_pk(metrics: Dict[str, Any], ks: Sequence[int]) -> bytes:
     import io as _bio
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -566,7 +568,8 @@ def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: st
                   f"their true labels among {parity['candidate_labels']} candidate labels "
                   "(`pina_spark/parity.py`). A gap well above zero means the vectorizer favours "
                   "the rows it was fitted on.", "",
-                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |", "|---|---|---|---|---|---|",
+                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |",
+                  "|---|---|---|---|---|---|",
                   *rows, ""]
     if examples_md:
         parts += ["## Qualitative examples", "",

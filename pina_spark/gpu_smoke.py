@@ -42,12 +42,15 @@ def check_task(resources: Dict[str, Any], cuda_available: bool, device_names: Li
 
 
 def _task(_: Iterator[Any]) -> Iterator[str]:
-    from pyspark import TaskContext
     import torch
+    from pyspark import TaskContext
     ok = torch.cuda.is_available()
     names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok \
         else []
-    yield json.dumps(check_task(TaskContext.get().resources(), ok, names))
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("gpu_smoke: _task runs inside a Spark task only")
+    yield json.dumps(check_task(ctx.resources(), ok, names))
 
 
 def run(spark, tasks: int) -> List[Dict[str, Any]]:

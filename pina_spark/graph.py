@@ -104,7 +104,8 @@ from .manifest import StepTimer
 log = logging.getLogger(__name__)
 
 __all__ = ["run_stage", "assign_node_indices", "capped_baskets", "basket_stats", "co_counts",
-           "i2i_edges", "pair_plan", "PairPlan", "basket_matrix", "graph_labels", "index_instance_labels", "pretrain_edges",
+           "i2i_edges", "pair_plan", "PairPlan", "basket_matrix", "graph_labels",
+           "index_instance_labels", "pretrain_edges",
            "basket_hash", "VARIANT_PINA", "VARIANT_NAIVE"]
 
 VARIANT_PINA = "pina"
@@ -195,7 +196,8 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
     Examples
     --------
     >>> inst = spark.createDataFrame([("b", "B", "train"), ("a", "A", "test")],
-    ...                              "instance_id string, text string, split string")  # doctest: +SKIP
+    ...                              "instance_id string, text string, split string"
+    ...                              )  # doctest: +SKIP
     >>> lab = spark.createDataFrame([("x", "X")], "label_id string, text string")  # doctest: +SKIP
     >>> assign_node_indices(inst, lab).orderBy("node_index").show()                # doctest: +SKIP
     +----------+--------+-------+----+-----+
@@ -445,7 +447,8 @@ def _mutual_ranks(directed):
         F.col(io.SRC_ID).alias(_ITEM_A), F.col(io.DST_ID).alias(_ITEM_B), io.COUNT, io.SCORE,
         F.col("_r").alias("_r_ab"))
     bwd = r.filter(F.col(io.SRC_ID) > F.col(io.DST_ID)).select(
-        F.col(io.DST_ID).alias(_ITEM_A), F.col(io.SRC_ID).alias(_ITEM_B), F.col("_r").alias("_r_ba"))
+        F.col(io.DST_ID).alias(_ITEM_A), F.col(io.SRC_ID).alias(_ITEM_B),
+        F.col("_r").alias("_r_ba"))
     return fwd.join(bwd, [_ITEM_A, _ITEM_B])
 
 
@@ -571,9 +574,7 @@ def basket_matrix(tbl, max_basket_size: int, keep_items=None):
         id), ``n_a`` (baskets per item code), ``n_baskets`` (N); ``stats`` as
         :func:`basket_stats`.
     """
-    import hashlib
     import numpy as np
-    import pyarrow as pa
     import pyarrow.compute as pc
     b = tbl.column(io.BASKET_ID).combine_chunks()
     i = tbl.column(io.ITEM_ID).combine_chunks()
@@ -769,7 +770,8 @@ def graph_labels(instances, i2i_all, i2i_train=None):
         i2i_train = i2i_all
 
     def restrict(edges, src_ids):
-        e = edges.select(F.col(io.SRC_ID).alias(io.INSTANCE_ID), F.col(io.DST_ID).alias(io.LABEL_ID))
+        e = edges.select(F.col(io.SRC_ID).alias(io.INSTANCE_ID),
+                         F.col(io.DST_ID).alias(io.LABEL_ID))
         e = e.join(src_ids.withColumnRenamed("_id", io.INSTANCE_ID), io.INSTANCE_ID, "left_semi")
         return e.join(train.withColumnRenamed("_id", io.LABEL_ID), io.LABEL_ID, "left_semi") \
             .select(io.INSTANCE_ID, io.LABEL_ID)
@@ -823,7 +825,8 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
 
     Examples
     --------
-    >>> pretrain_edges(nodes, il_idx, None, "label_text").groupBy("variant", "block").count()  # doctest: +SKIP
+    >>> edges = pretrain_edges(nodes, il_idx, None, "label_text")  # doctest: +SKIP
+    >>> edges.groupBy("variant", "block").count()  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
     if side_info not in ("label_text", "i2i", "both", "naive"):
@@ -873,6 +876,8 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
     for name in BLOCKS:
         if name in parts:
             pina = parts[name] if pina is None else pina.unionByName(parts[name])
+    if pina is None:  # B, or A with I_inst, is always there
+        raise ValueError(f"pretrain_edges: no block for side_info={side_info!r}")
     return pina.withColumn(io.VARIANT, F.lit(VARIANT_PINA)).unionByName(
         blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE)))
 
@@ -951,7 +956,6 @@ def run_stage(ctx) -> Dict[str, Any]:
     >>> run_stage(make_context(spark, cfg))["nodes"]                           # doctest: +SKIP
     {'instances': 120, 'labels': 40}
     """
-    from pyspark.sql import functions as F
     t0 = time.time()
     timer = StepTimer("graph")
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths

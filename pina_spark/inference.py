@@ -203,6 +203,7 @@ def g_mmap_copy(local_dir: str) -> str:
     """
     import hashlib
     import os
+
     from pecos.xmc.xlinear.model import XLinearModel
     runtime.require_executor("g_mmap_copy")
     h = hashlib.sha1(os.path.abspath(local_dir).encode())
@@ -220,7 +221,7 @@ def g_mmap_copy(local_dir: str) -> str:
 
 # --------------------------------------------------------------------------- arrow helpers
 def _iter_chunks(batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
-                 ) -> Iterator[Tuple[int, Any]]:
+                 ) -> Iterator[Tuple[Any, Any]]:
     """Executor side: regroup sorted Arrow record batches into ``(key, pa.Table)`` chunks of
     at most ``max_rows`` rows sharing one key (keys must be non-decreasing)."""
     import numpy as np
@@ -531,8 +532,9 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
 
     Examples
     --------
-    >>> df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference, nodes.count())  # doctest: +SKIP
-    >>> df.columns                                                                   # doctest: +SKIP
+    >>> df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference,
+    ...                  nodes.count())  # doctest: +SKIP
+    >>> df.columns  # doctest: +SKIP
     ['node_index', 'dense', 'sparse_indices', 'sparse_values']
     """
     from pyspark.sql import functions as F
@@ -588,7 +590,8 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     counters = dict(acc.value)
     stats: Dict[str, Any] = {"rows": n, "rows_written": int(counters.get("rows|embed", 0)),
                              "partitions": _n_partitions(n, cfg.inference.rows_per_task, slots),
-                             "seconds": round(dt, 3), "rows_per_s": round(n / dt, 2) if dt else None,
+                             "seconds": round(dt, 3),
+                             "rows_per_s": round(n / dt, 2) if dt else None,
                              "vectorizer": vec_uri}
     stats.update(runtime.summarize_loads(counters))
     log.info("embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers", n, dt,
@@ -645,6 +648,7 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
         faults.maybe_fail(plan)
         tc = runtime.require_executor("neighbors_partition")
         import numpy as np
+
         from .folds import fold_of
         threads = runtime.task_threads(threads_cfg, tc)
         col_maps = col_maps_bc.value
@@ -710,6 +714,7 @@ def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
     ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
     a train instance when ``n_folds`` > 0, else ``-1`` (the full g)."""
     import numpy as np
+
     from .folds import fold_of_unit
     nodes = np.flatnonzero(np.asarray(E["kind"]) == embstore.KIND_INSTANCE).astype(np.int64)
     if selection is not None:
@@ -763,7 +768,7 @@ def _route_chunks(routes, batch_size: int):
     if not n:
         return []
     cut = np.flatnonzero(routes[1:] != routes[:-1]) + 1
-    out = []
+    out: List[Tuple[int, int]] = []
     for s, e in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [n]]).tolist()):
         out.extend((a, min(a + batch_size, e)) for a in range(s, e, batch_size))
     return out
@@ -1070,7 +1075,6 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     >>> info["variants"]                            # doctest: +SKIP
     ['pina', 'pina_naive']
     """
-    import numpy as np
     from pyspark.sql import functions as F
     cfg = ctx.cfg
     nb, inf = cfg.neighbors, cfg.inference

@@ -19,7 +19,10 @@ Examples
 import logging
 import os
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import threading
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ VERSION_FILE = "_VERSION"                    # version token inside every publis
 
 def _schemas():
     from pyspark.sql import types as T
-    s, l, f = T.StringType(), T.LongType(), T.FloatType()
+    s, lng, f = T.StringType(), T.LongType(), T.FloatType()
     arr = T.ArrayType
     return {
         # input contract
@@ -98,18 +101,19 @@ def _schemas():
         "instance_labels": T.StructType([T.StructField(INSTANCE_ID, s),
                                          T.StructField(LABEL_ID, s)]),
         "events": T.StructType([T.StructField(BASKET_ID, s), T.StructField(ITEM_ID, s),
-                                T.StructField(EVENT_TIME, s), T.StructField(WEIGHT, T.DoubleType())]),
+                                T.StructField(EVENT_TIME, s),
+                                T.StructField(WEIGHT, T.DoubleType())]),
         "filter_pairs": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(LABEL_ID, s)]),
         # produced tables
-        NODES: T.StructType([T.StructField(NODE_INDEX, l, False), T.StructField(KIND, s, False),
+        NODES: T.StructType([T.StructField(NODE_INDEX, lng, False), T.StructField(KIND, s, False),
                              T.StructField(NODE_ID, s, False), T.StructField(TEXT, s),
                              T.StructField(SPLIT, s)]),
-        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, l, False),
+        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, lng, False),
                                   T.StructField(DENSE, arr(f)),
                                   T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
                                   T.StructField(SPARSE_VALUES, arr(f))]),
-        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, l, False),
-                                 T.StructField(NEIGHBOR, arr(l)), T.StructField(SCORE, arr(f))]),
+        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, lng, False),
+                                 T.StructField(NEIGHBOR, arr(lng)), T.StructField(SCORE, arr(f))]),
         # partitioned by VARIANT and SPLIT on disk (SPLIT is also kept as a column)
         FEATURES: T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(SPLIT, s),
                                 T.StructField(DENSE, arr(f)),
@@ -504,7 +508,9 @@ def count_rows_arrow(uri: str) -> Optional[int]:
 def pyarrow_reaches(uri: Optional[str]) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
     ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
-    return bool(uri) and (not is_remote(uri) or uri.startswith("s3://"))
+    if not uri:
+        return False
+    return not is_remote(uri) or uri.startswith("s3://")
 
 
 def pyarrow_fs(uri: str):
@@ -621,7 +627,7 @@ def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str)
         raise IOError(f"{what}: cannot list {staging} to check the written files")
     fs, files = found
     on_disk = {fi.path for fi in files}
-    want = {}
+    want: Dict[str, int] = {}
     for path, rows in reported:
         want[path] = want.get(path, 0) + rows   # pyarrow paths, as the writers report them
     missing = sorted(set(want) - on_disk)
@@ -705,7 +711,7 @@ def _write_empty(df, paths: RunPaths, rel: str) -> None:
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, paths.table(rel))
     except BaseException:
-        _discard_staging(spark, staging)
+        discard_staging(spark, staging)
         raise
 
 
@@ -717,7 +723,8 @@ def group_counts(spark, uri: str, cols: Sequence[str]):
 
     Examples
     --------
-    >>> group_counts(spark, paths.table("graph/pretrain_edges"), ["variant", "block"])  # doctest: +SKIP
+    >>> group_counts(spark, paths.table("graph/pretrain_edges"),
+    ...              ["variant", "block"])  # doctest: +SKIP
     """
     import pyarrow as pa
     dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
@@ -856,6 +863,7 @@ JSON_PEEK_LINES = 1000
 
 def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
     import json
+
     from pyspark.sql import functions as F
     if fmt == "csv":
         import csv
@@ -1021,9 +1029,9 @@ class Lease:
         self.uri = self.root + "/" + LOCK
         self.lost: Optional[str] = None
         self._depth = 0
-        self._stop = None
-        self._thread = None
-        self.started = None
+        self._stop: Optional[threading.Event] = None
+        self._thread: Optional[threading.Thread] = None
+        self.started: Optional[str] = None
 
     def _content(self) -> bytes:
         import json
@@ -1186,7 +1194,7 @@ def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
     return json.loads(raw) if raw else None
 
 
-def uncommitted_tables(paths: RunPaths, owners: Dict[str, Sequence[str]],
+def uncommitted_tables(paths: RunPaths, owners: Mapping[str, Sequence[str]],
                        unfinished: Iterable[str] = ()) -> Dict[str, List[str]]:
     """``{stage: [tables]}`` of the tables in ``owners`` (stage -> its outputs) whose published
     version no commit record lists. A table no commit has ever listed counts only when its

@@ -75,13 +75,13 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
         ``{"train": {metric: value, "rows": n}, "test": {...}, "gap": {metric: train - test}}``.
     """
     inst, labels = _l2_rows(inst), _l2_rows(labels)
-    split = np.asarray(split)
+    splits = np.asarray(split)
     has = np.array([len(t) > 0 for t in truth], dtype=bool)
     excl = (np.full(len(truth), -1, dtype=np.int64) if exclude is None
             else np.asarray(exclude, dtype=np.int64))
     out: Dict[str, Any] = {}
     for sp in SPLITS:
-        rows = np.flatnonzero((split == sp) & has)
+        rows = np.flatnonzero((splits == sp) & has)
         acc = {m: 0.0 for m in METRICS}
         for s in range(0, len(rows), chunk):
             r = rows[s:s + chunk]

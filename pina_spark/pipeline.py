@@ -402,6 +402,8 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: io.RunPaths) -> Dic
     :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
     from pyspark.sql import functions as F
     root = models_run_root(cfg)
+    if root is None:
+        raise ValueError("prepare_nodes_from_models: the config has no run.models")
     prev = io.read_table(spark, io.RunPaths(root), io.NODES)
     if cfg.input.instances:
         inst = io.read_input(spark, cfg.input.instances, "instances")

@@ -23,10 +23,10 @@ Decisions (what the public reference gets wrong, and how it is done here)
 - **g** is always PECOS XR-Linear on X = Phi_pre(rows) (hierarchical k-means on PIFA label
   embeddings of X). ``pretrain.encoder: contrastive`` fine-tunes the base encoder on B_pre text
   pairs (instance text with the text of a node its row points at, :mod:`pina_spark.contrastive`)
-  before Phi_pre is computed. ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an XR-Transformer is
-  fine-tuned on B_pre of variant ``pina`` (starting from ``encoder_path`` or the shipped MiniLM),
-  its text encoder is saved in ``vectorizer/encoder/`` and its ``encode()`` gives Phi_dnn for
-  every stage; its own ranker is not kept.
+  before Phi_pre is computed. ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an
+  XR-Transformer is fine-tuned on B_pre of variant ``pina`` (starting from ``encoder_path`` or
+  the shipped MiniLM), its text encoder is saved in ``vectorizer/encoder/`` and its ``encode()``
+  gives Phi_dnn for every stage; its own ranker is not kept.
 - **Y** of a variant: rows = distinct ``src_index`` (sorted), columns = distinct ``dst_index``
   (sorted; ``output_nodes.npy`` maps column -> node_index), values = ``weight`` (duplicates
   summed).
@@ -123,6 +123,7 @@ def load_g(model_dir_uri: str, predict_only: bool = True) -> Tuple[Any, np.ndarr
     >>> pred = model.predict(X, only_topk=10)                      # doctest: +SKIP
     """
     from pecos.xmc.xlinear.model import XLinearModel
+
     from .encoders import resolve_local
     local = resolve_local(model_dir_uri)
     nodes_path = os.path.join(local, OUTPUT_NODES)
@@ -225,7 +226,7 @@ def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
     truth = sp.csr_matrix(truth)
     truth.eliminate_zeros()
     kmax = max(list(p_ks) + list(r_ks))
-    hits = {k: [] for k in set(p_ks) | set(r_ks)}
+    hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
     npos = []
     for r in range(pred.shape[0]):
         pos = set(truth.indices[truth.indptr[r]:truth.indptr[r + 1]].tolist())
@@ -437,7 +438,7 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
         twin_col, entity = _twins(row_ids, cols, nodes, is_inst)
     else:
         twin_col = np.full(len(rows), -1, dtype=np.int64)
-        entity = np.where(is_inst, row_ids, None).astype(object)
+        entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
     return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
             "twin_col": twin_col, "entity": entity,
             "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),
@@ -463,7 +464,7 @@ def _dir_size(path: str) -> int:
 def _versions() -> Dict[str, Optional[str]]:
     out: Dict[str, Optional[str]] = {}
     try:
-        from importlib.metadata import version, PackageNotFoundError
+        from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
         return out
     for name in ("libpecos", "pyspark", "numpy", "scipy", "pyarrow", "torch", "transformers",

@@ -84,13 +84,13 @@ def status_text(root: str) -> str:
         else None
     if metrics and metrics.get("variants"):
         p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics["variants"].items()]
-        n = metrics.get("n_test_scored")
-        out += ["", f"P@1 on {n if n is not None else 'the'} scored test instances:",
+        n_scored = metrics.get("n_test_scored")
+        out += ["", f"P@1 on {n_scored if n_scored is not None else 'the'} scored test instances:",
                 _table(p, ["variant", "P@1"])]
     promotion = ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion")
     if promotion:
-        out.append(f"\npromotion gate: {'promoted' if promotion.get('promoted') else 'NOT promoted'}"
-                   f" ({promotion.get('reason')})")
+        verdict = "promoted" if promotion.get("promoted") else "NOT promoted"
+        out.append(f"\npromotion gate: {verdict} ({promotion.get('reason')})")
     return "\n".join(out)
 
 
@@ -135,10 +135,10 @@ def compare_text(a_root: str, b_root: str) -> str:
     """Metrics of two runs side by side (A, B, B - A per variant and metric), stage durations,
     and the paired t-test on the test instances both runs scored."""
     ma, mb = _metrics(a_root), _metrics(b_root)
-    for root, m in ((a_root, ma), (b_root, mb)):
-        if m is None:
-            raise ConfigError(f"{io.RunPaths(root).table(io.EVAL)}/{_METRICS}: not found (run "
-                              "the evaluate stage of that run first)")
+    if ma is None or mb is None:
+        root = a_root if ma is None else b_root
+        raise ConfigError(f"{io.RunPaths(root).table(io.EVAL)}/{_METRICS}: not found (run "
+                          "the evaluate stage of that run first)")
     out = [f"A = {io.RunPaths(a_root).root}", f"B = {io.RunPaths(b_root).root}", ""]
     va, vb = ma.get("variants", {}), mb.get("variants", {})
     rows: List[List[Any]] = []

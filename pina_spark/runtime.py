@@ -43,7 +43,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Mapping, Optional, Sequence
 
 from . import io
 
@@ -126,10 +126,13 @@ _LOCAL_LOCK = threading.Lock()
 
 
 # --------------------------------------------------------------------------- load statistics
-try:
+if TYPE_CHECKING:
     from pyspark.accumulators import AccumulatorParam as _AccBase
-except ImportError:  # pragma: no cover - pyspark always present in this project
-    _AccBase = object
+else:
+    try:
+        from pyspark.accumulators import AccumulatorParam as _AccBase
+    except ImportError:  # pragma: no cover - pyspark always present in this project
+        _AccBase = object
 
 
 class LoadStatsParam(_AccBase):
@@ -511,7 +514,10 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
                     import numpy as np
                     with open(p, "rb") as fh:
                         version = np.lib.format.read_magic(fh)
-                        np.lib.format._read_array_header(fh, version)
+                        # private numpy reader (no public one covers every format version);
+                        # numpy's stubs do not declare it
+                        np.lib.format._read_array_header(  # type: ignore[attr-defined]
+                            fh, version)
                 elif f in counted_text and os.path.relpath(p, local_dir).startswith(
                         os.path.join(counted_under, "")):
                     with open(p, "rb") as fh:

@@ -43,7 +43,7 @@ import itertools
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import io
 from .config import ConfigError, PinaConfig, config_from_dict
@@ -225,6 +225,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     ...
     """
     from pyspark.sql import functions as F
+
     from . import pipeline
     from .manifest import Manifest
     if spark is None:
@@ -298,6 +299,8 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
             _run(ctx, name, pid)
             ran.append(name)
         raw = io.read_bytes(work.table(io.EVAL) + "/metrics.json")
+        if raw is None:
+            raise IOError(f"tune point {pid}: {work.table(io.EVAL)}/metrics.json not written")
         m = json.loads(raw)
         io.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
         io.write_bytes(f"{tune_root}/points/{pid}/point.json",

@@ -75,8 +75,9 @@ __all__ = ["validate_inputs", "required_tables", "ValidationInvariantError", "ch
            "validate_events", "validate_filter_pairs", "REASONS"]
 
 REASONS = ("unparseable", "missing_id", "missing_basket", "missing_item", "invalid_utf8",
-           "invalid_id", "missing_text", "text_too_long", "invalid_split", "invalid_weight", "unknown_instance", "unknown_label",
-           "unknown_item", "duplicate_id", "duplicate_pair", "duplicate_event")
+           "invalid_id", "missing_text", "text_too_long", "invalid_split", "invalid_weight",
+           "unknown_instance", "unknown_label", "unknown_item", "duplicate_id", "duplicate_pair",
+           "duplicate_event")
 
 #: the character Spark's text readers substitute for bytes that are not valid UTF-8
 REPLACEMENT_CHAR = "\ufffd"
@@ -243,7 +244,8 @@ def validate_events(raw, instances):
 
     Examples
     --------
-    >>> validate_events(io.read_input(spark, "events.csv", "events"), clean_instances)  # doctest: +SKIP
+    >>> validate_events(io.read_input(spark, "events.csv", "events"),
+    ...                 clean_instances)  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
     w = F.col(io.WEIGHT)
@@ -390,10 +392,13 @@ def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -
     --------
     >>> from pina_spark.config import QualityConfig
     >>> check_quality({"events": {"rows_in": 4, "rows_quarantined": 4,
-    ...                           "reasons": {"unknown_item": 4}}}, QualityConfig())
+    ...                           "reasons": {"unknown_item": 4}}},
+    ...               QualityConfig())  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    pina_spark.io.InputError: data-quality gate: events: 4 of 4 rows quarantined (100.0% > 50.0%, quality.max_quarantined_fraction): unknown_item 100.0%. unknown_item: events.item_id must be an instance_id of input.instances, formatted alike (zero padding, case, prefixes)
+    pina_spark.io.InputError: data-quality gate: events: 4 of 4 rows quarantined (100.0% > 50.0%,
+    quality.max_quarantined_fraction): unknown_item 100.0%. unknown_item: events.item_id must be
+    an instance_id of input.instances, formatted alike (zero padding, case, prefixes)
     """
     problems, reasons_seen = [], []
     for table, c in counts.items():

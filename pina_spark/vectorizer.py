@@ -12,8 +12,9 @@ Folder layout written by :meth:`PhiPre.save` (local path or ``s3://``)::
 
     tfidf/          PECOS Preprocessor.save
     encoder.json    kind, path, max_length, dense_dim, dense_weight, sparse_dim
-    encoder/        kinds hf, contrastive and xtransformer: the encoder's model folder (encoder.json path
-                    "encoder", relative); minilm is loaded from the installed wheel
+    encoder/        kinds hf, contrastive and xtransformer: the encoder's model folder
+                    (encoder.json path "encoder", relative); minilm is loaded from the
+                    installed wheel
 
 Examples
 --------
@@ -228,6 +229,7 @@ class PhiPre:
         384
         """
         from pecos.utils.featurization.text.preprocess import Preprocessor
+
         from .encoders import load_encoder, resolve_local
         local = resolve_local(dir_uri)
         spec_path = os.path.join(local, ENCODER_JSON)

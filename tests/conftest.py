@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession
+
     from pina_spark.session import DEFAULT_CONF
     b = SparkSession.builder.master("local[2]").appName("pina-spark-tests")
     for k, v in {**DEFAULT_CONF, **SPARK_TEST_CONF}.items():

@@ -10,7 +10,6 @@ bad, an empty graph with graph labels) are separate, cheap runs that fail before
 """
 import hashlib
 import itertools
-import os
 from collections import Counter, defaultdict
 
 import pytest
@@ -35,7 +34,8 @@ def _csv(path, header, lines):
     return str(path)
 
 
-GOOD_INSTANCES = [f"i{n:02d},good product {n},{'test' if n > 10 else 'train'}" for n in range(1, 13)]
+GOOD_INSTANCES = [f"i{n:02d},good product {n},{'test' if n > 10 else 'train'}"
+                  for n in range(1, 13)]
 BAD_INSTANCES = {                        # line -> expected reason
     "i03,zzz later duplicate,train": "duplicate_id",
     ",null id,train": "missing_id",
@@ -153,10 +153,11 @@ def dirty(spark, tmp_path_factory):
     paths = io.RunPaths(cfg.output)
     entry = _graph_entry(cfg)
     return {"cfg": cfg, "paths": paths, "entry": entry, "result": result,
-            "stats": entry["stats"], "rows_in": {"instances": len(inst_lines),
-                                                 "labels": len(GOOD_LABELS) + len(BAD_LABELS),
-                                                 "instance_labels": len(GOOD_PAIRS) + len(BAD_PAIRS),
-                                                 "events": len(ev_rows)}}
+            "stats": entry["stats"],
+            "rows_in": {"instances": len(inst_lines),
+                        "labels": len(GOOD_LABELS) + len(BAD_LABELS),
+                        "instance_labels": len(GOOD_PAIRS) + len(BAD_PAIRS),
+                        "events": len(ev_rows)}}
 
 
 def _quarantine(spark, dirty, table):
@@ -329,7 +330,7 @@ def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
     d.mkdir()
     bad = _csv(d / "inst.csv", "instance_id,text,split", ["i01,,train", ",x,train"])
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=bad))
-    msg = _assert_failed(spark, cfg, io.InputError, "quarantined")
+    _assert_failed(spark, cfg, io.InputError, "quarantined")
     # the quarantine that explains it is published
     q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/instances")
     assert q.count() == 2

@@ -5,8 +5,15 @@ import os
 import pytest
 import yaml
 
-from pina_spark.config import (ConfigError, PinaConfig, apply_overrides, config_from_dict,
-                               dump_config, load_config, parse_stages, skeleton)
+from pina_spark.config import (
+    ConfigError,
+    PinaConfig,
+    config_from_dict,
+    dump_config,
+    load_config,
+    parse_stages,
+    skeleton,
+)
 
 
 def write(tmp_path, text, name="c.yaml"):

@@ -97,10 +97,12 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(spark, c
     folder alone encodes exactly as the driver's copy does."""
     import torch
     from safetensors.numpy import load_file
-    from test_pretrain import TFIDF, _citeulike_graph, _ctx, _write_graph
+
     from pina_spark.encoders import minilm_path
     from pina_spark.pretrain import run_stage
     from pina_spark.vectorizer import PhiPre
+
+    from test_pretrain import TFIDF, _citeulike_graph, _ctx, _write_graph
     torch.set_num_threads(2)
     nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)
     cfg = config_from_dict({
@@ -132,7 +134,8 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(spark, c
 
     def on_executor(batches):
         import pandas as pd
-        from pina_spark.inference import load_vectorizer        # the embed stage's loader
+
+        from pina_spark.inference import load_vectorizer  # the embed stage's loader
         enc = load_vectorizer(vec, "cpu").encoder
         for b in batches:
             emb = enc.encode(b["text"].tolist())
@@ -152,10 +155,12 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
     """Graph labels with co-purchase pairs (the mode where a leak is easiest): removing every
     test row from the inputs leaves the fine-tuned encoder's weights bit for bit unchanged."""
     import torch
-    from test_graph import _leak_inputs
+
     from pina_spark import graph
     from pina_spark.pipeline import make_context
     from pina_spark.pretrain import run_stage
+
+    from test_graph import _leak_inputs
     torch.set_num_threads(2)
     weights, cards = {}, {}
     for drop in (False, True):
@@ -188,9 +193,11 @@ def test_candidates_skip_self_twins_and_the_heldout_items():
     every pair that touches a held-out item, as anchor or as a label node that IS the item, is
     left out."""
     import pandas as pd
-    from test_pretrain import _graph_labels_problem
+
     from pina_spark.folds import is_heldout
     from pina_spark.pretrain import _Nodes, contrastive_candidates
+
+    from test_pretrain import _graph_labels_problem
     nodes = _Nodes(pd.DataFrame({io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
                                  io.KIND: ["instance"] * 3 + ["label"] * 3,
                                  io.NODE_ID: ["a", "b", "c", "a", "b", "c"],

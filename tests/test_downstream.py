@@ -17,8 +17,8 @@ WORDS_PER_LABEL = 6
 DENSE = 8
 
 
-def _label_words(l):
-    return [f"w{l}x{j}" for j in range(WORDS_PER_LABEL)]
+def _label_words(lab):
+    return [f"w{lab}x{j}" for j in range(WORDS_PER_LABEL)]
 
 
 def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=(
@@ -28,7 +28,6 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
     each label plus noise; features: a dense block with a noisy label signature and a sparse
     bag of word hashes. ``pina`` gets a cleaner signature than ``vectorizer_only``.
     With ``sentinel_test`` the test rows carry NaN-free but absurd 'POISON' text/features."""
-    import pandas as pd
     from pyspark.sql import types as T
     rng = np.random.RandomState(seed)
     paths = io.RunPaths(root)
@@ -39,7 +38,7 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
     for i in range(n_inst):
         ls = sorted(set(rng.choice(N_LABELS, size=rng.randint(1, 3), replace=False).tolist()))
         labels_of.append(ls)
-        words = [w for l in ls for w in rng.choice(_label_words(l), 1, replace=False)]
+        words = [w for lab in ls for w in rng.choice(_label_words(lab), 1, replace=False)]
         words += [f"noise{rng.randint(30)}" for _ in range(6)]
         rng.shuffle(words)
         texts.append(" ".join(words))
@@ -47,12 +46,12 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
             texts[-1] = "POISON " * 5
     node_rows = [(p, "instance", iid, t, s) for p, (iid, t, s) in
                  enumerate(zip(inst_ids, texts, splits))]
-    lab_ids = [f"L{l:02d}" for l in range(N_LABELS)]
-    for l, lid in enumerate(lab_ids):
-        node_rows.append((n_inst + l, "label", lid, " ".join(_label_words(l)), None))
+    lab_ids = [f"L{lab:02d}" for lab in range(N_LABELS)]
+    for lab, lid in enumerate(lab_ids):
+        node_rows.append((n_inst + lab, "label", lid, " ".join(_label_words(lab)), None))
     nodes = spark.createDataFrame(node_rows, io.schema(io.NODES))
     io.write_table(nodes, paths, io.NODES)
-    il = [(i, n_inst + l) for i in range(n_inst) for l in labels_of[i]]
+    il = [(i, n_inst + lab) for i in range(n_inst) for lab in labels_of[i]]
     io.write_table(spark.createDataFrame(il, "instance_index long, label_index long"), paths,
                    io.INSTANCE_LABELS)
     proto = rng.randn(N_LABELS, DENSE).astype(np.float32)
@@ -60,8 +59,8 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
     for p, (iid, t) in enumerate(zip(inst_ids, texts)):
         d = proto[labels_of[p]].sum(0) + 1.5 * rng.randn(DENSE)
         emb.append((p, d.astype(np.float32), t))
-    for l in range(N_LABELS):
-        emb.append((n_inst + l, proto[l], " ".join(_label_words(l))))
+    for lab in range(N_LABELS):
+        emb.append((n_inst + lab, proto[lab], " ".join(_label_words(lab))))
     emb_rows = []
     for p, d, t in emb:
         idx = sorted({zlib.crc32(w.encode()) % 97 for w in t.split()})
@@ -79,13 +78,13 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
                 vals = emb_rows[p][3]
                 if sentinel_test and splits[p] == "test":
                     d = np.full(DENSE, 1e6)
-                nb = [lab_ids[l] for l in labels_of[p]][:2] + [inst_ids[(p + 1) % n_inst]]
+                nb = [lab_ids[lab] for lab in labels_of[p]][:2] + [inst_ids[(p + 1) % n_inst]]
                 rows.append((iid, splits[p], [float(x) for x in d], idx, vals, nb,
                              [1.0 / len(nb)] * len(nb), v))
         schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
         io.write_table(spark.createDataFrame(rows, schema), paths, io.FEATURES,
                        partition_by=(io.VARIANT, io.SPLIT))
-    truth = {inst_ids[i]: {lab_ids[l] for l in labels_of[i]} for i in range(n_inst)}
+    truth = {inst_ids[i]: {lab_ids[lab] for lab in labels_of[i]} for i in range(n_inst)}
     return paths, inst_ids, splits, truth
 
 
@@ -118,11 +117,12 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
     for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
         sub = pred[pred[io.VARIANT] == v]
         assert sorted(sub[io.INSTANCE_ID]) == test_ids, v
-        assert all(1 <= len(l) <= cfg.train.topk for l in sub[io.LABEL_IDS]), v
+        assert all(1 <= len(ids) <= cfg.train.topk for ids in sub[io.LABEL_IDS]), v
         assert all(len(a) == len(b) for a, b in zip(sub[io.LABEL_IDS], sub[io.SCORES]))
         # scores sorted best first, label ids are label node ids
         assert all(list(s) == sorted(s, reverse=True) for s in sub[io.SCORES])
-        assert set(l for ls in sub[io.LABEL_IDS] for l in ls) <= {f"L{x:02d}" for x in range(12)}
+        label_node_ids = {f"L{x:02d}" for x in range(12)}
+        assert {lid for ls in sub[io.LABEL_IDS] for lid in ls} <= label_node_ids
         mdir = io.local_path(paths.table("models/downstream/" + v))
         assert os.path.exists(os.path.join(mdir, "_SUCCESS"))
         assert os.path.isdir(os.path.join(mdir, "xlinear"))
@@ -192,6 +192,7 @@ def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
 
 def test_features_to_csr_shapes_and_sorted_indices():
     import pandas as pd
+
     from pina_spark.downstream import features_to_csr
     pdf = pd.DataFrame({io.DENSE: [np.array([1, 0], np.float32), None],
                         io.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],

@@ -9,8 +9,12 @@ import pytest
 
 from pina_spark import io
 from pina_spark.config import config_from_dict
-from pina_spark.evaluate import (filter_pairs, paired_ttest, per_instance_precision_recall,
-                                 precision_recall_at_k)
+from pina_spark.evaluate import (
+    filter_pairs,
+    paired_ttest,
+    per_instance_precision_recall,
+    precision_recall_at_k,
+)
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -77,10 +81,10 @@ def _hand_run(spark, root):
     rows = [(i, "instance", iid, f"text of {iid}", "train" if iid in TRAIN else "test")
             for i, iid in enumerate(inst)]
     labels = ["A", "B", "C", "D"]
-    rows += [(len(inst) + j, "label", l, f"label {l}", None) for j, l in enumerate(labels)]
+    rows += [(len(inst) + j, "label", lab, f"label {lab}", None) for j, lab in enumerate(labels)]
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
     idx = {r[2]: r[0] for r in rows}
-    il = [(idx[i], idx[l]) for i, ls in {**TRAIN, **TEST}.items() for l in ls]
+    il = [(idx[i], idx[lab]) for i, ls in {**TRAIN, **TEST}.items() for lab in ls]
     io.write_table(spark.createDataFrame(il, "instance_index long, label_index long"), paths,
                    io.INSTANCE_LABELS)
     schema = T.StructType([T.StructField(io.INSTANCE_ID, T.StringType()),

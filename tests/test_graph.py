@@ -245,6 +245,7 @@ def test_pretrain_edges_blocks(spark, small_graph, side_info, blocks):
 def instacart_events(spark, instacart_dir, tmp_path_factory):
     """Events of the real sample: via datasets.prepare_data, or the CSV directly."""
     import pandas as pd
+
     from pina_spark import datasets
     if hasattr(datasets, "prepare_data"):
         out = str(tmp_path_factory.mktemp("instacart"))

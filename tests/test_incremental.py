@@ -30,8 +30,8 @@ def _day_instances(spark, run, path):
     inst = io.read_input(spark, base["input"]["instances"], "instances").drop(io.CORRUPT)
     some = inst.orderBy(io.INSTANCE_ID).limit(40).select(io.INSTANCE_ID, io.TEXT)
     ids = [r[0] for r in some.limit(2).collect()]
-    changed = some.withColumn(io.TEXT, F.when(F.col(io.INSTANCE_ID).isin(ids),
-                                              F.concat(F.col(io.TEXT), F.lit(" organic value pack")))
+    suffixed = F.concat(F.col(io.TEXT), F.lit(" organic value pack"))
+    changed = some.withColumn(io.TEXT, F.when(F.col(io.INSTANCE_ID).isin(ids), suffixed)
                               .otherwise(F.col(io.TEXT)))
     new = spark.createDataFrame([("zz-new-1", "crunchy peanut butter cookies"),
                                  ("zz-new-2", "sparkling lemon water"),

@@ -67,6 +67,7 @@ def _save_g(model, out_nodes, d):
 @pytest.fixture(scope="module")
 def env(spark, tmp_path_factory):
     from pyspark.sql import Row
+
     from pina_spark.vectorizer import PhiPre
     root = str(tmp_path_factory.mktemp("inference-run"))
     rng = np.random.default_rng(7)
@@ -85,7 +86,6 @@ def env(spark, tmp_path_factory):
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
 
     models = ctx.models
-    texts = [r.text for r in rows]
     pcfg = config.PretrainConfig(tfidf={"ngram_range": [1, 1], "min_df_cnt": 0,
                                         "max_df_ratio": 1.0, "norm": "l2"})
     phi = PhiPre.fit([r.text for r in rows if r.split != "test"], pcfg)
@@ -343,6 +343,7 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     features_from_arrow on the same embedding rows, including an all-null row."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from pina_spark import embstore
     rng = np.random.default_rng(3)
     D, S, n = 4, 9, 12
@@ -536,7 +537,9 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
 
     def compile_twice(batches):
         import os
+
         import pyarrow as pa
+
         from pina_spark.inference import g_mmap_copy
         for b in batches:
             a = g_mmap_copy(gdir)
@@ -575,6 +578,7 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     """task.labels graph: an item's label node (same node_id) is excluded like self. With given
     labels, ids of labels and instances are separate namespaces: an id clash excludes nothing."""
     import shutil
+
     from pyspark.sql import Row
     base = _with(env["ctx"], neighbors={"train_mode": "in_sample"})
     ref = _collect_neighbors(inference.neighbors_frame(spark, base)[0])

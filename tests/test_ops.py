@@ -281,7 +281,7 @@ def test_progress_is_logged(spark, tmp_path, stubs, caplog):
     assert "stage graph: done in" in text and "rows/s" in text and "instances=5" in text
 
 
-# --------------------------------------------------------------------------- models of an earlier run
+# ------------------------------------------------------------------------- models of an earlier run
 def test_extend_nodes_keeps_indices_and_appends_new_sorted(spark):
     prev = spark.createDataFrame(
         [(0, "instance", "b", "old b", "train"), (1, "instance", "d", "old d", "test"),

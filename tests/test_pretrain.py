@@ -16,9 +16,22 @@ import scipy.sparse as sp
 from pina_spark import io
 from pina_spark.config import config_from_dict
 from pina_spark.folds import fold_of, is_heldout
-from pina_spark.pretrain import (_Nodes, _variant_problem, build_y, exclude_self, g_dir, load_g,
-                                 predict_g, ranking_metrics, row_folds, run_stage, save_g,
-                                 train_g, OUTPUT_NODES, TRAIN_ROWS)
+from pina_spark.pretrain import (
+    OUTPUT_NODES,
+    TRAIN_ROWS,
+    _Nodes,
+    _variant_problem,
+    build_y,
+    exclude_self,
+    g_dir,
+    load_g,
+    predict_g,
+    ranking_metrics,
+    row_folds,
+    run_stage,
+    save_g,
+    train_g,
+)
 from pina_spark.vectorizer import PhiPre
 
 N_ARTICLES = 1000
@@ -142,7 +155,7 @@ def _graph_labels_problem(twins):
                           io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
                           io.TEXT: ["x"] * 6})
     B = [(0, 4), (0, 5), (1, 3), (2, 3)]                     # a->b, a->c, b->a, c->a
-    edges = B + [(i, i) for i in range(6)] + [(l, i) for i, l in B]
+    edges = B + [(i, i) for i in range(6)] + [(lab, i) for i, lab in B]
     epdf = pd.DataFrame({io.SRC_INDEX: [e[0] for e in edges], io.DST_INDEX: [e[1] for e in edges],
                          io.WEIGHT: 1.0, io.VARIANT: "pina", io.BLOCK: "x"})
     return _variant_problem(epdf, "pina", _Nodes(nodes), True, twins=twins)
@@ -238,9 +251,9 @@ def test_heldout_p1_beats_popularity(citeulike_run):
     pop = {}
     for i, labs in labels_of.items():
         if i not in held:
-            for l in labs:
-                pop[l] = pop.get(l, 0) + 1
-    top = max(pop, key=lambda l: (pop[l], -l))
+            for lab in labs:
+                pop[lab] = pop.get(lab, 0) + 1
+    top = max(pop, key=lambda lab: (pop[lab], -lab))
     baseline_p1 = np.mean([top in labels_of[i] for i in held])
     rep = json.loads(io.read_bytes(citeulike_run["ctx"].paths.table("eval/pretrain.json")))
     for v in ("pina", "pina_naive"):
@@ -327,6 +340,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     encoder under vectorizer/encoder, reload it and encode; g stays XR-Linear on Phi_pre."""
     import torch
     from safetensors.numpy import load_file
+
     from pina_spark.encoders import minilm_path
     torch.set_num_threads(2)
     nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)

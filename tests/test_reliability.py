@@ -85,6 +85,7 @@ def _assert_same_tables(spark, root_a, root_b, stages):
 def sample_inputs(tmp_path_factory):
     _require("datasets")
     import pyarrow.parquet as pq
+
     from pina_spark.datasets import write_demo_data
     tmp = tmp_path_factory.mktemp("demo")
     full = write_demo_data(str(tmp / "full"))

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from demo_run import JOBS, last_json
 from pina_spark import io, pipeline
+
+from demo_run import JOBS, last_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.submit

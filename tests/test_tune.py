@@ -35,7 +35,7 @@ def fake_neighbors_stage(ctx):
     SEEN["neighbors"].append(sorted(nodes.loc[nodes[io.KIND] == "instance", io.NODE_ID]))
     dense = {int(i): np.asarray(d) for i, d in zip(emb[io.NODE_INDEX], emb[io.DENSE])}
     labels = nodes.loc[nodes[io.KIND] == "label", io.NODE_INDEX].astype(int).tolist()
-    L = np.stack([dense[l] for l in labels])
+    L = np.stack([dense[lab] for lab in labels])
     k = ctx.cfg.neighbors.k
     rows = []
     for i in nodes.loc[nodes[io.KIND] == "instance", io.NODE_INDEX].astype(int):
