@@ -4,8 +4,8 @@
 # Also: make dist (wheel + venv-pack'd environment archive for EMR, see docs/emr.md), make docs
 # (docs/config.md), make test-spark35 (the demo on pyspark 3.5 in .venv35, as EMR 7 runs it),
 # make check-install35 (the wheel installed over a platform's pyspark 3.5), make test-airflow
-# (the DAGs in their own venv); .ci/run runs make test, test-spark35, check-install35 and
-# test-airflow.
+# (the DAGs in their own venv), make test-spark35-full (the whole suite on pyspark 3.5), make lint;
+# .ci/run runs make test, test-spark35-full, check-install35 and test-airflow.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test smoke dist test-spark35 clean docs
+.PHONY: venv demo test lint smoke dist test-spark35 clean docs
 
 venv: $(STAMP)
 
@@ -40,8 +40,17 @@ smoke: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/pina-spark demo --output $(DEMO_OUT)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
+# the README's test command: lint, format check and type check first (seconds), then the suite and
+# every docstring example (one shared SparkSession: conftest.py)
+test: lint
+	$(PY) -m pytest -q -ra --doctest-modules $(PYTEST_ARGS) tests pina_spark
+
+# settings in pyproject.toml; tool versions pinned in requirements-dev.txt
+LINT_PATHS := pina_spark tests benchmarks jobs conf/airflow setup.py conftest.py
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
 
 # docs/config.md from the config dataclasses (tests/test_config_reference.py checks it is current)
 docs: $(STAMP)
@@ -192,10 +201,11 @@ test-spark35: $(STAMP35)
 	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 	test -f $(DEMO35_OUT)/run/eval/_SUCCESS
 
-# the whole test suite on pyspark 3.5 (not in .ci/run yet: see the CI budget note in .ci/run)
+# the whole test suite and the docstring examples on pyspark 3.5, as EMR 7 runs them (.ci/run)
 test-spark35-full: $(STAMP35)
 	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \
-		$(PY35) -m pytest -q -ra $(PYTEST_ARGS) tests
+		$(PY35) -m pytest -q -ra --doctest-modules $(PYTEST_ARGS) tests pina_spark
+	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 
 clean:
 	rm -rf $(VENV) $(VENV35) $(VENV_AIRFLOW) runs dist build *.egg-info

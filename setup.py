@@ -11,6 +11,7 @@ Python >= 3.10: the stack's oldest members have no cp39 wheels (torch 2.13 decla
 ``Requires-Python >=3.10``; pyarrow 25 likewise). The deployment target is Python 3.11 (EMR 7:
 AL2023's ``python3.11`` package, see docs/emr.md); CI runs 3.11.
 """
+
 import os
 import re
 
@@ -59,10 +60,12 @@ setup(
     package_data={"pina_spark": ["conf/*.yaml"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
-    extras_require={"dev": _reqs("requirements-dev.txt"),
-                    # local use / notebooks without a platform Spark
-                    "spark": ["pyspark>=3.5,<4.4"],
-                    # the Spark line EMR 7.x ships
-                    "spark35": ["pyspark>=3.5,<3.6"]},
+    extras_require={
+        "dev": _reqs("requirements-dev.txt"),
+        # local use / notebooks without a platform Spark
+        "spark": ["pyspark>=3.5,<4.4"],
+        # the Spark line EMR 7.x ships
+        "spark35": ["pyspark>=3.5,<3.6"],
+    },
     entry_points={"console_scripts": ["pina-spark=pina_spark.cli:main"]},
 )

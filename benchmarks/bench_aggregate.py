@@ -19,6 +19,7 @@ Usage::
 Writes ``{"results": [{"n", "spark_s", "reference_s", "ratio", ...}, ...], "config": ...}`` and
 logs the ratio and the time per instance of each size.
 """
+
 import argparse
 import json
 import logging
@@ -53,6 +54,7 @@ def generate(root, n, seed=0):
     """Write nodes, embeddings, neighbors (variant pina) of a run with ``n`` instances."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     rng = np.random.RandomState(seed)
     for rel in (io.NODES, io.EMBEDDINGS, io.NEIGHBORS + "/variant=pina"):
         os.makedirs(os.path.join(root, rel), exist_ok=True)
@@ -63,9 +65,15 @@ def generate(root, n, seed=0):
             m = c1 - c0
             idx = np.arange(c0, c1, dtype=np.int64)
             ids = pa.array([f"x{i:09d}" for i in range(c0, c1)])
-            nodes = pa.table({io.NODE_INDEX: idx, io.KIND: pa.array([io.KIND_INSTANCE] * m),
-                              io.NODE_ID: ids, io.TEXT: pa.array([""] * m),
-                              io.SPLIT: pa.array(np.where(idx % 5 == 0, "test", "train"))})
+            nodes = pa.table(
+                {
+                    io.NODE_INDEX: idx,
+                    io.KIND: pa.array([io.KIND_INSTANCE] * m),
+                    io.NODE_ID: ids,
+                    io.TEXT: pa.array([""] * m),
+                    io.SPLIT: pa.array(np.where(idx % 5 == 0, "test", "train")),
+                }
+            )
             dense = rng.standard_normal((m, D_DENSE)).astype(np.float32)
             nnz = rng.randint(NNZ // 2, NNZ * 3 // 2 + 1, size=m)
             ptr = np.r_[0, np.cumsum(nnz)].astype(np.int32)
@@ -76,31 +84,44 @@ def generate(root, n, seed=0):
             order = np.lexsort((for_rows, row))
             sidx[:] = for_rows[order]
             dup = np.r_[False, (sidx[1:] == sidx[:-1]) & (row[1:] == row[:-1])]
-            sidx[dup] = (sidx[dup] + 1) % S_DIM   # rare; may unsort, fine for a benchmark
+            sidx[dup] = (sidx[dup] + 1) % S_DIM  # rare; may unsort, fine for a benchmark
             sval = rng.uniform(0.1, 1.0, size=ptr[-1]).astype(np.float32)
             sq = (dense.astype(np.float64) ** 2).sum(1) + np.bincount(
-                row, weights=sval.astype(np.float64) ** 2, minlength=m)
+                row, weights=sval.astype(np.float64) ** 2, minlength=m
+            )
             inv = (1.0 / np.sqrt(sq)).astype(np.float32)
             dense *= inv[:, None]
             sval *= np.repeat(inv, nnz)
-            emb = pa.table({
-                io.NODE_INDEX: idx,
-                io.DENSE: pa.ListArray.from_arrays(
-                    pa.array(np.arange(m + 1, dtype=np.int32) * D_DENSE), dense.reshape(-1)),
-                io.SPARSE_INDICES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sidx)),
-                io.SPARSE_VALUES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sval))})
+            emb = pa.table(
+                {
+                    io.NODE_INDEX: idx,
+                    io.DENSE: pa.ListArray.from_arrays(
+                        pa.array(np.arange(m + 1, dtype=np.int32) * D_DENSE), dense.reshape(-1)
+                    ),
+                    io.SPARSE_INDICES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sidx)),
+                    io.SPARSE_VALUES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sval)),
+                }
+            )
             nb = rng.randint(0, n, size=(m, K)).astype(np.int64)
             w = rng.uniform(0.05, 1.0, size=(m, K))
             w = (w / w.sum(1, keepdims=True)).astype(np.float32)
             kptr = pa.array(np.arange(m + 1, dtype=np.int32) * K)
-            nbr = pa.table({io.INSTANCE_INDEX: idx,
-                            io.NEIGHBOR: pa.ListArray.from_arrays(kptr, nb.reshape(-1)),
-                            io.SCORE: pa.ListArray.from_arrays(kptr, w.reshape(-1))})
-            for rel, t in ((io.NODES, nodes), (io.EMBEDDINGS, emb),
-                           (io.NEIGHBORS + "/variant=pina", nbr)):
+            nbr = pa.table(
+                {
+                    io.INSTANCE_INDEX: idx,
+                    io.NEIGHBOR: pa.ListArray.from_arrays(kptr, nb.reshape(-1)),
+                    io.SCORE: pa.ListArray.from_arrays(kptr, w.reshape(-1)),
+                }
+            )
+            for rel, t in (
+                (io.NODES, nodes),
+                (io.EMBEDDINGS, emb),
+                (io.NEIGHBORS + "/variant=pina", nbr),
+            ):
                 if rel not in writers:
-                    writers[rel] = pq.ParquetWriter(os.path.join(root, rel, "part-0.parquet"),
-                                                    t.schema, compression="zstd")
+                    writers[rel] = pq.ParquetWriter(
+                        os.path.join(root, rel, "part-0.parquet"), t.schema, compression="zstd"
+                    )
                 writers[rel].write_table(t)
     finally:
         for wr in writers.values():
@@ -127,11 +148,13 @@ def reference(root, out, a=1.0, chunk=200_000):
 
     def flat(col):
         col = col.combine_chunks()
-        return pc.list_flatten(col).to_numpy(), \
-            pc.list_value_length(col).fill_null(0).to_numpy().astype(np.int64)
+        return pc.list_flatten(col).to_numpy(), pc.list_value_length(col).fill_null(
+            0
+        ).to_numpy().astype(np.int64)
 
-    nodes = pq.read_table(os.path.join(root, io.NODES),
-                          columns=[io.NODE_INDEX, io.NODE_ID, io.SPLIT])
+    nodes = pq.read_table(
+        os.path.join(root, io.NODES), columns=[io.NODE_INDEX, io.NODE_ID, io.SPLIT]
+    )
     emb = pq.read_table(os.path.join(root, io.EMBEDDINGS))
     nbr = pq.read_table(os.path.join(root, io.NEIGHBORS, "variant=pina"))
     M = emb.num_rows
@@ -165,8 +188,9 @@ def reference(root, out, a=1.0, chunk=200_000):
     w_sorted = wv[order_nb].astype(np.float32)
 
     def norms(d, s):
-        return np.sqrt(np.einsum("ij,ij->i", d, d, dtype=np.float64)
-                       + np.asarray(s.multiply(s).sum(1)).ravel())
+        return np.sqrt(
+            np.einsum("ij,ij->i", d, d, dtype=np.float64) + np.asarray(s.multiply(s).sum(1)).ravel()
+        )
 
     def lists(ptr, values):
         return pa.ListArray.from_arrays(pa.array(np.asarray(ptr, np.int32)), values)
@@ -190,22 +214,24 @@ def reference(root, out, a=1.0, chunk=200_000):
             s0, s1 = inv0 * nvi, a * inv1 * nvi
             pina_d = np.hstack([X0d * s0[:, None], V1d * s1[:, None]]).astype(np.float32)
             pina_s = sp.hstack([sp.diags(s0) @ X0s, sp.diags(s1) @ V1s], format="csr").astype(
-                np.float32)
+                np.float32
+            )
             pina_s.sort_indices()
             vo_d = (X0d * inv0[:, None]).astype(np.float32)
             vo_s = (sp.diags(inv0) @ X0s).tocsr().astype(np.float32)
             p0, p1 = nptr_all[c0], nptr_all[c1]
-            nptr = nptr_all[c0:c1 + 1] - p0
+            nptr = nptr_all[c0 : c1 + 1] - p0
             nb_ids = node_ids_by_index.take(pa.array(nb_sorted[p0:p1]))
             cid, csplit = ids.slice(c0, m), split.slice(c0, m)
 
             def table(dense, spm, with_nb):
                 W = dense.shape[1]
-                cols = {io.INSTANCE_ID: cid,
-                        io.DENSE: lists(np.arange(m + 1) * W, pa.array(dense.reshape(-1))),
-                        io.SPARSE_INDICES: lists(spm.indptr,
-                                                 pa.array(spm.indices.astype(np.int32))),
-                        io.SPARSE_VALUES: lists(spm.indptr, pa.array(spm.data))}
+                cols = {
+                    io.INSTANCE_ID: cid,
+                    io.DENSE: lists(np.arange(m + 1) * W, pa.array(dense.reshape(-1))),
+                    io.SPARSE_INDICES: lists(spm.indptr, pa.array(spm.indices.astype(np.int32))),
+                    io.SPARSE_VALUES: lists(spm.indptr, pa.array(spm.data)),
+                }
                 if with_nb:
                     cols[io.NEIGHBOR_IDS] = lists(nptr, nb_ids)
                     cols[io.NEIGHBOR_WEIGHTS] = lists(nptr, pa.array(w_sorted[p0:p1]))
@@ -215,8 +241,10 @@ def reference(root, out, a=1.0, chunk=200_000):
                     cols[io.NEIGHBOR_WEIGHTS] = lists(z, pa.array([], pa.float32()))
                 return pa.table(cols)
 
-            for variant, (d, s, w) in (("pina", (pina_d, pina_s, True)),
-                                       ("vectorizer_only", (vo_d, vo_s, False))):
+            for variant, (d, s, w) in (
+                ("pina", (pina_d, pina_s, True)),
+                ("vectorizer_only", (vo_d, vo_s, False)),
+            ):
                 t = table(d, s, w)
                 for sv in ("train", "test"):
                     sub = t.filter(pc.equal(csplit, sv))
@@ -225,8 +253,11 @@ def reference(root, out, a=1.0, chunk=200_000):
                         p = os.path.join(out, f"variant={variant}", f"split={sv}")
                         os.makedirs(p, exist_ok=True)
                         writers[k] = pq.ParquetWriter(
-                            os.path.join(p, "part-0.parquet"), sub.schema, compression="zstd",
-                            use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS])
+                            os.path.join(p, "part-0.parquet"),
+                            sub.schema,
+                            compression="zstd",
+                            use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS],
+                        )
                     writers[k].write_table(sub)
     finally:
         for wr in writers.values():
@@ -240,10 +271,17 @@ def spark_session(driver_memory):
     from pyspark.sql import SparkSession
 
     from pina_spark.session import DEFAULT_CONF
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.master("local[2]").appName("bench-aggregate")
-    conf = dict(DEFAULT_CONF, **{"spark.ui.enabled": "false", "spark.driver.memory": driver_memory,
-                                 "spark.sql.shuffle.partitions": "8"})
+    conf = dict(
+        DEFAULT_CONF,
+        **{
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": driver_memory,
+            "spark.sql.shuffle.partitions": "8",
+        },
+    )
     for k, v in conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -255,9 +293,13 @@ def run_spark(spark, root, strategy, broadcast_via="auto", writer="auto"):
     from pina_spark import aggregate
     from pina_spark.config import config_from_dict
     from pina_spark.pipeline import make_context
-    cfg = config_from_dict({"output": root, "aggregate": {"strategy": strategy,
-                                                          "broadcast_via": broadcast_via,
-                                                          "writer": writer}})
+
+    cfg = config_from_dict(
+        {
+            "output": root,
+            "aggregate": {"strategy": strategy, "broadcast_via": broadcast_via, "writer": writer},
+        }
+    )
     return aggregate.run_stage(make_context(spark, cfg))
 
 
@@ -268,13 +310,19 @@ def main(argv=None):
     ap.add_argument("--strategy", default="auto", choices=["auto", "broadcast", "shuffle"])
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--driver-memory", default="4g")
-    ap.add_argument("--writer", default="auto", choices=["auto", "spark", "arrow"],
-                    help="how features are written (aggregate.writer; auto = arrow "
-                         "on local paths)")
+    ap.add_argument(
+        "--writer",
+        default="auto",
+        choices=["auto", "spark", "arrow"],
+        help="how features are written (aggregate.writer; auto = arrow " "on local paths)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
-    ap.add_argument("--broadcast-via", default="auto", choices=["auto", "files", "spark"],
-                    help="aggregate.broadcast_via (how the broadcast strategy ships the "
-                         "embeddings)")
+    ap.add_argument(
+        "--broadcast-via",
+        default="auto",
+        choices=["auto", "files", "spark"],
+        help="aggregate.broadcast_via (how the broadcast strategy ships the " "embeddings)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -298,24 +346,43 @@ def main(argv=None):
         t = time.time()
         reference(root, os.path.join(root, "features_reference"))
         ref_s = time.time() - t
-        r = {"n": n, "spark_s": round(spark_s, 3), "reference_s": round(ref_s, 3),
-             "ratio": round(spark_s / ref_s, 3), "strategy": stats["strategy"],
-             "writer": stats.get("writer"), "spark_write_s": stats.get("write_s"),
-             "broadcast_via": stats.get("broadcast_via"),
-             "load_avg_1m": round(os.getloadavg()[0], 1),
-             "reason": stats["reason"], "spark_us_per_instance": round(1e6 * spark_s / n, 2),
-             "reference_us_per_instance": round(1e6 * ref_s / n, 2)}
+        r = {
+            "n": n,
+            "spark_s": round(spark_s, 3),
+            "reference_s": round(ref_s, 3),
+            "ratio": round(spark_s / ref_s, 3),
+            "strategy": stats["strategy"],
+            "writer": stats.get("writer"),
+            "spark_write_s": stats.get("write_s"),
+            "broadcast_via": stats.get("broadcast_via"),
+            "load_avg_1m": round(os.getloadavg()[0], 1),
+            "reason": stats["reason"],
+            "spark_us_per_instance": round(1e6 * spark_s / n, 2),
+            "reference_us_per_instance": round(1e6 * ref_s / n, 2),
+        }
         results.append(r)
-        log.info("n=%d: spark %.2fs (%s), reference %.2fs, ratio %.2f, %.1f us/instance "
-                 "(reference %.1f)", n, spark_s, stats["strategy"], ref_s, r["ratio"],
-                 r["spark_us_per_instance"], r["reference_us_per_instance"])
+        log.info(
+            "n=%d: spark %.2fs (%s), reference %.2fs, ratio %.2f, %.1f us/instance "
+            "(reference %.1f)",
+            n,
+            spark_s,
+            stats["strategy"],
+            ref_s,
+            r["ratio"],
+            r["spark_us_per_instance"],
+            r["reference_us_per_instance"],
+        )
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
         with open(args.json, "w") as fh:  # partial results survive a later failure
             json.dump({"results": results, "config": vars(args)}, fh, indent=1)
     for a, b in zip(results, results[1:]):
-        log.info("time per instance %d -> %d: x%.2f", a["n"], b["n"],
-                 b["spark_us_per_instance"] / a["spark_us_per_instance"])
+        log.info(
+            "time per instance %d -> %d: x%.2f",
+            a["n"],
+            b["n"],
+            b["spark_us_per_instance"] / a["spark_us_per_instance"],
+        )
     spark.stop()
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)

@@ -15,6 +15,7 @@ measurement, the median pairs/s and the projected seconds for ``max_pairs`` (20,
 Usage: python benchmarks/bench_finetune.py --json OUT [--sets titles,articles] [--pairs 2000]
        [--repeat 3] [--threads 2]
 """
+
 import argparse
 import json
 import os
@@ -32,9 +33,11 @@ DATA = os.path.join(ROOT, "..", "shared", "data")
 
 def title_pairs():
     import pandas as pd
+
     d = os.path.join(DATA, "instacart")
-    op = pd.read_csv(os.path.join(d, "order_products_sample.csv"),
-                     usecols=["order_id", "product_id"])
+    op = pd.read_csv(
+        os.path.join(d, "order_products_sample.csv"), usecols=["order_id", "product_id"]
+    )
     names = pd.read_csv(os.path.join(d, "products.csv"), usecols=["product_id", "product_name"])
     name = dict(zip(names.product_id, names.product_name))
     counts = Counter()
@@ -42,16 +45,26 @@ def title_pairs():
         for a, b in combinations(sorted(set(items.tolist())), 2):
             counts[(a, b)] += 1
     pairs = [(a, b) for (a, b), c in counts.items() if c >= 2]
-    return ([str(a) for a, _ in pairs], [name[a] for a, _ in pairs], ["label"] * len(pairs),
-            [str(b) for _, b in pairs], [name[b] for _, b in pairs])
+    return (
+        [str(a) for a, _ in pairs],
+        [name[a] for a, _ in pairs],
+        ["label"] * len(pairs),
+        [str(b) for _, b in pairs],
+        [name[b] for _, b in pairs],
+    )
 
 
 def article_pairs():
     from pina_spark.datasets import citeulike_text
+
     d = os.path.join(DATA, "citeulike-t")
     read = lambda n: open(os.path.join(d, n), encoding="utf-8").read().split("\n")  # noqa: E731
-    vocab, mult, tags, ti = read("vocabulary.dat"), read("mult.dat"), read("tags.dat"), \
-        read("tag-item.dat")
+    vocab, mult, tags, ti = (
+        read("vocabulary.dat"),
+        read("mult.dat"),
+        read("tags.dat"),
+        read("tag-item.dat"),
+    )
     a_ids, a_txt, t_ids, t_txt = [], [], [], []
     for t, line in enumerate(ti):
         items = line.split()[1:]
@@ -78,6 +91,7 @@ def main(argv=None):
     from pina_spark.config import ContrastiveConfig
     from pina_spark.contrastive import choose_pairs, fine_tune
     from pina_spark.encoders import minilm_path
+
     torch.set_num_threads(a.threads)
     ccfg = ContrastiveConfig(device="cpu")
     results = []
@@ -89,16 +103,34 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as out:
                 t0 = time.time()
                 st = fine_tune(chosen["anchors"], chosen["positives"], minilm_path(), out, ccfg)
-                runs.append({"seconds": round(time.time() - t0, 2), "steps": st["steps"],
-                             "fit_seconds": st["seconds"], "load": os.getloadavg()[0]})
+                runs.append(
+                    {
+                        "seconds": round(time.time() - t0, 2),
+                        "steps": st["steps"],
+                        "fit_seconds": st["seconds"],
+                        "load": os.getloadavg()[0],
+                    }
+                )
             print(name, r, runs[-1], flush=True)
         pps = statistics.median(chosen["pairs"] / x["fit_seconds"] for x in runs)
-        results.append({"name": name, "pairs": chosen["pairs"], "candidates": chosen["candidates"],
-                        "threads": a.threads, "median_pairs_per_s": round(pps, 2),
-                        "projected_s_for_max_pairs": round(ccfg.max_pairs / pps, 1),
-                        "max_pairs": ccfg.max_pairs, "settings": ccfg.to_dict(), "runs": runs})
-        print(f"| {name} | {chosen['pairs']} | {pps:.1f} | "
-              f"{ccfg.max_pairs / pps / 60:.1f} min for {ccfg.max_pairs} pairs |", flush=True)
+        results.append(
+            {
+                "name": name,
+                "pairs": chosen["pairs"],
+                "candidates": chosen["candidates"],
+                "threads": a.threads,
+                "median_pairs_per_s": round(pps, 2),
+                "projected_s_for_max_pairs": round(ccfg.max_pairs / pps, 1),
+                "max_pairs": ccfg.max_pairs,
+                "settings": ccfg.to_dict(),
+                "runs": runs,
+            }
+        )
+        print(
+            f"| {name} | {chosen['pairs']} | {pps:.1f} | "
+            f"{ccfg.max_pairs / pps / 60:.1f} min for {ccfg.max_pairs} pairs |",
+            flush=True,
+        )
     with open(a.json, "w") as fh:
         json.dump({"results": results}, fh, indent=1)
 

@@ -45,6 +45,7 @@ Usage::
 Writes ``{"results": [{"stage", "rows", "spark_rows_per_s", "reference_rows_per_s", "ratio",
 ...}], "config": {...}}`` and prints the results.
 """
+
 import argparse
 import json
 import logging
@@ -79,8 +80,10 @@ def load_citeulike(n_rows, min_tag_items=5):
     inst = []
     for i, line in enumerate(_lines(os.path.join(d, "mult.dat"))[:n_rows]):
         parts = line.split()
-        pairs = sorted(((int(c), int(w)) for w, c in (p.split(":") for p in parts[1:])),
-                       key=lambda x: (-x[0], x[1]))
+        pairs = sorted(
+            ((int(c), int(w)) for w, c in (p.split(":") for p in parts[1:])),
+            key=lambda x: (-x[0], x[1]),
+        )
         text = " ".join(" ".join([vocab[w]] * c) for c, w in pairs)
         aid = f"a{i:05d}"
         inst.append((aid, text, "test" if folds.is_heldout(aid, 0.2, "bench-split") else "train"))
@@ -100,6 +103,7 @@ def load_titles(n_rows, min_items=5):
     (text = product name), labels = their aisles with at least ``min_items`` of them (label text
     = aisle name). Same return shape as :func:`load_citeulike`."""
     import csv
+
     d = os.path.join(DATA, "instacart")
     with open(os.path.join(d, "aisles.csv"), newline="") as fh:
         aisle_name = {r["aisle_id"]: r["aisle"] for r in csv.DictReader(fh)}
@@ -108,8 +112,13 @@ def load_titles(n_rows, min_items=5):
     inst, by_aisle = [], {}
     for i, r in enumerate(prods):
         pid = f"p{int(r['product_id']):06d}"
-        inst.append((pid, r["product_name"],
-                     "test" if folds.is_heldout(pid, 0.2, "bench-split") else "train"))
+        inst.append(
+            (
+                pid,
+                r["product_name"],
+                "test" if folds.is_heldout(pid, 0.2, "bench-split") else "train",
+            )
+        )
         by_aisle.setdefault(r["aisle_id"], []).append(i)
     labels, art_tags = [], {}
     for aid in sorted(by_aisle, key=int):
@@ -132,12 +141,14 @@ def _warm_worker(batches):
     import scipy.sparse  # noqa: F401
     import torch  # noqa: F401
     from pecos.utils.featurization.text import vectorizers  # noqa: F401
+
     for b in batches:
         yield b
 
 
 def _sync_threads(n):
     import torch
+
     torch.set_num_threads(n)
 
 
@@ -147,6 +158,7 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     import pyarrow.parquet as pq
 
     from pina_spark.vectorizer import PhiPre
+
     t0 = time.time()
     tbl = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.TEXT]).sort_by(io.NODE_INDEX)
     phi = PhiPre.load(vec_dir, device="cpu")
@@ -155,15 +167,19 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     texts = tbl.column(io.TEXT).to_pylist()
     writer = None
     for s in range(0, len(texts), batch_size):
-        dense, sparse = phi.transform(texts[s:s + batch_size], batch_size=batch_size)
+        dense, sparse = phi.transform(texts[s : s + batch_size], batch_size=batch_size)
         n, d = dense.shape
-        rb = pa.RecordBatch.from_arrays([
-            pa.array(idx[s:s + n]),
-            inference._list_array(np.full(n, d), dense.ravel(), pa.float32()),
-            inference._list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32),
-                                  pa.int32()),
-            inference._list_array(np.diff(sparse.indptr), sparse.data, pa.float32())],
-            names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
+        rb = pa.RecordBatch.from_arrays(
+            [
+                pa.array(idx[s : s + n]),
+                inference._list_array(np.full(n, d), dense.ravel(), pa.float32()),
+                inference._list_array(
+                    np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()
+                ),
+                inference._list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+            ],
+            names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
+        )
         if writer is None:
             writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
         writer.write_batch(rb)
@@ -176,6 +192,7 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from pecos.xmc.xlinear.model import XLinearModel
+
     t0 = time.time()
     nodes = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.KIND])
     inst = nodes.filter(pc.equal(nodes.column(io.KIND), io.KIND_INSTANCE))
@@ -191,14 +208,19 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
         X = inference.features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
         own = tbl.column(io.NODE_INDEX).to_numpy()
         Y = g.predict(X, only_topk=k + 2, threads=THREADS)
-        nodes_k, scores, counts = inference.topk_neighbors(Y, col_map, own, np.full_like(own, -1),
-                                                           k)
+        nodes_k, scores, counts = inference.topk_neighbors(
+            Y, col_map, own, np.full_like(own, -1), k
+        )
         w = inference.normalize_scores(scores, counts, "l1")
         m = np.arange(k)[None, :] < counts[:, None]
-        rb = pa.RecordBatch.from_arrays([
-            pa.array(own), inference._list_array(counts, nodes_k[m], pa.int64()),
-            inference._list_array(counts, w[m].astype(np.float32), pa.float32())],
-            names=[io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE])
+        rb = pa.RecordBatch.from_arrays(
+            [
+                pa.array(own),
+                inference._list_array(counts, nodes_k[m], pa.int64()),
+                inference._list_array(counts, w[m].astype(np.float32), pa.float32()),
+            ],
+            names=[io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE],
+        )
         if writer is None:
             writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
         writer.write_batch(rb)
@@ -211,20 +233,34 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True, help="output JSON file")
     ap.add_argument("--rows", type=int, default=3000, help="instances used")
-    ap.add_argument("--data", choices=sorted(DATASETS), default="citeulike",
-                    help="citeulike: citeulike-t articles (long bag-of-words texts), tags as "
-                         "labels; titles: Instacart product names (short titles), aisles as "
-                         "labels")
+    ap.add_argument(
+        "--data",
+        choices=sorted(DATASETS),
+        default="citeulike",
+        help="citeulike: citeulike-t articles (long bag-of-words texts), tags as "
+        "labels; titles: Instacart product names (short titles), aisles as "
+        "labels",
+    )
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
-    ap.add_argument("--workdir", default=None, help="keep inputs, models and tables here "
-                    "(default: a temp folder, removed at the end)")
-    ap.add_argument("--repeat", type=int, default=5,
-                    help="neighbours: measurements (each in a fresh Spark application, each "
-                         "followed by the reference); the medians are reported")
-    ap.add_argument("--stages", default="embed,neighbors",
-                    help="stages to time: embed,neighbors (default) or neighbors, which reuses "
-                         "the vectorizer, embeddings and g of an earlier run in --workdir")
+    ap.add_argument(
+        "--workdir",
+        default=None,
+        help="keep inputs, models and tables here " "(default: a temp folder, removed at the end)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="neighbours: measurements (each in a fresh Spark application, each "
+        "followed by the reference); the medians are reported",
+    )
+    ap.add_argument(
+        "--stages",
+        default="embed,neighbors",
+        help="stages to time: embed,neighbors (default) or neighbors, which reuses "
+        "the vectorizer, embeddings and g of an earlier run in --workdir",
+    )
     args = ap.parse_args(argv)
     stages = [x.strip() for x in args.stages.split(",") if x.strip()]
     if set(stages) - {"embed", "neighbors"} or not stages:
@@ -241,37 +277,54 @@ def main(argv=None):
 
     from pina_spark.session import get_spark
     from pina_spark.vectorizer import PhiPre
+
     work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
     inst, labels, art_tags = DATASETS[args.data](args.rows)
     n_nodes = len(inst) + len(labels)
 
-    def make_cfg(rows):   # rows per task such that the stage over ``rows`` rows has --tasks tasks
-        return config.config_from_dict({
-            "output": os.path.join(work, "run"), "input": {"instances": args.data},
-            "neighbors": {"k": 5, "train_mode": "in_sample"},
-            "inference": {"rows_per_task": int(math.ceil(rows / float(args.tasks))),
-                          "batch_size": args.batch_size, "torch_threads": 1},
-            "spark": {"master": f"local[{THREADS}]"}})
-    cfg = make_cfg(n_nodes)           # embed: every node
-    cfg_nb = make_cfg(len(inst))      # neighbors: the instance nodes
+    def make_cfg(rows):  # rows per task such that the stage over ``rows`` rows has --tasks tasks
+        return config.config_from_dict(
+            {
+                "output": os.path.join(work, "run"),
+                "input": {"instances": args.data},
+                "neighbors": {"k": 5, "train_mode": "in_sample"},
+                "inference": {
+                    "rows_per_task": int(math.ceil(rows / float(args.tasks))),
+                    "batch_size": args.batch_size,
+                    "torch_threads": 1,
+                },
+                "spark": {"master": f"local[{THREADS}]"},
+            }
+        )
+
+    cfg = make_cfg(n_nodes)  # embed: every node
+    cfg_nb = make_cfg(len(inst))  # neighbors: the instance nodes
     spark_conf = {"spark.sql.shuffle.partitions": str(args.tasks), "spark.ui.enabled": "false"}
     spark = get_spark(cfg.spark, spark_conf)
     ctx = pipeline.make_context(spark, cfg)
-    rows = [Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
-            for i, (a, t, s) in enumerate(inst)]
-    rows += [Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
-             for j, (a, t) in enumerate(labels)]
+    rows = [
+        Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+        for i, (a, t, s) in enumerate(inst)
+    ]
+    rows += [
+        Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+        for j, (a, t) in enumerate(labels)
+    ]
     models = ctx.models
     results = []
     if "embed" not in stages:
         for rel in (io.NODES, io.EMBEDDINGS):
             if not io.is_complete(spark, ctx.paths.table(rel)):
-                raise SystemExit(f"--stages {args.stages}: {ctx.paths.table(rel)} is missing; "
-                                 f"run the embed stage into this --workdir first")
+                raise SystemExit(
+                    f"--stages {args.stages}: {ctx.paths.table(rel)} is missing; "
+                    f"run the embed stage into this --workdir first"
+                )
         n_have = spark.read.parquet(ctx.paths.table(io.NODES)).count()
         if n_have != n_nodes:
-            raise SystemExit(f"--stages {args.stages}: {work} holds {n_have} nodes, --rows "
-                             f"{args.rows} makes {n_nodes}: use the --rows of that run")
+            raise SystemExit(
+                f"--stages {args.stages}: {work} holds {n_have} nodes, --rows "
+                f"{args.rows} makes {n_nodes}: use the --rows of that run"
+            )
         _warm_session(spark)
     else:
         io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
@@ -283,8 +336,12 @@ def main(argv=None):
         with open(f"{models}/folds.json", "w") as fh:
             json.dump({"folds": 0, "train_mode": "in_sample"}, fh)
         open(f"{models}/_SUCCESS", "w").close()
-        log.info("vectorizer fitted in %.1fs (D=%d, S=%d)", time.time() - t0, phi.dense_dim,
-                 phi.sparse_dim)
+        log.info(
+            "vectorizer fitted in %.1fs (D=%d, S=%d)",
+            time.time() - t0,
+            phi.dense_dim,
+            phi.sparse_dim,
+        )
         del phi
         results.append(time_embed(ctx, models, work, args.batch_size))
     gdir = inference.g_model_dir(models, "pina")
@@ -292,6 +349,7 @@ def main(argv=None):
         if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
             train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
         import pecos.xmc.xlinear.model  # noqa: F401  (the reference's imports are warm either way)
+
         runs = []
         for rep in range(args.repeat):
             if rep:  # a fresh application: nothing cached in the workers from the last one
@@ -300,25 +358,49 @@ def main(argv=None):
                 ctx = pipeline.make_context(spark, cfg)
                 _warm_session(spark)
             runs.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
-            log.info("neighbors measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
-                     rep + 1, args.repeat, runs[-1]["spark_s"], runs[-1]["reference_s"],
-                     runs[-1]["ratio"])
+            log.info(
+                "neighbors measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
+                rep + 1,
+                args.repeat,
+                runs[-1]["spark_s"],
+                runs[-1]["reference_s"],
+                runs[-1]["ratio"],
+            )
         results.append(_median_result(runs))
 
-    out = {"results": results,
-           "config": {"data": args.data, "rows": args.rows, "instances": len(inst),
-                      "labels": len(labels), "nodes": n_nodes, "master": f"local[{THREADS}]",
-                      "reference_threads": THREADS, "batch_size": args.batch_size,
-                      "tasks": args.tasks, "stages": stages, "repeat": args.repeat,
-                      "encoder": cfg.pretrain.encoder,
-                      "max_length": cfg.pretrain.max_length, "cpu_count": os.cpu_count(),
-                      "load_avg": os.getloadavg()}}
+    out = {
+        "results": results,
+        "config": {
+            "data": args.data,
+            "rows": args.rows,
+            "instances": len(inst),
+            "labels": len(labels),
+            "nodes": n_nodes,
+            "master": f"local[{THREADS}]",
+            "reference_threads": THREADS,
+            "batch_size": args.batch_size,
+            "tasks": args.tasks,
+            "stages": stages,
+            "repeat": args.repeat,
+            "encoder": cfg.pretrain.encoder,
+            "max_length": cfg.pretrain.max_length,
+            "cpu_count": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        },
+    }
     with open(args.json, "w") as fh:
         json.dump(out, fh, indent=1)
     for r in results:
-        log.info("%-9s rows=%d spark %.1f rows/s (%.1fs)  reference %.1f rows/s (%.1fs)  "
-                 "ratio %.3f", r["stage"], r["rows"], r["spark_rows_per_s"], r["spark_s"],
-                 r["reference_rows_per_s"], r["reference_s"], r["ratio"])
+        log.info(
+            "%-9s rows=%d spark %.1f rows/s (%.1fs)  reference %.1f rows/s (%.1fs)  " "ratio %.3f",
+            r["stage"],
+            r["rows"],
+            r["spark_rows_per_s"],
+            r["spark_s"],
+            r["reference_rows_per_s"],
+            r["reference_s"],
+            r["ratio"],
+        )
     sys.stdout.write(json.dumps(out["results"], indent=1) + "\n")
     spark.stop()
     if not args.workdir:
@@ -337,15 +419,19 @@ def _median_result(runs):
     """One result from repeated measurements: median Spark and reference seconds, the ratio
     of the medians' rates, and every measurement under ``repeats``."""
     import statistics
+
     if len(runs) == 1:
         return runs[0]
     out = dict(runs[-1])
     spark_s = statistics.median(r["spark_s"] for r in runs)
     ref_s = statistics.median(r["reference_s"] for r in runs)
-    out.update(spark_s=round(spark_s, 3), reference_s=round(ref_s, 3),
-               spark_rows_per_s=round(out["rows"] / spark_s, 2),
-               reference_rows_per_s=round(out["reference_rows"] / ref_s, 2),
-               repeats=[{k: r[k] for k in ("spark_s", "reference_s", "ratio")} for r in runs])
+    out.update(
+        spark_s=round(spark_s, 3),
+        reference_s=round(ref_s, 3),
+        spark_rows_per_s=round(out["rows"] / spark_s, 2),
+        reference_rows_per_s=round(out["reference_rows"] / ref_s, 2),
+        repeats=[{k: r[k] for k in ("spark_s", "reference_s", "ratio")} for r in runs],
+    )
     out["ratio"] = round(out["spark_rows_per_s"] / out["reference_rows_per_s"], 3)
     return out
 
@@ -354,21 +440,32 @@ def time_embed(ctx, models, work, batch_size):
     """The embed stage against :func:`reference_embed` (same run, same threads)."""
     t0 = time.time()
     st = inference.run_embed_stage(ctx)
-    spark_s = time.time() - t0                   # the whole stage call, driver prep included
+    spark_s = time.time() - t0  # the whole stage call, driver prep included
     _sync_threads(THREADS)
-    n_ref, dt_ref = reference_embed(ctx.paths.table(io.NODES), f"{models}/vectorizer",
-                                    os.path.join(work, "ref_embeddings.parquet"), batch_size)
+    n_ref, dt_ref = reference_embed(
+        ctx.paths.table(io.NODES),
+        f"{models}/vectorizer",
+        os.path.join(work, "ref_embeddings.parquet"),
+        batch_size,
+    )
     return _result("embed", st, spark_s, n_ref, dt_ref)
 
 
 def _result(stage, st, spark_s, n_ref, dt_ref):
     spark_rps, ref_rps = st["rows"] / spark_s, n_ref / dt_ref
-    return {"stage": stage, "rows": st["rows"], "reference_rows": n_ref,
-            "spark_s": round(spark_s, 3),
-            "reference_s": round(dt_ref, 3), "spark_rows_per_s": round(spark_rps, 2),
-            "reference_rows_per_s": round(ref_rps, 2), "ratio": round(spark_rps / ref_rps, 3),
-            "partitions": st["partitions"], "model_loads": st["model_loads"],
-            "worker_processes": st["worker_processes"]}
+    return {
+        "stage": stage,
+        "rows": st["rows"],
+        "reference_rows": n_ref,
+        "spark_s": round(spark_s, 3),
+        "reference_s": round(dt_ref, 3),
+        "spark_rows_per_s": round(spark_rps, 2),
+        "reference_rows_per_s": round(ref_rps, 2),
+        "ratio": round(spark_rps / ref_rps, 3),
+        "partitions": st["partitions"],
+        "model_loads": st["model_loads"],
+        "worker_processes": st["worker_processes"],
+    }
 
 
 def _phi_dim(models):
@@ -384,6 +481,7 @@ def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
     import scipy.sparse as sp
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
+
     phi_dim, sparse_dim = _phi_dim(models)
     emb = pq.read_table(ctx.paths.table(io.EMBEDDINGS)).sort_by(io.NODE_INDEX)
     X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + sparse_dim)
@@ -394,23 +492,31 @@ def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
     edges = [(i, n_inst + t) for i in train for t in art_tags.get(i, [])]
     edges += [(n_inst + t, i) for i in train for t in art_tags.get(i, [])]
     edges += [(n, n) for n in lab_nodes]
-    Y = sp.csr_matrix((np.ones(len(edges), np.float32), ([r_of[a] for a, _ in edges],
-                                                         [r_of[b] for _, b in edges])),
-                      shape=(len(inputs), len(inputs)))
+    Y = sp.csr_matrix(
+        (
+            np.ones(len(edges), np.float32),
+            ([r_of[a] for a, _ in edges], [r_of[b] for _, b in edges]),
+        ),
+        shape=(len(inputs), len(inputs)),
+    )
     Y.sum_duplicates()
     Y.data[:] = 1.0
     Y.sort_indices()
     Xg = X_all[inputs]
     t0 = time.time()
-    C = Indexer.gen(LabelEmbeddingFactory.create(Y, Xg, method="pifa"),
-                    indexer_type="hierarchicalkmeans", nr_splits=16, max_leaf_size=100, seed=0)
+    C = Indexer.gen(
+        LabelEmbeddingFactory.create(Y, Xg, method="pifa"),
+        indexer_type="hierarchicalkmeans",
+        nr_splits=16,
+        max_leaf_size=100,
+        seed=0,
+    )
     g = XLinearModel.train(Xg, Y, C=C, threshold=0.1)
     os.makedirs(gdir, exist_ok=True)
     g.save(gdir)
     np.save(os.path.join(gdir, inference.OUTPUT_NODES), np.asarray(inputs, dtype=np.int64))
     open(os.path.join(gdir, "_SUCCESS"), "w").close()
-    log.info("g trained in %.1fs (%d rows, %d outputs)", time.time() - t0, len(inputs),
-             len(inputs))
+    log.info("g trained in %.1fs (%d rows, %d outputs)", time.time() - t0, len(inputs), len(inputs))
 
 
 def time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, batch_size):
@@ -419,9 +525,15 @@ def time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, batch_size):
     t0 = time.time()
     st = inference.run_neighbors_stage(ctx_nb)
     spark_s = time.time() - t0
-    n_ref, dt_ref = reference_neighbors(ctx.paths.table(io.NODES), ctx.paths.table(io.EMBEDDINGS),
-                                        gdir, _phi_dim(ctx.models)[0], cfg.neighbors.k,
-                                        os.path.join(work, "ref_neighbors.parquet"), batch_size)
+    n_ref, dt_ref = reference_neighbors(
+        ctx.paths.table(io.NODES),
+        ctx.paths.table(io.EMBEDDINGS),
+        gdir,
+        _phi_dim(ctx.models)[0],
+        cfg.neighbors.k,
+        os.path.join(work, "ref_neighbors.parquet"),
+        batch_size,
+    )
     return _result("neighbors", st, spark_s, n_ref, dt_ref)
 
 

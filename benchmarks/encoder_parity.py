@@ -16,6 +16,7 @@ sampled texts with the frozen all-MiniLM-L6-v2 shipped in the wheel (dense part 
 run's measurement). Prints the JSON (``train``, ``test``, ``gap`` per metric) and writes it to
 ``--json`` when given.
 """
+
 import argparse
 import json
 import os
@@ -30,37 +31,52 @@ def main(argv=None) -> int:
     p.add_argument("root", help="a finished run's output root")
     p.add_argument("--encoder", choices=["run", "minilm"], default="minilm")
     p.add_argument("--max-per-split", type=int, default=5000)
-    p.add_argument("--max-length", type=int, default=None,
-                   help="minilm's max_length (default: the run's, from "
-                        "models/vectorizer/encoder.json, else 64)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="minilm's max_length (default: the run's, from "
+        "models/vectorizer/encoder.json, else 64)",
+    )
     p.add_argument("--json", default=None)
-    p.add_argument("--exclude-twins", choices=["auto", "yes", "no"], default="auto",
-                   help="leave an item's own label node out of its candidates (auto: when the "
-                        "run's manifest says task.labels: graph)")
+    p.add_argument(
+        "--exclude-twins",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="leave an item's own label node out of its candidates (auto: when the "
+        "run's manifest says task.labels: graph)",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pina_spark import io, parity
     from pina_spark.config import SparkConfig
     from pina_spark.session import get_spark
+
     encoder = None
     if args.encoder == "minilm":
         from pina_spark.encoders import load_encoder
         from pina_spark.inference import ENCODER_JSON, VECTORIZER_DIR
+
         spec_path = os.path.join(args.root, "models", VECTORIZER_DIR, ENCODER_JSON)
-        max_length = args.max_length or (json.load(open(spec_path)).get("max_length", 64)
-                                         if os.path.exists(spec_path) else 64)
+        max_length = args.max_length or (
+            json.load(open(spec_path)).get("max_length", 64) if os.path.exists(spec_path) else 64
+        )
         encoder = load_encoder({"kind": "minilm", "path": None, "max_length": max_length})
     twins = args.exclude_twins == "yes"
     if args.exclude_twins == "auto":
         with open(io.RunPaths(args.root).manifest) as fh:
             twins = json.load(fh).get("config", {}).get("task", {}).get("labels") == "graph"
-    spark = get_spark(SparkConfig(master="local[2]", app_name="encoder_parity",
-                                  conf={"spark.ui.enabled": "false"}))
+    spark = get_spark(
+        SparkConfig(
+            master="local[2]", app_name="encoder_parity", conf={"spark.ui.enabled": "false"}
+        )
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        res = parity.measure_run(spark, io.RunPaths(args.root), args.max_per_split,
-                                 encoder=encoder, exclude_twins=twins)
+        res = parity.measure_run(
+            spark, io.RunPaths(args.root), args.max_per_split, encoder=encoder, exclude_twins=twins
+        )
     finally:
         spark.stop()
     if res is None:

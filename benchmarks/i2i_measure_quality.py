@@ -19,6 +19,7 @@ Usage::
     python benchmarks/i2i_measure_quality.py --data data/citeulike-t [--k 5] [--min-count 2]
         [--max-basket-size 200] [--json OUT]
 """
+
 import argparse
 import json
 import os
@@ -48,11 +49,16 @@ def main(argv=None):
     from pina_spark.config import GraphConfig, SparkConfig
     from pina_spark.session import get_spark
 
-    spark = get_spark(SparkConfig(master="local[2]", app_name="i2i-measure-quality",
-                                  conf={"spark.sql.shuffle.partitions": "8",
-                                        "spark.driver.memory": "4g"}))
-    inst = pq.read_table(f"{a.data}/instances.parquet",
-                         columns=["instance_id", "split"]).to_pandas()
+    spark = get_spark(
+        SparkConfig(
+            master="local[2]",
+            app_name="i2i-measure-quality",
+            conf={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "4g"},
+        )
+    )
+    inst = pq.read_table(
+        f"{a.data}/instances.parquet", columns=["instance_id", "split"]
+    ).to_pandas()
     train = set(inst.loc[inst.split == "train", "instance_id"])
     il = pq.read_table(f"{a.data}/instance_labels.parquet").to_pandas()
     il = il[il.instance_id.isin(train)]
@@ -63,12 +69,15 @@ def main(argv=None):
     rows = []
     for measure in a.measures.split(","):
         t0 = time.time()
-        cfg = GraphConfig(min_count=a.min_count, max_basket_size=a.max_basket_size,
-                          measure=measure)
+        cfg = GraphConfig(min_count=a.min_count, max_basket_size=a.max_basket_size, measure=measure)
         e = graph.i2i_edges(ev, cfg)
         w = Window.partitionBy(io.SRC_ID).orderBy(F.col(io.SCORE).desc(), F.col(io.DST_ID).asc())
-        top = e.withColumn("_r", F.row_number().over(w)).filter(F.col("_r") <= a.k) \
-            .select(io.SRC_ID, io.DST_ID).toPandas()
+        top = (
+            e.withColumn("_r", F.row_number().over(w))
+            .filter(F.col("_r") <= a.k)
+            .select(io.SRC_ID, io.DST_ID)
+            .toPandas()
+        )
         share = prec = 0.0
         pairs = 0
         recall = []
@@ -86,20 +95,31 @@ def main(argv=None):
                 recall.append(len(mine & union) / len(mine))
         n_items = len(train)
         covered = top[io.SRC_ID].nunique()
-        r = {"measure": measure, "k": a.k, "min_count": a.min_count,
-             "train_items": n_items, "coverage": covered / n_items,
-             "share_tag": share / max(pairs, 1), "label_prec": prec / max(pairs, 1),
-             "label_recall": float(np.mean(recall)) if recall else 0.0,
-             "directed_edges": int(e.count()), "seconds": round(time.time() - t0, 1)}
+        r = {
+            "measure": measure,
+            "k": a.k,
+            "min_count": a.min_count,
+            "train_items": n_items,
+            "coverage": covered / n_items,
+            "share_tag": share / max(pairs, 1),
+            "label_prec": prec / max(pairs, 1),
+            "label_recall": float(np.mean(recall)) if recall else 0.0,
+            "directed_edges": int(e.count()),
+            "seconds": round(time.time() - t0, 1),
+        }
         rows.append(r)
         print(json.dumps(r), flush=True)
     print()
-    print("| measure | coverage | neighbours sharing a label | label precision "
-          "| label recall of top-%d |" % a.k)
+    print(
+        "| measure | coverage | neighbours sharing a label | label precision "
+        "| label recall of top-%d |" % a.k
+    )
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['measure']} | {r['coverage']:.3f} | {r['share_tag']:.3f} | "
-              f"{r['label_prec']:.3f} | {r['label_recall']:.3f} |")
+        print(
+            f"| {r['measure']} | {r['coverage']:.3f} | {r['share_tag']:.3f} | "
+            f"{r['label_prec']:.3f} | {r['label_recall']:.3f} |"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": rows}, f, indent=2)

@@ -12,6 +12,7 @@ Usage: python benchmarks/neighbor_parity.py RUN_ROOT [--graph-labels]   (e.g. ru
 neighbour that is one of the item's labels (same id) counts as a hit.
 Reads the run's ``nodes``, ``graph/instance_labels`` and ``neighbors`` Parquet tables with pyarrow.
 """
+
 import os
 import sys
 
@@ -55,10 +56,12 @@ for variant in ("pina_naive", "pina"):
                     hit = p > 0 or item_hit
                 if r == 0:
                     top1 += bool(hit)
-        print(f"{variant:10s} {sp:5s} rows={len(rows):6d} "
-              f"label-neighbour precision={lab_hit / max(lab_tot, 1):.3f} (n={lab_tot}) "
-              f"instance-neighbour label precision={inst_prec / max(inst_tot, 1):.3f} "
-              f"(n={inst_tot}) instance-neighbour is a label of it (same id)="
-              f"{inst_item_hit / max(inst_tot, 1):.3f} "
-              f"top-1 neighbour hit={top1 / max(len(rows), 1):.3f} "
-              f"share of neighbours that are labels={lab_tot / max(n, 1):.3f}")
+        print(
+            f"{variant:10s} {sp:5s} rows={len(rows):6d} "
+            f"label-neighbour precision={lab_hit / max(lab_tot, 1):.3f} (n={lab_tot}) "
+            f"instance-neighbour label precision={inst_prec / max(inst_tot, 1):.3f} "
+            f"(n={inst_tot}) instance-neighbour is a label of it (same id)="
+            f"{inst_item_hit / max(inst_tot, 1):.3f} "
+            f"top-1 neighbour hit={top1 / max(len(rows), 1):.3f} "
+            f"share of neighbours that are labels={lab_tot / max(n, 1):.3f}"
+        )

@@ -20,6 +20,7 @@ vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive row
 seconds and pairs used, and the vectorizer's train - test parity
 gaps (cos_margin, P@1; ``pina_spark/parity.py``).
 """
+
 import argparse
 import json
 import os
@@ -28,8 +29,9 @@ import os
 def _p(x):
     if x is None:
         return "—"
-    return f"{x:.2g}" if x < 0.001 else f"{x:.3f}".rstrip("0").rstrip(".") if x < 0.1 else \
-        f"{x:.2f}"
+    return (
+        f"{x:.2g}" if x < 0.001 else f"{x:.3f}".rstrip("0").rstrip(".") if x < 0.1 else f"{x:.2f}"
+    )
 
 
 def rows(m, label):
@@ -43,13 +45,18 @@ def rows(m, label):
         x = v[name]
         s = sig.get(f"{name}_vs_baseline", {})
         rel = "—" if name == "baseline" else f"{100 * (x['P@1'] / base - 1):+.2f}%"
-        vs_vo = sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1") \
-            if name.startswith("pina") else None
+        vs_vo = (
+            sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1")
+            if name.startswith("pina")
+            else None
+        )
         tag = name if name in ("baseline", "vectorizer_only") else f"{name}, {label}"
-        out.append(f"| {tag} | {100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | "
-                   f"{100 * x['P@5']:.2f} | {100 * x['P@10']:.2f} | {100 * x['R@10']:.2f} | "
-                   f"{rel} | {_p(s.get('P@1'))} | {_p(s.get('P@3'))} | {_p(s.get('P@5'))} | "
-                   f"{_p(vs_vo) if name.startswith('pina') else '—'} |")
+        out.append(
+            f"| {tag} | {100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | "
+            f"{100 * x['P@5']:.2f} | {100 * x['P@10']:.2f} | {100 * x['R@10']:.2f} | "
+            f"{rel} | {_p(s.get('P@1'))} | {_p(s.get('P@3'))} | {_p(s.get('P@5'))} | "
+            f"{_p(vs_vo) if name.startswith('pina') else '—'} |"
+        )
     return out
 
 
@@ -79,27 +86,36 @@ def ablation_rows(root):
         p_b = sig.get(f"{name}_vs_baseline", {}).get("P@1")
         p_v = sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1")
         g_p1 = held.get(name, {}).get("P@1")
-        out.append(f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
-                   f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
-                   f"{_p(p_b)} | {_p(p_v)} | {'—' if g_p1 is None else f'{100 * g_p1:.2f}'} | "
-                   f"{'—' if secs is None else f'{secs:.0f}'} | "
-                   f"{'—' if pairs is None else pairs} | "
-                   f"{gap.get('cos_margin', float('nan')):+.4f} | "
-                   f"{gap.get('P@1', float('nan')):+.4f} |")
+        out.append(
+            f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
+            f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
+            f"{_p(p_b)} | {_p(p_v)} | {'—' if g_p1 is None else f'{100 * g_p1:.2f}'} | "
+            f"{'—' if secs is None else f'{secs:.0f}'} | "
+            f"{'—' if pairs is None else pairs} | "
+            f"{gap.get('cos_margin', float('nan')):+.4f} | "
+            f"{gap.get('P@1', float('nan')):+.4f} |"
+        )
     return out
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_of_fold", nargs="?", help="metrics.json of the out_of_fold run")
-    ap.add_argument("--ablation", nargs="+", metavar="RUN_ROOT", default=None,
-                    help="run roots of the encoder ablation (one table)")
+    ap.add_argument(
+        "--ablation",
+        nargs="+",
+        metavar="RUN_ROOT",
+        default=None,
+        help="run roots of the encoder ablation (one table)",
+    )
     ap.add_argument("--in-sample", default=None, help="metrics.json of the in_sample rerun")
     a = ap.parse_args(argv)
     if a.ablation:
-        print("| run | encoder | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline | p (P@1) | "
-              "p (P@1) vs vectorizer_only | g held-out P@1 | fine-tuning s | pairs | "
-              "parity gap cos_margin | parity gap P@1 |")
+        print(
+            "| run | encoder | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline | p (P@1) | "
+            "p (P@1) vs vectorizer_only | g held-out P@1 | fine-tuning s | pairs | "
+            "parity gap cos_margin | parity gap P@1 |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for root in a.ablation:
             print("\n".join(ablation_rows(root)))
@@ -107,11 +123,15 @@ def main(argv=None):
     if not a.out_of_fold:
         ap.error("give a metrics.json, or --ablation RUN_ROOT ...")
     m = json.load(open(a.out_of_fold))
-    print(f"n_train {m['n_train']}, n_test {m['n_test']} ({m.get('n_test_scored')} scored), "
-          f"n_labels {m['n_labels']}, side_info {m['side_info']}")
+    print(
+        f"n_train {m['n_train']}, n_test {m['n_test']} ({m.get('n_test_scored')} scored), "
+        f"n_labels {m['n_labels']}, side_info {m['side_info']}"
+    )
     print()
-    print("| variant | P@1 | P@3 | P@5 | P@10 | R@10 | rel. P@1 vs baseline | p (P@1) | p (P@3) "
-          "| p (P@5) | p (P@1) vs vectorizer_only |")
+    print(
+        "| variant | P@1 | P@3 | P@5 | P@10 | R@10 | rel. P@1 vs baseline | p (P@1) | p (P@3) "
+        "| p (P@5) | p (P@1) vs vectorizer_only |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     lines = rows(m, "out_of_fold")
     if a.in_sample:

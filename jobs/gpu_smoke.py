@@ -7,6 +7,7 @@ conf/emr/steps-gpu.json. See pina_spark/gpu_smoke.py.
         --conf spark.executor.resource.gpu.amount=1 --conf spark.task.resource.gpu.amount=1 \
         jobs/gpu_smoke.py --tasks 1
 """
+
 import os
 import sys
 

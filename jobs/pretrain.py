@@ -6,6 +6,7 @@
 
 Locally: ``spark-submit --master local[2] jobs/pretrain.py --config conf/local.yaml``.
 """
+
 import os
 import sys
 

@@ -6,6 +6,7 @@
 
 Locally: ``spark-submit --master local[2] jobs/train.py --config conf/local.yaml``.
 """
+
 import os
 import sys
 

@@ -87,6 +87,7 @@ Examples
 ...            "/tmp/X.trn.npz")                                # doctest: +SKIP
 {'rows': 20780, 'cols': ..., 'path': '/tmp/X.trn.npz', 'ids_path': '/tmp/X.trn.ids.txt', ...}
 """
+
 import json
 import logging
 import math
@@ -98,10 +99,18 @@ from .embstore import estimate_mb as estimate_embeddings_mb
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "build_features", "choose_strategy", "choose_broadcast_via",
-           "choose_writer",
-           "estimate_embeddings_mb",
-           "resolve_sparse_dim", "export_csr", "VARIANT_VECTORIZER_ONLY", "FEATURES_META"]
+__all__ = [
+    "run_stage",
+    "build_features",
+    "choose_strategy",
+    "choose_broadcast_via",
+    "choose_writer",
+    "estimate_embeddings_mb",
+    "resolve_sparse_dim",
+    "export_csr",
+    "VARIANT_VECTORIZER_ONLY",
+    "FEATURES_META",
+]
 
 VARIANT_VECTORIZER_ONLY = "vectorizer_only"
 #: the config key choosing how ``features`` is written: ``auto`` (default, see
@@ -123,8 +132,9 @@ _W = "_w"
 
 
 # =========================================================================== driver side
-def resolve_sparse_dim(models_uri: Optional[str] = None, sparse_dim: Optional[int] = None
-                       ) -> Optional[int]:
+def resolve_sparse_dim(
+    models_uri: Optional[str] = None, sparse_dim: Optional[int] = None
+) -> Optional[int]:
     """The tf-idf dimension S: ``sparse_dim`` when given, else ``sparse_dim`` of
     ``<models>/vectorizer/encoder.json`` (or of ``<models>/model_card.json``), else ``None``
     (the caller then falls back to max index + 1). Driver side.
@@ -162,23 +172,33 @@ def resolve_sparse_dim(models_uri: Optional[str] = None, sparse_dim: Optional[in
 
 def _embedding_stats_spark(emb) -> Dict[str, Any]:
     from pyspark.sql import functions as F
+
     n_sp = F.greatest(F.coalesce(F.size(io.SPARSE_INDICES), F.lit(0)), F.lit(0))
-    r = emb.select(F.count(F.lit(1)).alias("rows"), F.sum(n_sp).alias("nnz"),
-                   F.max(F.array_max(io.SPARSE_INDICES)).alias("mx")).first()
+    r = emb.select(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(n_sp).alias("nnz"),
+        F.max(F.array_max(io.SPARSE_INDICES)).alias("mx"),
+    ).first()
     d = _dense_dim(emb)
     rows = int(r["rows"] or 0)
-    return {"rows": rows, "dense_values": rows * d, "sparse_values": int(r["nnz"] or 0),
-            "max_index": None if r["mx"] is None else int(r["mx"])}
+    return {
+        "rows": rows,
+        "dense_values": rows * d,
+        "sparse_values": int(r["nnz"] or 0),
+        "max_index": None if r["mx"] is None else int(r["mx"]),
+    }
 
 
 def _dense_dim(emb) -> int:
     from pyspark.sql import functions as F
+
     first = emb.where(F.size(io.DENSE) > 0).select(F.size(io.DENSE).alias("d")).first()
     return 0 if first is None else int(first["d"])
 
 
-def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
-                    limit_key: str = "broadcast_max_mb") -> Tuple[str, str]:
+def choose_strategy(
+    strategy: str, size_mb: float, broadcast_max_mb: float, limit_key: str = "broadcast_max_mb"
+) -> Tuple[str, str]:
     """Pick ``broadcast`` or ``shuffle``; refuse ``broadcast`` of a too large table.
 
     Returns ``(strategy, reason)``. Raises ``ValueError`` (before any job runs) when
@@ -197,8 +217,9 @@ def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
     ValueError: aggregate.strategy=broadcast: the embeddings take about 900 MB ...
     """
     if strategy not in ("auto", "broadcast", "shuffle"):
-        raise ValueError(f"aggregate.strategy: {strategy!r} is not one of auto, broadcast, "
-                         "shuffle")
+        raise ValueError(
+            f"aggregate.strategy: {strategy!r} is not one of auto, broadcast, " "shuffle"
+        )
     fits = size_mb <= broadcast_max_mb
     if strategy == "broadcast":
         if not fits:
@@ -208,19 +229,25 @@ def choose_strategy(strategy: str, size_mb: float, broadcast_max_mb: float,
                 f"aggregate.strategy=shuffle (or auto), or raise aggregate.{limit_key} "
                 f"together with the memory it needs (broadcast_max_mb: spark.driver.memory and "
                 f"spark.executor.pyspark.memory, every Python worker holds one copy; "
-                f"mmap_max_mb: one memory-mapped copy per executor machine, in its local dirs)")
-        return "broadcast", f"requested; embeddings ~{size_mb:.1f} MB <= {limit_key} " \
-                            f"{broadcast_max_mb}"
+                f"mmap_max_mb: one memory-mapped copy per executor machine, in its local dirs)"
+            )
+        return (
+            "broadcast",
+            f"requested; embeddings ~{size_mb:.1f} MB <= {limit_key} " f"{broadcast_max_mb}",
+        )
     if strategy == "shuffle":
         return "shuffle", f"requested (embeddings ~{size_mb:.1f} MB)"
     if fits:
-        return "broadcast", f"auto: embeddings ~{size_mb:.1f} MB <= {limit_key} " \
-                            f"{broadcast_max_mb}"
+        return (
+            "broadcast",
+            f"auto: embeddings ~{size_mb:.1f} MB <= {limit_key} " f"{broadcast_max_mb}",
+        )
     return "shuffle", f"auto: embeddings ~{size_mb:.1f} MB > {limit_key} {broadcast_max_mb}"
 
 
-def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
-                         nodes_uri: Optional[str]) -> Tuple[str, str]:
+def choose_broadcast_via(
+    value: str, embeddings_uri: Optional[str], nodes_uri: Optional[str]
+) -> Tuple[str, str]:
     """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
 
     ``files``: every executor machine reads the ``embeddings`` and ``nodes`` Parquet tables
@@ -244,8 +271,10 @@ def choose_broadcast_via(value: str, embeddings_uri: Optional[str],
     if value not in ("auto", "files", "spark"):
         raise ValueError(f"aggregate.broadcast_via: {value!r} is not one of auto, files, spark")
     if value == "files" and not (embeddings_uri and nodes_uri):
-        raise ValueError("aggregate.broadcast_via=files needs the embeddings and nodes as "
-                         "Parquet tables (a run folder); use broadcast_via: spark or auto")
+        raise ValueError(
+            "aggregate.broadcast_via=files needs the embeddings and nodes as "
+            "Parquet tables (a run folder); use broadcast_via: spark or auto"
+        )
     if value != "auto":
         return value, f"aggregate.broadcast_via={value}"
     if io.pyarrow_reaches(embeddings_uri) and io.pyarrow_reaches(nodes_uri):
@@ -258,6 +287,7 @@ def _variants(neighbors) -> List[str]:
     a partitioned file table, else with a ``distinct``."""
     import re
     from urllib.parse import unquote
+
     try:
         files = neighbors.inputFiles()
     except Exception:
@@ -271,16 +301,20 @@ def _variants(neighbors) -> List[str]:
         found.add(unquote(m.group(1)))
     if found:
         return sorted(found)
-    return sorted(r[0] for r in neighbors.select(io.VARIANT).distinct().collect()
-                  if r[0] is not None)
+    return sorted(
+        r[0] for r in neighbors.select(io.VARIANT).distinct().collect() if r[0] is not None
+    )
 
 
 def _instances(nodes, selection=None):
     """``instance_index, instance_id, split`` of the instance nodes (optionally a selection)."""
     from pyspark.sql import functions as F
+
     inst = nodes.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
         F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX),
-        F.col(io.NODE_ID).alias(io.INSTANCE_ID), F.col(io.SPLIT))
+        F.col(io.NODE_ID).alias(io.INSTANCE_ID),
+        F.col(io.SPLIT),
+    )
     if selection is not None:
         sel = selection.select(F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX))
         inst = inst.join(sel, io.INSTANCE_INDEX, "left_semi")
@@ -301,24 +335,46 @@ def _broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dic
     """Driver side: numpy/Arrow arrays of the embeddings, indexed by a node-index lookup."""
     import numpy as np
     import pyarrow as pa
+
     emb_tbl = emb_tbl.combine_chunks()
     node = emb_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
-    dense, _ = embstore.dense_block(emb_tbl.column(io.DENSE).chunk(0) if emb_tbl.num_rows
-                                    else pa.array([], pa.list_(pa.float32())), dense_dim)
+    dense, _ = embstore.dense_block(
+        emb_tbl.column(io.DENSE).chunk(0)
+        if emb_tbl.num_rows
+        else pa.array([], pa.list_(pa.float32())),
+        dense_dim,
+    )
     sp_ptr, sp_idx, sp_val = embstore.sparse_parts(
         emb_tbl.column(io.SPARSE_INDICES).combine_chunks(),
-        emb_tbl.column(io.SPARSE_VALUES).combine_chunks())
+        emb_tbl.column(io.SPARSE_VALUES).combine_chunks(),
+    )
     embstore.check_sparse_range(sp_idx, sparse_dim)
     lookup, ids_by_index = embstore.node_lookup(node, ids_tbl)
-    return {"dense": dense, "sp_ptr": sp_ptr, "sp_idx": sp_idx, "sp_val": sp_val,
-            "lookup": lookup, "ids": ids_by_index, "dense_dim": dense_dim,
-            "sparse_dim": sparse_dim}
+    return {
+        "dense": dense,
+        "sp_ptr": sp_ptr,
+        "sp_idx": sp_idx,
+        "sp_val": sp_val,
+        "lookup": lookup,
+        "ids": ids_by_index,
+        "dense_dim": dense_dim,
+        "sparse_dim": sparse_dim,
+    }
 
 
-def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Optional[int] = None,
-                   fault_plan=None, embeddings_uri: Optional[str] = None,
-                   nodes_uri: Optional[str] = None, selection=None,
-                   sink: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:
+def build_features(
+    spark,
+    nodes,
+    embeddings,
+    neighbors,
+    agg_cfg,
+    sparse_dim: Optional[int] = None,
+    fault_plan=None,
+    embeddings_uri: Optional[str] = None,
+    nodes_uri: Optional[str] = None,
+    selection=None,
+    sink: Optional[Dict[str, Any]] = None,
+) -> Tuple[Any, Dict[str, Any]]:
     """The ``features`` DataFrame of every variant (lazy) and the decisions taken. Driver side.
 
     Parameters
@@ -358,6 +414,7 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     'broadcast'
     """
     from pyspark.sql import functions as F
+
     t0 = time.time()
     a = float(agg_cfg.v1_weight)
     if not math.isfinite(a) or a < 0:
@@ -375,19 +432,26 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
         if mx is None:
             mx = _embedding_stats_spark(embeddings)["max_index"]
         sparse_dim = int(mx if mx is not None else -1) + 1
-        log.warning("aggregate: sparse dimension S unknown (no models/vectorizer/encoder.json "
-                    "sparse_dim); using max sparse index + 1 = %d. Train and test features of "
-                    "different runs may then disagree on S", sparse_dim)
+        log.warning(
+            "aggregate: sparse dimension S unknown (no models/vectorizer/encoder.json "
+            "sparse_dim); using max sparse index + 1 = %d. Train and test features of "
+            "different runs may then disagree on S",
+            sparse_dim,
+        )
     elif stats.get("max_index") is not None and stats["max_index"] >= sparse_dim:
-        raise ValueError(f"embeddings: sparse index {stats['max_index']} >= sparse_dim "
-                         f"{sparse_dim} (models/vectorizer/encoder.json and embeddings disagree)")
+        raise ValueError(
+            f"embeddings: sparse index {stats['max_index']} >= sparse_dim "
+            f"{sparse_dim} (models/vectorizer/encoder.json and embeddings disagree)"
+        )
     size_mb = estimate_embeddings_mb(stats)
     via, via_reason = choose_broadcast_via(agg_cfg.broadcast_via, embeddings_uri, nodes_uri)
     limit_key = "mmap_max_mb" if via == "files" else "broadcast_max_mb"
-    strategy, reason = choose_strategy(agg_cfg.strategy, size_mb, getattr(agg_cfg, limit_key),
-                                       limit_key)
-    log.info("aggregate: strategy %s (%s); D=%d S=%d a=%g", strategy, reason, dense_dim,
-             sparse_dim, a)
+    strategy, reason = choose_strategy(
+        agg_cfg.strategy, size_mb, getattr(agg_cfg, limit_key), limit_key
+    )
+    log.info(
+        "aggregate: strategy %s (%s); D=%d S=%d a=%g", strategy, reason, dense_dim, sparse_dim, a
+    )
 
     variants = _variants(neighbors)
     if VARIANT_VECTORIZER_ONLY in variants:
@@ -397,27 +461,41 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
     if n_inst is None:
         n_inst = inst.count()  # (an upper bound is enough: it only sizes the partitions)
     n_parts = agg_cfg.output_partitions or max(
-        spark.sparkContext.defaultParallelism, -(-n_inst // _ROWS_PER_PARTITION))
+        spark.sparkContext.defaultParallelism, -(-n_inst // _ROWS_PER_PARTITION)
+    )
     schema = io.schema(io.FEATURES) if sink is None else _SINK_SCHEMA
 
     def wrap(fn, v):
         return fn if sink is None else _make_sink(fn, v, sink["uri"], sink.get("compression"))
-    info: Dict[str, Any] = {"strategy": strategy, "reason": reason, "dense_dim": dense_dim,
-                            "sparse_dim": sparse_dim, "variants": variants + [
-                                VARIANT_VECTORIZER_ONLY],
-                            "embeddings_mb": round(size_mb, 2), "partitions": n_parts}
+
+    info: Dict[str, Any] = {
+        "strategy": strategy,
+        "reason": reason,
+        "dense_dim": dense_dim,
+        "sparse_dim": sparse_dim,
+        "variants": variants + [VARIANT_VECTORIZER_ONLY],
+        "embeddings_mb": round(size_mb, 2),
+        "partitions": n_parts,
+    }
     parts = []
     if strategy == "broadcast":
         info["broadcast_via"], info["broadcast_via_reason"] = via, via_reason
         if via == "files":
             # choose_broadcast_via returns "files" only when both tables are given
             assert embeddings_uri is not None and nodes_uri is not None
-            bc = {"embeddings": embeddings_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
-                  "sparse_dim": sparse_dim,
-                  "key": embstore.tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim)}
+            bc = {
+                "embeddings": embeddings_uri,
+                "nodes": nodes_uri,
+                "dense_dim": dense_dim,
+                "sparse_dim": sparse_dim,
+                "key": embstore.tables_key(embeddings_uri, nodes_uri, dense_dim, sparse_dim),
+            }
         else:
-            emb_tbl = _read_arrow(embeddings, embeddings_uri,
-                                  [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES])
+            emb_tbl = _read_arrow(
+                embeddings,
+                embeddings_uri,
+                [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
+            )
             ids_tbl = _read_arrow(nodes, nodes_uri, [io.NODE_INDEX, io.NODE_ID])
             payload = _broadcast_payload(emb_tbl, ids_tbl, dense_dim, sparse_dim)
             del emb_tbl, ids_tbl
@@ -427,53 +505,90 @@ def build_features(spark, nodes, embeddings, neighbors, agg_cfg, sparse_dim: Opt
         inst_p = inst.repartition(n_parts, io.INSTANCE_INDEX)
         for v in variants + [VARIANT_VECTORIZER_ONLY]:
             if v == VARIANT_VECTORIZER_ONLY:
-                rows = inst_p.select(io.INSTANCE_INDEX, io.INSTANCE_ID, io.SPLIT,
-                                     F.lit(None).cast("array<long>").alias(io.NEIGHBOR),
-                                     F.lit(None).cast("array<float>").alias(io.SCORE))
+                rows = inst_p.select(
+                    io.INSTANCE_INDEX,
+                    io.INSTANCE_ID,
+                    io.SPLIT,
+                    F.lit(None).cast("array<long>").alias(io.NEIGHBOR),
+                    F.lit(None).cast("array<float>").alias(io.SCORE),
+                )
             else:
                 nb = neighbors.where(F.col(io.VARIANT) == v).select(
-                    F.col(io.INSTANCE_INDEX).cast("long"), io.NEIGHBOR, io.SCORE)
-                rows = inst.join(nb, io.INSTANCE_INDEX, "left") \
-                    .repartition(n_parts, io.INSTANCE_INDEX)
+                    F.col(io.INSTANCE_INDEX).cast("long"), io.NEIGHBOR, io.SCORE
+                )
+                rows = inst.join(nb, io.INSTANCE_INDEX, "left").repartition(
+                    n_parts, io.INSTANCE_INDEX
+                )
             rows = rows.sortWithinPartitions(io.INSTANCE_INDEX)
             fn = wrap(_make_broadcast_reducer(bc, a, v != VARIANT_VECTORIZER_ONLY, fault_plan), v)
             out_v = rows.mapInArrow(fn, schema)
             parts.append(out_v if sink else out_v.withColumn(io.VARIANT, F.lit(v)))
     else:
         ids = nodes.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), io.NODE_ID)
-        vecs = embeddings.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX),
-                                 io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
-        self_rows = inst.select(io.INSTANCE_INDEX, F.lit(-1).alias(_POS),
-                                F.col(io.INSTANCE_INDEX).alias(_NIDX),
-                                F.lit(1.0).cast("float").alias(_W), io.INSTANCE_ID, io.SPLIT)
+        vecs = embeddings.select(
+            F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX),
+            io.DENSE,
+            io.SPARSE_INDICES,
+            io.SPARSE_VALUES,
+        )
+        self_rows = inst.select(
+            io.INSTANCE_INDEX,
+            F.lit(-1).alias(_POS),
+            F.col(io.INSTANCE_INDEX).alias(_NIDX),
+            F.lit(1.0).cast("float").alias(_W),
+            io.INSTANCE_ID,
+            io.SPLIT,
+        )
         for v in variants + [VARIANT_VECTORIZER_ONLY]:
             if v == VARIANT_VECTORIZER_ONLY:
                 pairs = self_rows
             else:
-                nb = neighbors.where(F.col(io.VARIANT) == v).select(
-                    F.col(io.INSTANCE_INDEX).cast("long"), io.NEIGHBOR, io.SCORE) \
+                nb = (
+                    neighbors.where(F.col(io.VARIANT) == v)
+                    .select(F.col(io.INSTANCE_INDEX).cast("long"), io.NEIGHBOR, io.SCORE)
                     .join(inst.select(io.INSTANCE_INDEX), io.INSTANCE_INDEX, "left_semi")
+                )
                 # arrays_zip pads the shorter array with nulls: keep neighbour positions only
-                nb_rows = nb.select(io.INSTANCE_INDEX, F.size(io.NEIGHBOR).alias("_k"),
-                                    F.posexplode(F.arrays_zip(
-                                        F.col(io.NEIGHBOR).alias("n"),
-                                        F.col(io.SCORE).alias("s"))).alias(_POS, "_z")) \
-                    .where(F.col(_POS) < F.col("_k")).select(
-                    io.INSTANCE_INDEX, _POS, F.col("_z.n").cast("long").alias(_NIDX),
-                    F.coalesce(F.col("_z.s").cast("float"), F.lit(0.0).cast("float")).alias(_W),
-                    F.lit(None).cast("string").alias(io.INSTANCE_ID),
-                    F.lit(None).cast("string").alias(io.SPLIT))
+                nb_rows = (
+                    nb.select(
+                        io.INSTANCE_INDEX,
+                        F.size(io.NEIGHBOR).alias("_k"),
+                        F.posexplode(
+                            F.arrays_zip(F.col(io.NEIGHBOR).alias("n"), F.col(io.SCORE).alias("s"))
+                        ).alias(_POS, "_z"),
+                    )
+                    .where(F.col(_POS) < F.col("_k"))
+                    .select(
+                        io.INSTANCE_INDEX,
+                        _POS,
+                        F.col("_z.n").cast("long").alias(_NIDX),
+                        F.coalesce(F.col("_z.s").cast("float"), F.lit(0.0).cast("float")).alias(_W),
+                        F.lit(None).cast("string").alias(io.INSTANCE_ID),
+                        F.lit(None).cast("string").alias(io.SPLIT),
+                    )
+                )
                 pairs = self_rows.unionByName(nb_rows)
             # two joins on the same key: the pairs are shuffled by _nidx once
-            joined = pairs.join(ids, pairs[_NIDX] == ids[io.NODE_INDEX], "left") \
-                .drop(ids[io.NODE_INDEX])
-            joined = joined.join(vecs, joined[_NIDX] == vecs[io.NODE_INDEX], "left") \
-                .select(io.INSTANCE_INDEX, _POS, _W, io.INSTANCE_ID, io.SPLIT, io.NODE_ID,
-                        io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
-            grouped = joined.repartition(n_parts, io.INSTANCE_INDEX) \
-                .sortWithinPartitions(io.INSTANCE_INDEX, _POS)
-            fn = _make_shuffle_reducer(a, v != VARIANT_VECTORIZER_ONLY, dense_dim, sparse_dim,
-                                       fault_plan)
+            joined = pairs.join(ids, pairs[_NIDX] == ids[io.NODE_INDEX], "left").drop(
+                ids[io.NODE_INDEX]
+            )
+            joined = joined.join(vecs, joined[_NIDX] == vecs[io.NODE_INDEX], "left").select(
+                io.INSTANCE_INDEX,
+                _POS,
+                _W,
+                io.INSTANCE_ID,
+                io.SPLIT,
+                io.NODE_ID,
+                io.DENSE,
+                io.SPARSE_INDICES,
+                io.SPARSE_VALUES,
+            )
+            grouped = joined.repartition(n_parts, io.INSTANCE_INDEX).sortWithinPartitions(
+                io.INSTANCE_INDEX, _POS
+            )
+            fn = _make_shuffle_reducer(
+                a, v != VARIANT_VECTORIZER_ONLY, dense_dim, sparse_dim, fault_plan
+            )
             out_v = grouped.mapInArrow(wrap(fn, v), schema)
             parts.append(out_v if sink else out_v.withColumn(io.VARIANT, F.lit(v)))
     out = parts[0]
@@ -508,11 +623,23 @@ def run_stage(ctx) -> Dict[str, Any]:
     writer, writer_reason = choose_writer(cfg.aggregate.writer, staging)
     sink = None
     if writer == "arrow":
-        sink = {"uri": staging, "compression": spark.conf.get(
-            "spark.sql.parquet.compression.codec", "zstd")}
-    df, info = build_features(spark, nodes, emb, nbrs, cfg.aggregate, sparse_dim=S,
-                              fault_plan=plan, embeddings_uri=paths.table(io.EMBEDDINGS),
-                              nodes_uri=paths.table(io.NODES), selection=selection, sink=sink)
+        sink = {
+            "uri": staging,
+            "compression": spark.conf.get("spark.sql.parquet.compression.codec", "zstd"),
+        }
+    df, info = build_features(
+        spark,
+        nodes,
+        emb,
+        nbrs,
+        cfg.aggregate,
+        sparse_dim=S,
+        fault_plan=plan,
+        embeddings_uri=paths.table(io.EMBEDDINGS),
+        nodes_uri=paths.table(io.NODES),
+        selection=selection,
+        sink=sink,
+    )
     bc = info.pop("_broadcast", None)
     t1 = time.time()
     try:
@@ -528,11 +655,17 @@ def run_stage(ctx) -> Dict[str, Any]:
     info["writer_reason"] = writer_reason
     write_s = time.time() - t1
     meta = _features_meta(info)
-    io.write_bytes(final.rstrip("/") + "/" + FEATURES_META,
-                   json.dumps(meta, indent=1, sort_keys=True).encode())
+    io.write_bytes(
+        final.rstrip("/") + "/" + FEATURES_META, json.dumps(meta, indent=1, sort_keys=True).encode()
+    )
     counts = _partition_counts(spark, final)
-    stats = dict(info, rows=counts, widths=meta["widths"], write_s=round(write_s, 2),
-                 time_s=round(time.time() - t0, 2))
+    stats = dict(
+        info,
+        rows=counts,
+        widths=meta["widths"],
+        write_s=round(write_s, 2),
+        time_s=round(time.time() - t0, 2),
+    )
     log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], info["reason"])
     return stats
 
@@ -559,18 +692,22 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
         return value, f"{WRITER_KEY}={value}"
     if io.pyarrow_reaches(staging_uri):
         return "arrow", "auto: pyarrow can write the staging folder"
-    return "spark", (f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
-                     f"here; JVM Parquet writer")
+    return "spark", (
+        f"auto: {staging_uri.split('://', 1)[0]}:// is not written with pyarrow "
+        f"here; JVM Parquet writer"
+    )
 
 
 def _partition_counts(spark, uri: str) -> Dict[str, Dict[str, int]]:
     """Rows per (variant, split) of the published features: Parquet footers, else Spark."""
     from pyspark.sql import functions as F
+
     counts: Dict[str, Dict[str, int]] = {}
     dset = io.parquet_dataset(uri)
     if dset is not None:
         try:
             import pyarrow.dataset as pds
+
             for frag in dset.get_fragments():
                 keys = pds.get_partition_keys(frag.partition_expression)
                 v, s = str(keys.get(io.VARIANT)), str(keys.get(io.SPLIT))
@@ -580,8 +717,12 @@ def _partition_counts(spark, uri: str) -> Dict[str, Dict[str, int]]:
         except Exception as e:
             log.info("aggregate: counting from footers failed (%s); counting with Spark", e)
             counts = {}
-    for r in spark.read.parquet(uri).groupBy(io.VARIANT, io.SPLIT) \
-            .agg(F.count(F.lit(1)).alias("n")).collect():
+    for r in (
+        spark.read.parquet(uri)
+        .groupBy(io.VARIANT, io.SPLIT)
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    ):
         counts.setdefault(r[io.VARIANT], {})[str(r[io.SPLIT])] = int(r["n"])
     return counts
 
@@ -603,15 +744,25 @@ def _write_features(spark, df, paths) -> str:
 
 def _features_meta(info: Dict[str, Any]) -> Dict[str, Any]:
     D, S = info["dense_dim"], info["sparse_dim"]
-    widths = {v: {"dense": D if v == VARIANT_VECTORIZER_ONLY else 2 * D,
-                  "sparse": S if v == VARIANT_VECTORIZER_ONLY else 2 * S}
-              for v in info["variants"]}
+    widths = {
+        v: {
+            "dense": D if v == VARIANT_VECTORIZER_ONLY else 2 * D,
+            "sparse": S if v == VARIANT_VECTORIZER_ONLY else 2 * S,
+        }
+        for v in info["variants"]
+    }
     return {"dense_dim": D, "sparse_dim": S, "widths": widths}
 
 
 # =========================================================================== CSR export
-def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: str,
-               sparse_width: Optional[int] = None) -> Dict[str, Any]:
+def export_csr(
+    spark,
+    features_uri_or_df,
+    variant: str,
+    split: str,
+    out_path: str,
+    sparse_width: Optional[int] = None,
+) -> Dict[str, Any]:
     """Write one (variant, split) of ``features`` as a PECOS/scipy CSR ``.npz``. Driver side.
 
     ``X = hstack(dense, sparse)`` per row (dense block first, sparse column ``c`` at
@@ -646,6 +797,7 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
     import pyarrow as pa
     import scipy.sparse as sp
     from pyspark.sql import functions as F
+
     t0 = time.time()
     if isinstance(features_uri_or_df, str):
         uri = features_uri_or_df
@@ -658,13 +810,14 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
                     sparse_width = int(w["sparse"])
     else:
         df = features_uri_or_df
-    for c in (io.VARIANT, io.SPLIT, io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES,
-              io.SPARSE_VALUES):
+    for c in (io.VARIANT, io.SPLIT, io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES):
         if c not in df.columns:
             raise ValueError(f"export_csr: column {c!r} missing (found {df.columns})")
-    sel = df.where((F.col(io.VARIANT) == variant) & (F.col(io.SPLIT) == split)) \
-        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES) \
+    sel = (
+        df.where((F.col(io.VARIANT) == variant) & (F.col(io.SPLIT) == split))
+        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
         .orderBy(io.INSTANCE_ID)
+    )
     blobs = sel.mapInArrow(_ipc_blobs, "blob binary")
     ids: List[Any] = []
     mats = []
@@ -681,8 +834,9 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
                 if dense_w is None:
                     dense_w = w
                 if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
-                    raise ValueError(f"export_csr: dense arrays of different lengths in "
-                                     f"{variant}/{split}")
+                    raise ValueError(
+                        f"export_csr: dense arrays of different lengths in " f"{variant}/{split}"
+                    )
                 dense, _ = embstore.dense_block(dcol, dense_w)
                 ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
                 if idx.size:
@@ -692,8 +846,11 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
     dense_w = dense_w or 0
     if sparse_width is None:
         sparse_width = max_sp + 1
-        log.warning("export_csr: sparse width unknown (no %s); using max index + 1 = %d",
-                    FEATURES_META, sparse_width)
+        log.warning(
+            "export_csr: sparse width unknown (no %s); using max index + 1 = %d",
+            FEATURES_META,
+            sparse_width,
+        )
     if max_sp >= sparse_width:
         raise ValueError(f"export_csr: sparse index {max_sp} >= sparse_width {sparse_width}")
     blocks = []
@@ -702,8 +859,7 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
         dcsr = sp.csr_matrix(dcsr, shape=(dcsr.shape[0], dense_w))
         blocks.append(sp.hstack([dcsr, scsr], format="csr"))
     n_cols = dense_w + sparse_width
-    X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n_cols),
-                                                                     dtype=np.float32)
+    X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n_cols), dtype=np.float32)
     X = X.astype(np.float32)
     X.eliminate_zeros()
     X.sort_indices()
@@ -713,9 +869,16 @@ def export_csr(spark, features_uri_or_df, variant: str, split: str, out_path: st
     ids_path = (out_path[:-4] if out_path.endswith(".npz") else out_path) + ".ids.txt"
     id_list = pa.chunked_array(ids, pa.string()).to_pylist() if ids else []
     io.write_bytes(ids_path, ("\n".join(id_list) + ("\n" if id_list else "")).encode("utf-8"))
-    out = {"rows": int(X.shape[0]), "cols": int(n_cols), "nnz": int(X.nnz),
-           "dense_width": int(dense_w), "sparse_width": int(sparse_width), "path": out_path,
-           "ids_path": ids_path, "time_s": round(time.time() - t0, 2)}
+    out = {
+        "rows": int(X.shape[0]),
+        "cols": int(n_cols),
+        "nnz": int(X.nnz),
+        "dense_width": int(dense_w),
+        "sparse_width": int(sparse_width),
+        "path": out_path,
+        "ids_path": ids_path,
+        "time_s": round(time.time() - t0, 2),
+    }
     log.info("export_csr %s/%s: %s", variant, split, out)
     return out
 
@@ -728,7 +891,7 @@ def _escape_partition_value(v) -> str:
     """Spark's escaping of a partition value in a folder name (``%XX`` for special chars)."""
     if v is None:
         return _HIVE_NULL
-    special = set('"#%\'*/:=?\\\x7f{[]^')
+    special = set("\"#%'*/:=?\\\x7f{[]^")
     return "".join("%%%02X" % ord(c) if (c in special or ord(c) < 0x20) else c for c in v)
 
 
@@ -749,6 +912,7 @@ def _make_sink(fn, variant: str, staging: str, compression: Optional[str]):
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
         from pyspark import TaskContext
+
         tc = TaskContext.get()
         pid, attempt = tc.partitionId(), tc.attemptNumber()
         fs, base = io.pyarrow_fs(staging)
@@ -761,16 +925,23 @@ def _make_sink(fn, variant: str, staging: str, compression: Optional[str]):
                     sub = b.filter(mask)
                     sub = pa.RecordBatch.from_arrays(
                         [sub.column(i) for i in (0, 2, 3, 4, 5, 6)],
-                        [sub.schema.names[i] for i in (0, 2, 3, 4, 5, 6)])
+                        [sub.schema.names[i] for i in (0, 2, 3, 4, 5, 6)],
+                    )
                     if sv not in writers:
-                        d = (f"{base}/{io.VARIANT}={_escape_partition_value(variant)}/"
-                             f"{io.SPLIT}={_escape_partition_value(sv)}")
+                        d = (
+                            f"{base}/{io.VARIANT}={_escape_partition_value(variant)}/"
+                            f"{io.SPLIT}={_escape_partition_value(sv)}"
+                        )
                         fs.create_dir(d, recursive=True)
                         name = f"part-{pid:05d}.parquet"
                         tmp = f"{d}/.{name}.attempt{attempt}.tmp"
                         stream = fs.open_output_stream(tmp)
-                        w = pq.ParquetWriter(stream, sub.schema, compression=codec,
-                                             use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS])
+                        w = pq.ParquetWriter(
+                            stream,
+                            sub.schema,
+                            compression=codec,
+                            use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS],
+                        )
                         writers[sv] = (w, stream, tmp, f"{d}/{name}")
                         counts[sv] = 0
                     writers[sv][0].write_batch(sub)
@@ -792,17 +963,22 @@ def _make_sink(fn, variant: str, staging: str, compression: Optional[str]):
                     pass
         if done:
             yield pa.RecordBatch.from_arrays(
-                [pa.array([variant] * len(done), pa.string()),
-                 pa.array([sv for sv, _ in done], pa.string()),
-                 pa.array([counts[sv] for sv, _ in done], pa.int64()),
-                 pa.array([p for _, p in done], pa.string())],
-                ["variant", "split", "rows", "path"])
+                [
+                    pa.array([variant] * len(done), pa.string()),
+                    pa.array([sv for sv, _ in done], pa.string()),
+                    pa.array([counts[sv] for sv, _ in done], pa.int64()),
+                    pa.array([p for _, p in done], pa.string()),
+                ],
+                ["variant", "split", "rows", "path"],
+            )
+
     return write
 
 
 def _ipc_blobs(batches):
     """Executor side: one Arrow IPC stream per partition, as a one-row ``blob`` batch."""
     import pyarrow as pa
+
     sink = pa.BufferOutputStream()
     writer = None
     for b in batches:
@@ -812,8 +988,9 @@ def _ipc_blobs(batches):
     if writer is None:
         return
     writer.close()
-    yield pa.RecordBatch.from_arrays([pa.array([sink.getvalue().to_pybytes()], pa.binary())],
-                                     ["blob"])
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([sink.getvalue().to_pybytes()], pa.binary())], ["blob"]
+    )
 
 
 # =========================================================================== executor side
@@ -823,6 +1000,7 @@ def _weights(ln, lw, nb_ptr, w_col):
     """Executor side: the weight of every neighbour (stored order); a missing weight (score
     array shorter than the neighbour array) is 0."""
     import numpy as np
+
     wf = embstore.flat(w_col, np.float32)
     if np.array_equal(ln, lw):
         return wf
@@ -840,8 +1018,12 @@ def _weights(ln, lw, nb_ptr, w_col):
 def _row_sq(dense, ptr, data):
     """Squared norms of the rows of [dense ; csr] in float64."""
     import numpy as np
-    sq = np.einsum("ij,ij->i", dense, dense, dtype=np.float64) if dense.shape[1] else \
-        np.zeros(dense.shape[0])
+
+    sq = (
+        np.einsum("ij,ij->i", dense, dense, dtype=np.float64)
+        if dense.shape[1]
+        else np.zeros(dense.shape[0])
+    )
     if data.size:
         rows = np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
         d = data.astype(np.float64)
@@ -849,8 +1031,9 @@ def _row_sq(dense, ptr, data):
     return sq
 
 
-def _combine(self_dense, self_sp, nb_ptr, nb_w, nb_dense, nb_sp, a: float, with_v1: bool,
-             sparse_dim: int):
+def _combine(
+    self_dense, self_sp, nb_ptr, nb_w, nb_dense, nb_sp, a: float, with_v1: bool, sparse_dim: int
+):
     """Executor side: Algorithm 1 for a chunk of instances, fully vectorised.
 
     ``self_dense`` (b, D) / ``self_sp`` (CSR b x S): Phi_pre of the instances. Neighbour rows
@@ -861,6 +1044,7 @@ def _combine(self_dense, self_sp, nb_ptr, nb_w, nb_dense, nb_sp, a: float, with_
     """
     import numpy as np
     import scipy.sparse as sp
+
     b, D = self_dense.shape
     self_sp.sum_duplicates()  # canonical: sorted, no duplicates
     n0 = np.sqrt(_row_sq(self_dense, self_sp.indptr, self_sp.data))
@@ -872,8 +1056,7 @@ def _combine(self_dense, self_sp, nb_ptr, nb_w, nb_dense, nb_sp, a: float, with_
         out.eliminate_zeros()
         return dense, out
     m = nb_w.size
-    P = sp.csr_matrix((nb_w.astype(np.float32), np.arange(m, dtype=np.int64), nb_ptr),
-                      shape=(b, m))
+    P = sp.csr_matrix((nb_w.astype(np.float32), np.arange(m, dtype=np.int64), nb_ptr), shape=(b, m))
     v1d = np.asarray(P @ nb_dense, dtype=np.float32) if D else np.zeros((b, 0), np.float32)
     v1s = (P @ nb_sp).tocsr()
     v1s.sum_duplicates()
@@ -909,6 +1092,7 @@ def _combine(self_dense, self_sp, nb_ptr, nb_w, nb_dense, nb_sp, a: float, with_
 def _arr(x):
     """A pyarrow Array from an Array or ChunkedArray."""
     import pyarrow as pa
+
     if isinstance(x, pa.ChunkedArray):
         return x.combine_chunks() if x.num_chunks != 1 else x.chunk(0)
     return x
@@ -918,6 +1102,7 @@ def _list_array(ptr, values, value_type):
     """Arrow ListArray from int offsets and a flat numpy/Arrow array (executor side)."""
     import numpy as np
     import pyarrow as pa
+
     offsets = pa.array(np.asarray(ptr, dtype=np.int32), pa.int32())
     if isinstance(values, pa.ChunkedArray):
         values = _arr(values)
@@ -930,6 +1115,7 @@ def _out_batch(instance_id, split, dense, sparse, nb_ptr, nb_ids, nb_w):
     """Executor side: the output Arrow batch (schema ``io.schema(io.FEATURES)``)."""
     import numpy as np
     import pyarrow as pa
+
     b, W = dense.shape
     dptr = np.arange(b + 1, dtype=np.int64) * W
     cols = [
@@ -941,9 +1127,18 @@ def _out_batch(instance_id, split, dense, sparse, nb_ptr, nb_ids, nb_w):
         _list_array(nb_ptr, _arr(nb_ids).cast(pa.string()), pa.string()),
         _list_array(nb_ptr, np.asarray(nb_w, dtype=np.float32), pa.float32()),
     ]
-    return pa.RecordBatch.from_arrays(cols, [io.INSTANCE_ID, io.SPLIT, io.DENSE,
-                                             io.SPARSE_INDICES, io.SPARSE_VALUES,
-                                             io.NEIGHBOR_IDS, io.NEIGHBOR_WEIGHTS])
+    return pa.RecordBatch.from_arrays(
+        cols,
+        [
+            io.INSTANCE_ID,
+            io.SPLIT,
+            io.DENSE,
+            io.SPARSE_INDICES,
+            io.SPARSE_VALUES,
+            io.NEIGHBOR_IDS,
+            io.NEIGHBOR_WEIGHTS,
+        ],
+    )
 
 
 def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
@@ -964,13 +1159,15 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
         import numpy as np
         import pyarrow as pa
         import scipy.sparse as sp
+
         E = embstore.open_store(bc) if isinstance(bc, dict) else bc.value
         dense_e, lookup, ids = E["dense"], E["lookup"], E["ids"]
         S = int(E["sparse_dim"])
         esp = E.get("_csr")
-        if esp is None:   # built once per worker (E is cached per worker in both transports)
-            esp = E["_csr"] = sp.csr_matrix((E["sp_val"], E["sp_idx"], E["sp_ptr"]),
-                                            shape=(dense_e.shape[0], S))
+        if esp is None:  # built once per worker (E is cached per worker in both transports)
+            esp = E["_csr"] = sp.csr_matrix(
+                (E["sp_val"], E["sp_idx"], E["sp_ptr"]), shape=(dense_e.shape[0], S)
+            )
         D = dense_e.shape[1]
         zero_d = np.zeros((1, D), dtype=np.float32)
 
@@ -1011,15 +1208,24 @@ def _make_broadcast_reducer(bc, a: float, with_v1: bool, fault_plan):
                     nb_dense, nb_sp = gather(nb)
                 else:
                     nb_dense, nb_sp = np.zeros((0, D), np.float32), None
-                dense, sparse = _combine(self_dense, self_sp, nb_ptr, w, nb_dense, nb_sp, a,
-                                         with_v1, S)
+                dense, sparse = _combine(
+                    self_dense, self_sp, nb_ptr, w, nb_dense, nb_sp, a, with_v1, S
+                )
                 if with_v1:
-                    yield _out_batch(part.column(1), part.column(2), dense, sparse, nb_ptr,
-                                     id_lookup(nb), w)
+                    yield _out_batch(
+                        part.column(1), part.column(2), dense, sparse, nb_ptr, id_lookup(nb), w
+                    )
                 else:
-                    yield _out_batch(part.column(1), part.column(2), dense, sparse,
-                                     np.zeros(inst.size + 1, np.int64), pa.array([], pa.string()),
-                                     np.zeros(0, np.float32))
+                    yield _out_batch(
+                        part.column(1),
+                        part.column(2),
+                        dense,
+                        sparse,
+                        np.zeros(inst.size + 1, np.int64),
+                        pa.array([], pa.string()),
+                        np.zeros(0, np.float32),
+                    )
+
     return reduce
 
 
@@ -1039,6 +1245,7 @@ def _make_shuffle_reducer(a: float, with_v1: bool, dense_dim: int, sparse_dim: i
         faults.maybe_fail(fault_plan)
         import numpy as np
         import pyarrow as pa
+
         carry = None
         for batch in batches:
             if batch.num_rows == 0:
@@ -1049,18 +1256,23 @@ def _make_shuffle_reducer(a: float, with_v1: bool, dense_dim: int, sparse_dim: i
             tbl = tbl.combine_chunks()
             key = tbl.column(0).to_numpy()
             last = key[-1]
-            start = int(np.searchsorted(key, last, side="left")) if _is_sorted(key) else \
-                int(np.flatnonzero(key != last)[-1] + 1 if (key != last).any() else 0)
+            start = (
+                int(np.searchsorted(key, last, side="left"))
+                if _is_sorted(key)
+                else int(np.flatnonzero(key != last)[-1] + 1 if (key != last).any() else 0)
+            )
             carry = tbl.slice(start)
             if start:
                 yield from _reduce_groups(tbl.slice(0, start), a, with_v1, D, S)
         if carry is not None and carry.num_rows:
             yield from _reduce_groups(carry, a, with_v1, D, S)
+
     return reduce
 
 
 def _is_sorted(key) -> bool:
     import numpy as np
+
     return bool(np.all(key[1:] >= key[:-1]))
 
 
@@ -1068,14 +1280,17 @@ def _reduce_groups(tbl, a: float, with_v1: bool, D: int, S: int):
     """Executor side: reduce complete instance groups of a sorted table (chunked)."""
     import numpy as np
     import scipy.sparse as sp
+
     tbl = tbl.combine_chunks()
     key = tbl.column(0).to_numpy()
     pos = tbl.column(1).to_numpy()
     n = key.size
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     if not np.all(pos[starts] == -1):
-        raise RuntimeError("aggregate: an instance group does not start with its own row "
-                           "(input not sorted by instance, pos)")
+        raise RuntimeError(
+            "aggregate: an instance group does not start with its own row "
+            "(input not sorted by instance, pos)"
+        )
     # chunk by whole groups so that gathered rows stay bounded
     bounds = list(range(0, starts.size, _CHUNK_ROWS)) + [starts.size]
     for g0, g1 in zip(bounds[:-1], bounds[1:]):
@@ -1108,11 +1323,19 @@ def _reduce_groups(tbl, a: float, with_v1: bool, D: int, S: int):
             nb_ptr = np.zeros(b + 1, dtype=np.int64)
             nb_arr = _np_take(np.zeros(0, np.int64))
             w = np.zeros(0, np.float32)
-        yield _out_batch(part.column(3).take(st_arr), part.column(4).take(st_arr), dense,
-                         sparse, nb_ptr, part.column(5).take(nb_arr), w)
+        yield _out_batch(
+            part.column(3).take(st_arr),
+            part.column(4).take(st_arr),
+            dense,
+            sparse,
+            nb_ptr,
+            part.column(5).take(nb_arr),
+            w,
+        )
 
 
 def _np_take(ix):
     import numpy as np
     import pyarrow as pa
+
     return pa.array(np.asarray(ix, dtype=np.int64), pa.int64())

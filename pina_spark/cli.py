@@ -11,6 +11,7 @@ Examples
 ``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t \
 --output data/cul``
 """
+
 import argparse
 import json
 import logging
@@ -33,12 +34,15 @@ def _log_level(value: str) -> str:
 
 def setup_logging(level: str = "INFO") -> None:
     """Configure handlers once, in the entry point (library modules only get loggers)."""
-    logging.basicConfig(level=getattr(logging, _log_level(level)),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, _log_level(level)),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     for noisy in ("py4j", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from .redact import LogFilter
+
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, LogFilter) for f in h.filters):
             h.addFilter(LogFilter())
@@ -46,25 +50,42 @@ def setup_logging(level: str = "INFO") -> None:
 
 def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
     p.add_argument("--config", required=config_required, help="YAML config file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set neighbors.k=10 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set neighbors.k=10 (repeatable)",
+    )
     p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
-    p.add_argument("--models", help="reuse the models of an earlier run (its run root), or "
-                                    "'latest': the run promoted under the config's output")
-    p.add_argument("--incremental", action="store_true",
-                   help="recompute only new or changed instances (needs --models)")
+    p.add_argument(
+        "--models",
+        help="reuse the models of an earlier run (its run root), or "
+        "'latest': the run promoted under the config's output",
+    )
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        help="recompute only new or changed instances (needs --models)",
+    )
     p.add_argument("--force", action="store_true", help="redo stages even if complete")
     add_log_level(p)
 
 
 def add_log_level(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
-                   help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=_log_level,
+        metavar="LEVEL",
+        help=f"one of {', '.join(LOG_LEVELS)} (default INFO)",
+    )
 
 
 def config_from_args(args, base=None):
     """Build the config from ``--config``/``--set`` and the scheduling flags."""
     from .config import load_config
+
     sets = list(args.set)
     if getattr(args, "run_date", None):
         sets.append(f"run.run_date={args.run_date}")
@@ -75,7 +96,8 @@ def config_from_args(args, base=None):
     if getattr(args, "force", False):
         sets.append("run.force=true")
     from .redact import redact_config
-    redact_config(sets)   # registers secret values before anything can log them
+
+    redact_config(sets)  # registers secret values before anything can log them
     cfg = load_config(args.config, sets, base=base)
     redact_config(cfg.to_dict())
     return cfg
@@ -89,9 +111,14 @@ def run_stages(cfg, stages) -> dict:
     from .io import RunPaths, acquire_lease
     from .pipeline import run_pipeline
     from .session import get_spark
+
     root = RunPaths(cfg.output, cfg.run.run_date).root
-    with acquire_lease(root, uuid.uuid4().hex[:12], stale_s=cfg.run.lease_stale_s,
-                       heartbeat_s=cfg.run.lease_heartbeat_s):
+    with acquire_lease(
+        root,
+        uuid.uuid4().hex[:12],
+        stale_s=cfg.run.lease_stale_s,
+        heartbeat_s=cfg.run.lease_heartbeat_s,
+    ):
         spark = get_spark(cfg.spark)
         return run_pipeline(spark, cfg, stages)
 
@@ -101,17 +128,19 @@ def _fail(e: BaseException) -> int:
     from .config import ConfigError
     from .io import InputError, LeaseError
     from .redact import scrub
+
     if isinstance(e, (ConfigError, InputError, LeaseError)):
         print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)
         return 2
     import traceback
-    print(scrub("".join(traceback.format_exception(type(e), e, e.__traceback__))),
-          file=sys.stderr)
+
+    print(scrub("".join(traceback.format_exception(type(e), e, e.__traceback__))), file=sys.stderr)
     return 1
 
 
 def _cmd_run(args) -> int:
     from .config import parse_stages
+
     cfg = config_from_args(args)
     result = run_stages(cfg, parse_stages(args.stages))
     print(json.dumps({"output": cfg.output, "stages": result}, indent=2))
@@ -123,25 +152,31 @@ def _cmd_demo(args) -> int:
 
     from .config import parse_stages
     from .datasets import write_demo_data
+
     out = os.path.abspath(args.output)
     inputs = write_demo_data(os.path.join(out, "input"))
     base = {"output": os.path.join(out, "run"), "input": inputs}
     args.config = args.config or _packaged_demo_config()
     cfg = config_from_args(args, base=base)
     result = run_stages(cfg, parse_stages(args.stages))
-    print(json.dumps({"input": os.path.join(out, "input"), "output": cfg.output,
-                      "stages": result}, indent=2))
+    print(
+        json.dumps(
+            {"input": os.path.join(out, "input"), "output": cfg.output, "stages": result}, indent=2
+        )
+    )
     print(f"\nDemo outputs are under {cfg.output}")
     return 0
 
 
 def _packaged_demo_config() -> str:
     import os
+
     return os.path.join(os.path.dirname(__file__), "conf", "demo.yaml")
 
 
 def _cmd_prepare(args) -> int:
     from .datasets import prepare_data
+
     paths = prepare_data(args.source, args.input, args.output)
     print(json.dumps(paths, indent=2))
     return 0
@@ -149,6 +184,7 @@ def _cmd_prepare(args) -> int:
 
 def _cmd_tune(args) -> int:
     from .tune import run_tune
+
     cfg = config_from_args(args)
     table = run_tune(cfg, args.grid)
     print(table)
@@ -159,32 +195,39 @@ def _cmd_skeleton(args) -> int:
     import yaml
 
     from .config import skeleton
+
     print(yaml.safe_dump(skeleton(), sort_keys=False))
     return 0
 
 
 def _cmd_status(args) -> int:
     from .runinfo import status_text
+
     print(status_text(args.run))
     return 0
 
 
 def _cmd_compare(args) -> int:
     from .runinfo import compare_text
+
     print(compare_text(args.run_a, args.run_b))
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     from . import __version__
+
     parser = argparse.ArgumentParser(prog="pina-spark", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"pina-spark {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("run", help="run pipeline stages")
     add_config_args(p)
-    p.add_argument("--stages", help="comma list of graph,pretrain,embed,neighbors,aggregate,"
-                                    "train,evaluate (default: all)")
+    p.add_argument(
+        "--stages",
+        help="comma list of graph,pretrain,embed,neighbors,aggregate,"
+        "train,evaluate (default: all)",
+    )
     p.set_defaults(fn=_cmd_run)
 
     p = sub.add_parser("demo", help="generate the built-in demo data and run the pipeline")
@@ -202,21 +245,31 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     p = sub.add_parser("tune", help="grid over cheap stages on a validation split of train")
     add_config_args(p)
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
-                   help="e.g. --grid neighbors.k=3,5,10 (repeatable)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=v1,v2",
+        help="e.g. --grid neighbors.k=3,5,10 (repeatable)",
+    )
     p.set_defaults(fn=_cmd_tune)
 
     p = sub.add_parser("skeleton", help="print every config key with its default")
     p.set_defaults(fn=_cmd_skeleton, log_level="INFO")
 
-    p = sub.add_parser("status", help="stages, times, row counts and quarantine of a run "
-                                      "(from its _manifest.json)")
+    p = sub.add_parser(
+        "status",
+        help="stages, times, row counts and quarantine of a run " "(from its _manifest.json)",
+    )
     p.add_argument("run", help="run root: <output> or <output>/run_date=YYYY-MM-DD")
     add_log_level(p)
     p.set_defaults(fn=_cmd_status)
 
-    p = sub.add_parser("compare", help="metrics of two runs side by side, with a paired t-test "
-                                       "on the test instances both scored")
+    p = sub.add_parser(
+        "compare",
+        help="metrics of two runs side by side, with a paired t-test "
+        "on the test instances both scored",
+    )
     p.add_argument("run_a", help="run root A (the reference)")
     p.add_argument("run_b", help="run root B")
     add_log_level(p)
@@ -228,7 +281,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         return args.fn(args)
     except Exception as e:
         return _fail(e)
-
 
 
 def job_main(stage: str, argv: Optional[List[str]] = None) -> int:

@@ -14,6 +14,7 @@ Traceback (most recent call last):
 ...
 pina_spark.config.ConfigError: <dict>: unknown key 'neighbours' (known: aggregate, evaluate, ...)
 """
+
 import dataclasses as dc
 import json
 import typing
@@ -25,10 +26,28 @@ except ImportError:  # pragma: no cover
     raise
 
 __all__ = [
-    "ConfigError", "PinaConfig", "InputConfig", "TaskConfig", "GraphConfig", "XLinearConfig",
-    "PretrainConfig", "ContrastiveConfig", "NeighborsConfig", "InferenceConfig", "AggregateConfig",
-    "TrainConfig", "EvaluateConfig", "SparkConfig", "RunConfig", "FaultsConfig", "TuneConfig",
-    "load_config", "config_from_dict", "apply_overrides", "dump_config", "skeleton",
+    "ConfigError",
+    "PinaConfig",
+    "InputConfig",
+    "TaskConfig",
+    "GraphConfig",
+    "XLinearConfig",
+    "PretrainConfig",
+    "ContrastiveConfig",
+    "NeighborsConfig",
+    "InferenceConfig",
+    "AggregateConfig",
+    "TrainConfig",
+    "EvaluateConfig",
+    "SparkConfig",
+    "RunConfig",
+    "FaultsConfig",
+    "TuneConfig",
+    "load_config",
+    "config_from_dict",
+    "apply_overrides",
+    "dump_config",
+    "skeleton",
 ]
 
 SIDE_INFO = ("label_text", "i2i", "both", "naive")
@@ -44,8 +63,9 @@ class _Params:
     keys are errors)."""
 
     @classmethod
-    def from_dict(cls, data: Optional[Dict[str, Any]] = None, source: str = "<dict>",
-                  prefix: str = ""):
+    def from_dict(
+        cls, data: Optional[Dict[str, Any]] = None, source: str = "<dict>", prefix: str = ""
+    ):
         return _build(cls, data or {}, source, prefix)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -66,6 +86,7 @@ class InputConfig(_Params):
         filter_pairs: optional ``instance_id, label_id`` pairs removed from predictions before
             evaluation (reciprocal-pair removal, as LF-Amazon benchmarks do).
     """
+
     instances: Optional[str] = None
     labels: Optional[str] = None
     instance_labels: Optional[str] = None
@@ -84,12 +105,19 @@ class TaskConfig(_Params):
         validation_fraction: share of train instances carved out (by a hash of the id) as the
             validation split used by ``pina-spark tune``; never the test split.
     """
+
     labels: Literal["given", "graph"] = "given"
     validation_fraction: float = 0.2
 
     def __post_init__(self):
-        _check_range("task.validation_fraction", self.validation_fraction, 0.0, 1.0, lo_open=True,
-                     hi_open=True)
+        _check_range(
+            "task.validation_fraction",
+            self.validation_fraction,
+            0.0,
+            1.0,
+            lo_open=True,
+            hi_open=True,
+        )
 
     @property
     def labels_are_items(self) -> bool:
@@ -120,6 +148,7 @@ class GraphConfig(_Params):
             up to ``broadcast_max_events`` events, else ``shuffle``).
         broadcast_max_events: the ``auto`` limit (validated events) of ``broadcast``.
     """
+
     min_count: int = 2
     max_basket_size: int = 100
     top_n: Optional[int] = None
@@ -154,6 +183,7 @@ class XLinearConfig(_Params):
         post_processor: score transform (PECOS ``l3-hinge`` gives scores in (0, 1]).
         seed: k-means seed.
     """
+
     nr_splits: int = 16
     max_leaf_size: int = 100
     Cp: float = 1.0
@@ -190,6 +220,7 @@ class ContrastiveConfig(_Params):
         seed: seeds the pair choice, the batch order and torch.
         device: ``auto`` (GPU where the driver has one), ``cpu`` or ``cuda``.
     """
+
     epochs: int = 1
     max_pairs: int = 20000
     max_length: int = 48
@@ -207,8 +238,9 @@ class ContrastiveConfig(_Params):
         _check_range("pretrain.contrastive.max_pairs", self.max_pairs, 1, None)
         _check_range("pretrain.contrastive.max_length", self.max_length, 4, None)
         _check_range("pretrain.contrastive.batch_size", self.batch_size, 2, None)
-        _check_range("pretrain.contrastive.learning_rate", self.learning_rate, 0.0, None,
-                     lo_open=True)
+        _check_range(
+            "pretrain.contrastive.learning_rate", self.learning_rate, 0.0, None, lo_open=True
+        )
         _check_range("pretrain.contrastive.warmup_ratio", self.warmup_ratio, 0.0, 1.0)
         _check_range("pretrain.contrastive.scale", self.scale, 0.0, None, lo_open=True)
 
@@ -236,13 +268,21 @@ class PretrainConfig(_Params):
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
+
     encoder: Literal["minilm", "hf", "xtransformer", "contrastive"] = "minilm"
     encoder_path: Optional[str] = None
     max_length: int = 64
     encode_batch_size: int = 128
-    tfidf: Dict[str, Any] = dc.field(default_factory=lambda: {
-        "ngram_range": [1, 2], "max_feature": 100000, "min_df_cnt": 2, "max_df_ratio": 0.98,
-        "norm": "l2", "sublinear_tf": True})
+    tfidf: Dict[str, Any] = dc.field(
+        default_factory=lambda: {
+            "ngram_range": [1, 2],
+            "max_feature": 100000,
+            "min_df_cnt": 2,
+            "max_df_ratio": 0.98,
+            "norm": "l2",
+            "sublinear_tf": True,
+        }
+    )
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     xtransformer: Dict[str, Any] = dc.field(default_factory=dict)
     contrastive: ContrastiveConfig = dc.field(default_factory=ContrastiveConfig)
@@ -270,6 +310,7 @@ class NeighborsConfig(_Params):
         temperature: softmax temperature.
         node_kinds: which nodes may be neighbours: ``labels``, ``instances`` or ``both``.
     """
+
     #: the settings that decide how g is trained (the pretrain stage depends on them); the others
     #: only change prediction
     G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("leave_self_out", "train_mode", "folds")
@@ -311,6 +352,7 @@ class InferenceConfig(_Params):
             cache) instead of one each, and a worker's load takes milliseconds. ``false``:
             each worker loads the saved model into its own memory.
     """
+
     rows_per_task: int = 4000
     batch_size: int = 256
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -343,6 +385,7 @@ class AggregateConfig(_Params):
             ``spark`` (the JVM Parquet writer) or ``auto`` (``arrow`` where pyarrow can write
             the staging folder -- local paths, ``s3://`` -- else ``spark``).
     """
+
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
     broadcast_via: Literal["auto", "files", "spark"] = "auto"
     broadcast_max_mb: int = 512
@@ -362,15 +405,20 @@ class TrainConfig(_Params):
         xlinear: downstream XR-Linear parameters.
         topk: labels kept per test instance in ``<output>/predictions``.
     """
+
     variants: List[str] = dc.field(
-        default_factory=lambda: ["baseline", "vectorizer_only", "pina_naive", "pina"])
+        default_factory=lambda: ["baseline", "vectorizer_only", "pina_naive", "pina"]
+    )
     model: Literal["xlinear", "xtransformer"] = "xlinear"
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     topk: int = 10
 
     def __post_init__(self):
-        bad = [v for v in self.variants
-               if v not in ("baseline", "vectorizer_only", "pina_naive", "pina")]
+        bad = [
+            v
+            for v in self.variants
+            if v not in ("baseline", "vectorizer_only", "pina_naive", "pina")
+        ]
         if bad:
             raise ConfigError(f"train.variants: unknown variant(s) {bad}")
 
@@ -391,6 +439,7 @@ class EvaluateConfig(_Params):
         gate_tolerance: the run passes when its metric is not below the promoted run's by more
             than this (absolute); the first run of an output always passes.
     """
+
     ks: List[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
     report_examples: int = 5
     parity_max_per_split: int = 5000
@@ -407,12 +456,13 @@ class EvaluateConfig(_Params):
 @dc.dataclass(frozen=True)
 class SparkConfig(_Params):
     """Attributes:
-        master: Spark master; ``None`` leaves it to spark-submit.
-        app_name: application name.
-        conf: extra Spark conf for the session; it only fills keys that spark-submit
-            ``--conf``, the platform's spark-defaults or a running session left unset
-            (:mod:`pina_spark.session`).
+    master: Spark master; ``None`` leaves it to spark-submit.
+    app_name: application name.
+    conf: extra Spark conf for the session; it only fills keys that spark-submit
+        ``--conf``, the platform's spark-defaults or a running session left unset
+        (:mod:`pina_spark.session`).
     """
+
     master: Optional[str] = "local[2]"
     app_name: str = "pina-spark"
     conf: Dict[str, str] = dc.field(default_factory=dict)
@@ -435,6 +485,7 @@ class RunConfig(_Params):
         progress_s: seconds between progress lines of a running stage (its Spark stages'
             tasks done/total, from Spark's status tracker); 0 turns them off.
     """
+
     run_date: Optional[str] = None
     models: Optional[str] = None
     incremental: bool = False
@@ -447,19 +498,24 @@ class RunConfig(_Params):
         if self.run_date is not None:
             import datetime
             import re
+
             ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.run_date))
             try:
                 ok = ok and datetime.date.fromisoformat(self.run_date).isoformat() == self.run_date
             except ValueError:
                 ok = False
             if not ok:
-                raise ConfigError(f"run.run_date: expected a calendar date YYYY-MM-DD (e.g. "
-                                  f"2026-11-21), got {self.run_date!r}")
+                raise ConfigError(
+                    f"run.run_date: expected a calendar date YYYY-MM-DD (e.g. "
+                    f"2026-11-21), got {self.run_date!r}"
+                )
         _check_range("run.lease_heartbeat_s", self.lease_heartbeat_s, 0, None, lo_open=True)
         if self.lease_stale_s <= 2 * self.lease_heartbeat_s:
-            raise ConfigError(f"run.lease_stale_s ({self.lease_stale_s}) must exceed twice "
-                              f"run.lease_heartbeat_s ({self.lease_heartbeat_s}), or a live run "
-                              f"could lose its lease")
+            raise ConfigError(
+                f"run.lease_stale_s ({self.lease_stale_s}) must exceed twice "
+                f"run.lease_heartbeat_s ({self.lease_heartbeat_s}), or a live run "
+                f"could lose its lease"
+            )
         _check_range("run.progress_s", self.progress_s, 0.0, None)
 
 
@@ -476,6 +532,7 @@ class QualityConfig(_Params):
             ``text_too_long`` (the tokenizer truncates anyway; a 10 MB string only costs time
             and memory).
     """
+
     max_quarantined_fraction: float = 0.5
     max_reason_fraction: Dict[str, float] = dc.field(default_factory=dict)
     max_text_chars: int = 100_000
@@ -502,6 +559,7 @@ class FaultsConfig(_Params):
             (graph, embed, neighbors, aggregate).
         partitions: which partition ids fail (empty = all).
     """
+
     fail_first_attempt: List[str] = dc.field(default_factory=list)
     partitions: List[int] = dc.field(default_factory=list)
 
@@ -509,9 +567,10 @@ class FaultsConfig(_Params):
 @dc.dataclass(frozen=True)
 class TuneConfig(_Params):
     """Attributes:
-        grid: ``KEY -> [values]`` searched by ``pina-spark tune`` on the validation split.
-        metric: the metric maximised.
+    grid: ``KEY -> [values]`` searched by ``pina-spark tune`` on the validation split.
+    metric: the metric maximised.
     """
+
     grid: Dict[str, List[Any]] = dc.field(default_factory=dict)
     metric: str = "P@1"
 
@@ -525,6 +584,7 @@ class PinaConfig(_Params):
         output: root folder or URI of the run.
         side_info: ``label_text`` | ``i2i`` | ``both`` | ``naive``.
     """
+
     output: str = dc.MISSING  # type: ignore[assignment]
     input: InputConfig = dc.field(default_factory=InputConfig)
     side_info: Literal["label_text", "i2i", "both", "naive"] = "label_text"
@@ -560,6 +620,7 @@ class PinaConfig(_Params):
         False
         """
         import hashlib
+
         d = self.to_dict()
         if sections:
             d = {k: _field(d, k) for k in sections}
@@ -575,8 +636,11 @@ def _field(d: Dict[str, Any], path: str) -> Any:
 
 
 # --------------------------------------------------------------------------- loading
-def load_config(path: Optional[str], overrides: Optional[List[str]] = None,
-                base: Optional[Dict[str, Any]] = None) -> PinaConfig:
+def load_config(
+    path: Optional[str],
+    overrides: Optional[List[str]] = None,
+    base: Optional[Dict[str, Any]] = None,
+) -> PinaConfig:
     """Read a YAML file (or start from ``base``), apply ``key.sub=value`` overrides, build.
 
     Examples
@@ -588,6 +652,7 @@ def load_config(path: Optional[str], overrides: Optional[List[str]] = None,
     7
     """
     import yaml
+
     data: Dict[str, Any] = dict(base or {})
     source = "<defaults>"
     if path is not None:
@@ -610,12 +675,13 @@ def _read_text(path: str) -> str:
     """A local file, or a URI (``s3://bucket/conf/emr.yaml``: EMR steps) read with pyarrow.fs."""
     if "://" in path and not path.startswith("file://"):
         import pyarrow.fs as pafs
+
         fs, p = pafs.FileSystem.from_uri(path)
         if fs.get_file_info(p).type == pafs.FileType.NotFound:
             raise FileNotFoundError(path)
         with fs.open_input_stream(p) as fh:
             return fh.read().decode("utf-8")
-    with open(path[len("file://"):] if path.startswith("file://") else path) as fh:
+    with open(path[len("file://") :] if path.startswith("file://") else path) as fh:
         return fh.read()
 
 
@@ -626,10 +692,12 @@ def config_from_dict(data: Dict[str, Any], source: str = "<dict>") -> PinaConfig
     return cfg
 
 
-def apply_overrides(data: Dict[str, Any], overrides: List[str], source: str = "<cli>"
-                    ) -> Dict[str, Any]:
+def apply_overrides(
+    data: Dict[str, Any], overrides: List[str], source: str = "<cli>"
+) -> Dict[str, Any]:
     """Apply ``a.b.c=value`` strings; values are parsed as YAML scalars/lists (``k=[1,2]``)."""
     import yaml
+
     out = _deep_merge({}, data)
     for item in overrides:
         if "=" not in item:
@@ -663,6 +731,7 @@ def apply_overrides(data: Dict[str, Any], overrides: List[str], source: str = "<
 def dump_config(cfg: PinaConfig) -> str:
     """YAML text of a config (round-trips through :func:`load_config`)."""
     import yaml
+
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
@@ -676,8 +745,9 @@ def _check_combinations(cfg: PinaConfig, source: str) -> None:
     """Cross-field checks. Leak policy: see README "Leak guards"."""
     inp = cfg.input
     if cfg.side_info in ("i2i", "both") and not inp.events:
-        raise ConfigError(f"{source}: side_info={cfg.side_info} needs input.events "
-                          "(raw co-purchase logs)")
+        raise ConfigError(
+            f"{source}: side_info={cfg.side_info} needs input.events " "(raw co-purchase logs)"
+        )
     if cfg.task.labels == "graph" and not inp.events:
         raise ConfigError(f"{source}: task.labels=graph needs input.events")
     out = cfg.output.rstrip("/")
@@ -686,12 +756,16 @@ def _check_combinations(cfg: PinaConfig, source: str) -> None:
             continue
         u = str(uri).rstrip("/")
         if out == u or out.startswith(u + "/"):
-            raise ConfigError(f"{source}: output {cfg.output} is input.{name} ({uri}) or lies "
-                              "inside it: publishing would replace or mix with the input. "
-                              "Choose an output folder outside the inputs")
+            raise ConfigError(
+                f"{source}: output {cfg.output} is input.{name} ({uri}) or lies "
+                "inside it: publishing would replace or mix with the input. "
+                "Choose an output folder outside the inputs"
+            )
     if cfg.run.incremental and not cfg.run.models:
-        raise ConfigError(f"{source}: run.incremental needs run.models (an earlier run whose "
-                          "models are reused)")
+        raise ConfigError(
+            f"{source}: run.incremental needs run.models (an earlier run whose "
+            "models are reused)"
+        )
 
 
 def _deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
@@ -706,11 +780,13 @@ def _deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
 
 def _check_range(name, value, lo, hi, lo_open=False, hi_open=False):
     if lo is not None and (value < lo or (lo_open and value == lo)):
-        raise ConfigError(f"{name}: {value!r} is out of range (must be {'>' if lo_open else '>='}"
-                          f" {lo})")
+        raise ConfigError(
+            f"{name}: {value!r} is out of range (must be {'>' if lo_open else '>='}" f" {lo})"
+        )
     if hi is not None and (value > hi or (hi_open and value == hi)):
-        raise ConfigError(f"{name}: {value!r} is out of range (must be {'<' if hi_open else '<='}"
-                          f" {hi})")
+        raise ConfigError(
+            f"{name}: {value!r} is out of range (must be {'<' if hi_open else '<='}" f" {hi})"
+        )
 
 
 def _type_name(tp) -> str:
@@ -737,14 +813,16 @@ def _coerce(tp, value, key: str, source: str):
         if isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, list):
-            raise ConfigError(f"{source}: {key}: expected a list, found "
-                              f"{type(value).__name__} {value!r}")
+            raise ConfigError(
+                f"{source}: {key}: expected a list, found " f"{type(value).__name__} {value!r}"
+            )
         return [_coerce(item_tp, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
     if origin in (dict, Dict):
         k_tp, v_tp = get_args(tp) or (str, Any)
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {key}: expected a mapping, found "
-                              f"{type(value).__name__} {value!r}")
+            raise ConfigError(
+                f"{source}: {key}: expected a mapping, found " f"{type(value).__name__} {value!r}"
+            )
         out = {}
         for k, v in value.items():
             if v_tp is str and isinstance(v, (int, float, bool)):
@@ -753,8 +831,10 @@ def _coerce(tp, value, key: str, source: str):
         return out
     if dc.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {key}: expected a section (mapping), found "
-                              f"{type(value).__name__} {value!r}")
+            raise ConfigError(
+                f"{source}: {key}: expected a section (mapping), found "
+                f"{type(value).__name__} {value!r}"
+            )
         return _build(tp, value, source, key + ".")
     if tp is bool:
         if not isinstance(value, bool):
@@ -770,11 +850,13 @@ def _coerce(tp, value, key: str, source: str):
         return float(value)
     if tp is str:
         import datetime
+
         if isinstance(value, datetime.date):  # unquoted YAML date (run_date: 2026-11-21)
             value = value.isoformat()
         if not isinstance(value, str):
-            raise ConfigError(f"{source}: {key}: expected a string, found "
-                              f"{type(value).__name__} {value!r}")
+            raise ConfigError(
+                f"{source}: {key}: expected a string, found " f"{type(value).__name__} {value!r}"
+            )
         return value
     raise ConfigError(f"{source}: {key}: unsupported type {_type_name(tp)}")  # pragma: no cover
 
@@ -788,9 +870,11 @@ def _build(cls, data: Dict[str, Any], source: str, prefix: str):
     fields = {f.name: f for f in dc.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{source}: unknown key{'s' if len(unknown) > 1 else ''} "
-                          + ", ".join(repr(prefix + u) for u in unknown)
-                          + f" (known: {', '.join(sorted(fields))})")
+        raise ConfigError(
+            f"{source}: unknown key{'s' if len(unknown) > 1 else ''} "
+            + ", ".join(repr(prefix + u) for u in unknown)
+            + f" (known: {', '.join(sorted(fields))})"
+        )
     kwargs = {}
     for name, f in fields.items():
         key = prefix + name

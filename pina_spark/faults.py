@@ -7,6 +7,7 @@ on the driver, makes the first attempt of the chosen stages' tasks raise; with
 The driver resolves the switch into a plain tuple (:func:`fault_plan`) that executor functions
 close over and check with :func:`maybe_fail`.
 """
+
 import os
 from typing import Optional, Sequence, Tuple
 
@@ -29,10 +30,13 @@ def maybe_fail(plan: Optional[Tuple[str, Sequence[int]]]) -> None:
     if plan is None:
         return
     from pyspark import TaskContext
+
     tc = TaskContext.get()
     if tc is None:
         raise RuntimeError("maybe_fail() must run inside a Spark task (executor side)")
     stage, parts = plan
     if tc.attemptNumber() == 0 and (not parts or tc.partitionId() in parts):
-        raise InjectedFault(f"injected fault: stage {stage}, partition {tc.partitionId()}, "
-                            f"attempt {tc.attemptNumber()}")
+        raise InjectedFault(
+            f"injected fault: stage {stage}, partition {tc.partitionId()}, "
+            f"attempt {tc.attemptNumber()}"
+        )

@@ -10,12 +10,13 @@ True
 >>> 0 <= fold_of("article-17", 5) < 5
 True
 """
+
 import hashlib
 
 
 def _unit(node_id: str, salt: str) -> float:
     h = hashlib.sha1(f"{salt}\x1f{node_id}".encode("utf-8")).hexdigest()
-    return int(h[:12], 16) / float(16 ** 12)
+    return int(h[:12], 16) / float(16**12)
 
 
 def fold_unit(instance_id: str) -> float:
@@ -39,6 +40,7 @@ def fold_of_unit(units, folds: int):
     True
     """
     import numpy as np
+
     u = np.asarray(units, dtype=np.float64)
     ok = ~np.isnan(u)
     out = np.full(u.shape, -1, dtype=np.int64)

@@ -8,6 +8,7 @@ the device is visible inside the container's cgroup). Exits 1 naming what is mis
         --conf spark.executor.resource.gpu.amount=1 --conf spark.task.resource.gpu.amount=1 \\
         jobs/gpu_smoke.py [--tasks N]
 """
+
 import argparse
 import json
 import logging
@@ -17,8 +18,9 @@ from typing import Any, Dict, Iterator, List, Optional
 log = logging.getLogger(__name__)
 
 
-def check_task(resources: Dict[str, Any], cuda_available: bool, device_names: List[str]
-               ) -> Dict[str, Any]:
+def check_task(
+    resources: Dict[str, Any], cuda_available: bool, device_names: List[str]
+) -> Dict[str, Any]:
     """The verdict of one task, from plain values (testable without a GPU).
 
     Examples
@@ -32,21 +34,29 @@ def check_task(resources: Dict[str, Any], cuda_available: bool, device_names: Li
     addresses = list(getattr(gpu, "addresses", []) or []) if gpu is not None else []
     problems = []
     if not addresses:
-        problems.append("the task owns no GPU (spark.task.resource.gpu.amount unset, or YARN "
-                        "GPU scheduling is off)")
+        problems.append(
+            "the task owns no GPU (spark.task.resource.gpu.amount unset, or YARN "
+            "GPU scheduling is off)"
+        )
     if not cuda_available:
-        problems.append("torch.cuda.is_available() is False in the task (a CPU build of torch, "
-                        "or the device is not visible in the container)")
-    return {"addresses": addresses, "cuda_available": cuda_available,
-            "devices": device_names, "problems": problems}
+        problems.append(
+            "torch.cuda.is_available() is False in the task (a CPU build of torch, "
+            "or the device is not visible in the container)"
+        )
+    return {
+        "addresses": addresses,
+        "cuda_available": cuda_available,
+        "devices": device_names,
+        "problems": problems,
+    }
 
 
 def _task(_: Iterator[Any]) -> Iterator[str]:
     import torch
     from pyspark import TaskContext
+
     ok = torch.cuda.is_available()
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok \
-        else []
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok else []
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("gpu_smoke: _task runs inside a Spark task only")
@@ -63,9 +73,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="jobs/gpu_smoke.py", description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=1, help="smoke tasks (default 1)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     from pyspark.sql import SparkSession
+
     spark = SparkSession.builder.appName("pina-spark gpu smoke").getOrCreate()
     try:
         results = run(spark, args.tasks)

@@ -93,6 +93,7 @@ Examples
 |     b|     a|    2|  2.0|
 +------+------+-----+-----+
 """
+
 import dataclasses as dc
 import logging
 import time
@@ -103,10 +104,23 @@ from .manifest import StepTimer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "assign_node_indices", "capped_baskets", "basket_stats", "co_counts",
-           "i2i_edges", "pair_plan", "PairPlan", "basket_matrix", "graph_labels",
-           "index_instance_labels", "pretrain_edges",
-           "basket_hash", "VARIANT_PINA", "VARIANT_NAIVE"]
+__all__ = [
+    "run_stage",
+    "assign_node_indices",
+    "capped_baskets",
+    "basket_stats",
+    "co_counts",
+    "i2i_edges",
+    "pair_plan",
+    "PairPlan",
+    "basket_matrix",
+    "graph_labels",
+    "index_instance_labels",
+    "pretrain_edges",
+    "basket_hash",
+    "VARIANT_PINA",
+    "VARIANT_NAIVE",
+]
 
 VARIANT_PINA = "pina"
 VARIANT_NAIVE = "pina_naive"
@@ -129,6 +143,7 @@ def basket_hash(basket_id: str, item_id: str) -> str:
     '4ab133fe21657ecf9d16e820d757edfd57b2f0e0'
     """
     import hashlib
+
     return hashlib.sha1(f"{basket_id}{HASH_SEP}{item_id}".encode("utf-8")).hexdigest()
 
 
@@ -138,8 +153,13 @@ def basket_hash(basket_id: str, item_id: str) -> str:
 SINGLE_PARTITION_RANK_MAX = 2_000_000
 
 
-def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] = None,
-                 n_rows: Optional[int] = None):
+def _global_rank(
+    df,
+    key: str,
+    offset: int = 0,
+    persisted: Optional[List[Any]] = None,
+    n_rows: Optional[int] = None,
+):
     """Add ``node_index`` = ``offset`` + rank of ``key`` (unique) in ascending order; returns
     (frame, n). With ``n_rows`` (the known row count) up to :data:`SINGLE_PARTITION_RANK_MAX`:
     a window over one sorted partition, no job here. Otherwise one small driver action
@@ -149,18 +169,23 @@ def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] =
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     if n_rows is not None and n_rows <= SINGLE_PARTITION_RANK_MAX:
         w = Window.orderBy(F.col(key))
-        return df.withColumn(io.NODE_INDEX, (F.row_number().over(w) - 1 + offset)
-                             .cast("long")), n_rows
+        return df.withColumn(
+            io.NODE_INDEX, (F.row_number().over(w) - 1 + offset).cast("long")
+        ), n_rows
     ranged = df.repartitionByRange(F.col(key)).withColumn("_pid", F.spark_partition_id())
     w = Window.partitionBy("_pid").orderBy(F.col(key))
-    ranked = ranged.withColumn("_local", F.row_number().over(w) - 1) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    ranked = ranged.withColumn("_local", F.row_number().over(w) - 1).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     if persisted is not None:
         persisted.append(ranked)
-    sizes = sorted((int(r["_pid"]), int(r["n"])) for r in
-                   ranked.groupBy("_pid").agg(F.count(F.lit(1)).alias("n")).collect())
+    sizes = sorted(
+        (int(r["_pid"]), int(r["n"]))
+        for r in ranked.groupBy("_pid").agg(F.count(F.lit(1)).alias("n")).collect()
+    )
     offsets, acc = [], offset
     for pid, n in sizes:
         offsets += [F.lit(pid), F.lit(acc)]
@@ -172,8 +197,12 @@ def _global_rank(df, key: str, offset: int = 0, persisted: Optional[List[Any]] =
     return out.drop("_pid", "_local"), acc - offset
 
 
-def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None,
-                        n_rows: Tuple[Optional[int], Optional[int]] = (None, None)):
+def assign_node_indices(
+    instances,
+    labels,
+    persisted: Optional[List[Any]] = None,
+    n_rows: Tuple[Optional[int], Optional[int]] = (None, None),
+):
     """The ``nodes`` table: instances sorted by id get ``0..n_inst-1``, then labels sorted by id.
 
     Parameters
@@ -209,15 +238,34 @@ def assign_node_indices(instances, labels, persisted: Optional[List[Any]] = None
     +----------+--------+-------+----+-----+
     """
     from pyspark.sql import functions as F
-    inst, n_inst = _global_rank(instances.select(io.INSTANCE_ID, io.TEXT, io.SPLIT),
-                                io.INSTANCE_ID, persisted=persisted, n_rows=n_rows[0])
-    lab, _ = _global_rank(labels.select(io.LABEL_ID, io.TEXT), io.LABEL_ID, offset=n_inst,
-                          persisted=persisted, n_rows=n_rows[1])
-    inst = inst.select(io.NODE_INDEX, F.lit(io.KIND_INSTANCE).alias(io.KIND),
-                       F.col(io.INSTANCE_ID).alias(io.NODE_ID), io.TEXT, io.SPLIT)
-    lab = lab.select(io.NODE_INDEX, F.lit(io.KIND_LABEL).alias(io.KIND),
-                     F.col(io.LABEL_ID).alias(io.NODE_ID), io.TEXT,
-                     F.lit(None).cast("string").alias(io.SPLIT))
+
+    inst, n_inst = _global_rank(
+        instances.select(io.INSTANCE_ID, io.TEXT, io.SPLIT),
+        io.INSTANCE_ID,
+        persisted=persisted,
+        n_rows=n_rows[0],
+    )
+    lab, _ = _global_rank(
+        labels.select(io.LABEL_ID, io.TEXT),
+        io.LABEL_ID,
+        offset=n_inst,
+        persisted=persisted,
+        n_rows=n_rows[1],
+    )
+    inst = inst.select(
+        io.NODE_INDEX,
+        F.lit(io.KIND_INSTANCE).alias(io.KIND),
+        F.col(io.INSTANCE_ID).alias(io.NODE_ID),
+        io.TEXT,
+        io.SPLIT,
+    )
+    lab = lab.select(
+        io.NODE_INDEX,
+        F.lit(io.KIND_LABEL).alias(io.KIND),
+        F.col(io.LABEL_ID).alias(io.NODE_ID),
+        io.TEXT,
+        F.lit(None).cast("string").alias(io.SPLIT),
+    )
     return inst.unionByName(lab)
 
 
@@ -244,15 +292,21 @@ def capped_baskets(events, max_basket_size: int):
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     b, i = F.col(io.BASKET_ID), F.col(io.ITEM_ID)
-    df = events.select(io.BASKET_ID, io.ITEM_ID).repartition(io.BASKET_ID) \
+    df = (
+        events.select(io.BASKET_ID, io.ITEM_ID)
+        .repartition(io.BASKET_ID)
         .withColumn("_h", F.sha1(F.concat_ws(HASH_SEP, b, i)))
+    )
     w = Window.partitionBy(io.BASKET_ID).orderBy(F.col("_h"), i)
     # duplicates of (basket, item) share the hash, hence are adjacent in the window order
-    df = df.withColumn("_prev", F.lag(i).over(w)) \
-        .filter(F.col("_prev").isNull() | (F.col("_prev") != i))
-    df = df.withColumn("_rank", F.row_number().over(w)) \
-        .withColumn(_SIZE, F.count(F.lit(1)).over(Window.partitionBy(io.BASKET_ID)))
+    df = df.withColumn("_prev", F.lag(i).over(w)).filter(
+        F.col("_prev").isNull() | (F.col("_prev") != i)
+    )
+    df = df.withColumn("_rank", F.row_number().over(w)).withColumn(
+        _SIZE, F.count(F.lit(1)).over(Window.partitionBy(io.BASKET_ID))
+    )
     return df.filter(F.col("_rank") <= max_basket_size).select(io.BASKET_ID, io.ITEM_ID, _SIZE)
 
 
@@ -267,14 +321,17 @@ def basket_stats(capped, max_basket_size: int) -> Dict[str, int]:
     >>> basket_stats(capped_baskets(events, 100), 100)["baskets_used"]         # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    per_basket = capped.groupBy(io.BASKET_ID).agg(F.first(_SIZE).alias("s"),
-                                                   F.count(F.lit(1)).alias("k"))
+
+    per_basket = capped.groupBy(io.BASKET_ID).agg(
+        F.first(_SIZE).alias("s"), F.count(F.lit(1)).alias("k")
+    )
     r = per_basket.agg(
         F.count(F.lit(1)).alias("baskets"),
         F.sum(F.when(F.col("s") == 1, 1).otherwise(0)).alias("baskets_one_item"),
         F.sum(F.when(F.col("s") > max_basket_size, 1).otherwise(0)).alias("baskets_capped"),
         F.sum(F.when(F.col("s") >= 2, 1).otherwise(0)).alias("baskets_used"),
-        F.sum("k").alias("events_distinct_kept")).collect()[0]
+        F.sum("k").alias("events_distinct_kept"),
+    ).collect()[0]
     return {k: int(r[k] or 0) for k in r.asDict()}
 
 
@@ -290,6 +347,7 @@ def _make_pair_counter(fault_plan, max_pairs_per_chunk: int = 4_000_000):
         processed in chunks of at most ~``max_pairs_per_chunk`` pairs."""
         import numpy as np
         import pandas as pd
+
         faults.maybe_fail(fault_plan)
         frames = [f for f in batches if len(f)]
         if not frames:
@@ -326,8 +384,9 @@ def _make_pair_counter(fault_plan, max_pairs_per_chunk: int = 4_000_000):
             cnt = np.bincount(inv.ravel(), weights=np.concatenate(counts)).astype(np.int64)
         else:
             uk, cnt = keys[0], counts[0]
-        yield pd.DataFrame({_ITEM_A: items[uk // n_items], _ITEM_B: items[uk % n_items],
-                            io.COUNT: cnt})
+        yield pd.DataFrame(
+            {_ITEM_A: items[uk // n_items], _ITEM_B: items[uk % n_items], io.COUNT: cnt}
+        )
 
     return count_pairs
 
@@ -336,12 +395,13 @@ def _pairs_of_sorted_groups(codes, sizes, n_items):
     """Executor side helper: ``codes`` are consecutive groups of the given ``sizes``, each sorted
     ascending and distinct; returns ``a * n_items + b`` for every pair a < b within a group."""
     import numpy as np
+
     n = len(codes)
     if n == 0:
         return np.empty(0, dtype=np.int64)
     ends = np.repeat(np.cumsum(sizes), sizes)
     pos = np.arange(n, dtype=np.int64)
-    after = ends - pos - 1                       # later elements of the same group
+    after = ends - pos - 1  # later elements of the same group
     total = int(after.sum())
     if total == 0:
         return np.empty(0, dtype=np.int64)
@@ -372,14 +432,17 @@ def co_counts(capped, fault_plan=None):
     >>> co_counts(capped_baskets(events, 100)).filter("count >= 2")           # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     src = capped.filter(F.col(_SIZE) >= 2).select(io.BASKET_ID, io.ITEM_ID)
-    partial = src.mapInPandas(_make_pair_counter(fault_plan),
-                              f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long")
+    partial = src.mapInPandas(
+        _make_pair_counter(fault_plan), f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long"
+    )
     return partial.groupBy(_ITEM_A, _ITEM_B).agg(F.sum(io.COUNT).cast("long").alias(io.COUNT))
 
 
 def _xlogx(c):
     from pyspark.sql import functions as F
+
     return F.when(c > 0, c * F.log(c)).otherwise(F.lit(0.0))
 
 
@@ -395,6 +458,7 @@ def _llr(k11, k12, k21, k22):
         for k in ks:
             out = out - _xlogx(k)
         return out
+
     row = entropy(k11 + k12, k21 + k22)
     col = entropy(k11 + k21, k12 + k22)
     mat = entropy(k11, k12, k21, k22)
@@ -404,16 +468,20 @@ def _llr(k11, k12, k21, k22):
 def _score(pairs, capped, measure: str):
     """Add ``score`` to ``_item_a, _item_b, count``."""
     from pyspark.sql import functions as F
+
     c = F.col(io.COUNT).cast("double")
     if measure == "count":
         return pairs.withColumn(io.SCORE, c)
     used = capped.filter(F.col(_SIZE) >= 2)
     n_item = used.groupBy(io.ITEM_ID).agg(F.count(F.lit(1)).cast("double").alias("_n"))
     big_n = used.agg(F.countDistinct(io.BASKET_ID).cast("double").alias("_N"))
-    df = pairs.join(n_item.select(F.col(io.ITEM_ID).alias(_ITEM_A), F.col("_n").alias("_na")),
-                    _ITEM_A) \
-        .join(n_item.select(F.col(io.ITEM_ID).alias(_ITEM_B), F.col("_n").alias("_nb")), _ITEM_B) \
+    df = (
+        pairs.join(
+            n_item.select(F.col(io.ITEM_ID).alias(_ITEM_A), F.col("_n").alias("_na")), _ITEM_A
+        )
+        .join(n_item.select(F.col(io.ITEM_ID).alias(_ITEM_B), F.col("_n").alias("_nb")), _ITEM_B)
         .crossJoin(F.broadcast(big_n))
+    )
     na, nb, nn = F.col("_na"), F.col("_nb"), F.col("_N")
     if measure == "jaccard":
         s = c / (na + nb - c)
@@ -422,14 +490,16 @@ def _score(pairs, capped, measure: str):
     elif measure == "llr":
         s = _llr(c, na - c, nb - c, nn - na - nb + c)
     else:
-        raise ValueError(f"graph.measure: unknown measure {measure!r} "
-                         "(expected count, jaccard, pmi, llr)")
+        raise ValueError(
+            f"graph.measure: unknown measure {measure!r} " "(expected count, jaccard, pmi, llr)"
+        )
     return df.withColumn(io.SCORE, s).drop("_na", "_nb", "_N")
 
 
 def _directed(undirected):
     """``_item_a, _item_b, count, score`` -> both directions as ``src_id, dst_id, ...``."""
     from pyspark.sql import functions as F
+
     cols = [io.COUNT, io.SCORE]
     fwd = undirected.select(F.col(_ITEM_A).alias(io.SRC_ID), F.col(_ITEM_B).alias(io.DST_ID), *cols)
     bwd = undirected.select(F.col(_ITEM_B).alias(io.SRC_ID), F.col(_ITEM_A).alias(io.DST_ID), *cols)
@@ -441,14 +511,19 @@ def _mutual_ranks(directed):
     _r_ab`` (rank of b among a's neighbours) and ``_r_ba``. Ranking: score desc, id asc."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     w = Window.partitionBy(io.SRC_ID).orderBy(F.col(io.SCORE).desc(), F.col(io.DST_ID).asc())
     r = directed.withColumn("_r", F.row_number().over(w))
     fwd = r.filter(F.col(io.SRC_ID) < F.col(io.DST_ID)).select(
-        F.col(io.SRC_ID).alias(_ITEM_A), F.col(io.DST_ID).alias(_ITEM_B), io.COUNT, io.SCORE,
-        F.col("_r").alias("_r_ab"))
+        F.col(io.SRC_ID).alias(_ITEM_A),
+        F.col(io.DST_ID).alias(_ITEM_B),
+        io.COUNT,
+        io.SCORE,
+        F.col("_r").alias("_r_ab"),
+    )
     bwd = r.filter(F.col(io.SRC_ID) > F.col(io.DST_ID)).select(
-        F.col(io.DST_ID).alias(_ITEM_A), F.col(io.SRC_ID).alias(_ITEM_B),
-        F.col("_r").alias("_r_ba"))
+        F.col(io.DST_ID).alias(_ITEM_A), F.col(io.SRC_ID).alias(_ITEM_B), F.col("_r").alias("_r_ba")
+    )
     return fwd.join(bwd, [_ITEM_A, _ITEM_B])
 
 
@@ -483,8 +558,9 @@ def i2i_edges(events, graph_cfg, fault_plan=None, capped=None, plan: Optional["P
     if capped is not None:
         plan = PairPlan("shuffle", 0, "a capped frame was given")
     elif plan is None:
-        plan = pair_plan(events.sparkSession, graph_cfg,
-                         events.count() if graph_cfg.strategy == "auto" else None)
+        plan = pair_plan(
+            events.sparkSession, graph_cfg, events.count() if graph_cfg.strategy == "auto" else None
+        )
     if plan.strategy == "broadcast":
         tbl = io.collect_arrow(events.select(io.BASKET_ID, io.ITEM_ID))
         m, _ = basket_matrix(tbl, graph_cfg.max_basket_size)
@@ -496,6 +572,7 @@ def i2i_edges(events, graph_cfg, fault_plan=None, capped=None, plan: Optional["P
 def _shuffle_pairs(events, graph_cfg, fault_plan=None, capped=None):
     """``_item_a, _item_b, count, score`` with ``count >= min_count`` (shuffle strategy)."""
     from pyspark.sql import functions as F
+
     if capped is None:
         capped = capped_baskets(events, graph_cfg.max_basket_size)
     pairs = co_counts(capped, fault_plan).filter(F.col(io.COUNT) >= graph_cfg.min_count)
@@ -505,6 +582,7 @@ def _shuffle_pairs(events, graph_cfg, fault_plan=None, capped=None):
 def _finish_pairs(pairs, graph_cfg):
     """min_score, top_n and max_degree on scored pairs; both directions as ``src_id, dst_id``."""
     from pyspark.sql import functions as F
+
     if graph_cfg.min_score is not None:
         pairs = pairs.filter(F.col(io.SCORE) >= graph_cfg.min_score)
     if graph_cfg.top_n is not None:
@@ -512,10 +590,15 @@ def _finish_pairs(pairs, graph_cfg):
         pairs = m.filter((F.col("_r_ab") <= graph_cfg.top_n) | (F.col("_r_ba") <= graph_cfg.top_n))
     if graph_cfg.max_degree is not None:
         m = _mutual_ranks(_directed(pairs.select(_ITEM_A, _ITEM_B, io.COUNT, io.SCORE)))
-        pairs = m.filter((F.col("_r_ab") <= graph_cfg.max_degree)
-                         & (F.col("_r_ba") <= graph_cfg.max_degree))
-    pairs = pairs.select(_ITEM_A, _ITEM_B, F.col(io.COUNT).cast("long").alias(io.COUNT),
-                         F.col(io.SCORE).cast("double").alias(io.SCORE))
+        pairs = m.filter(
+            (F.col("_r_ab") <= graph_cfg.max_degree) & (F.col("_r_ba") <= graph_cfg.max_degree)
+        )
+    pairs = pairs.select(
+        _ITEM_A,
+        _ITEM_B,
+        F.col(io.COUNT).cast("long").alias(io.COUNT),
+        F.col(io.SCORE).cast("double").alias(io.SCORE),
+    )
     return _directed(pairs)
 
 
@@ -529,6 +612,7 @@ class PairPlan:
         tasks: number of pair-counting tasks (``broadcast``: each takes a range of items).
         reason: why (logged and written to the manifest).
     """
+
     strategy: str
     tasks: int
     reason: str
@@ -547,10 +631,16 @@ def pair_plan(spark, graph_cfg, n_events: Optional[int]) -> PairPlan:
     if graph_cfg.strategy != "auto":
         return PairPlan(graph_cfg.strategy, tasks, f"graph.strategy={graph_cfg.strategy}")
     if n_events is not None and n_events <= graph_cfg.broadcast_max_events:
-        return PairPlan("broadcast", tasks, f"{n_events} events <= graph.broadcast_max_events="
-                                            f"{graph_cfg.broadcast_max_events}")
-    return PairPlan("shuffle", tasks, f"{n_events} events > graph.broadcast_max_events="
-                                      f"{graph_cfg.broadcast_max_events}")
+        return PairPlan(
+            "broadcast",
+            tasks,
+            f"{n_events} events <= graph.broadcast_max_events=" f"{graph_cfg.broadcast_max_events}",
+        )
+    return PairPlan(
+        "shuffle",
+        tasks,
+        f"{n_events} events > graph.broadcast_max_events=" f"{graph_cfg.broadcast_max_events}",
+    )
 
 
 def basket_matrix(tbl, max_basket_size: int, keep_items=None):
@@ -576,23 +666,24 @@ def basket_matrix(tbl, max_basket_size: int, keep_items=None):
     """
     import numpy as np
     import pyarrow.compute as pc
+
     b = tbl.column(io.BASKET_ID).combine_chunks()
     i = tbl.column(io.ITEM_ID).combine_chunks()
     if keep_items is not None:
         m = pc.is_in(i, value_set=keep_items)
         b, i = b.filter(m), i.filter(m)
     items = pc.unique(i)
-    items = items.take(pc.sort_indices(items))   # code order == string (UTF-8 byte) order
+    items = items.take(pc.sort_indices(items))  # code order == string (UTF-8 byte) order
     n_items = len(items)
     icode = pc.index_in(i, value_set=items).to_numpy(zero_copy_only=False).astype(np.int64)
     enc = pc.dictionary_encode(b)
     bcode = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    key = np.unique(bcode * max(n_items, 1) + icode)   # distinct (basket, item), basket-major
+    key = np.unique(bcode * max(n_items, 1) + icode)  # distinct (basket, item), basket-major
     bc, ic = key // max(n_items, 1), key % max(n_items, 1)
     sizes = np.bincount(bc, minlength=len(enc.dictionary)).astype(np.int64)
     keep = np.ones(len(key), dtype=bool)
     big = np.flatnonzero(sizes > max_basket_size)
-    if len(big):   # the documented cap: first max_basket_size items by (sha1, item id)
+    if len(big):  # the documented cap: first max_basket_size items by (sha1, item id)
         names, ids = enc.dictionary.to_pylist(), items.to_pylist()
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
         for bb in big:
@@ -601,15 +692,23 @@ def basket_matrix(tbl, max_basket_size: int, keep_items=None):
             ranked = sorted(codes, key=lambda c: (basket_hash(names[bb], ids[c]), c))
             keep[lo:hi] = np.isin(ic[lo:hi], ranked[:max_basket_size])
     kept = np.minimum(sizes, max_basket_size)
-    stats = {"baskets": int(len(sizes)), "baskets_one_item": int((sizes == 1).sum()),
-             "baskets_capped": int((sizes > max_basket_size).sum()),
-             "baskets_used": int((sizes >= 2).sum()), "events_distinct_kept": int(kept.sum())}
+    stats = {
+        "baskets": int(len(sizes)),
+        "baskets_one_item": int((sizes == 1).sum()),
+        "baskets_capped": int((sizes > max_basket_size).sum()),
+        "baskets_used": int((sizes >= 2).sum()),
+        "events_distinct_kept": int(kept.sum()),
+    }
     used = keep & (sizes[bc] >= 2)
     indptr = np.r_[0, np.cumsum(kept[sizes >= 2])].astype(np.int64)
     indices = ic[used].astype(np.int32)
-    matrix = {"indptr": indptr, "indices": indices, "items": items,
-              "n_a": np.bincount(indices, minlength=n_items).astype(np.int64),
-              "n_baskets": stats["baskets_used"]}
+    matrix = {
+        "indptr": indptr,
+        "indices": indices,
+        "items": items,
+        "n_a": np.bincount(indices, minlength=n_items).astype(np.int64),
+        "n_baskets": stats["baskets_used"],
+    }
     return matrix, stats
 
 
@@ -617,6 +716,7 @@ def _item_bounds(matrix, tasks: int) -> Tuple[int, ...]:
     """Item-code bounds of ``tasks`` contiguous ranges of about equal work (an item's work: the
     basket items at or after it, summed over its baskets)."""
     import numpy as np
+
     indptr, indices = matrix["indptr"], matrix["indices"]
     n_items = len(matrix["items"])
     sizes = np.diff(indptr)
@@ -642,6 +742,7 @@ class PairTask:
         seconds: Spark accumulator of the tasks' compute seconds (pair counting, scoring and
             threshold, summed over tasks; read on the driver after the job).
     """
+
     matrix: Any
     bounds: Tuple[int, ...]
     min_count: int
@@ -655,16 +756,25 @@ def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int):
     one Spark job of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle.
     The caller may ``unpersist()`` ``task.matrix`` once the frame was written."""
     if graph_cfg.measure not in ("count", "jaccard", "pmi", "llr"):
-        raise ValueError(f"graph.measure: unknown measure {graph_cfg.measure!r} "
-                         "(expected count, jaccard, pmi, llr)")
+        raise ValueError(
+            f"graph.measure: unknown measure {graph_cfg.measure!r} "
+            "(expected count, jaccard, pmi, llr)"
+        )
     bounds = _item_bounds(matrix, tasks) if len(matrix["items"]) else (0, 0)
     sc = spark.sparkContext
-    task = PairTask(sc.broadcast(matrix), bounds, graph_cfg.min_count, graph_cfg.measure,
-                    fault_plan, sc.accumulator(0.0))
+    task = PairTask(
+        sc.broadcast(matrix),
+        bounds,
+        graph_cfg.min_count,
+        graph_cfg.measure,
+        fault_plan,
+        sc.accumulator(0.0),
+    )
     n = len(bounds) - 1
     return spark.range(0, n, 1, n).mapInArrow(
         _make_range_counter(task),
-        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double"), task
+        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double",
+    ), task
 
 
 def _make_range_counter(task: PairTask):
@@ -677,13 +787,16 @@ def _make_range_counter(task: PairTask):
         import numpy as np
         import pyarrow as pa
         import scipy.sparse as sp
+
         faults.maybe_fail(task.fault_plan)
         t0 = time.perf_counter()
         m = task.matrix.value
         items, n_a, big_n = m["items"], m["n_a"], float(m["n_baskets"])
         n_items = len(items)
-        x = sp.csr_matrix((np.ones(len(m["indices"]), dtype=np.int32), m["indices"],
-                           m["indptr"]), shape=(len(m["indptr"]) - 1, n_items))
+        x = sp.csr_matrix(
+            (np.ones(len(m["indices"]), dtype=np.int32), m["indices"], m["indptr"]),
+            shape=(len(m["indptr"]) - 1, n_items),
+        )
         xc = x.tocsc()
         for batch in batches:
             for t in batch.column(0).to_pylist():
@@ -697,11 +810,22 @@ def _make_range_counter(task: PairTask):
                 cnt = c.data[keep].astype(np.int64)
                 order = np.lexsort((b, a))
                 a, b, cnt = a[order], b[order], cnt[order]
-                score = _score_np(cnt.astype(np.float64), n_a[a].astype(np.float64),
-                                  n_a[b].astype(np.float64), big_n, task.measure)
+                score = _score_np(
+                    cnt.astype(np.float64),
+                    n_a[a].astype(np.float64),
+                    n_a[b].astype(np.float64),
+                    big_n,
+                    task.measure,
+                )
                 out = pa.RecordBatch.from_arrays(
-                    [items.take(pa.array(a)), items.take(pa.array(b)), pa.array(cnt),
-                     pa.array(score, pa.float64())], [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE])
+                    [
+                        items.take(pa.array(a)),
+                        items.take(pa.array(b)),
+                        pa.array(cnt),
+                        pa.array(score, pa.float64()),
+                    ],
+                    [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE],
+                )
                 task.seconds.add(time.perf_counter() - t0)
                 yield out
                 t0 = time.perf_counter()
@@ -712,6 +836,7 @@ def _make_range_counter(task: PairTask):
 def _score_np(c, na, nb, big_n, measure: str):
     """Executor side: the measures of :func:`_score` in numpy (same formulas, same order)."""
     import numpy as np
+
     if measure == "count":
         return c
     if measure == "jaccard":
@@ -731,6 +856,7 @@ def _score_np(c, na, nb, big_n, measure: str):
         for k in ks:
             out = out - xlogx(k)
         return out
+
     k11, k12, k21, k22 = c, na - c, nb - c, big_n - na - nb + c
     row = entropy(k11 + k12, k21 + k22)
     col = entropy(k11 + k21, k12 + k22)
@@ -763,6 +889,7 @@ def graph_labels(instances, i2i_all, i2i_train=None):
     >>> labels, il = graph_labels(instances, edges_all, edges_train)            # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     split = instances.select(F.col(io.INSTANCE_ID).alias("_id"), F.col(io.SPLIT).alias("_split"))
     train = split.filter(F.col("_split") == io.SPLIT_TRAIN).select("_id")
     test = split.filter(F.col("_split") == io.SPLIT_TEST).select("_id")
@@ -770,15 +897,20 @@ def graph_labels(instances, i2i_all, i2i_train=None):
         i2i_train = i2i_all
 
     def restrict(edges, src_ids):
-        e = edges.select(F.col(io.SRC_ID).alias(io.INSTANCE_ID),
-                         F.col(io.DST_ID).alias(io.LABEL_ID))
+        e = edges.select(
+            F.col(io.SRC_ID).alias(io.INSTANCE_ID), F.col(io.DST_ID).alias(io.LABEL_ID)
+        )
         e = e.join(src_ids.withColumnRenamed("_id", io.INSTANCE_ID), io.INSTANCE_ID, "left_semi")
-        return e.join(train.withColumnRenamed("_id", io.LABEL_ID), io.LABEL_ID, "left_semi") \
-            .select(io.INSTANCE_ID, io.LABEL_ID)
+        return e.join(train.withColumnRenamed("_id", io.LABEL_ID), io.LABEL_ID, "left_semi").select(
+            io.INSTANCE_ID, io.LABEL_ID
+        )
 
     il = restrict(i2i_train, train).unionByName(restrict(i2i_all, test)).distinct()
-    labels = il.select(io.LABEL_ID).distinct().join(
-        instances.select(F.col(io.INSTANCE_ID).alias(io.LABEL_ID), io.TEXT), io.LABEL_ID)
+    labels = (
+        il.select(io.LABEL_ID)
+        .distinct()
+        .join(instances.select(F.col(io.INSTANCE_ID).alias(io.LABEL_ID), io.TEXT), io.LABEL_ID)
+    )
     return labels, il
 
 
@@ -791,12 +923,18 @@ def index_instance_labels(nodes, instance_labels):
     ['instance_index', 'label_index']
     """
     from pyspark.sql import functions as F
+
     inst = nodes.filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
-        F.col(io.NODE_ID).alias(io.INSTANCE_ID), F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX))
+        F.col(io.NODE_ID).alias(io.INSTANCE_ID), F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX)
+    )
     lab = nodes.filter(F.col(io.KIND) == io.KIND_LABEL).select(
-        F.col(io.NODE_ID).alias(io.LABEL_ID), F.col(io.NODE_INDEX).alias(io.LABEL_INDEX))
-    return instance_labels.join(inst, io.INSTANCE_ID).join(lab, io.LABEL_ID) \
+        F.col(io.NODE_ID).alias(io.LABEL_ID), F.col(io.NODE_INDEX).alias(io.LABEL_INDEX)
+    )
+    return (
+        instance_labels.join(inst, io.INSTANCE_ID)
+        .join(lab, io.LABEL_ID)
         .select(io.INSTANCE_INDEX, io.LABEL_INDEX)
+    )
 
 
 # --------------------------------------------------------------------------- B_pre
@@ -829,6 +967,7 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
     >>> edges.groupBy("variant", "block").count()  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     if side_info not in ("label_text", "i2i", "both", "naive"):
         raise ValueError(f"side_info: unknown value {side_info!r}")
     if side_info in ("i2i", "both") and i2i is None:
@@ -837,36 +976,60 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
     train_idx = train.select(F.col(io.NODE_INDEX).alias(io.SRC_INDEX))
     labels = nodes.filter(F.col(io.KIND) == io.KIND_LABEL)
     if task_labels == "graph":
-        test_ids = nodes.filter((F.col(io.KIND) == io.KIND_INSTANCE)
-                                & (F.col(io.SPLIT) != io.SPLIT_TRAIN)).select(io.NODE_ID)
+        test_ids = nodes.filter(
+            (F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) != io.SPLIT_TRAIN)
+        ).select(io.NODE_ID)
         labels = labels.join(test_ids, io.NODE_ID, "left_anti")
     label_idx = labels.select(F.col(io.NODE_INDEX).alias(io.DST_INDEX))
 
     def block(df, name):
-        return df.select(F.col(io.SRC_INDEX).cast("long"), F.col(io.DST_INDEX).cast("long"),
-                         F.lit(1.0).cast("float").alias(io.WEIGHT), F.lit(name).alias(io.BLOCK))
+        return df.select(
+            F.col(io.SRC_INDEX).cast("long"),
+            F.col(io.DST_INDEX).cast("long"),
+            F.lit(1.0).cast("float").alias(io.WEIGHT),
+            F.lit(name).alias(io.BLOCK),
+        )
 
-    b = instance_labels.select(F.col(io.INSTANCE_INDEX).alias(io.SRC_INDEX),
-                               F.col(io.LABEL_INDEX).alias(io.DST_INDEX)) \
-        .join(train_idx, io.SRC_INDEX, "left_semi").join(label_idx, io.DST_INDEX, "left_semi") \
+    b = (
+        instance_labels.select(
+            F.col(io.INSTANCE_INDEX).alias(io.SRC_INDEX), F.col(io.LABEL_INDEX).alias(io.DST_INDEX)
+        )
+        .join(train_idx, io.SRC_INDEX, "left_semi")
+        .join(label_idx, io.DST_INDEX, "left_semi")
         .distinct()
+    )
     blk_b = block(b, "B")
     parts = {"B": blk_b}
     if side_info in ("label_text", "both"):
         in_b = b.select(io.DST_INDEX).distinct()
         parts["I_inst"] = block(train_idx.withColumn(io.DST_INDEX, F.col(io.SRC_INDEX)), "I_inst")
         parts["I_label"] = block(in_b.withColumn(io.SRC_INDEX, F.col(io.DST_INDEX)), "I_label")
-        parts["BT"] = block(b.select(F.col(io.DST_INDEX).alias(io.SRC_INDEX),
-                                     F.col(io.SRC_INDEX).alias(io.DST_INDEX)), "BT")
+        parts["BT"] = block(
+            b.select(
+                F.col(io.DST_INDEX).alias(io.SRC_INDEX), F.col(io.SRC_INDEX).alias(io.DST_INDEX)
+            ),
+            "BT",
+        )
     if side_info in ("i2i", "both"):
         ids = train.select(F.col(io.NODE_ID), F.col(io.NODE_INDEX))
-        a = i2i.select(io.SRC_ID, io.DST_ID) \
-            .join(ids.select(F.col(io.NODE_ID).alias(io.SRC_ID),
-                             F.col(io.NODE_INDEX).alias(io.SRC_INDEX)), io.SRC_ID) \
-            .join(ids.select(F.col(io.NODE_ID).alias(io.DST_ID),
-                             F.col(io.NODE_INDEX).alias(io.DST_INDEX)), io.DST_ID) \
-            .filter(F.col(io.SRC_INDEX) != F.col(io.DST_INDEX)) \
-            .select(io.SRC_INDEX, io.DST_INDEX).distinct()
+        a = (
+            i2i.select(io.SRC_ID, io.DST_ID)
+            .join(
+                ids.select(
+                    F.col(io.NODE_ID).alias(io.SRC_ID), F.col(io.NODE_INDEX).alias(io.SRC_INDEX)
+                ),
+                io.SRC_ID,
+            )
+            .join(
+                ids.select(
+                    F.col(io.NODE_ID).alias(io.DST_ID), F.col(io.NODE_INDEX).alias(io.DST_INDEX)
+                ),
+                io.DST_ID,
+            )
+            .filter(F.col(io.SRC_INDEX) != F.col(io.DST_INDEX))
+            .select(io.SRC_INDEX, io.DST_INDEX)
+            .distinct()
+        )
         parts["A"] = block(a, "A")
         if side_info == "i2i":
             lonely = train_idx.join(a.select(io.SRC_INDEX).distinct(), io.SRC_INDEX, "left_anti")
@@ -879,7 +1042,8 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
     if pina is None:  # B, or A with I_inst, is always there
         raise ValueError(f"pretrain_edges: no block for side_info={side_info!r}")
     return pina.withColumn(io.VARIANT, F.lit(VARIANT_PINA)).unionByName(
-        blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE)))
+        blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE))
+    )
 
 
 # --------------------------------------------------------------------------- the stage
@@ -888,16 +1052,31 @@ def _degree_stats(spark, uri: str) -> Tuple[int, Dict[str, float]]:
     ``src_id`` (:func:`pina_spark.io.group_counts`), quantiles with linear interpolation (as
     Spark's ``percentile``)."""
     import numpy as np
+
     deg = io.group_counts(spark, uri, [io.SRC_ID]).column("count").to_numpy()
     if not len(deg):
         return 0, {"items_with_edges": 0}
     q = np.percentile(deg.astype(np.float64), [50, 90, 99, 100])
-    return int(deg.sum()), {"items_with_edges": int(len(deg)), "p50": float(q[0]),
-                            "p90": float(q[1]), "p99": float(q[2]), "max": float(q[3])}
+    return int(deg.sum()), {
+        "items_with_edges": int(len(deg)),
+        "p50": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "max": float(q[3]),
+    }
 
 
-def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, need_train: bool,
-                  persisted: List[Any], timer, tasks: List[PairTask]):
+def _build_graphs(
+    events,
+    instances,
+    graph_cfg,
+    gplan: PairPlan,
+    fault_plan,
+    need_train: bool,
+    persisted: List[Any],
+    timer,
+    tasks: List[PairTask],
+):
     """(all-items edges, their basket stats, train-only edges or None when every instance is a
     train instance, their basket stats); ``None, None`` for the last two without
     ``need_train``. Frames are lazy except what the steps materialise. With ``broadcast`` the
@@ -905,13 +1084,15 @@ def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, nee
     their :class:`PairTask` (all items first)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
     spark = events.sparkSession
     train_only = False
     if need_train:
         with timer.step("train.items"):
             train_only = instances.filter(F.col(io.SPLIT) != io.SPLIT_TRAIN).limit(1).count() > 0
-    train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN) \
-        .select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID))
+    train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN).select(
+        F.col(io.INSTANCE_ID).alias(io.ITEM_ID)
+    )
     out: List[Any] = []
     if gplan.strategy == "broadcast":
         with timer.step("i2i.collect_events"):
@@ -928,12 +1109,12 @@ def _build_graphs(events, instances, graph_cfg, gplan: PairPlan, fault_plan, nee
         train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
         for prefix, ev in [("", events)] + ([("train.", train_events)] if train_only else []):
             with timer.step(prefix + "i2i.capped_baskets"):
-                capped = capped_baskets(ev, graph_cfg.max_basket_size) \
-                    .persist(StorageLevel.MEMORY_AND_DISK)
+                capped = capped_baskets(ev, graph_cfg.max_basket_size).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
                 persisted.append(capped)
                 st = basket_stats(capped, graph_cfg.max_basket_size)
-            out += [_finish_pairs(_shuffle_pairs(ev, graph_cfg, fault_plan, capped), graph_cfg),
-                    st]
+            out += [_finish_pairs(_shuffle_pairs(ev, graph_cfg, fault_plan, capped), graph_cfg), st]
     if not need_train:
         return out[0], out[1], None, None
     if not train_only:
@@ -969,11 +1150,14 @@ def run_stage(ctx) -> Dict[str, Any]:
             written = io.write_quarantine(q, paths, name, in_stats[name]["rows_quarantined"])
         if written != in_stats[name]["reasons"]:
             raise validate.ValidationInvariantError(
-                f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}")
+                f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}"
+            )
     if in_stats["instances"]["rows_used"] == 0:
-        raise io.InputError(f"input.instances: all {in_stats['instances']['rows_in']} rows were "
-                            f"quarantined {in_stats['instances']['reasons']}; see "
-                            f"{paths.table(io.QUARANTINE + '/instances')}")
+        raise io.InputError(
+            f"input.instances: all {in_stats['instances']['rows_in']} rows were "
+            f"quarantined {in_stats['instances']['reasons']}; see "
+            f"{paths.table(io.QUARANTINE + '/instances')}"
+        )
     validate.check_quality(in_stats, cfg.quality, paths.table(io.QUARANTINE))
     instances = tables["instances"]
     plan = faults.fault_plan(cfg, "graph")
@@ -985,15 +1169,15 @@ def run_stage(ctx) -> Dict[str, Any]:
         stats["pair_plan"] = dc.asdict(gplan)
         log.info("graph stage: pair counting %s", gplan)
         pair_tasks: List[PairTask] = []
-        built = _build_graphs(events, instances, cfg.graph, gplan, plan, need_train,
-                              persisted, timer, pair_tasks)
+        built = _build_graphs(
+            events, instances, cfg.graph, gplan, plan, need_train, persisted, timer, pair_tasks
+        )
         edges, stats["baskets"] = built[0], built[1]
         with timer.step("i2i.publish"):
             io.write_table(edges, paths, io.I2I_EDGES)
         i2i_all = io.read_table(spark, paths, io.I2I_EDGES)
         with timer.step("i2i.degree_stats"):
-            stats["i2i_edges"], stats["degree"] = _degree_stats(spark,
-                                                                paths.table(io.I2I_EDGES))
+            stats["i2i_edges"], stats["degree"] = _degree_stats(spark, paths.table(io.I2I_EDGES))
         if need_train:
             tr, stats["baskets_train"] = built[2], built[3]
             if tr is None:
@@ -1003,9 +1187,10 @@ def run_stage(ctx) -> Dict[str, Any]:
                     i2i_train = tr.persist()
                     persisted.append(i2i_train)
                     stats["i2i_edges_train"] = i2i_train.count()
-        if pair_tasks:   # executor seconds inside the steps above, summed over tasks
-            stats["pair_tasks_s"] = dict(zip(("all", "train"), (
-                round(t.seconds.value, 3) for t in pair_tasks)))
+        if pair_tasks:  # executor seconds inside the steps above, summed over tasks
+            stats["pair_tasks_s"] = dict(
+                zip(("all", "train"), (round(t.seconds.value, 3) for t in pair_tasks))
+            )
     if cfg.task.labels == "graph":
         with timer.step("graph_labels"):
             labels, il = graph_labels(instances, i2i_all, i2i_train)
@@ -1017,23 +1202,33 @@ def run_stage(ctx) -> Dict[str, Any]:
                     f"min_score={g.min_score}, top_n={g.top_n}, max_degree={g.max_degree}; "
                     f"{stats.get('i2i_edges', 0)} directed i2i edges over all items). Lower "
                     f"graph.min_count / min_score or give more events; nothing to learn "
-                    f"otherwise")
+                    f"otherwise"
+                )
     else:
         labels, il = tables["labels"], tables["instance_labels"]
     with timer.step("nodes.publish"):
         n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
-        io.write_table(assign_node_indices(instances, labels, persisted,
-                                           (in_stats["instances"]["rows_used"], n_lab)),
-                       paths, io.NODES)
+        io.write_table(
+            assign_node_indices(
+                instances, labels, persisted, (in_stats["instances"]["rows_used"], n_lab)
+            ),
+            paths,
+            io.NODES,
+        )
     nodes = io.read_table(spark, paths, io.NODES)
     with timer.step("nodes.count"):
-        kinds = {r[io.KIND]: int(r["count"]) for r in
-                 io.group_counts(spark, paths.table(io.NODES), [io.KIND]).to_pylist()}
-    stats["nodes"] = {"instances": kinds.get(io.KIND_INSTANCE, 0),
-                      "labels": kinds.get(io.KIND_LABEL, 0)}
+        kinds = {
+            r[io.KIND]: int(r["count"])
+            for r in io.group_counts(spark, paths.table(io.NODES), [io.KIND]).to_pylist()
+        }
+    stats["nodes"] = {
+        "instances": kinds.get(io.KIND_INSTANCE, 0),
+        "labels": kinds.get(io.KIND_LABEL, 0),
+    }
     if not stats["nodes"]["labels"]:
-        log.warning("graph stage: no label nodes (task.labels=%s); B_pre has no B block",
-                    cfg.task.labels)
+        log.warning(
+            "graph stage: no label nodes (task.labels=%s); B_pre has no B block", cfg.task.labels
+        )
     with timer.step("instance_labels.publish"):
         io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
     il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
@@ -1044,8 +1239,9 @@ def run_stage(ctx) -> Dict[str, Any]:
         n_il = io.count_rows_arrow(paths.table(io.INSTANCE_LABELS))
         stats["instance_labels"] = il_idx.count() if n_il is None else n_il
         per: Dict[str, Dict[str, int]] = {}
-        for r in io.group_counts(spark, paths.table(io.PRETRAIN_EDGES),
-                                 [io.VARIANT, io.BLOCK]).to_pylist():
+        for r in io.group_counts(
+            spark, paths.table(io.PRETRAIN_EDGES), [io.VARIANT, io.BLOCK]
+        ).to_pylist():
             per.setdefault(r[io.VARIANT], {})[r[io.BLOCK]] = int(r["count"])
     stats["pretrain_edges"] = {v: dict(sorted(b.items())) for v, b in sorted(per.items())}
     for df in persisted:

@@ -59,6 +59,7 @@ Examples
 >>> run_pipeline(spark, cfg, ["embed", "neighbors"])                 # doctest: +SKIP
 {'embed': 'ran', 'neighbors': 'ran'}
 """
+
 import io as _pyio
 import json
 import logging
@@ -70,9 +71,21 @@ from . import embstore, faults, io, runtime
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_embed_stage", "run_neighbors_stage", "embed_frame", "neighbors_frame",
-           "g_model_dir", "fold_route_expr", "VARIANTS", "topk_neighbors", "normalize_scores",
-           "features_from_arrow", "load_vectorizer", "load_g_model", "choose_embeddings_via"]
+__all__ = [
+    "run_embed_stage",
+    "run_neighbors_stage",
+    "embed_frame",
+    "neighbors_frame",
+    "g_model_dir",
+    "fold_route_expr",
+    "VARIANTS",
+    "topk_neighbors",
+    "normalize_scores",
+    "features_from_arrow",
+    "load_vectorizer",
+    "load_g_model",
+    "choose_embeddings_via",
+]
 
 #: g variants, in output order
 VARIANTS = ("pina", "pina_naive")
@@ -91,10 +104,14 @@ MISSING_KEY = "missing|embeddings"
 #: the neighbours stage broadcasts (instance_index, node_id, split, twin) up to this many rows
 BROADCAST_INSTANCES_MAX_ROWS = 2_000_000
 
-EMBED_SCHEMA = (f"{io.NODE_INDEX} long, {io.DENSE} array<float>, "
-                f"{io.SPARSE_INDICES} array<int>, {io.SPARSE_VALUES} array<float>")
-NEIGHBORS_SCHEMA = (f"{io.INSTANCE_INDEX} long, {io.NEIGHBOR} array<long>, "
-                    f"{io.SCORE} array<float>, {io.VARIANT} string")
+EMBED_SCHEMA = (
+    f"{io.NODE_INDEX} long, {io.DENSE} array<float>, "
+    f"{io.SPARSE_INDICES} array<int>, {io.SPARSE_VALUES} array<float>"
+)
+NEIGHBORS_SCHEMA = (
+    f"{io.INSTANCE_INDEX} long, {io.NEIGHBOR} array<long>, "
+    f"{io.SCORE} array<float>, {io.VARIANT} string"
+)
 
 
 # --------------------------------------------------------------------------- model layout
@@ -117,9 +134,11 @@ def _model_name(variant: str, route: int) -> str:
 def _require_models(spark, models_root: str) -> None:
     marker = models_root.rstrip("/") + "/_SUCCESS"
     if not io.path_exists(spark, marker):
-        raise io.InputError(f"models folder {models_root} is missing or incomplete (no "
-                            f"{marker}); run the pretrain stage or point run.models at a "
-                            f"complete run")
+        raise io.InputError(
+            f"models folder {models_root} is missing or incomplete (no "
+            f"{marker}); run the pretrain stage or point run.models at a "
+            f"complete run"
+        )
 
 
 def _read_json(uri: str) -> Dict[str, Any]:
@@ -134,6 +153,7 @@ def _read_json(uri: str) -> Dict[str, Any]:
 
 def _read_output_nodes(model_uri: str):
     import numpy as np
+
     uri = f"{model_uri}/{OUTPUT_NODES}"
     raw = io.read_bytes(uri)
     if raw is None:
@@ -160,10 +180,14 @@ def load_vectorizer(local_dir: str, device: str):
     >>> phi = load_vectorizer("/run/models/vectorizer", "cpu")   # doctest: +SKIP
     """
     from .vectorizer import TFIDF_DIR, PhiPre
+
     # PECOS' C++ tf-idf loader aborts the worker on a corrupt file: check first, naming it
-    runtime.check_artifacts(local_dir, required=[ENCODER_JSON],
-                            counted_text=("tfidf-model.txt", "vocab.txt"),
-                            counted_under=TFIDF_DIR)
+    runtime.check_artifacts(
+        local_dir,
+        required=[ENCODER_JSON],
+        counted_text=("tfidf-model.txt", "vocab.txt"),
+        counted_under=TFIDF_DIR,
+    )
     return PhiPre.load(local_dir, device=device)
 
 
@@ -179,6 +203,7 @@ def load_g_model(local_dir: str, device: str = "cpu", mmap: bool = False):
     >>> g = load_g_model("/run/models/g/pina/full")   # doctest: +SKIP
     """
     from pecos.xmc.xlinear.model import XLinearModel
+
     # PECOS' C++ loader aborts the worker on a truncated file: check first, naming the file
     runtime.check_artifacts(local_dir, required=["param.json", "ranker/param.json"])
     if mmap:
@@ -205,27 +230,34 @@ def g_mmap_copy(local_dir: str) -> str:
     import os
 
     from pecos.xmc.xlinear.model import XLinearModel
+
     runtime.require_executor("g_mmap_copy")
     h = hashlib.sha1(os.path.abspath(local_dir).encode())
     for base, dirs, files in sorted(os.walk(local_dir)):
         dirs.sort()
         for f in sorted(files):
             st = os.stat(os.path.join(base, f))
-            h.update(f"\x1e{os.path.relpath(os.path.join(base, f), local_dir)}\x1f{st.st_size}"
-                     f"\x1f{st.st_mtime_ns}".encode())
+            h.update(
+                f"\x1e{os.path.relpath(os.path.join(base, f), local_dir)}\x1f{st.st_size}"
+                f"\x1f{st.st_mtime_ns}".encode()
+            )
     return embstore.build_once(
-        embstore.mapped_root("pina-g-mmap"), h.hexdigest()[:20],
+        embstore.mapped_root("pina-g-mmap"),
+        h.hexdigest()[:20],
         lambda tmp: XLinearModel.compile_mmap_model(local_dir, tmp),
-        f"g {local_dir} compiled to memory-mapped form")
+        f"g {local_dir} compiled to memory-mapped form",
+    )
 
 
 # --------------------------------------------------------------------------- arrow helpers
-def _iter_chunks(batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
-                 ) -> Iterator[Tuple[Any, Any]]:
+def _iter_chunks(
+    batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
+) -> Iterator[Tuple[Any, Any]]:
     """Executor side: regroup sorted Arrow record batches into ``(key, pa.Table)`` chunks of
     at most ``max_rows`` rows sharing one key (keys must be non-decreasing)."""
     import numpy as np
     import pyarrow as pa
+
     pend: List[Any] = []
     pend_key = None
     pend_n = 0
@@ -263,6 +295,7 @@ def _list_parts(col) -> Tuple[Any, Any, Any]:
     """(row_ids, positions, values) of a list column (nulls = empty lists)."""
     import numpy as np
     import pyarrow as pa
+
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     n = len(arr)
     offs = arr.offsets.to_numpy().astype(np.int64)
@@ -292,6 +325,7 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
     """
     import numpy as np
     import scipy.sparse as sp
+
     n = table.num_rows
     dr, dp, dv = _list_parts(table.column(io.DENSE))
     if len(dp) and int(dp.max()) >= dense_dim:
@@ -302,9 +336,11 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
         raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
     cols = np.concatenate([dp, si.astype(np.int64) + dense_dim])
     if len(cols) and int(cols.max()) >= n_features:
-        raise ValueError(f"embeddings: feature index {int(cols.max())} out of range for g "
-                         f"(nr_features={n_features}, dense_dim={dense_dim}): embeddings and "
-                         f"g come from different vectorizers")
+        raise ValueError(
+            f"embeddings: feature index {int(cols.max())} out of range for g "
+            f"(nr_features={n_features}, dense_dim={dense_dim}): embeddings and "
+            f"g come from different vectorizers"
+        )
     rows = np.concatenate([dr, sr])
     vals = np.concatenate([dv, sv]).astype(np.float32)
     X = sp.csr_matrix((vals, (rows, cols)), shape=(n, n_features), dtype=np.float32)
@@ -316,14 +352,18 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
 def _nonzero_rows(X):
     """Rows of a csr matrix with a nonzero value (an all-zero Phi_pre row has no neighbours)."""
     import numpy as np
+
     nz = X.data != 0
-    return np.bincount(np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[nz],
-                       minlength=X.shape[0]) > 0
+    return (
+        np.bincount(np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[nz], minlength=X.shape[0])
+        > 0
+    )
 
 
 def _list_array(counts, values, value_type):
     import numpy as np
     import pyarrow as pa
+
     offs = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(counts, out=offs[1:])
     return pa.ListArray.from_arrays(pa.array(offs, pa.int32()), pa.array(values, value_type))
@@ -347,6 +387,7 @@ def normalize_scores(scores, counts, weighting: str, temperature: float = 1.0):
     [[0.881, 0.119]]
     """
     import numpy as np
+
     s = np.asarray(scores, dtype=np.float64)
     n, k = s.shape
     valid = np.arange(k)[None, :] < np.asarray(counts)[:, None]
@@ -400,6 +441,7 @@ def topk_neighbors(Y, col_map, own, twin, k: int):
     ([[5, 7]], [2])
     """
     import numpy as np
+
     Y = Y.tocsr()
     n = Y.shape[0]
     lens = np.diff(Y.indptr)
@@ -448,14 +490,23 @@ def fold_route_expr(node_id_col: str, folds: int):
     True
     """
     from pyspark.sql import functions as F
+
     h = F.sha1(F.concat(F.lit("pina-fold\x1f"), F.col(node_id_col)))
-    unit = F.conv(F.substring(h, 1, 12), 16, 10).cast("double") / F.lit(float(16 ** 12))
+    unit = F.conv(F.substring(h, 1, 12), 16, 10).cast("double") / F.lit(float(16**12))
     return F.least(F.floor(unit * F.lit(float(folds))).cast("int"), F.lit(folds - 1))
 
 
 # --------------------------------------------------------------------------- embed
-def _make_embed_fn(vec_uri: str, version: str, device_cfg: str, threads_cfg: int,
-                   batch_size: int, plan, acc, load_fn: Callable[[str, str], Any]):
+def _make_embed_fn(
+    vec_uri: str,
+    version: str,
+    device_cfg: str,
+    threads_cfg: int,
+    batch_size: int,
+    plan,
+    acc,
+    load_fn: Callable[[str, str], Any],
+):
     """Driver side: build the executor function of the embed stage (closes over plain values)."""
 
     def embed_partition(batches):
@@ -464,13 +515,19 @@ def _make_embed_fn(vec_uri: str, version: str, device_cfg: str, threads_cfg: int
         tc = runtime.require_executor("embed_partition")
         import numpy as np
         import pyarrow as pa
+
         device = runtime.resolve_device(device_cfg, threads_cfg)
         threads = runtime.task_threads(threads_cfg, tc)
         phi = None
         rows = 0
-        schema = pa.schema([(io.NODE_INDEX, pa.int64()), (io.DENSE, pa.list_(pa.float32())),
-                            (io.SPARSE_INDICES, pa.list_(pa.int32())),
-                            (io.SPARSE_VALUES, pa.list_(pa.float32()))])
+        schema = pa.schema(
+            [
+                (io.NODE_INDEX, pa.int64()),
+                (io.DENSE, pa.list_(pa.float32())),
+                (io.SPARSE_INDICES, pa.list_(pa.int32())),
+                (io.SPARSE_VALUES, pa.list_(pa.float32())),
+            ]
+        )
 
         def block_of(rb):
             return rb.column(io.NODE_INDEX).to_numpy() // batch_size
@@ -486,25 +543,40 @@ def _make_embed_fn(vec_uri: str, version: str, device_cfg: str, threads_cfg: int
             sparse = sparse.tocsr().astype(np.float32)
             sparse.sort_indices()
             if dense.shape[0] != tbl.num_rows or sparse.shape[0] != tbl.num_rows:
-                raise RuntimeError(f"vectorizer returned {dense.shape[0]}/{sparse.shape[0]} "
-                                   f"rows for {tbl.num_rows} texts")
+                raise RuntimeError(
+                    f"vectorizer returned {dense.shape[0]}/{sparse.shape[0]} "
+                    f"rows for {tbl.num_rows} texts"
+                )
             n, d = dense.shape
             rows += n
-            yield pa.RecordBatch.from_arrays([
-                tbl.column(io.NODE_INDEX).combine_chunks(),
-                _list_array(np.full(n, d, dtype=np.int64), dense.ravel(), pa.float32()),
-                _list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
-                _list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
-            ], schema=schema)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    tbl.column(io.NODE_INDEX).combine_chunks(),
+                    _list_array(np.full(n, d, dtype=np.int64), dense.ravel(), pa.float32()),
+                    _list_array(
+                        np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()
+                    ),
+                    _list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+                ],
+                schema=schema,
+            )
         if acc is not None and rows:
             acc.add({"rows|embed": rows})
 
     return embed_partition
 
 
-def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
-                fault_plan=None, version: str = "", accumulator=None,
-                load_fn: Optional[Callable[[str, str], Any]] = None, slots: int = 1):
+def embed_frame(
+    nodes_df,
+    vectorizer_uri: str,
+    inference_cfg,
+    n_rows: int,
+    fault_plan=None,
+    version: str = "",
+    accumulator=None,
+    load_fn: Optional[Callable[[str, str], Any]] = None,
+    slots: int = 1,
+):
     """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).
 
     Parameters
@@ -538,6 +610,7 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
     ['node_index', 'dense', 'sparse_indices', 'sparse_values']
     """
     from pyspark.sql import functions as F
+
     inf = inference_cfg
     bs = int(inf.batch_size)
     parts = _n_partitions(n_rows, inf.rows_per_task, slots)
@@ -546,15 +619,24 @@ def embed_frame(nodes_df, vectorizer_uri: str, inference_cfg, n_rows: int,
     # robin (block mod parts, then block), so that every task gets a mix of long instance texts
     # and short label texts (node indices put instances first): contiguous ranges made the
     # label-heavy last task finish early and leave a core idle while the others ran.
-    df = (nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX),
-                          F.col(io.TEXT))
-          .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
-          .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
-          .repartitionByRange(parts, DEAL, BLOCK)
-          .sortWithinPartitions(io.NODE_INDEX)
-          .drop(BLOCK, DEAL))
-    fn = _make_embed_fn(vectorizer_uri, version, inf.device, int(inf.torch_threads), bs,
-                        fault_plan, accumulator, load_fn or load_vectorizer)
+    df = (
+        nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
+        .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
+        .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
+        .repartitionByRange(parts, DEAL, BLOCK)
+        .sortWithinPartitions(io.NODE_INDEX)
+        .drop(BLOCK, DEAL)
+    )
+    fn = _make_embed_fn(
+        vectorizer_uri,
+        version,
+        inf.device,
+        int(inf.torch_threads),
+        bs,
+        fault_plan,
+        accumulator,
+        load_fn or load_vectorizer,
+    )
     return df.mapInArrow(fn, EMBED_SCHEMA)
 
 
@@ -582,36 +664,65 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
     plan = faults.fault_plan(cfg, "embed")
     slots = runtime.task_slots(spark)
-    df = embed_frame(nodes, vec_uri, cfg.inference, n, plan, _version(spark, vec_uri), acc,
-                     slots=slots)
+    df = embed_frame(
+        nodes, vec_uri, cfg.inference, n, plan, _version(spark, vec_uri), acc, slots=slots
+    )
     t0 = time.time()
     io.write_table(df, ctx.paths, io.EMBEDDINGS)
     dt = time.time() - t0
     counters = dict(acc.value)
-    stats: Dict[str, Any] = {"rows": n, "rows_written": int(counters.get("rows|embed", 0)),
-                             "partitions": _n_partitions(n, cfg.inference.rows_per_task, slots),
-                             "seconds": round(dt, 3),
-                             "rows_per_s": round(n / dt, 2) if dt else None,
-                             "vectorizer": vec_uri}
+    stats: Dict[str, Any] = {
+        "rows": n,
+        "rows_written": int(counters.get("rows|embed", 0)),
+        "partitions": _n_partitions(n, cfg.inference.rows_per_task, slots),
+        "seconds": round(dt, 3),
+        "rows_per_s": round(n / dt, 2) if dt else None,
+        "vectorizer": vec_uri,
+    }
     stats.update(runtime.summarize_loads(counters))
-    log.info("embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers", n, dt,
-             n / max(dt, 1e-9), stats["model_loads"], stats["worker_processes"])
+    log.info(
+        "embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers",
+        n,
+        dt,
+        n / max(dt, 1e-9),
+        stats["model_loads"],
+        stats["worker_processes"],
+    )
     return stats
 
 
 # --------------------------------------------------------------------------- neighbours
 def _neighbors_arrow_schema():
     import pyarrow as pa
-    return pa.schema([(io.INSTANCE_INDEX, pa.int64()), (io.NEIGHBOR, pa.list_(pa.int64())),
-                      (io.SCORE, pa.list_(pa.float32())), (io.VARIANT, pa.string())])
+
+    return pa.schema(
+        [
+            (io.INSTANCE_INDEX, pa.int64()),
+            (io.NEIGHBOR, pa.list_(pa.int64())),
+            (io.SCORE, pa.list_(pa.float32())),
+            (io.VARIANT, pa.string()),
+        ]
+    )
 
 
-def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, weighting: str,
-                   temperature: float, threads: int):
+def _predict_chunk(
+    models,
+    chunk_specs,
+    col_maps,
+    X,
+    idx,
+    own,
+    twin,
+    k: int,
+    weighting: str,
+    temperature: float,
+    threads: int,
+):
     """Executor side: ``(variant, spec, record batch)`` per g model for the rows of ``X`` (node
     indices ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
     import numpy as np
     import pyarrow as pa
+
     schema = _neighbors_arrow_schema()
     has_x = _nonzero_rows(X)
     n = len(idx)
@@ -622,24 +733,44 @@ def _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin, k: int, wei
             raise runtime.ModelLoadError(
                 f"g model {spec['uri']} gave predictions of shape {Y.shape} for {n} rows, but "
                 f"its output_nodes.npy maps {len(cmap)} outputs: the model and output_nodes.npy "
-                f"come from different trainings; rerun the pretrain stage")
+                f"come from different trainings; rerun the pretrain stage"
+            )
         nodes, scores, counts = topk_neighbors(Y, cmap, own, twin, k)
         counts = np.where(has_x, counts, 0)  # an all-zero Phi_pre row has no neighbours
         weights = normalize_scores(scores, counts, weighting, temperature)
         keep = np.arange(k)[None, :] < counts[:, None]
-        yield variant, spec, pa.RecordBatch.from_arrays([
-            pa.array(idx, pa.int64()),
-            _list_array(counts, nodes[keep], pa.int64()),
-            _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
-            pa.array([variant] * n, pa.string()),
-        ], schema=schema)
+        yield (
+            variant,
+            spec,
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.array(idx, pa.int64()),
+                    _list_array(counts, nodes[keep], pa.int64()),
+                    _list_array(counts, weights[keep].astype(np.float32), pa.float32()),
+                    pa.array([variant] * n, pa.string()),
+                ],
+                schema=schema,
+            ),
+        )
 
 
-def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
-                       variants: Sequence[str], n_folds: int, out_of_fold: bool,
-                       leave_self_out: bool, k: int, weighting: str, temperature: float,
-                       dense_dim: int, threads_cfg: int, batch_size: int, plan, acc,
-                       g_loader: Callable[[str, str], Any] = load_g_model):
+def _make_neighbors_fn(
+    specs: Dict[Tuple[str, int], Dict[str, Any]],
+    col_maps_bc,
+    variants: Sequence[str],
+    n_folds: int,
+    out_of_fold: bool,
+    leave_self_out: bool,
+    k: int,
+    weighting: str,
+    temperature: float,
+    dense_dim: int,
+    threads_cfg: int,
+    batch_size: int,
+    plan,
+    acc,
+    g_loader: Callable[[str, str], Any] = load_g_model,
+):
     """Driver side: the executor function of ``embeddings_via: shuffle``: the instance rows
     arrive with their embedding columns, sorted by (route, instance_index)."""
 
@@ -650,6 +781,7 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
         import numpy as np
 
         from .folds import fold_of
+
         threads = runtime.task_threads(threads_cfg, tc)
         col_maps = col_maps_bc.value
         counters: Dict[str, int] = {}
@@ -659,16 +791,20 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
 
         for route, tbl in _iter_chunks(batches, route_of, batch_size):
             chunk_specs = [(v, specs[(v, route)]) for v in variants]
-            models = [runtime.get_model(sp["uri"], g_loader, sp["version"], "cpu", acc,
-                                        sp["name"]) for _, sp in chunk_specs]
+            models = [
+                runtime.get_model(sp["uri"], g_loader, sp["version"], "cpu", acc, sp["name"])
+                for _, sp in chunk_specs
+            ]
             n = tbl.num_rows
             idx = tbl.column(io.INSTANCE_INDEX).to_numpy()
             if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
                 ids = tbl.column(io.NODE_ID).to_pylist()
                 bad = [i for i in ids if fold_of(i, n_folds) != route]
                 if bad:
-                    raise RuntimeError(f"fold routing mismatch for {bad[:3]}: SQL route {route} "
-                                       f"!= folds.fold_of")
+                    raise RuntimeError(
+                        f"fold routing mismatch for {bad[:3]}: SQL route {route} "
+                        f"!= folds.fold_of"
+                    )
             if leave_self_out:
                 own = idx.astype(np.int64)
                 twin = tbl.column(TWIN).fill_null(-1).to_numpy().astype(np.int64)
@@ -676,8 +812,9 @@ def _make_neighbors_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc
                 own = np.full(n, -1, dtype=np.int64)
                 twin = own
             X = features_from_arrow(tbl, dense_dim, int(models[0].model.nr_features))
-            for _, spec, rb in _predict_chunk(models, chunk_specs, col_maps, X, idx, own, twin,
-                                              k, weighting, temperature, threads):
+            for _, spec, rb in _predict_chunk(
+                models, chunk_specs, col_maps, X, idx, own, twin, k, weighting, temperature, threads
+            ):
                 yield rb
                 key = f"rows|{spec['name']}"
                 counters[key] = counters.get(key, 0) + n
@@ -695,10 +832,13 @@ def _read_node_indices(uri: str):
     """Executor side: the sorted distinct ``node_index`` values of a Parquet table (pyarrow)."""
     import numpy as np
     import pyarrow.parquet as pq
+
     found = io.parquet_files(uri)
     if found is None:
-        raise RuntimeError(f"neighbors: cannot read the selection {uri} with pyarrow here; set "
-                           f"inference.embeddings_via: shuffle")
+        raise RuntimeError(
+            f"neighbors: cannot read the selection {uri} with pyarrow here; set "
+            f"inference.embeddings_via: shuffle"
+        )
     fs, files = found
     parts = [np.zeros(0, np.int64)]
     for fi in files:
@@ -716,6 +856,7 @@ def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
     import numpy as np
 
     from .folds import fold_of_unit
+
     nodes = np.flatnonzero(np.asarray(E["kind"]) == embstore.KIND_INSTANCE).astype(np.int64)
     if selection is not None:
         nodes = nodes[np.isin(nodes, selection, assume_unique=True)]
@@ -764,6 +905,7 @@ def _route_chunks(routes, batch_size: int):
     """``(start, end)`` of chunks of at most ``batch_size`` rows sharing one route (``routes``
     non-decreasing)."""
     import numpy as np
+
     n = len(routes)
     if not n:
         return []
@@ -774,13 +916,27 @@ def _route_chunks(routes, batch_size: int):
     return out
 
 
-def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_maps_bc,
-                            variants: Sequence[str], n_folds: int, out_of_fold: bool,
-                            leave_self_out: bool, use_twin: bool, k: int, weighting: str,
-                            temperature: float, threads_cfg: int, batch_size: int, plan, acc,
-                            store: Dict[str, Any], n_tasks: int, selection: Optional[str],
-                            sink: Optional[Dict[str, Any]],
-                            g_loader: Callable[[str, str], Any] = load_g_model):
+def _make_neighbors_task_fn(
+    specs: Dict[Tuple[str, int], Dict[str, Any]],
+    col_maps_bc,
+    variants: Sequence[str],
+    n_folds: int,
+    out_of_fold: bool,
+    leave_self_out: bool,
+    use_twin: bool,
+    k: int,
+    weighting: str,
+    temperature: float,
+    threads_cfg: int,
+    batch_size: int,
+    plan,
+    acc,
+    store: Dict[str, Any],
+    n_tasks: int,
+    selection: Optional[str],
+    sink: Optional[Dict[str, Any]],
+    g_loader: Callable[[str, str], Any] = load_g_model,
+):
     """Driver side: the executor function of ``embeddings_via: files``. Its input is one row
     per task (``spark.range(n_tasks)``): each task takes its slice of the instance nodes from
     the memory-mapped store (:func:`task_order`, :func:`task_rows`), gathers X there, and
@@ -794,6 +950,7 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
         tc = runtime.require_executor("neighbors_task")
         import numpy as np
         import pyarrow as pa
+
         threads = runtime.task_threads(threads_cfg, tc)
         col_maps = col_maps_bc.value
         # the memory-mapped embeddings open (or are built, by the first worker of the machine)
@@ -802,9 +959,10 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
 
         def models_of(route):
             chunk_specs = [(v, specs[(v, route)]) for v in variants]
-            return chunk_specs, [runtime.get_model(sp["uri"], g_loader, sp["version"],
-                                                   "cpu", acc, sp["name"])
-                                 for _, sp in chunk_specs]
+            return chunk_specs, [
+                runtime.get_model(sp["uri"], g_loader, sp["version"], "cpu", acc, sp["name"])
+                for _, sp in chunk_specs
+            ]
 
         if not out_of_fold:
             models_of(FULL_ROUTE)
@@ -825,24 +983,41 @@ def _make_neighbors_task_fn(specs: Dict[Tuple[str, int], Dict[str, Any]], col_ma
                     idx = nodes[s:e]
                     if leave_self_out:
                         own = idx
-                        twin = (np.asarray(E["twin"][idx], dtype=np.int64) if use_twin
-                                else np.full(len(idx), -1, dtype=np.int64))
+                        twin = (
+                            np.asarray(E["twin"][idx], dtype=np.int64)
+                            if use_twin
+                            else np.full(len(idx), -1, dtype=np.int64)
+                        )
                     else:
                         own = twin = np.full(len(idx), -1, dtype=np.int64)
                     X = embstore.features(E, rows[s:e], int(models[0].model.nr_features))
-                    for v, spec, b in _predict_chunk(models, chunk_specs, col_maps, X, idx,
-                                                     own, twin, k, weighting, temperature,
-                                                     threads):
+                    for v, spec, b in _predict_chunk(
+                        models,
+                        chunk_specs,
+                        col_maps,
+                        X,
+                        idx,
+                        own,
+                        twin,
+                        k,
+                        weighting,
+                        temperature,
+                        threads,
+                    ):
                         out[v].append(b)
                         key = f"rows|{spec['name']}"
                         counters[key] = counters.get(key, 0) + (e - s)
                 # rows of a task in instance_index order, as the shuffle path writes them
                 tables = {}
                 for v in variants:
-                    t = (pa.Table.from_batches(out[v]) if out[v]
-                         else _neighbors_arrow_schema().empty_table())
-                    tables[v] = t.take(pa.array(np.argsort(
-                        t.column(io.INSTANCE_INDEX).to_numpy(), kind="stable")))
+                    t = (
+                        pa.Table.from_batches(out[v])
+                        if out[v]
+                        else _neighbors_arrow_schema().empty_table()
+                    )
+                    tables[v] = t.take(
+                        pa.array(np.argsort(t.column(io.INSTANCE_INDEX).to_numpy(), kind="stable"))
+                    )
                 if sink is None:
                     for v in variants:
                         for b in tables[v].to_batches():
@@ -867,6 +1042,7 @@ def _write_task_files(tables: Dict[str, Any], sink: Dict[str, Any], task: int, a
     (empty) file, so the table has a schema even with no rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     fs, base = io.pyarrow_fs(sink["uri"])
     codec = io.parquet_codec(sink.get("compression"))
     done = []
@@ -887,8 +1063,13 @@ def _write_task_files(tables: Dict[str, Any], sink: Dict[str, Any], task: int, a
             raise
         done.append((v, t.num_rows, final))
     return pa.RecordBatch.from_arrays(
-        [pa.array([x[0] for x in done], pa.string()), pa.array([x[1] for x in done], pa.int64()),
-         pa.array([x[2] for x in done], pa.string())], ["variant", "rows", "path"])
+        [
+            pa.array([x[0] for x in done], pa.string()),
+            pa.array([x[1] for x in done], pa.int64()),
+            pa.array([x[2] for x in done], pa.string()),
+        ],
+        ["variant", "rows", "path"],
+    )
 
 
 class _StoreOpener:
@@ -897,9 +1078,11 @@ class _StoreOpener:
 
     def __init__(self, spec: Dict[str, Any]):
         import threading
+
         self._out: Dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(spec,), daemon=True,
-                                        name="pina-open-store")
+        self._thread = threading.Thread(
+            target=self._run, args=(spec,), daemon=True, name="pina-open-store"
+        )
         self._thread.start()
 
     def _run(self, spec):
@@ -915,9 +1098,13 @@ class _StoreOpener:
         return self._out["E"]
 
 
-def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
-                          mmap_max_mb: float, selection_uri: Optional[str] = None
-                          ) -> Tuple[str, str]:
+def choose_embeddings_via(
+    value: str,
+    embeddings_uri: str,
+    nodes_uri: str,
+    mmap_max_mb: float,
+    selection_uri: Optional[str] = None,
+) -> Tuple[str, str]:
     """Driver side: ``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` |
     ``shuffle`` (see :class:`pina_spark.config.InferenceConfig`). ``files`` needs pyarrow to
     reach the tables (and an incremental run's ``selection_uri``) on the executors.
@@ -931,13 +1118,16 @@ def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
     """
     value = (value or "auto").strip().lower()
     if value not in ("auto", "files", "shuffle"):
-        raise ValueError(f"inference.embeddings_via: {value!r} is not one of auto, files, "
-                         f"shuffle")
+        raise ValueError(
+            f"inference.embeddings_via: {value!r} is not one of auto, files, " f"shuffle"
+        )
     reach = all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, selection_uri) if u)
     if value == "files":
         if not reach:
-            raise ValueError(f"inference.embeddings_via=files: executors cannot read "
-                             f"{embeddings_uri} with pyarrow; use embeddings_via: shuffle")
+            raise ValueError(
+                f"inference.embeddings_via=files: executors cannot read "
+                f"{embeddings_uri} with pyarrow; use embeddings_via: shuffle"
+            )
         return "files", "inference.embeddings_via=files"
     if value == "shuffle":
         return "shuffle", "inference.embeddings_via=shuffle"
@@ -948,8 +1138,9 @@ def choose_embeddings_via(value: str, embeddings_uri: str, nodes_uri: str,
         return "shuffle", "auto: the embeddings' Parquet footers are not readable here"
     size_mb = embstore.estimate_mb(stats)
     if size_mb > mmap_max_mb:
-        return "shuffle", (f"auto: embeddings ~{size_mb:.1f} MB > aggregate.mmap_max_mb "
-                           f"{mmap_max_mb}")
+        return "shuffle", (
+            f"auto: embeddings ~{size_mb:.1f} MB > aggregate.mmap_max_mb " f"{mmap_max_mb}"
+        )
     return "files", f"auto: embeddings ~{size_mb:.1f} MB <= aggregate.mmap_max_mb {mmap_max_mb}"
 
 
@@ -965,30 +1156,50 @@ def _node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     """
     import numpy as np
     from pyspark.sql import functions as F
-    n_inst, label_idx = (_node_counts_arrow(ctx.paths.table(io.NODES), need_labels)
-                         or _node_counts_spark(nodes_df(), need_labels))
+
+    n_inst, label_idx = _node_counts_arrow(
+        ctx.paths.table(io.NODES), need_labels
+    ) or _node_counts_spark(nodes_df(), need_labels)
     own_models = ctx.paths.table(io.MODELS).rstrip("/")
     models = ctx.models.rstrip("/")
     if models == own_models:
         return None, label_idx, n_inst
     if not models.endswith("/" + io.MODELS):
-        log.warning("neighbors: models %s are not under a run root; assuming its node indices "
-                    "match this run's nodes", models)
+        log.warning(
+            "neighbors: models %s are not under a run root; assuming its node indices "
+            "match this run's nodes",
+            models,
+        )
         return None, label_idx, n_inst
     old_nodes_uri = models[: -len(io.MODELS)] + io.NODES
     if not io.is_complete(spark, old_nodes_uri):
-        log.warning("neighbors: %s not found; assuming the node indices of the models' run "
-                    "match this run's nodes", old_nodes_uri)
+        log.warning(
+            "neighbors: %s not found; assuming the node indices of the models' run "
+            "match this run's nodes",
+            old_nodes_uri,
+        )
         return None, label_idx, n_inst
     old = spark.read.parquet(old_nodes_uri).select(
-        F.col(io.NODE_INDEX).alias("old"), io.KIND, io.NODE_ID)
-    pairs = old.join(nodes_df().select(F.col(io.NODE_INDEX).alias("new"), io.KIND, io.NODE_ID),
-                     [io.KIND, io.NODE_ID], "inner").select("old", "new").toPandas()
+        F.col(io.NODE_INDEX).alias("old"), io.KIND, io.NODE_ID
+    )
+    pairs = (
+        old.join(
+            nodes_df().select(F.col(io.NODE_INDEX).alias("new"), io.KIND, io.NODE_ID),
+            [io.KIND, io.NODE_ID],
+            "inner",
+        )
+        .select("old", "new")
+        .toPandas()
+    )
     n_old = old.agg(F.max("old")).first()[0]
     remap = np.full(int(n_old or 0) + 1, -1, dtype=np.int64)
     remap[pairs["old"].to_numpy(np.int64)] = pairs["new"].to_numpy(np.int64)
-    log.info("neighbors: %d of %d nodes of %s found in this run's nodes", len(pairs),
-             len(remap), old_nodes_uri)
+    log.info(
+        "neighbors: %d of %d nodes of %s found in this run's nodes",
+        len(pairs),
+        len(remap),
+        old_nodes_uri,
+    )
     return remap, label_idx, n_inst
 
 
@@ -996,14 +1207,23 @@ def _node_counts_spark(nodes_df, need_labels: bool):
     """Driver side: ``(instance count, sorted label node indices)`` with one Spark job."""
     import numpy as np
     from pyspark.sql import functions as F
+
     if need_labels:  # one pass: instance count + label indices
-        pdf = nodes_df.select(io.KIND, io.NODE_INDEX).filter(
-            F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE)).groupBy(io.KIND).agg(
-            F.count("*").alias("n"), F.sort_array(F.collect_list(
-                F.when(F.col(io.KIND) == io.KIND_LABEL, F.col(io.NODE_INDEX)))).alias("idx")
-        ).collect()
-        label_idx = np.asarray([i for r in pdf if r[io.KIND] == io.KIND_LABEL
-                                for i in r["idx"]], dtype=np.int64)
+        pdf = (
+            nodes_df.select(io.KIND, io.NODE_INDEX)
+            .filter(F.col(io.KIND).isin(io.KIND_LABEL, io.KIND_INSTANCE))
+            .groupBy(io.KIND)
+            .agg(
+                F.count("*").alias("n"),
+                F.sort_array(
+                    F.collect_list(F.when(F.col(io.KIND) == io.KIND_LABEL, F.col(io.NODE_INDEX)))
+                ).alias("idx"),
+            )
+            .collect()
+        )
+        label_idx = np.asarray(
+            [i for r in pdf if r[io.KIND] == io.KIND_LABEL for i in r["idx"]], dtype=np.int64
+        )
     else:
         pdf = nodes_df.groupBy(io.KIND).agg(F.count("*").alias("n")).collect()
         label_idx = np.zeros(0, dtype=np.int64)
@@ -1021,16 +1241,17 @@ def _node_counts_arrow(nodes_uri: str, need_labels: bool):
         return None
     import numpy as np
     import pyarrow.dataset as ds
+
     try:
         n_inst = int(dset.count_rows(filter=ds.field(io.KIND) == io.KIND_INSTANCE))
         label_idx = np.zeros(0, dtype=np.int64)
         if need_labels:
-            col = dset.to_table(columns=[io.NODE_INDEX],
-                                filter=ds.field(io.KIND) == io.KIND_LABEL).column(0)
+            col = dset.to_table(
+                columns=[io.NODE_INDEX], filter=ds.field(io.KIND) == io.KIND_LABEL
+            ).column(0)
             label_idx = np.sort(col.to_numpy().astype(np.int64))
     except Exception as e:  # e.g. a table without the contract's columns: Spark reports it
-        log.info("neighbors: %s not readable with pyarrow (%s); counting with Spark",
-                 nodes_uri, e)
+        log.info("neighbors: %s not readable with pyarrow (%s); counting with Spark", nodes_uri, e)
         return None
     return n_inst, label_idx
 
@@ -1045,21 +1266,30 @@ def _col_map(output_nodes, remap, label_idx, node_kinds: str):
     [-1, 5, 6]
     """
     import numpy as np
+
     out = np.asarray(output_nodes, dtype=np.int64).copy()
     if remap is not None:
         inside = (out >= 0) & (out < len(remap))
         out = np.where(inside, remap[np.clip(out, 0, max(len(remap) - 1, 0))], -1)
     if node_kinds != "both":
         pos = np.searchsorted(label_idx, out)
-        is_label = (pos < len(label_idx)) & (label_idx[np.minimum(pos, len(label_idx) - 1)]
-                                             == out) if len(label_idx) else np.zeros(len(out),
-                                                                                     bool)
+        is_label = (
+            (pos < len(label_idx)) & (label_idx[np.minimum(pos, len(label_idx) - 1)] == out)
+            if len(label_idx)
+            else np.zeros(len(out), bool)
+        )
         out[(~is_label) if node_kinds == "labels" else is_label] = -1
     return out
 
 
-def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_plan=None,
-                    accumulator=None, sink: Optional[Dict[str, Any]] = None):
+def neighbors_frame(
+    spark,
+    ctx,
+    variants: Optional[Sequence[str]] = None,
+    fault_plan=None,
+    accumulator=None,
+    sink: Optional[Dict[str, Any]] = None,
+):
     """Driver side: the lazy ``neighbors`` DataFrame (with a ``variant`` column) and a dict of
     plain facts about it (variants, folds, rows, model names, candidates per row, ``writer``).
 
@@ -1076,6 +1306,7 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     ['pina', 'pina_naive']
     """
     from pyspark.sql import functions as F
+
     cfg = ctx.cfg
     nb, inf = cfg.neighbors, cfg.inference
     models = ctx.models.rstrip("/")
@@ -1083,24 +1314,32 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
     if variants is None:
         variants = [v for v in VARIANTS if io.path_exists(spark, g_model_dir(models, v))]
     if not variants:
-        raise io.InputError(f"no g model found: expected {g_model_dir(models, 'pina')} and/or "
-                            f"{g_model_dir(models, 'pina_naive')}")
+        raise io.InputError(
+            f"no g model found: expected {g_model_dir(models, 'pina')} and/or "
+            f"{g_model_dir(models, 'pina_naive')}"
+        )
     out_of_fold = nb.train_mode == "out_of_fold"
     n_folds = 0
     if out_of_fold:
         n_folds = int(_read_json(f"{models}/{FOLDS_JSON}").get("folds") or 0)
         if n_folds < 2:
-            raise io.InputError(f"neighbors.train_mode=out_of_fold but {models}/{FOLDS_JSON} "
-                                f"lists no fold models (folds={n_folds}): the models were "
-                                f"trained in_sample; set neighbors.train_mode=in_sample or "
-                                f"retrain them")
+            raise io.InputError(
+                f"neighbors.train_mode=out_of_fold but {models}/{FOLDS_JSON} "
+                f"lists no fold models (folds={n_folds}): the models were "
+                f"trained in_sample; set neighbors.train_mode=in_sample or "
+                f"retrain them"
+            )
         if n_folds != nb.folds:
-            log.warning("neighbors.folds=%d but the models were trained with %d folds; using %d",
-                        nb.folds, n_folds, n_folds)
+            log.warning(
+                "neighbors.folds=%d but the models were trained with %d folds; using %d",
+                nb.folds,
+                n_folds,
+                n_folds,
+            )
     enc = _read_json(f"{models}/{VECTORIZER_DIR}/{ENCODER_JSON}")
     dense_dim = int(enc["dense_dim"])
 
-    for rel in (io.NODES, io.EMBEDDINGS):   # both complete, whichever way they are read
+    for rel in (io.NODES, io.EMBEDDINGS):  # both complete, whichever way they are read
         io.require_complete(spark, ctx.paths, rel)
     read: List[Any] = []
 
@@ -1111,12 +1350,13 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
 
     remap, label_idx, n_inst = _node_maps(spark, ctx, nodes, nb.node_kinds != "both")
     emb_uri, nodes_uri = ctx.paths.table(io.EMBEDDINGS), ctx.paths.table(io.NODES)
-    via, via_reason = choose_embeddings_via(inf.embeddings_via, emb_uri, nodes_uri,
-                                            cfg.aggregate.mmap_max_mb, ctx.selection or None)
+    via, via_reason = choose_embeddings_via(
+        inf.embeddings_via, emb_uri, nodes_uri, cfg.aggregate.mmap_max_mb, ctx.selection or None
+    )
     routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
     specs: Dict[Tuple[str, int], Dict[str, Any]] = {}
     col_maps: Dict[str, Any] = {}
-    extra = (2 if nb.leave_self_out else 0)
+    extra = 2 if nb.leave_self_out else 0
     for v in variants:
         for r in routes:
             uri = g_model_dir(models, v, None if r == FULL_ROUTE else r)
@@ -1128,11 +1368,21 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
             cap = max(100, 10 * (nb.k + extra))
             topk = int(max(1, min(n_out, nb.k + extra + n_bad, cap)))
             if nb.k + extra + n_bad > cap:
-                log.warning("neighbors: %s: %d of %d outputs are excluded by node_kinds=%s; "
-                            "candidates capped at %d, some rows may get fewer than k",
-                            name, n_bad, n_out, nb.node_kinds, cap)
-            specs[(v, r)] = {"uri": uri, "version": _version(spark, uri), "name": name,
-                             "topk": topk}
+                log.warning(
+                    "neighbors: %s: %d of %d outputs are excluded by node_kinds=%s; "
+                    "candidates capped at %d, some rows may get fewer than k",
+                    name,
+                    n_bad,
+                    n_out,
+                    nb.node_kinds,
+                    cap,
+                )
+            specs[(v, r)] = {
+                "uri": uri,
+                "version": _version(spark, uri),
+                "name": name,
+                "topk": topk,
+            }
             col_maps[name] = cmap
     bc = spark.sparkContext.broadcast(col_maps)
 
@@ -1143,67 +1393,118 @@ def neighbors_frame(spark, ctx, variants: Optional[Sequence[str]] = None, fault_
         # incremental run's selection) and their X from the memory-mapped store of its machine
         # (embstore); instances without an embedding row are skipped and counted
         sparse_dim = int(enc["sparse_dim"])
-        store = {"embeddings": emb_uri, "nodes": nodes_uri, "dense_dim": dense_dim,
-                 "sparse_dim": sparse_dim,
-                 "key": embstore.tables_key(emb_uri, nodes_uri, dense_dim, sparse_dim)}
+        store = {
+            "embeddings": emb_uri,
+            "nodes": nodes_uri,
+            "dense_dim": dense_dim,
+            "sparse_dim": sparse_dim,
+            "key": embstore.tables_key(emb_uri, nodes_uri, dense_dim, sparse_dim),
+        }
         n_rows = n_inst
         if ctx.selection:
             n_sel = io.count_rows_arrow(ctx.selection)
             n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
         parts = _n_partitions(n_rows, inf.rows_per_task, runtime.task_slots(spark))
-        fn = _make_neighbors_task_fn(specs, bc, list(variants), n_folds, out_of_fold,
-                                     nb.leave_self_out, use_twin, nb.k, nb.weighting,
-                                     nb.temperature, int(inf.torch_threads),
-                                     int(inf.batch_size), fault_plan, accumulator, store, parts,
-                                     ctx.selection or None, sink, g_loader)
+        fn = _make_neighbors_task_fn(
+            specs,
+            bc,
+            list(variants),
+            n_folds,
+            out_of_fold,
+            nb.leave_self_out,
+            use_twin,
+            nb.k,
+            nb.weighting,
+            nb.temperature,
+            int(inf.torch_threads),
+            int(inf.batch_size),
+            fault_plan,
+            accumulator,
+            store,
+            parts,
+            ctx.selection or None,
+            sink,
+            g_loader,
+        )
         out = spark.range(0, parts, 1, parts).mapInArrow(
-            fn, SINK_SCHEMA if sink is not None else NEIGHBORS_SCHEMA)
+            fn, SINK_SCHEMA if sink is not None else NEIGHBORS_SCHEMA
+        )
     else:
         # driven by the embeddings (an incremental run hands this stage a subset of them);
         # every instance with an embedding gets a row, with empty arrays when it has no
         # neighbour. The narrow instance table goes to the embeddings (broadcast while it is
         # small), so the wide embedding rows are shuffled once, by the repartition below
-        inst = nodes().filter(F.col(io.KIND) == io.KIND_INSTANCE).select(
-            F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
+        inst = (
+            nodes()
+            .filter(F.col(io.KIND) == io.KIND_INSTANCE)
+            .select(F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), io.NODE_ID, io.SPLIT)
+        )
         if use_twin:
             # an item's label node ("twin", same node_id) is excluded like self
-            twins = nodes().filter(F.col(io.KIND) == io.KIND_LABEL).select(
-                io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
+            twins = (
+                nodes()
+                .filter(F.col(io.KIND) == io.KIND_LABEL)
+                .select(io.NODE_ID, F.col(io.NODE_INDEX).alias(TWIN))
+            )
             inst = inst.join(twins, io.NODE_ID, "left")
         else:
             inst = inst.withColumn(TWIN, F.lit(None).cast("long"))
         vec_cols = [io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
         emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS, contract=True).select(
-            F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), *vec_cols)
+            F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX), *vec_cols
+        )
         if n_inst <= BROADCAST_INSTANCES_MAX_ROWS:
             inst = F.broadcast(inst)
         df = emb.join(inst, io.INSTANCE_INDEX, "inner")
         if out_of_fold:
-            route = F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN,
-                           fold_route_expr(io.NODE_ID, n_folds)).otherwise(F.lit(FULL_ROUTE))
+            route = F.when(
+                F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_route_expr(io.NODE_ID, n_folds)
+            ).otherwise(F.lit(FULL_ROUTE))
         else:
             route = F.lit(FULL_ROUTE)
         parts = _n_partitions(n_inst, inf.rows_per_task, runtime.task_slots(spark))
         df = df.withColumn(ROUTE, route.cast("int"))
         if out_of_fold:  # co-locate rows of one model: a task needs few models (cache: 4)
             df = df.repartitionByRange(parts, ROUTE, io.INSTANCE_INDEX)
-        else:            # one model per variant: hash partitioning needs no sampling pass
+        else:  # one model per variant: hash partitioning needs no sampling pass
             df = df.repartition(parts, io.INSTANCE_INDEX)
-        df = (df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX)
-              .select(io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, *vec_cols))
-        fn = _make_neighbors_fn(specs, bc, list(variants), n_folds, out_of_fold,
-                                nb.leave_self_out, nb.k, nb.weighting, nb.temperature, dense_dim,
-                                int(inf.torch_threads), int(inf.batch_size), fault_plan,
-                                accumulator, g_loader)
-        out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(io.VARIANT,
-                                                                       io.INSTANCE_INDEX)
-    info = {"variants": list(variants), "folds": n_folds, "instance_nodes": n_inst,
-            "partitions": parts, "embeddings_via": via, "embeddings_via_reason": via_reason,
-            "train_mode": nb.train_mode, "models": sorted(s["name"] for s in specs.values()),
-            "candidates_per_row": {s["name"]: s["topk"] for s in specs.values()},
-            "remapped_nodes": remap is not None,
-            "writer": "arrow" if (via == "files" and sink is not None) else "spark",
-            "g_mmap": bool(inf.g_mmap)}
+        df = df.sortWithinPartitions(ROUTE, io.INSTANCE_INDEX).select(
+            io.INSTANCE_INDEX, io.NODE_ID, TWIN, ROUTE, *vec_cols
+        )
+        fn = _make_neighbors_fn(
+            specs,
+            bc,
+            list(variants),
+            n_folds,
+            out_of_fold,
+            nb.leave_self_out,
+            nb.k,
+            nb.weighting,
+            nb.temperature,
+            dense_dim,
+            int(inf.torch_threads),
+            int(inf.batch_size),
+            fault_plan,
+            accumulator,
+            g_loader,
+        )
+        out = df.mapInArrow(fn, NEIGHBORS_SCHEMA).sortWithinPartitions(
+            io.VARIANT, io.INSTANCE_INDEX
+        )
+    info = {
+        "variants": list(variants),
+        "folds": n_folds,
+        "instance_nodes": n_inst,
+        "partitions": parts,
+        "embeddings_via": via,
+        "embeddings_via_reason": via_reason,
+        "train_mode": nb.train_mode,
+        "models": sorted(s["name"] for s in specs.values()),
+        "candidates_per_row": {s["name"]: s["topk"] for s in specs.values()},
+        "remapped_nodes": remap is not None,
+        "writer": "arrow" if (via == "files" and sink is not None) else "spark",
+        "g_mmap": bool(inf.g_mmap),
+    }
     return out, info
 
 
@@ -1228,11 +1529,13 @@ def run_neighbors_stage(ctx) -> Dict[str, Any]:
     staging = ctx.paths.staging(io.NEIGHBORS)
     sink = None
     if io.pyarrow_reaches(staging):
-        sink = {"uri": staging, "compression": spark.conf.get(
-            "spark.sql.parquet.compression.codec", "snappy")}
+        sink = {
+            "uri": staging,
+            "compression": spark.conf.get("spark.sql.parquet.compression.codec", "snappy"),
+        }
     df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc, sink=sink)
     t0 = time.time()
-    if info["writer"] == "arrow":   # the tasks wrote the files: mark complete and publish
+    if info["writer"] == "arrow":  # the tasks wrote the files: mark complete and publish
         io.publish_written(spark, df, staging, ctx.paths.table(io.NEIGHBORS), "neighbors")
     else:
         io.write_table(df, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
@@ -1240,26 +1543,47 @@ def run_neighbors_stage(ctx) -> Dict[str, Any]:
     counters = dict(acc.value)
     per_variant: Dict[str, Any] = {}
     for v in info["variants"]:
-        per_model = {k.split("|", 1)[1].split("/", 1)[1]: int(c) for k, c in counters.items()
-                     if k.startswith(f"rows|{v}/")}
+        per_model = {
+            k.split("|", 1)[1].split("/", 1)[1]: int(c)
+            for k, c in counters.items()
+            if k.startswith(f"rows|{v}/")
+        }
         rows = int(sum(per_model.values()))
-        per_variant[v] = {"rows": rows, "rows_per_s": round(rows / dt, 2) if dt else None,
-                          "rows_per_model": per_model}
-    rows = per_variant[info["variants"][0]]["rows"]   # instance rows (each variant has them all)
+        per_variant[v] = {
+            "rows": rows,
+            "rows_per_s": round(rows / dt, 2) if dt else None,
+            "rows_per_model": per_model,
+        }
+    rows = per_variant[info["variants"][0]]["rows"]  # instance rows (each variant has them all)
     stats: Dict[str, Any] = dict(info)
-    stats.update({"rows": rows, "seconds": round(dt, 3),
-                  "rows_per_s": round(rows / dt, 2) if dt else None,
-                  "variants": per_variant, "k": cfg.neighbors.k,
-                  "weighting": cfg.neighbors.weighting, "node_kinds": cfg.neighbors.node_kinds})
+    stats.update(
+        {
+            "rows": rows,
+            "seconds": round(dt, 3),
+            "rows_per_s": round(rows / dt, 2) if dt else None,
+            "variants": per_variant,
+            "k": cfg.neighbors.k,
+            "weighting": cfg.neighbors.weighting,
+            "node_kinds": cfg.neighbors.node_kinds,
+        }
+    )
     stats.update(runtime.summarize_loads(counters))
     missing = int(counters.get(MISSING_KEY, 0))
     if info["embeddings_via"] == "files":
         stats["instances_without_embeddings"] = missing
         if missing:
-            log.warning("neighbors: %d instance nodes have no row in %s: no neighbours for "
-                        "them (run the embed stage for them)", missing,
-                        ctx.paths.table(io.EMBEDDINGS))
-    log.info("neighbors: %d instance rows x %d variants in %.1fs, %d model loads (embeddings "
-             "via %s)", rows, len(info["variants"]), dt, stats["model_loads"],
-             info["embeddings_via"])
+            log.warning(
+                "neighbors: %d instance nodes have no row in %s: no neighbours for "
+                "them (run the embed stage for them)",
+                missing,
+                ctx.paths.table(io.EMBEDDINGS),
+            )
+    log.info(
+        "neighbors: %d instance rows x %d variants in %.1fs, %d model loads (embeddings " "via %s)",
+        rows,
+        len(info["variants"]),
+        dt,
+        stats["model_loads"],
+        info["embeddings_via"],
+    )
     return stats

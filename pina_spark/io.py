@@ -16,6 +16,7 @@ Examples
 >>> paths.table("features")
 '/tmp/pina-run/run_date=2026-11-21/features'
 """
+
 import logging
 import os
 import uuid
@@ -72,55 +73,83 @@ SPLIT_VALID = "valid"
 # relative paths of every published table / folder under a run root
 NODES = "nodes"
 I2I_EDGES = "graph/i2i_edges"
-INSTANCE_LABELS = "graph/instance_labels"   # downstream target Y: instance_index, label_index
-PRETRAIN_EDGES = "graph/pretrain_edges"      # B_pre, partitioned by variant (pina, pina_naive)
+INSTANCE_LABELS = "graph/instance_labels"  # downstream target Y: instance_index, label_index
+PRETRAIN_EDGES = "graph/pretrain_edges"  # B_pre, partitioned by variant (pina, pina_naive)
 MODELS = "models"
 EMBEDDINGS = "embeddings"
-NEIGHBORS = "neighbors"                      # partitioned by variant
-FEATURES = "features"                        # partitioned by variant, split
-PREDICTIONS = "predictions"                  # partitioned by variant
+NEIGHBORS = "neighbors"  # partitioned by variant
+FEATURES = "features"  # partitioned by variant, split
+PREDICTIONS = "predictions"  # partitioned by variant
 EVAL = "eval"
 QUARANTINE = "quarantine"
 MANIFEST = "_manifest.json"
 STAGING = "_staging"
 STAGING_RUN_TAG = ".run-"
-LOCK = "_LOCK"                               # the run root's lease (one writer per root)
-COMMITS = "_commits"                         # one atomic commit record per stage
-VERSION_FILE = "_VERSION"                    # version token inside every published folder
+LOCK = "_LOCK"  # the run root's lease (one writer per root)
+COMMITS = "_commits"  # one atomic commit record per stage
+VERSION_FILE = "_VERSION"  # version token inside every published folder
 
 
 def _schemas():
     from pyspark.sql import types as T
+
     s, lng, f = T.StringType(), T.LongType(), T.FloatType()
     arr = T.ArrayType
     return {
         # input contract
-        "instances": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(TEXT, s),
-                                   T.StructField(SPLIT, s)]),
+        "instances": T.StructType(
+            [T.StructField(INSTANCE_ID, s), T.StructField(TEXT, s), T.StructField(SPLIT, s)]
+        ),
         "labels": T.StructType([T.StructField(LABEL_ID, s), T.StructField(TEXT, s)]),
-        "instance_labels": T.StructType([T.StructField(INSTANCE_ID, s),
-                                         T.StructField(LABEL_ID, s)]),
-        "events": T.StructType([T.StructField(BASKET_ID, s), T.StructField(ITEM_ID, s),
-                                T.StructField(EVENT_TIME, s),
-                                T.StructField(WEIGHT, T.DoubleType())]),
+        "instance_labels": T.StructType(
+            [T.StructField(INSTANCE_ID, s), T.StructField(LABEL_ID, s)]
+        ),
+        "events": T.StructType(
+            [
+                T.StructField(BASKET_ID, s),
+                T.StructField(ITEM_ID, s),
+                T.StructField(EVENT_TIME, s),
+                T.StructField(WEIGHT, T.DoubleType()),
+            ]
+        ),
         "filter_pairs": T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(LABEL_ID, s)]),
         # produced tables
-        NODES: T.StructType([T.StructField(NODE_INDEX, lng, False), T.StructField(KIND, s, False),
-                             T.StructField(NODE_ID, s, False), T.StructField(TEXT, s),
-                             T.StructField(SPLIT, s)]),
-        EMBEDDINGS: T.StructType([T.StructField(NODE_INDEX, lng, False),
-                                  T.StructField(DENSE, arr(f)),
-                                  T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
-                                  T.StructField(SPARSE_VALUES, arr(f))]),
-        NEIGHBORS: T.StructType([T.StructField(INSTANCE_INDEX, lng, False),
-                                 T.StructField(NEIGHBOR, arr(lng)), T.StructField(SCORE, arr(f))]),
+        NODES: T.StructType(
+            [
+                T.StructField(NODE_INDEX, lng, False),
+                T.StructField(KIND, s, False),
+                T.StructField(NODE_ID, s, False),
+                T.StructField(TEXT, s),
+                T.StructField(SPLIT, s),
+            ]
+        ),
+        EMBEDDINGS: T.StructType(
+            [
+                T.StructField(NODE_INDEX, lng, False),
+                T.StructField(DENSE, arr(f)),
+                T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
+                T.StructField(SPARSE_VALUES, arr(f)),
+            ]
+        ),
+        NEIGHBORS: T.StructType(
+            [
+                T.StructField(INSTANCE_INDEX, lng, False),
+                T.StructField(NEIGHBOR, arr(lng)),
+                T.StructField(SCORE, arr(f)),
+            ]
+        ),
         # partitioned by VARIANT and SPLIT on disk (SPLIT is also kept as a column)
-        FEATURES: T.StructType([T.StructField(INSTANCE_ID, s), T.StructField(SPLIT, s),
-                                T.StructField(DENSE, arr(f)),
-                                T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
-                                T.StructField(SPARSE_VALUES, arr(f)),
-                                T.StructField(NEIGHBOR_IDS, arr(s)),
-                                T.StructField(NEIGHBOR_WEIGHTS, arr(f))]),
+        FEATURES: T.StructType(
+            [
+                T.StructField(INSTANCE_ID, s),
+                T.StructField(SPLIT, s),
+                T.StructField(DENSE, arr(f)),
+                T.StructField(SPARSE_INDICES, arr(T.IntegerType())),
+                T.StructField(SPARSE_VALUES, arr(f)),
+                T.StructField(NEIGHBOR_IDS, arr(s)),
+                T.StructField(NEIGHBOR_WEIGHTS, arr(f)),
+            ]
+        ),
     }
 
 
@@ -159,8 +188,10 @@ class RunPaths:
     def staging(self, rel: str) -> str:
         """A fresh staging folder for ``rel``, tagged with the run id of the lease this process
         holds on the root (``.run-<id>``) so :func:`recover` never touches a live run's files."""
-        return (f"{self.root}/{STAGING}/{rel.replace('/', '__')}-{uuid.uuid4().hex[:12]}"
-                f"{STAGING_RUN_TAG}{held_run_id(self.root) or 'none'}")
+        return (
+            f"{self.root}/{STAGING}/{rel.replace('/', '__')}-{uuid.uuid4().hex[:12]}"
+            f"{STAGING_RUN_TAG}{held_run_id(self.root) or 'none'}"
+        )
 
     @property
     def manifest(self) -> str:
@@ -175,7 +206,7 @@ def is_remote(uri: str) -> bool:
 
 
 def local_path(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 # --------------------------------------------------------------------------- Hadoop FS helpers
@@ -207,8 +238,10 @@ def require_complete(spark, paths: "RunPaths", rel: str) -> str:
     (no ``_SUCCESS``)."""
     uri = paths.table(rel)
     if not is_complete(spark, uri):
-        raise InputError(f"table {uri} is missing or incomplete (no _SUCCESS); run the stage that "
-                         f"produces it first")
+        raise InputError(
+            f"table {uri} is missing or incomplete (no _SUCCESS); run the stage that "
+            f"produces it first"
+        )
     return uri
 
 
@@ -220,8 +253,10 @@ def _rename(spark, src: str, dst: str) -> None:
         s, d = local_path(src), local_path(dst)
         os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
         if os.path.lexists(d):
-            raise IOError(f"could not rename {src} -> {dst}: the destination exists (another "
-                          f"writer published it; refusing to nest or overwrite)")
+            raise IOError(
+                f"could not rename {src} -> {dst}: the destination exists (another "
+                f"writer published it; refusing to nest or overwrite)"
+            )
         try:
             os.rename(s, d)
         except OSError as e:
@@ -230,8 +265,10 @@ def _rename(spark, src: str, dst: str) -> None:
     fs, s = _jfs(spark, src)
     _, d = _jfs(spark, dst)
     if fs.exists(d):
-        raise IOError(f"could not rename {src} -> {dst}: the destination exists (another "
-                      f"writer published it; refusing to nest or overwrite)")
+        raise IOError(
+            f"could not rename {src} -> {dst}: the destination exists (another "
+            f"writer published it; refusing to nest or overwrite)"
+        )
     parent = d.getParent()
     if parent is not None and not fs.exists(parent):
         fs.mkdirs(parent)
@@ -242,6 +279,7 @@ def _rename(spark, src: str, dst: str) -> None:
 def _version_info(uri: str) -> Optional[Dict[str, Any]]:
     """The content of ``<uri>/_VERSION`` (``{"version", "files": {path: size} or None}``)."""
     import json
+
     try:
         raw = read_bytes(uri.rstrip("/") + "/" + VERSION_FILE)
     except Exception:
@@ -272,9 +310,10 @@ def _relative_files(uri: str) -> Optional[Dict[str, int]]:
     _, root, files = listed
     out = {}
     for fi in files:
-        rel = fi.path[len(root) + 1:]
+        rel = fi.path[len(root) + 1 :]
         if rel not in ("_SUCCESS", VERSION_FILE) and not any(
-                part.startswith(".") for part in rel.split("/")):
+            part.startswith(".") for part in rel.split("/")
+        ):
             out[rel] = int(fi.size)
     return out
 
@@ -305,9 +344,14 @@ def publish(spark, staging: str, final: str) -> None:
     if not is_complete(spark, staging):
         raise IOError(f"refusing to publish {staging}: no _SUCCESS marker (incomplete write)")
     import json
-    write_bytes(staging.rstrip("/") + "/" + VERSION_FILE, json.dumps({
-        "version": staging.rstrip("/").rsplit("/", 1)[-1],
-        "files": _relative_files(staging)}, sort_keys=True).encode("utf-8"))
+
+    write_bytes(
+        staging.rstrip("/") + "/" + VERSION_FILE,
+        json.dumps(
+            {"version": staging.rstrip("/").rsplit("/", 1)[-1], "files": _relative_files(staging)},
+            sort_keys=True,
+        ).encode("utf-8"),
+    )
     old = None
     if path_exists(spark, final):
         old = f"{final}.__old-{uuid.uuid4().hex[:8]}"
@@ -317,9 +361,9 @@ def publish(spark, staging: str, final: str) -> None:
     except BaseException:
         if old is not None:
             if not path_exists(spark, final):
-                _rename(spark, old, final)     # nobody replaced it: put the old version back
+                _rename(spark, old, final)  # nobody replaced it: put the old version back
             elif is_complete(spark, final) and holds_its_files(final):
-                delete_path(spark, old)        # another writer's complete version won
+                delete_path(spark, old)  # another writer's complete version won
         raise
     if old:
         delete_path(spark, old)
@@ -339,8 +383,10 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
     ``quarantine/<table>``) is repaired the same way, so no published table is forgotten."""
     owner = live_lease_owner(paths.root)
     if owner is not None and owner.get("run_id") != held_run_id(paths.root):
-        raise LeaseError(f"recover {paths.root}: {describe_lease(owner)} holds the lease; "
-                         f"refusing to touch its staging folders")
+        raise LeaseError(
+            f"recover {paths.root}: {describe_lease(owner)} holds the lease; "
+            f"refusing to touch its staging folders"
+        )
     repaired = []
     rels = list(rels)
     for rel in _stray_olds(spark, paths):
@@ -353,14 +399,27 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
         if not fs.exists(parent):
             continue
         base = p.getName()
-        olds = [st.getPath() for st in fs.listStatus(parent)
-                if st.getPath().getName().startswith(base + ".__old-")]
-        complete_olds = [o for o in olds if fs.exists(jpath_child(spark, o, "_SUCCESS"))
-                         and holds_its_files(final.rsplit("/", 1)[0] + "/" + o.getName())]
-        if complete_olds and fs.exists(p) and not (is_complete(spark, final)
-                                                   and holds_its_files(final)):
-            log.warning("recover: %s is incomplete (a rename stopped half way); restoring the "
-                        "previous complete version", final)
+        olds = [
+            st.getPath()
+            for st in fs.listStatus(parent)
+            if st.getPath().getName().startswith(base + ".__old-")
+        ]
+        complete_olds = [
+            o
+            for o in olds
+            if fs.exists(jpath_child(spark, o, "_SUCCESS"))
+            and holds_its_files(final.rsplit("/", 1)[0] + "/" + o.getName())
+        ]
+        if (
+            complete_olds
+            and fs.exists(p)
+            and not (is_complete(spark, final) and holds_its_files(final))
+        ):
+            log.warning(
+                "recover: %s is incomplete (a rename stopped half way); restoring the "
+                "previous complete version",
+                final,
+            )
             fs.delete(p, True)
         if complete_olds and not fs.exists(p):
             fs.rename(complete_olds[0], p)
@@ -421,8 +480,13 @@ def _stray_olds(spark, paths: RunPaths, depth: int = 2) -> List[str]:
     return found
 
 
-def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
-                mode_replace_partitions: bool = False) -> str:
+def write_table(
+    df,
+    paths: RunPaths,
+    rel: str,
+    partition_by: Sequence[str] = (),
+    mode_replace_partitions: bool = False,
+) -> str:
     """Write ``df`` as Parquet to a staging folder and publish it at ``paths.table(rel)``.
 
     ``mode_replace_partitions``: keep the published table's other partitions and replace only the
@@ -442,7 +506,7 @@ def write_table(df, paths: RunPaths, rel: str, partition_by: Sequence[str] = (),
     try:
         writer.parquet(staging)
     except BaseException:
-        discard_staging(spark, staging)   # the published table is untouched
+        discard_staging(spark, staging)  # the published table is untouched
         raise
     publish(spark, staging, final)
     return final
@@ -468,12 +532,14 @@ def collect_arrow(df):
     3
     """
     import pyarrow as pa
+
     if hasattr(df, "toArrow"):
         return df.toArrow()
     batches = df._collect_as_arrow()  # Spark 3.5
     if batches:
         return pa.Table.from_batches(batches)
     from pyspark.sql.pandas.types import to_arrow_schema
+
     return pa.Table.from_batches([], schema=to_arrow_schema(df.schema))
 
 
@@ -483,8 +549,10 @@ def parquet_dataset(uri: str):
     use :func:`parquet_files`)."""
     try:
         import pyarrow.dataset as ds
+
         if is_remote(uri):
             import pyarrow.fs as pafs
+
             fs, p = pafs.FileSystem.from_uri(uri)
             return ds.dataset(p, format="parquet", filesystem=fs, partitioning="hive")
         return ds.dataset(local_path(uri), format="parquet", partitioning="hive")
@@ -523,6 +591,7 @@ def pyarrow_fs(uri: str):
     '/tmp/x'
     """
     import pyarrow.fs as pafs
+
     if is_remote(uri):
         return pafs.FileSystem.from_uri(uri)
     return pafs.LocalFileSystem(), local_path(uri)
@@ -533,6 +602,7 @@ def _list_files(uri: str):
     or ``None`` when pyarrow cannot list ``uri`` here."""
     try:
         import pyarrow.fs as pafs
+
         fs, root = pyarrow_fs(uri)
         root = root.rstrip("/")
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
@@ -556,8 +626,11 @@ def parquet_files(uri: str):
     if listed is None:
         return None
     fs, root, files = listed
-    keep = [fi for fi in files if not any(
-        part.startswith(("_", ".")) for part in fi.path[len(root):].split("/") if part)]
+    keep = [
+        fi
+        for fi in files
+        if not any(part.startswith(("_", ".")) for part in fi.path[len(root) :].split("/") if part)
+    ]
     return fs, sorted(keep, key=lambda fi: fi.path)
 
 
@@ -576,6 +649,7 @@ def files_fingerprint(uri: str) -> Optional[str]:
     if listed is None:
         return None
     import hashlib
+
     h = hashlib.sha256(uri.encode())
     for fi in sorted(listed[2], key=lambda fi: fi.path):
         h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
@@ -622,6 +696,7 @@ def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str)
     """Raise ``IOError`` unless the data files under ``staging`` are exactly ``reported`` (path,
     rows), each with that row count in its Parquet footer."""
     import pyarrow.parquet as pq
+
     found = parquet_files(staging)
     if found is None:
         raise IOError(f"{what}: cannot list {staging} to check the written files")
@@ -629,20 +704,23 @@ def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str)
     on_disk = {fi.path for fi in files}
     want: Dict[str, int] = {}
     for path, rows in reported:
-        want[path] = want.get(path, 0) + rows   # pyarrow paths, as the writers report them
+        want[path] = want.get(path, 0) + rows  # pyarrow paths, as the writers report them
     missing = sorted(set(want) - on_disk)
     extra = sorted(on_disk - set(want))
     if missing or extra:
-        raise IOError(f"{what}: the files in {staging} are not those the tasks reported "
-                      f"(missing {missing[:3]}{'...' if len(missing) > 3 else ''}, unexpected "
-                      f"{extra[:3]}{'...' if len(extra) > 3 else ''}); was the staging folder "
-                      f"cleaned by another run? Not publishing")
+        raise IOError(
+            f"{what}: the files in {staging} are not those the tasks reported "
+            f"(missing {missing[:3]}{'...' if len(missing) > 3 else ''}, unexpected "
+            f"{extra[:3]}{'...' if len(extra) > 3 else ''}); was the staging folder "
+            f"cleaned by another run? Not publishing"
+        )
     for path, rows in want.items():
         with fs.open_input_file(path) as fh:
             got = pq.ParquetFile(fh).metadata.num_rows
         if got != rows:
-            raise IOError(f"{what}: {path} holds {got} rows, its task reported {rows}; not "
-                          f"publishing")
+            raise IOError(
+                f"{what}: {path} holds {got} rows, its task reported {rows}; not " f"publishing"
+            )
 
 
 def read_table(spark, paths: RunPaths, rel: str, contract: bool = False):
@@ -670,6 +748,7 @@ def _footer_has_contract(uri: str, contract) -> bool:
     try:
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import from_arrow_schema
+
         fs, files = found
         with fs.open_input_file(files[0].path) as fh:
             got = {f.name: f.dataType for f in from_arrow_schema(pq.read_schema(fh)).fields}
@@ -679,8 +758,9 @@ def _footer_has_contract(uri: str, contract) -> bool:
     return all(f.name in got and got[f.name] == f.dataType for f in contract.fields)
 
 
-def write_quarantine(df, paths: RunPaths, table: str, n_rows: Optional[int] = None
-                     ) -> Dict[str, int]:
+def write_quarantine(
+    df, paths: RunPaths, table: str, n_rows: Optional[int] = None
+) -> Dict[str, int]:
     """Publish quarantined rows of input ``table`` (with a ``reason`` column) under
     ``quarantine/<table>`` and return counts per reason, counted on the published table
     (:func:`group_counts`; always written, even when empty). ``n_rows=0`` (known to the
@@ -700,6 +780,7 @@ def _write_empty(df, paths: RunPaths, rel: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
+
     spark = df.sparkSession
     staging = paths.staging(rel)
     try:
@@ -727,15 +808,17 @@ def group_counts(spark, uri: str, cols: Sequence[str]):
     ...              ["variant", "block"])  # doctest: +SKIP
     """
     import pyarrow as pa
+
     dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
     if dset is not None:
         try:
             t = dset.to_table(columns=list(cols))
             g = t.group_by(list(cols)).aggregate([([], "count_all")])
             return pa.table({**{c: g[c] for c in cols}, "count": g["count_all"]})
-        except (pa.ArrowInvalid, KeyError) as e:   # e.g. files without the column
+        except (pa.ArrowInvalid, KeyError) as e:  # e.g. files without the column
             log.info("%s: counted with Spark (%s)", uri, e)
     from pyspark.sql import functions as F
+
     df = spark.read.parquet(uri)
     return collect_arrow(df.groupBy(*cols).agg(F.count(F.lit(1)).cast("long").alias("count")))
 
@@ -763,6 +846,7 @@ def read_input(spark, uri: str, table: str):
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
+
     if not uri:
         raise InputError(f"input.{table}: no path given")
     if not path_exists(spark, uri):
@@ -775,23 +859,31 @@ def read_input(spark, uri: str, table: str):
             df = spark.read.parquet(uri)
         except Exception as e:  # AnalysisException: 0-byte file, empty folder, not Parquet
             if "UNABLE_TO_INFER_SCHEMA" in str(e) or "Unable to infer schema" in str(e):
-                raise InputError(f"input.{table}: {uri} is empty or not a Parquet table (no "
-                                 f"schema could be read)") from None
+                raise InputError(
+                    f"input.{table}: {uri} is empty or not a Parquet table (no "
+                    f"schema could be read)"
+                ) from None
             raise
         present = {f.name: f.dataType for f in df.schema.fields}
         _check_columns(present.keys(), required, uri, table)
         _check_parquet_files_agree(uri, table, [f.name for f in full.fields])
         for field in full.fields:
             if field.name in present and present[field.name] != field.dataType:
-                ok = (isinstance(field.dataType, T.DoubleType)
-                      and isinstance(present[field.name], (T.FloatType, T.IntegerType,
-                                                           T.LongType)))
+                ok = isinstance(field.dataType, T.DoubleType) and isinstance(
+                    present[field.name], (T.FloatType, T.IntegerType, T.LongType)
+                )
                 if not ok:
-                    raise InputError(f"{uri}: column '{field.name}' of {table} has type "
-                                     f"{present[field.name].simpleString()}, expected "
-                                     f"{field.dataType.simpleString()}")
-        cols = [F.col(f.name).cast(f.dataType).alias(f.name) if f.name in present
-                else F.lit(None).cast(f.dataType).alias(f.name) for f in full.fields]
+                    raise InputError(
+                        f"{uri}: column '{field.name}' of {table} has type "
+                        f"{present[field.name].simpleString()}, expected "
+                        f"{field.dataType.simpleString()}"
+                    )
+        cols = [
+            F.col(f.name).cast(f.dataType).alias(f.name)
+            if f.name in present
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in full.fields
+        ]
         return df.select(*cols, F.lit(None).cast("string").alias(CORRUPT))
     # text formats: check the header / keys first, then read with the explicit schema
     header = _peek_columns(spark, uri, fmt)
@@ -808,16 +900,26 @@ def read_input(spark, uri: str, table: str):
         present_fields = list(full.fields)
         header = [f.name for f in full.fields]
     read_schema = T.StructType(present_fields + [T.StructField(CORRUPT, T.StringType())])
-    reader = spark.read.schema(read_schema).option("mode", "PERMISSIVE") \
+    reader = (
+        spark.read.schema(read_schema)
+        .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT)
+    )
     if fmt == "csv":
         # multiLine: a quoted field may hold a newline (one record, not two halves)
-        df = reader.option("header", True).option("multiLine", True).option("escape", '"') \
-            .option("enforceSchema", False).csv(uri)
+        df = (
+            reader.option("header", True)
+            .option("multiLine", True)
+            .option("escape", '"')
+            .option("enforceSchema", False)
+            .csv(uri)
+        )
     else:
         df = reader.json(uri)
-    cols = [F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
-            for f in full.fields]
+    cols = [
+        F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
+        for f in full.fields
+    ]
     return df.select(*cols, F.col(CORRUPT))
 
 
@@ -838,6 +940,7 @@ def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> 
             return from_arrow_type(t).simpleString()
         except Exception:
             return str(t)
+
     fs, files = found
     seen: Dict[str, Dict[str, str]] = {}
     for fi in files:
@@ -845,16 +948,20 @@ def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> 
             with fs.open_input_file(fi.path) as fh:
                 sch = pq.read_schema(fh)
         except Exception as e:
-            raise InputError(f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet "
-                             f"file: {type(e).__name__}: {e}") from None
+            raise InputError(
+                f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet "
+                f"file: {type(e).__name__}: {e}"
+            ) from None
         for c in columns:
             if c in sch.names:
                 seen.setdefault(c, {}).setdefault(spark_type(sch.field(c).type), fi.path)
     for c, types in seen.items():
         if len(types) > 1:
             detail = ", ".join(f"{t} (e.g. {p})" for t, p in sorted(types.items()))
-            raise InputError(f"{uri}: the files of {table} disagree on the type of column "
-                             f"'{c}': {detail}; rewrite them with one type")
+            raise InputError(
+                f"{uri}: the files of {table} disagree on the type of column "
+                f"'{c}': {detail}; rewrite them with one type"
+            )
 
 
 #: JSON lines looked at to find the keys of a table (a key absent from all of them is missing)
@@ -865,14 +972,17 @@ def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
     import json
 
     from pyspark.sql import functions as F
+
     if fmt == "csv":
         import csv
+
         first = spark.read.text(uri).limit(1).collect()
         if not first:
             raise InputError(f"{uri}: input is empty (no header / no rows)")
         return [c.strip().lstrip("\ufeff") for c in next(csv.reader([first[0][0]]))]
-    lines = spark.read.text(uri).filter(F.trim(F.col("value")) != "") \
-        .limit(JSON_PEEK_LINES).collect()
+    lines = (
+        spark.read.text(uri).filter(F.trim(F.col("value")) != "").limit(JSON_PEEK_LINES).collect()
+    )
     if not lines:
         raise InputError(f"{uri}: input is empty (no rows)")
     keys: List[str] = []
@@ -891,8 +1001,9 @@ def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
 def _check_columns(present, required, uri, table):
     missing = [c for c in required if c not in set(present)]
     if missing:
-        raise InputError(f"{uri}: {table} is missing required column(s) {missing} "
-                         f"(found {sorted(present)})")
+        raise InputError(
+            f"{uri}: {table} is missing required column(s) {missing} " f"(found {sorted(present)})"
+        )
 
 
 # --------------------------------------------------------------------------- small files
@@ -900,6 +1011,7 @@ def write_bytes(uri: str, data: bytes) -> None:
     """Write a small file atomically (tmp + rename) to a local path or a pyarrow.fs URI."""
     if is_remote(uri):
         import pyarrow.fs as pafs
+
         fs, p = pafs.FileSystem.from_uri(uri)
         with fs.open_output_stream(p) as fh:  # S3 PUT is atomic per object
             fh.write(data)
@@ -916,6 +1028,7 @@ def read_bytes(uri: str) -> Optional[bytes]:
     """Read a small file; ``None`` when it does not exist."""
     if is_remote(uri):
         import pyarrow.fs as pafs
+
         fs, p = pafs.FileSystem.from_uri(uri)
         if fs.get_file_info(p).type == pafs.FileType.NotFound:
             return None
@@ -931,14 +1044,18 @@ def read_bytes(uri: str) -> Optional[bytes]:
 def copy_dir(src: str, dst: str) -> None:
     """Copy a folder between local paths and/or URIs (models to and from S3)."""
     import pyarrow.fs as pafs
+
     if not is_remote(src) and not is_remote(dst):
         import shutil
+
         if os.path.exists(local_path(dst)):
             shutil.rmtree(local_path(dst))
         shutil.copytree(local_path(src), local_path(dst))
         return
-    pafs.copy_files(src if is_remote(src) else os.path.abspath(local_path(src)),
-                    dst if is_remote(dst) else os.path.abspath(local_path(dst)))
+    pafs.copy_files(
+        src if is_remote(src) else os.path.abspath(local_path(src)),
+        dst if is_remote(dst) else os.path.abspath(local_path(dst)),
+    )
 
 
 # --------------------------------------------------------------------------- run-root lease
@@ -974,6 +1091,7 @@ def check_lease_for(uri: str) -> None:
 def read_lease(root: str) -> Optional[Dict[str, Any]]:
     """The content of ``<root>/_LOCK`` (``None`` when there is no lease)."""
     import json
+
     try:
         raw = read_bytes(_root_key(root) + "/" + LOCK)
         return json.loads(raw) if raw else None
@@ -984,6 +1102,7 @@ def read_lease(root: str) -> Optional[Dict[str, Any]]:
 def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> Optional[Dict[str, Any]]:
     """The lease of ``root`` when it is live (heartbeat younger than ``stale_s``), else ``None``."""
     import time
+
     owner = read_lease(root)
     if owner is None:
         return None
@@ -994,9 +1113,12 @@ def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> Optional[Dict
 
 def describe_lease(owner: Dict[str, Any]) -> str:
     import time
+
     age = time.time() - float(owner.get("heartbeat", 0.0))
-    return (f"run {owner.get('run_id')} (host {owner.get('host')}, pid {owner.get('pid')}, "
-            f"started {owner.get('started')}, last heartbeat {age:.0f}s ago)")
+    return (
+        f"run {owner.get('run_id')} (host {owner.get('host')}, pid {owner.get('pid')}, "
+        f"started {owner.get('started')}, last heartbeat {age:.0f}s ago)"
+    )
 
 
 class Lease:
@@ -1020,8 +1142,13 @@ class Lease:
     True
     """
 
-    def __init__(self, root: str, run_id: str, stale_s: float = LEASE_STALE_S,
-                 heartbeat_s: float = LEASE_HEARTBEAT_S):
+    def __init__(
+        self,
+        root: str,
+        run_id: str,
+        stale_s: float = LEASE_STALE_S,
+        heartbeat_s: float = LEASE_HEARTBEAT_S,
+    ):
         self.root = _root_key(root)
         self.run_id = run_id
         self.stale_s = float(stale_s)
@@ -1037,9 +1164,17 @@ class Lease:
         import json
         import socket
         import time
-        return json.dumps({"run_id": self.run_id, "host": socket.gethostname(),
-                           "pid": os.getpid(), "started": self.started,
-                           "heartbeat": time.time(), "stale_after_s": self.stale_s}).encode()
+
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started": self.started,
+                "heartbeat": time.time(),
+                "stale_after_s": self.stale_s,
+            }
+        ).encode()
 
     def _create(self) -> bool:
         """Create the lease file if absent; ``True`` when this call created it."""
@@ -1066,6 +1201,7 @@ class Lease:
             if is_remote(self.uri):
                 write_bytes(aside, read_bytes(self.uri) or b"")
                 import pyarrow.fs as pafs
+
                 fs, p = pafs.FileSystem.from_uri(self.uri)
                 fs.delete_file(p)
             else:
@@ -1075,6 +1211,7 @@ class Lease:
 
     def acquire(self) -> "Lease":
         import time
+
         self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for _ in range(2):
             if self._create():
@@ -1084,22 +1221,27 @@ class Lease:
                 raise LeaseError(
                     f"run root {self.root} is in use by {describe_lease(owner)}: one writer per "
                     f"run root. Wait for it to finish, or, if it is dead, remove {self.uri} (it "
-                    f"is taken over automatically {self.stale_s:.0f}s after its last heartbeat)")
+                    f"is taken over automatically {self.stale_s:.0f}s after its last heartbeat)"
+                )
             self._take_over_stale(owner)
         else:
-            raise LeaseError(f"could not take the lease {self.uri}: another run took it over "
-                             f"at the same time ({describe_lease(read_lease(self.root) or {})})")
+            raise LeaseError(
+                f"could not take the lease {self.uri}: another run took it over "
+                f"at the same time ({describe_lease(read_lease(self.root) or {})})"
+            )
         self._start_heartbeat()
         log.info("lease %s taken by run %s", self.uri, self.run_id)
         return self
 
     def _start_heartbeat(self) -> None:
         import threading
+
         self._stop = threading.Event()
 
         def beat():
             while not self._stop.wait(self.heartbeat_s):
                 self.refresh()
+
         self._thread = threading.Thread(target=beat, name=f"lease-{self.run_id}", daemon=True)
         self._thread.start()
 
@@ -1107,8 +1249,10 @@ class Lease:
         """Rewrite the heartbeat, unless the lease is no longer ours (then mark it lost)."""
         owner = read_lease(self.root)
         if owner is None or owner.get("run_id") != self.run_id:
-            self.lost = (f"the lease {self.uri} was taken over by "
-                         f"{describe_lease(owner) if owner else 'nobody (file removed)'}")
+            self.lost = (
+                f"the lease {self.uri} was taken over by "
+                f"{describe_lease(owner) if owner else 'nobody (file removed)'}"
+            )
             log.error("run %s: %s", self.run_id, self.lost)
             if self._stop is not None:
                 self._stop.set()
@@ -1131,6 +1275,7 @@ class Lease:
             try:
                 if is_remote(self.uri):
                     import pyarrow.fs as pafs
+
                     fs, p = pafs.FileSystem.from_uri(self.uri)
                     fs.delete_file(p)
                 else:
@@ -1151,8 +1296,9 @@ class Lease:
         self.release()
 
 
-def acquire_lease(root: str, run_id: str, stale_s: float = LEASE_STALE_S,
-                  heartbeat_s: float = LEASE_HEARTBEAT_S) -> Lease:
+def acquire_lease(
+    root: str, run_id: str, stale_s: float = LEASE_STALE_S, heartbeat_s: float = LEASE_HEARTBEAT_S
+) -> Lease:
     """Take (or re-enter) the lease of run root ``root``; use as a context manager.
 
     Raises
@@ -1180,22 +1326,29 @@ def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) 
     output ``rels`` of ``stage``: the point where all its tables become valid together."""
     import json
     import time
-    rec = {"stage": stage, "run_id": run_id,
-           "committed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "tables": {rel: table_version(paths.table(rel)) for rel in rels}}
-    write_bytes(paths.table(f"{COMMITS}/{stage}.json"),
-                json.dumps(rec, indent=1, sort_keys=True).encode())
+
+    rec = {
+        "stage": stage,
+        "run_id": run_id,
+        "committed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tables": {rel: table_version(paths.table(rel)) for rel in rels},
+    }
+    write_bytes(
+        paths.table(f"{COMMITS}/{stage}.json"), json.dumps(rec, indent=1, sort_keys=True).encode()
+    )
     return rec
 
 
 def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
     import json
+
     raw = read_bytes(paths.table(f"{COMMITS}/{stage}.json"))
     return json.loads(raw) if raw else None
 
 
-def uncommitted_tables(paths: RunPaths, owners: Mapping[str, Sequence[str]],
-                       unfinished: Iterable[str] = ()) -> Dict[str, List[str]]:
+def uncommitted_tables(
+    paths: RunPaths, owners: Mapping[str, Sequence[str]], unfinished: Iterable[str] = ()
+) -> Dict[str, List[str]]:
     """``{stage: [tables]}`` of the tables in ``owners`` (stage -> its outputs) whose published
     version no commit record lists. A table no commit has ever listed counts only when its
     stage is in ``unfinished`` (the manifest shows a run of it that did not finish) and the
@@ -1222,6 +1375,7 @@ def uncommitted_tables(paths: RunPaths, owners: Mapping[str, Sequence[str]],
 def input_fingerprint(spark, uris: Iterable[Optional[str]]) -> str:
     """Hash of (path, size, modification time) of every file under the given inputs."""
     import hashlib
+
     h = hashlib.sha256()
     for uri in sorted(u for u in uris if u):
         fs, p = _jfs(spark, uri)

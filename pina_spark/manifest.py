@@ -12,6 +12,7 @@ Examples
 >>> Manifest(m.uri).stage("graph")["stats"]["edges"]
 10
 """
+
 import contextlib
 import json
 import logging
@@ -34,6 +35,7 @@ def _now() -> str:
 def _now_us() -> str:
     """UTC time with microseconds: also a version token of a stage's outputs."""
     import datetime
+
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -112,8 +114,7 @@ class Manifest:
         data = self._read()
         change(data)
         data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        io.write_bytes(self.uri, json.dumps(data, indent=2, sort_keys=True,
-                                            default=str).encode())
+        io.write_bytes(self.uri, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
         self.data = data
 
     def save(self) -> None:
@@ -125,6 +126,7 @@ class Manifest:
             data.update({k: v for k, v in mine.items() if k != "stages"})
             for name, entry in mine.get("stages", {}).items():
                 stages[name] = entry
+
         self._update(change)
 
     def stage(self, name: str) -> Optional[Dict[str, Any]]:
@@ -136,6 +138,7 @@ class Manifest:
         def change(data):
             data["config"] = cfg
             data["libraries"] = library_versions()
+
         self._update(change)
 
     def _update_stage(self, name: str, fn) -> None:
@@ -143,41 +146,62 @@ class Manifest:
             entry = data["stages"].get(name, {})
             fn(entry)
             data["stages"][name] = entry
+
         self._update(change)
 
     def mark_started(self, name: str, fingerprint: str) -> None:
-        self._update_stage(name, lambda e: e.update({
-            "status": "running", "fingerprint": fingerprint,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+        self._update_stage(
+            name,
+            lambda e: e.update(
+                {
+                    "status": "running",
+                    "fingerprint": fingerprint,
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            ),
+        )
 
     def mark_failed(self, name: str, error: str) -> None:
-        self._update_stage(name, lambda e: e.update({"status": "failed",
-                                                     "error": redact.scrub(error)[:2000]}))
+        self._update_stage(
+            name, lambda e: e.update({"status": "failed", "error": redact.scrub(error)[:2000]})
+        )
 
-    def record_stage(self, name: str, stats: Dict[str, Any], fingerprint: str,
-                     duration_s: float, **extra: Any) -> None:
+    def record_stage(
+        self, name: str, stats: Dict[str, Any], fingerprint: str, duration_s: float, **extra: Any
+    ) -> None:
         """Mark ``name`` complete (after its outputs were published). ``extra``: e.g.
         ``rows_out={table: n}``, ``rows_per_s``."""
+
         def fn(entry):
-            entry.update({"status": "complete", "stats": stats, "fingerprint": fingerprint,
-                          "duration_s": round(duration_s, 3), "finished": _now_us()})
+            entry.update(
+                {
+                    "status": "complete",
+                    "stats": stats,
+                    "fingerprint": fingerprint,
+                    "duration_s": round(duration_s, 3),
+                    "finished": _now_us(),
+                }
+            )
             entry.update(extra)
             entry["runs"] = int(entry.get("runs", 0)) + 1
             entry["version"] = uuid.uuid4().hex  # changes whenever the outputs are republished
             entry.pop("error", None)
+
         self._update_stage(name, fn)
 
     def start_run(self, run_id: str, stages: List[str], **info: Any) -> None:
         """Append an entry to the run history (one per ``run_pipeline`` call)."""
+
         def change(data):
             hist = data.setdefault("history", [])
-            hist.append(dict(info, run_id=run_id, stages=stages, status="running",
-                             started=_now()))
+            hist.append(dict(info, run_id=run_id, stages=stages, status="running", started=_now()))
             del hist[:-_MAX_HISTORY]
+
         self._update(change)
 
-    def finish_run(self, run_id: str, result: Dict[str, str], status: str,
-                   error: Optional[str] = None) -> None:
+    def finish_run(
+        self, run_id: str, result: Dict[str, str], status: str, error: Optional[str] = None
+    ) -> None:
         def change(data):
             for h in reversed(data.get("history", [])):
                 if h.get("run_id") == run_id:
@@ -185,6 +209,7 @@ class Manifest:
                     if error:
                         h["error"] = redact.scrub(error)[:2000]
                     break
+
         self._update(change)
 
     def is_complete(self, name: str, fingerprint: str) -> bool:

@@ -28,6 +28,7 @@ Examples
 >>> r["train"]["P@1"], r["test"]["P@1"], r["gap"]["P@1"]
 (1.0, 0.5, 0.5)
 """
+
 import hashlib
 import logging
 from typing import Any, Dict, List, Optional, Sequence
@@ -46,9 +47,14 @@ SPLITS = (io.SPLIT_TRAIN, io.SPLIT_TEST)
 METRICS = ("cos_true", "cos_margin", "P@1", "R@5")
 
 
-def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.ndarray],
-                   labels: np.ndarray, chunk: int = 2048,
-                   exclude: Optional[Sequence[int]] = None) -> Dict[str, Any]:
+def encoder_parity(
+    inst: np.ndarray,
+    split: Sequence[str],
+    truth: Sequence[np.ndarray],
+    labels: np.ndarray,
+    chunk: int = 2048,
+    exclude: Optional[Sequence[int]] = None,
+) -> Dict[str, Any]:
     """Per-split vectorizer metrics (see the module docstring) and their train - test gaps.
 
     Parameters
@@ -77,14 +83,17 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
     inst, labels = _l2_rows(inst), _l2_rows(labels)
     splits = np.asarray(split)
     has = np.array([len(t) > 0 for t in truth], dtype=bool)
-    excl = (np.full(len(truth), -1, dtype=np.int64) if exclude is None
-            else np.asarray(exclude, dtype=np.int64))
+    excl = (
+        np.full(len(truth), -1, dtype=np.int64)
+        if exclude is None
+        else np.asarray(exclude, dtype=np.int64)
+    )
     out: Dict[str, Any] = {}
     for sp in SPLITS:
         rows = np.flatnonzero((splits == sp) & has)
         acc = {m: 0.0 for m in METRICS}
         for s in range(0, len(rows), chunk):
-            r = rows[s:s + chunk]
+            r = rows[s : s + chunk]
             sim = inst[r] @ labels.T
             ex = excl[r]
             has_ex = np.flatnonzero(ex >= 0)
@@ -110,11 +119,17 @@ def encoder_parity(inst: np.ndarray, split: Sequence[str], truth: Sequence[np.nd
 
 def _sampled(node_id: str, fraction: float) -> bool:
     h = hashlib.sha1(f"pina-parity\x1f{node_id}".encode("utf-8")).hexdigest()
-    return int(h[:12], 16) / 16 ** 12 < fraction
+    return int(h[:12], 16) / 16**12 < fraction
 
 
-def measure_run(spark, paths, max_per_split: int = 5000, max_labels: int = 50000,
-                encoder=None, exclude_twins: bool = False) -> Optional[Dict[str, Any]]:
+def measure_run(
+    spark,
+    paths,
+    max_per_split: int = 5000,
+    max_labels: int = 50000,
+    encoder=None,
+    exclude_twins: bool = False,
+) -> Optional[Dict[str, Any]]:
     """:func:`encoder_parity` on a finished run's ``embeddings``, ``nodes`` and
     ``graph/instance_labels``; ``None`` when the run has no test instance or no embeddings.
 
@@ -134,33 +149,41 @@ def measure_run(spark, paths, max_per_split: int = 5000, max_labels: int = 50000
     {'cos_true': 0.004, 'cos_margin': 0.002, 'P@1': 0.01, 'R@5': 0.003}
     """
     if not io.is_complete(spark, paths.table(io.EMBEDDINGS)):
-        log.info("encoder parity: no complete %s table, not measured",
-                 paths.table(io.EMBEDDINGS))
+        log.info("encoder parity: no complete %s table, not measured", paths.table(io.EMBEDDINGS))
         return None
-    nodes = io.collect_arrow(io.read_table(spark, paths, io.NODES).select(
-        io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT)).to_pandas()
-    inst = nodes[(nodes[io.KIND] == io.KIND_INSTANCE)
-                 & nodes[io.SPLIT].isin(list(SPLITS))]
+    nodes = io.collect_arrow(
+        io.read_table(spark, paths, io.NODES).select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT)
+    ).to_pandas()
+    inst = nodes[(nodes[io.KIND] == io.KIND_INSTANCE) & nodes[io.SPLIT].isin(list(SPLITS))]
     counts = inst[io.SPLIT].value_counts().to_dict()
     if not counts.get(io.SPLIT_TEST):
         return None
     frac = {sp: min(1.0, max_per_split / max(counts.get(sp, 0), 1)) for sp in SPLITS}
     keep = [_sampled(i, frac[s]) for i, s in zip(inst[io.NODE_ID], inst[io.SPLIT])]
     inst = inst[keep]
-    il = io.collect_arrow(io.read_table(spark, paths, io.INSTANCE_LABELS)
-                          .join(spark.createDataFrame(inst[[io.NODE_INDEX]].rename(
-                              columns={io.NODE_INDEX: io.INSTANCE_INDEX})),
-                              io.INSTANCE_INDEX, "left_semi")).to_pandas()
+    il = io.collect_arrow(
+        io.read_table(spark, paths, io.INSTANCE_LABELS).join(
+            spark.createDataFrame(
+                inst[[io.NODE_INDEX]].rename(columns={io.NODE_INDEX: io.INSTANCE_INDEX})
+            ),
+            io.INSTANCE_INDEX,
+            "left_semi",
+        )
+    ).to_pandas()
     labels = nodes[nodes[io.KIND] == io.KIND_LABEL]
     needed = set(il[io.LABEL_INDEX].tolist())
     if len(labels) > max_labels:
         rest = labels[~labels[io.NODE_INDEX].isin(needed)]
         fr = max(0.0, (max_labels - len(needed)) / max(len(rest), 1))
-        labels = labels[labels[io.NODE_INDEX].isin(needed)
-                        | labels[io.NODE_ID].map(lambda i: _sampled(i, fr))]
+        labels = labels[
+            labels[io.NODE_INDEX].isin(needed) | labels[io.NODE_ID].map(lambda i: _sampled(i, fr))
+        ]
     want = np.concatenate([inst[io.NODE_INDEX].to_numpy(), labels[io.NODE_INDEX].to_numpy()])
-    idx, vecs = (_run_dense(spark, paths, want) if encoder is None
-                 else _encoded_dense(spark, paths, want, encoder))
+    idx, vecs = (
+        _run_dense(spark, paths, want)
+        if encoder is None
+        else _encoded_dense(spark, paths, want, encoder)
+    )
     row_of = {int(i): r for r, i in enumerate(idx)}
     lab_idx = [int(i) for i in labels[io.NODE_INDEX] if int(i) in row_of]
     lab_pos = {i: p for p, i in enumerate(lab_idx)}
@@ -178,25 +201,36 @@ def measure_run(spark, paths, max_per_split: int = 5000, max_labels: int = 50000
             if lab is not None and lab in lab_pos and lab_pos[lab] not in by_inst.get(int(i), []):
                 twin_pos[int(i)] = lab_pos[lab]
     lab_vecs = vecs[[row_of[i] for i in lab_idx]] if lab_idx else np.zeros((0, vecs.shape[1]))
-    res = encoder_parity(vecs[[row_of[i] for i in inst_idx]],
-                         [split_of[i] for i in inst_idx],
-                         [np.array(by_inst.get(i, []), dtype=np.int64) for i in inst_idx],
-                         lab_vecs, exclude=[twin_pos.get(i, -1) for i in inst_idx])
+    res = encoder_parity(
+        vecs[[row_of[i] for i in inst_idx]],
+        [split_of[i] for i in inst_idx],
+        [np.array(by_inst.get(i, []), dtype=np.int64) for i in inst_idx],
+        lab_vecs,
+        exclude=[twin_pos.get(i, -1) for i in inst_idx],
+    )
     res["candidate_labels"] = len(lab_idx)
     res["vectors"] = "embeddings (dense part)" if encoder is None else "encoder given"
     res["twins_excluded"] = len(twin_pos)
-    res["sample"] = {"max_per_split": max_per_split, "max_labels": max_labels,
-                     "rule": "sha1('pina-parity' + '\\x1f' + node_id) below the split's fraction"}
+    res["sample"] = {
+        "max_per_split": max_per_split,
+        "max_labels": max_labels,
+        "rule": "sha1('pina-parity' + '\\x1f' + node_id) below the split's fraction",
+    }
     log.info("encoder parity (train - test): %s", res["gap"])
     return res
 
 
 def _wanted(spark, paths, table: str, want: np.ndarray, columns: List[str]):
     """The rows of ``table`` whose node_index is in ``want``, as Arrow on the driver."""
-    return io.collect_arrow(io.read_table(spark, paths, table).select(*columns)
-                            .join(spark.createDataFrame([(int(i),) for i in want],
-                                                        [io.NODE_INDEX]),
-                                  io.NODE_INDEX, "left_semi"))
+    return io.collect_arrow(
+        io.read_table(spark, paths, table)
+        .select(*columns)
+        .join(
+            spark.createDataFrame([(int(i),) for i in want], [io.NODE_INDEX]),
+            io.NODE_INDEX,
+            "left_semi",
+        )
+    )
 
 
 def _run_dense(spark, paths, want: np.ndarray):

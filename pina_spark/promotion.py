@@ -17,6 +17,7 @@ Examples
 >>> decide(None, 0.10, tolerance=0.0)
 (True, 'no promoted run yet')
 """
+
 import json
 import logging
 import time
@@ -49,17 +50,25 @@ def resolve_models(cfg: PinaConfig) -> PinaConfig:
         return cfg
     p = read_promoted(cfg.output)
     if not p or not p.get("run"):
-        raise ConfigError(f"run.models=latest: no promoted run at {pointer_uri(cfg.output)} (run "
-                          "the evaluate stage of a full run with evaluate.promote: true first, "
-                          "or pass --models <run root>)")
+        raise ConfigError(
+            f"run.models=latest: no promoted run at {pointer_uri(cfg.output)} (run "
+            "the evaluate stage of a full run with evaluate.promote: true first, "
+            "or pass --models <run root>)"
+        )
     import dataclasses as dc
-    log.info("run.models=latest: promoted run %s (%s %s=%s, promoted %s)", p["run"],
-             p.get("variant"), p.get("metric"), p.get("value"), p.get("promoted_at"))
+
+    log.info(
+        "run.models=latest: promoted run %s (%s %s=%s, promoted %s)",
+        p["run"],
+        p.get("variant"),
+        p.get("metric"),
+        p.get("value"),
+        p.get("promoted_at"),
+    )
     return cfg.replace(run=dc.replace(cfg.run, models=p["run"]))
 
 
-def decide(promoted: Optional[Dict[str, Any]], value: float, tolerance: float
-           ) -> Tuple[bool, str]:
+def decide(promoted: Optional[Dict[str, Any]], value: float, tolerance: float) -> Tuple[bool, str]:
     """``(passes, reason)`` of the gate for a run whose metric is ``value``."""
     if not promoted or promoted.get("value") is None:
         return True, "no promoted run yet"
@@ -75,22 +84,34 @@ def consider(cfg: PinaConfig, run_root: str, metrics: Dict[str, Any]) -> Dict[st
     ev = cfg.evaluate
     value = (metrics.get("variants", {}).get(ev.gate_variant) or {}).get(ev.gate_metric)
     if value is None:
-        decision = {"promoted": False, "reason": f"no {ev.gate_metric} for variant "
-                                                 f"{ev.gate_variant} in this run"}
+        decision = {
+            "promoted": False,
+            "reason": f"no {ev.gate_metric} for variant " f"{ev.gate_variant} in this run",
+        }
         log.warning("promotion: %s", decision["reason"])
         return decision
     current = read_promoted(cfg.output)
     ok, reason = decide(current, float(value), ev.gate_tolerance)
-    decision = {"promoted": ok, "reason": reason, "variant": ev.gate_variant,
-                "metric": ev.gate_metric, "value": float(value)}
+    decision = {
+        "promoted": ok,
+        "reason": reason,
+        "variant": ev.gate_variant,
+        "metric": ev.gate_metric,
+        "value": float(value),
+    }
     if ok:
-        pointer = {"run": run_root.rstrip("/"), "variant": ev.gate_variant,
-                   "metric": ev.gate_metric, "value": float(value),
-                   "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   "previous": (current or {}).get("run")}
+        pointer = {
+            "run": run_root.rstrip("/"),
+            "variant": ev.gate_variant,
+            "metric": ev.gate_metric,
+            "value": float(value),
+            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "previous": (current or {}).get("run"),
+        }
         io.write_bytes(pointer_uri(cfg.output), json.dumps(pointer, indent=1).encode())
         log.info("promotion: %s promoted (%s)", run_root, reason)
     else:
-        log.warning("promotion: %s NOT promoted: %s; %s stays", run_root, reason,
-                    (current or {}).get("run"))
+        log.warning(
+            "promotion: %s NOT promoted: %s; %s stays", run_root, reason, (current or {}).get("run")
+        )
     return decision

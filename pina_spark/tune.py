@@ -37,6 +37,7 @@ Examples
 >>> [p["neighbors.k"] for p in grid_points({"neighbors.k": [3, 5]})]
 [3, 5]
 """
+
 import copy
 import hashlib
 import itertools
@@ -51,8 +52,15 @@ from .folds import is_validation
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_tune", "parse_grid", "grid_points", "point_id", "derive_validation_nodes",
-           "results_markdown", "TUNE_DIR"]
+__all__ = [
+    "run_tune",
+    "parse_grid",
+    "grid_points",
+    "point_id",
+    "derive_validation_nodes",
+    "results_markdown",
+    "TUNE_DIR",
+]
 
 TUNE_DIR = "tune"
 PHASE1 = ("neighbors", "aggregate")
@@ -61,8 +69,9 @@ PHASE2 = ("train", "evaluate")
 TUNED_VARIANTS = ("baseline", "pina_naive", "pina")
 
 
-def parse_grid(specs: Sequence[str], base: Optional[Dict[str, List[Any]]] = None
-               ) -> Dict[str, List[Any]]:
+def parse_grid(
+    specs: Sequence[str], base: Optional[Dict[str, List[Any]]] = None
+) -> Dict[str, List[Any]]:
     """``["KEY=v1,v2", ...]`` (values parsed as YAML scalars) merged over ``base``
     (``tune.grid``); a key given on the command line replaces the config's list.
 
@@ -76,6 +85,7 @@ def parse_grid(specs: Sequence[str], base: Optional[Dict[str, List[Any]]] = None
     pina_spark.config.ConfigError: --grid 'neighbors.k': expected KEY=v1,v2,...
     """
     import yaml
+
     grid: Dict[str, List[Any]] = {k: list(v) for k, v in (base or {}).items()}
     for spec in specs or []:
         if "=" not in spec:
@@ -101,8 +111,17 @@ def grid_points(grid: Dict[str, List[Any]]) -> List[Dict[str, Any]]:
     >>> grid_points({"aggregate.v1_weight": [0.5, 1.0], "neighbors.k": [3, 5]})[:2]
     [{'neighbors.k': 3, 'aggregate.v1_weight': 0.5}, {'neighbors.k': 3, 'aggregate.v1_weight': 1.0}]
     """
-    keys = sorted(grid, key=lambda k: (0 if k.split(".")[0] in ("neighbors", "inference") else
-                                       1 if k.startswith("aggregate.") else 2, k))
+    keys = sorted(
+        grid,
+        key=lambda k: (
+            0
+            if k.split(".")[0] in ("neighbors", "inference")
+            else 1
+            if k.startswith("aggregate.")
+            else 2,
+            k,
+        ),
+    )
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
@@ -114,8 +133,7 @@ def point_id(point: Dict[str, Any]) -> str:
     >>> point_id({"neighbors.k": 5}) == point_id({"neighbors.k": 5})
     True
     """
-    return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:10]
+    return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def _set_key(data: Dict[str, Any], key: str, value: Any) -> None:
@@ -135,8 +153,10 @@ def point_config(cfg: PinaConfig, point: Dict[str, Any], work_root: str) -> Pina
     data = copy.deepcopy(cfg.to_dict())
     for k, v in point.items():
         if k.split(".")[0] in ("output", "run", "input", "task", "tune"):
-            raise ConfigError(f"tune grid key {k!r}: only stage parameters can be tuned "
-                              f"(neighbors.*, aggregate.*, train.*, evaluate.*, inference.*)")
+            raise ConfigError(
+                f"tune grid key {k!r}: only stage parameters can be tuned "
+                f"(neighbors.*, aggregate.*, train.*, evaluate.*, inference.*)"
+            )
         _set_key(data, k, v)
     data["output"] = work_root
     data["run"] = {"run_date": None, "models": None, "incremental": False, "force": False}
@@ -188,10 +208,14 @@ def results_markdown(results: Dict[str, Any]) -> str:
     keys = results["keys"]
     vs = results.get("variants_shown") or [results["variant"]]
     cols = [f"{v} P@{k}" for v in vs for k in (1, 3, 5)]
-    lines = [f"# pina-spark tune: validation {results['metric']} of `{results['variant']}`", "",
-             results["note"], "",
-             "| point | " + " | ".join(keys) + " | " + " | ".join(cols) + " |",
-             "|" + "---|" * (1 + len(keys) + len(cols))]
+    lines = [
+        f"# pina-spark tune: validation {results['metric']} of `{results['variant']}`",
+        "",
+        results["note"],
+        "",
+        "| point | " + " | ".join(keys) + " | " + " | ".join(cols) + " |",
+        "|" + "---|" * (1 + len(keys) + len(cols)),
+    ]
     for p in results["points"]:
         best = p["id"] == results.get("best")
         cells = []
@@ -204,8 +228,13 @@ def results_markdown(results: Dict[str, Any]) -> str:
                     s = f"**{s}**"
                 cells.append(s)
         pid = f"**{p['id']}**" if best else p["id"]
-        lines.append(f"| {pid} | " + " | ".join(str(p["params"][k]) for k in keys) + " | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {pid} | "
+            + " | ".join(str(p["params"][k]) for k in keys)
+            + " | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -228,8 +257,10 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
 
     from . import pipeline
     from .manifest import Manifest
+
     if spark is None:
         from .session import get_spark
+
         spark = get_spark(cfg.spark)
     grid = parse_grid(grid_specs, cfg.tune.grid)
     if not grid:
@@ -237,36 +268,50 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     src = io.RunPaths(cfg.output, cfg.run.run_date)
     tune_root = src.table(TUNE_DIR)
     work = io.RunPaths(tune_root + "/work")
-    models_root = (io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models
-                   else src.table(io.MODELS))
+    models_root = (
+        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else src.table(io.MODELS)
+    )
     points = grid_points(grid)
-    cfgs = [point_config(cfg, p, work.output) for p in points]   # all checked before any work
+    cfgs = [point_config(cfg, p, work.output) for p in points]  # all checked before any work
     metric = cfg.tune.metric
     if metric not in ("P@1", "P@3", "P@5"):
         raise ConfigError(f"tune.metric: {metric!r} is not one of ['P@1', 'P@3', 'P@5']")
     t_all = time.time()
 
     # ---- derived tables: the test rows are filtered out in the scan and never materialised
-    nodes = io.read_table(spark, src, io.NODES) \
-        .where((F.col(io.KIND) == io.KIND_LABEL)
-               | ((F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN))) \
+    nodes = (
+        io.read_table(spark, src, io.NODES)
+        .where(
+            (F.col(io.KIND) == io.KIND_LABEL)
+            | ((F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN))
+        )
         .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT, io.SPLIT)
+    )
     nodes_pdf = nodes.toPandas().sort_values(io.NODE_INDEX).reset_index(drop=True)
     phase1_nodes, phase2_nodes, valid_ids = derive_validation_nodes(
-        nodes_pdf, cfg.task.validation_fraction)
-    n_train_rows = int(((nodes_pdf[io.KIND] == io.KIND_INSTANCE)).sum()) - len(valid_ids)
+        nodes_pdf, cfg.task.validation_fraction
+    )
+    n_train_rows = int((nodes_pdf[io.KIND] == io.KIND_INSTANCE).sum()) - len(valid_ids)
     if not valid_ids or n_train_rows <= 0:
-        raise ConfigError(f"task.validation_fraction={cfg.task.validation_fraction} gives "
-                          f"{len(valid_ids)} validation and {n_train_rows} train rows")
-    log.info("tune: %d train rows, %d validation rows, %d grid points", n_train_rows,
-             len(valid_ids), len(points))
+        raise ConfigError(
+            f"task.validation_fraction={cfg.task.validation_fraction} gives "
+            f"{len(valid_ids)} validation and {n_train_rows} train rows"
+        )
+    log.info(
+        "tune: %d train rows, %d validation rows, %d grid points",
+        n_train_rows,
+        len(valid_ids),
+        len(points),
+    )
     keep = spark.createDataFrame(nodes_pdf[[io.NODE_INDEX]].astype("int64"))
     keep_inst = keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX)
-    il = io.read_table(spark, src, io.INSTANCE_LABELS) \
-        .join(F.broadcast(keep_inst), io.INSTANCE_INDEX, "left_semi")
+    il = io.read_table(spark, src, io.INSTANCE_LABELS).join(
+        F.broadcast(keep_inst), io.INSTANCE_INDEX, "left_semi"
+    )
     io.write_table(il, work, io.INSTANCE_LABELS)
-    emb = io.read_table(spark, src, io.EMBEDDINGS) \
-        .join(F.broadcast(keep), io.NODE_INDEX, "left_semi")
+    emb = io.read_table(spark, src, io.EMBEDDINGS).join(
+        F.broadcast(keep), io.NODE_INDEX, "left_semi"
+    )
     io.write_table(emb, work, io.EMBEDDINGS)
     nodes_schema = io.schema(io.NODES)
 
@@ -281,8 +326,9 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     for point, pcfg in zip(points, cfgs):
         pid = point_id(point)
         t0 = time.time()
-        ctx = pipeline.StageContext(spark=spark, cfg=pcfg, paths=work, manifest=manifest,
-                                    models_root=models_root)
+        ctx = pipeline.StageContext(
+            spark=spark, cfg=pcfg, paths=work, manifest=manifest, models_root=models_root
+        )
         nb_fp = pcfg.fingerprint("neighbors", "inference")
         agg_fp = nb_fp + pcfg.fingerprint("aggregate")
         publish_nodes(phase1_nodes)
@@ -303,53 +349,81 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
             raise IOError(f"tune point {pid}: {work.table(io.EVAL)}/metrics.json not written")
         m = json.loads(raw)
         io.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
-        io.write_bytes(f"{tune_root}/points/{pid}/point.json",
-                       json.dumps({"id": pid, "params": point}, default=str).encode())
-        valid = {v: {k: m["variants"][v].get(k) for k in ("P@1", "P@3", "P@5")}
-                 for v in m["variants"]}
-        rows.append({"id": pid, "params": point, "valid": valid,
-                     "significance": m.get("significance", {}),
-                     "n_valid_scored": m.get("n_test_scored"), "stages_run": ran,
-                     "seconds": round(time.time() - t0, 1)})
-        log.info("tune point %s %s: %s", pid, point,
-                 {v: round(x["P@1"], 4) for v, x in valid.items()})
+        io.write_bytes(
+            f"{tune_root}/points/{pid}/point.json",
+            json.dumps({"id": pid, "params": point}, default=str).encode(),
+        )
+        valid = {
+            v: {k: m["variants"][v].get(k) for k in ("P@1", "P@3", "P@5")} for v in m["variants"]
+        }
+        rows.append(
+            {
+                "id": pid,
+                "params": point,
+                "valid": valid,
+                "significance": m.get("significance", {}),
+                "n_valid_scored": m.get("n_test_scored"),
+                "stages_run": ran,
+                "seconds": round(time.time() - t0, 1),
+            }
+        )
+        log.info(
+            "tune point %s %s: %s", pid, point, {v: round(x["P@1"], 4) for v, x in valid.items()}
+        )
 
-    variant = "pina" if any("pina" in r["valid"] for r in rows) else \
-        next(iter(rows[0]["valid"]))
+    variant = "pina" if any("pina" in r["valid"] for r in rows) else next(iter(rows[0]["valid"]))
     scored = [r for r in rows if r["valid"].get(variant, {}).get(metric) is not None]
     best = max(scored, key=lambda r: r["valid"][variant][metric])["id"] if scored else None
     oof = cfg.neighbors.train_mode == "out_of_fold"
-    note = (f"Validation split: {len(valid_ids)} of {len(valid_ids) + n_train_rows} train "
-            f"instances (task.validation_fraction={cfg.task.validation_fraction}, by hash of the "
-            f"id); downstream models retrained on the other {n_train_rows}; test rows never "
-            f"read. **Caveat:** g (and the vectorizer) were pretrained on all train rows, "
-            f"validation rows included; "
-            + ("with neighbors.train_mode=out_of_fold the validation rows' neighbours come from "
-               "the fold model that never saw them (out-of-sample for g)."
-               if oof else
-               "with neighbors.train_mode=in_sample their neighbours are in-sample for g, so "
-               "validation scores are optimistic.")
-            + " Values are percent.")
-    results = {"note": note, "metric": metric, "variant": variant, "keys": list(points[0]),
-               "variants_shown": [v for v in ("pina", "pina_naive", "baseline")
-                                  if any(v in r["valid"] for r in rows)],
-               "validation_fraction": cfg.task.validation_fraction,
-               "n_valid": len(valid_ids), "n_train": n_train_rows, "models": models_root,
-               "points": rows, "best": best,
-               "best_params": next((r["params"] for r in rows if r["id"] == best), None),
-               "seconds": round(time.time() - t_all, 1)}
+    note = (
+        f"Validation split: {len(valid_ids)} of {len(valid_ids) + n_train_rows} train "
+        f"instances (task.validation_fraction={cfg.task.validation_fraction}, by hash of the "
+        f"id); downstream models retrained on the other {n_train_rows}; test rows never "
+        f"read. **Caveat:** g (and the vectorizer) were pretrained on all train rows, "
+        f"validation rows included; "
+        + (
+            "with neighbors.train_mode=out_of_fold the validation rows' neighbours come from "
+            "the fold model that never saw them (out-of-sample for g)."
+            if oof
+            else "with neighbors.train_mode=in_sample their neighbours are in-sample for g, so "
+            "validation scores are optimistic."
+        )
+        + " Values are percent."
+    )
+    results = {
+        "note": note,
+        "metric": metric,
+        "variant": variant,
+        "keys": list(points[0]),
+        "variants_shown": [
+            v for v in ("pina", "pina_naive", "baseline") if any(v in r["valid"] for r in rows)
+        ],
+        "validation_fraction": cfg.task.validation_fraction,
+        "n_valid": len(valid_ids),
+        "n_train": n_train_rows,
+        "models": models_root,
+        "points": rows,
+        "best": best,
+        "best_params": next((r["params"] for r in rows if r["id"] == best), None),
+        "seconds": round(time.time() - t_all, 1),
+    }
     table = results_markdown(results)
-    io.write_bytes(f"{tune_root}/results.json",
-                   json.dumps(results, indent=2, default=str).encode())
+    io.write_bytes(f"{tune_root}/results.json", json.dumps(results, indent=2, default=str).encode())
     io.write_bytes(f"{tune_root}/results.md", (table + "\n").encode("utf-8"))
-    log.info("tune: %d points in %.1fs, best %s %s", len(rows), time.time() - t_all, best,
-             results["best_params"])
+    log.info(
+        "tune: %d points in %.1fs, best %s %s",
+        len(rows),
+        time.time() - t_all,
+        best,
+        results["best_params"],
+    )
     return table
 
 
 def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
     """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
     from . import pipeline
+
     spec = pipeline.STAGES[name]
     ctx.manifest.mark_started(name, pid)
     t0 = time.time()

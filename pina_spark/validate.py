@@ -63,6 +63,7 @@ Examples
 >>> sorted(tables)                                                # doctest: +SKIP
 ['instance_labels', 'instances', 'labels']
 """
+
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -70,14 +71,37 @@ from . import io
 
 log = logging.getLogger(__name__)
 
-__all__ = ["validate_inputs", "required_tables", "ValidationInvariantError", "check_quality",
-           "validate_instances", "validate_labels", "validate_instance_labels",
-           "validate_events", "validate_filter_pairs", "REASONS"]
+__all__ = [
+    "validate_inputs",
+    "required_tables",
+    "ValidationInvariantError",
+    "check_quality",
+    "validate_instances",
+    "validate_labels",
+    "validate_instance_labels",
+    "validate_events",
+    "validate_filter_pairs",
+    "REASONS",
+]
 
-REASONS = ("unparseable", "missing_id", "missing_basket", "missing_item", "invalid_utf8",
-           "invalid_id", "missing_text", "text_too_long", "invalid_split", "invalid_weight",
-           "unknown_instance", "unknown_label", "unknown_item", "duplicate_id", "duplicate_pair",
-           "duplicate_event")
+REASONS = (
+    "unparseable",
+    "missing_id",
+    "missing_basket",
+    "missing_item",
+    "invalid_utf8",
+    "invalid_id",
+    "missing_text",
+    "text_too_long",
+    "invalid_split",
+    "invalid_weight",
+    "unknown_instance",
+    "unknown_label",
+    "unknown_item",
+    "duplicate_id",
+    "duplicate_pair",
+    "duplicate_event",
+)
 
 #: the character Spark's text readers substitute for bytes that are not valid UTF-8
 REPLACEMENT_CHAR = "\ufffd"
@@ -104,11 +128,13 @@ def _blank(col):
     """Null, empty, or only white space / control / format characters (Unicode-aware: ``F.trim``
     strips ASCII spaces only, so a tab or an NBSP would pass as an id)."""
     from pyspark.sql import functions as F
+
     return col.isNull() | (F.regexp_replace(col, BLANK_CHARS, "") == "")
 
 
 def _bad_id(*cols):
     from pyspark.sql import functions as F
+
     cond = None
     for c in cols:
         one = F.coalesce(F.col(c).rlike(BAD_ID_CHARS), F.lit(False))
@@ -118,11 +144,13 @@ def _bad_id(*cols):
 
 def _too_long(col, max_chars: int):
     from pyspark.sql import functions as F
+
     return F.coalesce(F.length(col) > int(max_chars), F.lit(False))
 
 
 def _has_fffd(*cols):
     from pyspark.sql import functions as F
+
     cond = None
     for c in cols:
         one = F.coalesce(F.instr(c, REPLACEMENT_CHAR) > 0, F.lit(False))
@@ -133,6 +161,7 @@ def _has_fffd(*cols):
 def _tag(df, rules):
     """Add ``reason``: the first ``(condition, reason)`` in ``rules`` that holds, else null."""
     from pyspark.sql import functions as F
+
     expr = None
     for cond, reason in rules:
         expr = F.when(cond, F.lit(reason)) if expr is None else expr.when(cond, F.lit(reason))
@@ -143,11 +172,15 @@ def _flag_unknown(tagged, ref_ids, col: str, reason: str):
     """Rows still valid whose ``col`` is not in ``ref_ids`` (a frame of unique ids) get
     ``reason``. A left join against unique keys never duplicates rows."""
     from pyspark.sql import functions as F
-    ref = ref_ids.select(F.col(col).alias("_ref_id")).distinct() \
-        .withColumn("_known", F.lit(True))
+
+    ref = ref_ids.select(F.col(col).alias("_ref_id")).distinct().withColumn("_known", F.lit(True))
     out = tagged.join(ref, tagged[col] == ref["_ref_id"], "left")
-    out = out.withColumn(io.REASON, F.when(F.col(io.REASON).isNull() & F.col("_known").isNull(),
-                                           F.lit(reason)).otherwise(F.col(io.REASON)))
+    out = out.withColumn(
+        io.REASON,
+        F.when(F.col(io.REASON).isNull() & F.col("_known").isNull(), F.lit(reason)).otherwise(
+            F.col(io.REASON)
+        ),
+    )
     return out.drop("_ref_id", "_known")
 
 
@@ -156,15 +189,19 @@ def _flag_duplicates(tagged, keys, order, reason: str):
     (a list of sort columns that ends with every column, so ties are identical rows)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
     w = Window.partitionBy(*[F.col(k) for k in keys], F.col(io.REASON).isNull()).orderBy(*order)
     rn = F.row_number().over(w)
-    return tagged.withColumn(io.REASON, F.when(F.col(io.REASON).isNull() & (rn > 1),
-                                               F.lit(reason)).otherwise(F.col(io.REASON)))
+    return tagged.withColumn(
+        io.REASON,
+        F.when(F.col(io.REASON).isNull() & (rn > 1), F.lit(reason)).otherwise(F.col(io.REASON)),
+    )
 
 
 def _split(tagged, table: str):
     """(clean rows without helper columns, quarantined rows with ``reason``)."""
     from pyspark.sql import functions as F
+
     cols = [f.name for f in io.schema(table).fields]
     clean = tagged.filter(F.col(io.REASON).isNull()).select(*cols)
     quarantine = tagged.filter(F.col(io.REASON).isNotNull()).select(*cols, io.CORRUPT, io.REASON)
@@ -184,20 +221,28 @@ def validate_instances(raw, max_text_chars: int = MAX_TEXT_CHARS):
     >>> validate_instances(raw).filter("reason is null").count()        # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    raw = raw.withColumn(io.SPLIT, F.when(_blank(F.col(io.SPLIT)), F.lit(io.SPLIT_TRAIN))
-                         .otherwise(F.col(io.SPLIT)))
-    tagged = _tag(raw, [
-        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-        (_blank(F.col(io.INSTANCE_ID)), "missing_id"),
-        (_has_fffd(io.INSTANCE_ID, io.TEXT, io.SPLIT), "invalid_utf8"),
-        (_bad_id(io.INSTANCE_ID), "invalid_id"),
-        (_blank(F.col(io.TEXT)), "missing_text"),
-        (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
-        (~F.col(io.SPLIT).isin(*VALID_SPLITS), "invalid_split"),
-    ])
-    return _flag_duplicates(tagged, [io.INSTANCE_ID],
-                            [F.col(io.TEXT).asc_nulls_last(), F.col(io.SPLIT).asc_nulls_last()],
-                            "duplicate_id")
+
+    raw = raw.withColumn(
+        io.SPLIT, F.when(_blank(F.col(io.SPLIT)), F.lit(io.SPLIT_TRAIN)).otherwise(F.col(io.SPLIT))
+    )
+    tagged = _tag(
+        raw,
+        [
+            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+            (_blank(F.col(io.INSTANCE_ID)), "missing_id"),
+            (_has_fffd(io.INSTANCE_ID, io.TEXT, io.SPLIT), "invalid_utf8"),
+            (_bad_id(io.INSTANCE_ID), "invalid_id"),
+            (_blank(F.col(io.TEXT)), "missing_text"),
+            (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
+            (~F.col(io.SPLIT).isin(*VALID_SPLITS), "invalid_split"),
+        ],
+    )
+    return _flag_duplicates(
+        tagged,
+        [io.INSTANCE_ID],
+        [F.col(io.TEXT).asc_nulls_last(), F.col(io.SPLIT).asc_nulls_last()],
+        "duplicate_id",
+    )
 
 
 def validate_labels(raw, max_text_chars: int = MAX_TEXT_CHARS):
@@ -208,16 +253,21 @@ def validate_labels(raw, max_text_chars: int = MAX_TEXT_CHARS):
     >>> validate_labels(io.read_input(spark, "labels.csv", "labels"))   # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    tagged = _tag(raw, [
-        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-        (_blank(F.col(io.LABEL_ID)), "missing_id"),
-        (_has_fffd(io.LABEL_ID, io.TEXT), "invalid_utf8"),
-        (_bad_id(io.LABEL_ID), "invalid_id"),
-        (_blank(F.col(io.TEXT)), "missing_text"),
-        (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
-    ])
-    return _flag_duplicates(tagged, [io.LABEL_ID], [F.col(io.TEXT).asc_nulls_last()],
-                            "duplicate_id")
+
+    tagged = _tag(
+        raw,
+        [
+            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+            (_blank(F.col(io.LABEL_ID)), "missing_id"),
+            (_has_fffd(io.LABEL_ID, io.TEXT), "invalid_utf8"),
+            (_bad_id(io.LABEL_ID), "invalid_id"),
+            (_blank(F.col(io.TEXT)), "missing_text"),
+            (_too_long(F.col(io.TEXT), max_text_chars), "text_too_long"),
+        ],
+    )
+    return _flag_duplicates(
+        tagged, [io.LABEL_ID], [F.col(io.TEXT).asc_nulls_last()], "duplicate_id"
+    )
 
 
 def validate_instance_labels(raw, instances, labels):
@@ -228,12 +278,16 @@ def validate_instance_labels(raw, instances, labels):
     >>> validate_instance_labels(raw, clean_instances, clean_labels)   # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    tagged = _tag(raw, [
-        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-        (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
-        (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
-        (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
-    ])
+
+    tagged = _tag(
+        raw,
+        [
+            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+            (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
+            (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+            (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
+        ],
+    )
     tagged = _flag_unknown(tagged, instances, io.INSTANCE_ID, "unknown_instance")
     tagged = _flag_unknown(tagged, labels, io.LABEL_ID, "unknown_label")
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
@@ -248,22 +302,32 @@ def validate_events(raw, instances):
     ...                 clean_instances)  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
+
     w = F.col(io.WEIGHT)
-    bad_weight = w.isNotNull() & (F.isnan(w) | (w == float("inf")) | (w == float("-inf"))
-                                  | (w < 0))
-    tagged = _tag(raw, [
-        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-        (_blank(F.col(io.BASKET_ID)), "missing_basket"),
-        (_blank(F.col(io.ITEM_ID)), "missing_item"),
-        (_has_fffd(io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME), "invalid_utf8"),
-        (_bad_id(io.BASKET_ID, io.ITEM_ID), "invalid_id"),
-        (bad_weight, "invalid_weight"),
-    ])
-    tagged = _flag_unknown(tagged, instances.select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID)),
-                           io.ITEM_ID, "unknown_item")
-    return _flag_duplicates(tagged, [io.BASKET_ID, io.ITEM_ID],
-                            [F.col(io.EVENT_TIME).asc_nulls_last(), w.asc_nulls_last()],
-                            "duplicate_event")
+    bad_weight = w.isNotNull() & (F.isnan(w) | (w == float("inf")) | (w == float("-inf")) | (w < 0))
+    tagged = _tag(
+        raw,
+        [
+            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+            (_blank(F.col(io.BASKET_ID)), "missing_basket"),
+            (_blank(F.col(io.ITEM_ID)), "missing_item"),
+            (_has_fffd(io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME), "invalid_utf8"),
+            (_bad_id(io.BASKET_ID, io.ITEM_ID), "invalid_id"),
+            (bad_weight, "invalid_weight"),
+        ],
+    )
+    tagged = _flag_unknown(
+        tagged,
+        instances.select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID)),
+        io.ITEM_ID,
+        "unknown_item",
+    )
+    return _flag_duplicates(
+        tagged,
+        [io.BASKET_ID, io.ITEM_ID],
+        [F.col(io.EVENT_TIME).asc_nulls_last(), w.asc_nulls_last()],
+        "duplicate_event",
+    )
 
 
 def validate_filter_pairs(raw):
@@ -275,12 +339,16 @@ def validate_filter_pairs(raw):
     >>> validate_filter_pairs(io.read_input(spark, "pairs.csv", "filter_pairs"))  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
-    tagged = _tag(raw, [
-        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-        (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
-        (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
-        (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
-    ])
+
+    tagged = _tag(
+        raw,
+        [
+            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+            (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
+            (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+            (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
+        ],
+    )
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
 
 
@@ -302,8 +370,13 @@ def required_tables(cfg) -> Tuple[str, ...]:
     return tuple(need)
 
 
-def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
-                    persisted: Optional[List[Any]] = None, timer=None):
+def validate_inputs(
+    spark,
+    cfg,
+    stats: Optional[Dict[str, Any]] = None,
+    persisted: Optional[List[Any]] = None,
+    timer=None,
+):
     """Read and validate every configured input table.
 
     Parameters
@@ -343,12 +416,17 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     inp = cfg.input
     for name in required_tables(cfg):
         if not getattr(inp, name):
-            why = ("task.labels=given" if name in ("labels", "instance_labels") else
-                   f"side_info={cfg.side_info}, task.labels={cfg.task.labels}")
+            why = (
+                "task.labels=given"
+                if name in ("labels", "instance_labels")
+                else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
+            )
             raise io.InputError(f"input.{name}: required ({why}) but not configured")
     if cfg.task.labels == "graph" and (inp.labels or inp.instance_labels):
-        log.warning("task.labels=graph: input.labels / input.instance_labels are validated but "
-                    "not used (labels come from the co-purchase graph)")
+        log.warning(
+            "task.labels=graph: input.labels / input.instance_labels are validated but "
+            "not used (labels come from the co-purchase graph)"
+        )
     raw = {}
     for name in TABLE_ORDER:
         uri = getattr(inp, name)
@@ -360,9 +438,17 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
     for name in TABLE_ORDER:
         if name not in raw:
             continue
-        with (timer.step(f"validate.{name}") if timer is not None else _no_timer()):
-            _validate_one(name, raw, tables, quarantine, counts, getattr(inp, name), persisted,
-                          cfg.quality.max_text_chars)
+        with timer.step(f"validate.{name}") if timer is not None else _no_timer():
+            _validate_one(
+                name,
+                raw,
+                tables,
+                quarantine,
+                counts,
+                getattr(inp, name),
+                persisted,
+                cfg.quality.max_text_chars,
+            )
     if stats is not None:
         stats.update(counts)
     return tables, quarantine
@@ -371,7 +457,7 @@ def validate_inputs(spark, cfg, stats: Optional[Dict[str, Any]] = None,
 #: advice added to a gate error per reason
 _ADVICE = {
     "unknown_item": "events.item_id must be an instance_id of input.instances, formatted "
-                    "alike (zero padding, case, prefixes)",
+    "alike (zero padding, case, prefixes)",
     "unknown_instance": "instance_labels.instance_id must be an instance_id of input.instances",
     "unknown_label": "instance_labels.label_id must be a label_id of input.labels",
     "unparseable": "check the file's format, delimiter and quoting",
@@ -403,35 +489,46 @@ def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -
     problems, reasons_seen = [], []
     for table, c in counts.items():
         n = max(1, int(c["rows_in"]))
-        rates = ", ".join(f"{r} {k / n:.1%}" for r, k in sorted(c["reasons"].items(),
-                                                                 key=lambda x: -x[1]))
+        rates = ", ".join(
+            f"{r} {k / n:.1%}" for r, k in sorted(c["reasons"].items(), key=lambda x: -x[1])
+        )
         q = int(c["rows_quarantined"])
         if q / n > quality.max_quarantined_fraction:
-            problems.append(f"{table}: {q} of {n} rows quarantined ({q / n:.1%} > "
-                            f"{quality.max_quarantined_fraction:.1%}, "
-                            f"quality.max_quarantined_fraction): {rates}")
+            problems.append(
+                f"{table}: {q} of {n} rows quarantined ({q / n:.1%} > "
+                f"{quality.max_quarantined_fraction:.1%}, "
+                f"quality.max_quarantined_fraction): {rates}"
+            )
             reasons_seen += list(c["reasons"])
         for r, k in c["reasons"].items():
             lim = quality.limit(table, r)
             if lim is not None and k / n > lim:
-                problems.append(f"{table}.{r}: {k} of {n} rows ({k / n:.1%} > {lim:.1%}, "
-                                f"quality.max_reason_fraction)")
+                problems.append(
+                    f"{table}.{r}: {k} of {n} rows ({k / n:.1%} > {lim:.1%}, "
+                    f"quality.max_reason_fraction)"
+                )
                 reasons_seen.append(r)
     if problems:
         advice = [f"{r}: {_ADVICE[r]}" for r in dict.fromkeys(reasons_seen) if r in _ADVICE]
-        raise io.InputError("data-quality gate: " + "; ".join(problems) + ". "
-                            + " ".join(advice) + (f" (quarantined rows: {where})" if where
-                                                  else ""))
+        raise io.InputError(
+            "data-quality gate: "
+            + "; ".join(problems)
+            + ". "
+            + " ".join(advice)
+            + (f" (quarantined rows: {where})" if where else "")
+        )
 
 
 def _no_timer():
     import contextlib
+
     return contextlib.nullcontext()
 
 
 def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_text_chars):
     """Tag, persist and count one table (fills ``tables``, ``quarantine``, ``counts``)."""
     from pyspark import StorageLevel
+
     if name == "instances":
         tagged = validate_instances(raw[name], max_text_chars)
     elif name == "labels":
@@ -450,23 +547,37 @@ def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_tex
     counts[name] = _count(raw[name], tagged, name, uri)
     tables[name], quarantine[name] = _split(tagged, name)
     c = counts[name]
-    log.info("input %s: %d rows in, %d used, %d quarantined %s", name, c["rows_in"],
-             c["rows_used"], c["rows_quarantined"], c["reasons"])
+    log.info(
+        "input %s: %d rows in, %d used, %d quarantined %s",
+        name,
+        c["rows_in"],
+        c["rows_used"],
+        c["rows_quarantined"],
+        c["reasons"],
+    )
 
 
 def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:
     """Counts per reason and the rows-in = used + quarantined invariant."""
     from pyspark.sql import functions as F
+
     rows_in = raw.count()
     if rows_in == 0:
         raise io.InputError(f"input.{table}: {uri} has no rows (an empty input table is an error)")
-    by_reason = {r[io.REASON]: int(r["n"]) for r in
-                 tagged.groupBy(io.REASON).agg(F.count(F.lit(1)).alias("n")).collect()}
+    by_reason = {
+        r[io.REASON]: int(r["n"])
+        for r in tagged.groupBy(io.REASON).agg(F.count(F.lit(1)).alias("n")).collect()
+    }
     used = by_reason.pop(None, 0)
     quarantined = sum(by_reason.values())
     if used + quarantined != rows_in:
         raise ValidationInvariantError(
             f"input.{table}: {rows_in} rows in but {used} used + {quarantined} quarantined "
-            f"= {used + quarantined} ({uri})")
-    return {"rows_in": rows_in, "rows_used": used, "rows_quarantined": quarantined,
-            "reasons": dict(sorted(by_reason.items()))}
+            f"= {used + quarantined} ({uri})"
+        )
+    return {
+        "rows_in": rows_in,
+        "rows_used": used,
+        "rows_quarantined": quarantined,
+        "reasons": dict(sorted(by_reason.items())),
+    }

@@ -22,6 +22,7 @@ Examples
 >>> dense, sparse = phi.transform(["an article"])                      # doctest: +SKIP
 >>> X = phi.features(["an article"])  # [dense, sparse]: the input of g  # doctest: +SKIP
 """
+
 import json
 import logging
 import os
@@ -74,6 +75,7 @@ def combine(dnn: np.ndarray, tfidf, dense_weight: float):
     ([[0.4243, 0.5657], [0.0, 0.0]], [[0.7071], [0.0]])
     """
     import scipy.sparse as sp
+
     w = float(dense_weight)
     dnn = np.asarray(dnn, dtype=np.float64)
     dn = np.linalg.norm(dnn, axis=1)
@@ -82,8 +84,9 @@ def combine(dnn: np.ndarray, tfidf, dense_weight: float):
     sn = np.sqrt(np.asarray(sparse.multiply(sparse).sum(axis=1)).ravel())
     scale = np.divide(1.0 - w, sn, out=np.zeros_like(sn), where=sn > 0)
     sparse = sp.diags(scale).dot(sparse).tocsr()
-    total = np.sqrt((dense ** 2).sum(axis=1) + np.asarray(sparse.multiply(sparse).sum(axis=1))
-                    .ravel())
+    total = np.sqrt(
+        (dense**2).sum(axis=1) + np.asarray(sparse.multiply(sparse).sum(axis=1)).ravel()
+    )
     inv = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
     dense = (dense * inv[:, None]).astype(np.float32)
     sparse = sp.diags(inv).dot(sparse).tocsr().astype(np.float32)
@@ -113,8 +116,14 @@ class PhiPre:
     >>> phi = PhiPre.load("s3://bucket/run/models/vectorizer", device="cuda")  # doctest: +SKIP
     """
 
-    def __init__(self, preprocessor, encoder, dense_weight: float = 0.5,
-                 encoder_dir: Optional[str] = None, tfidf_config: Optional[Dict] = None):
+    def __init__(
+        self,
+        preprocessor,
+        encoder,
+        dense_weight: float = 0.5,
+        encoder_dir: Optional[str] = None,
+        tfidf_config: Optional[Dict] = None,
+    ):
         self.preprocessor = preprocessor
         self.encoder = encoder
         self.dense_weight = float(dense_weight)
@@ -134,6 +143,7 @@ class PhiPre:
         >>> pre = PhiPre.fit_tfidf(["a b", "b c"], PretrainConfig(tfidf={}))  # doctest: +SKIP
         """
         from pecos.utils.featurization.text.preprocess import Preprocessor
+
         texts = _clean(texts)
         if not texts:
             raise ValueError("PhiPre.fit: no texts given")
@@ -143,9 +153,15 @@ class PhiPre:
         return pre
 
     @classmethod
-    def fit(cls, texts: Sequence[Optional[str]], pretrain_cfg, encoder=None,
-            encoder_dir: Optional[str] = None, device: str = "cpu",
-            preprocessor=None) -> "PhiPre":
+    def fit(
+        cls,
+        texts: Sequence[Optional[str]],
+        pretrain_cfg,
+        encoder=None,
+        encoder_dir: Optional[str] = None,
+        device: str = "cpu",
+        preprocessor=None,
+    ) -> "PhiPre":
         """Fit the tf-idf on ``texts`` (every pretraining input row) and attach the encoder.
 
         Parameters
@@ -169,17 +185,27 @@ class PhiPre:
         >>> phi = PhiPre.fit(["a b", "b c"], PretrainConfig())  # doctest: +SKIP
         """
         from .encoders import load_encoder
+
         pre = preprocessor if preprocessor is not None else cls.fit_tfidf(texts, pretrain_cfg)
         if encoder is None:
             if pretrain_cfg.encoder in ("xtransformer", "contrastive"):
-                raise ValueError(f"PhiPre.fit: encoder {pretrain_cfg.encoder!r} must be "
-                                 f"fine-tuned first (pretrain.run_stage does it) and passed as "
-                                 f"encoder=")
+                raise ValueError(
+                    f"PhiPre.fit: encoder {pretrain_cfg.encoder!r} must be "
+                    f"fine-tuned first (pretrain.run_stage does it) and passed as "
+                    f"encoder="
+                )
             path = pretrain_cfg.encoder_path if pretrain_cfg.encoder == "hf" else None
-            encoder = load_encoder({"kind": pretrain_cfg.encoder, "path": path,
-                                    "max_length": pretrain_cfg.max_length}, device=device)
-        return cls(pre, encoder, pretrain_cfg.dense_weight, encoder_dir=encoder_dir,
-                   tfidf_config=_tfidf_kwargs(pretrain_cfg))
+            encoder = load_encoder(
+                {"kind": pretrain_cfg.encoder, "path": path, "max_length": pretrain_cfg.max_length},
+                device=device,
+            )
+        return cls(
+            pre,
+            encoder,
+            pretrain_cfg.dense_weight,
+            encoder_dir=encoder_dir,
+            tfidf_config=_tfidf_kwargs(pretrain_cfg),
+        )
 
     def _tfidf_dim(self) -> int:
         return int(self.preprocessor.predict([""]).shape[1])
@@ -189,8 +215,14 @@ class PhiPre:
         enc = dict(self.encoder.spec())
         if enc["kind"] in SHIPPED_KINDS:
             enc["path"] = ENCODER_DIR  # relative to the vectorizer folder (copied by save)
-        enc.update({"dense_dim": self.dense_dim, "dense_weight": self.dense_weight,
-                    "sparse_dim": self.sparse_dim, "tfidf": _jsonable(self.tfidf_config)})
+        enc.update(
+            {
+                "dense_dim": self.dense_dim,
+                "dense_weight": self.dense_weight,
+                "sparse_dim": self.sparse_dim,
+                "tfidf": _jsonable(self.tfidf_config),
+            }
+        )
         return enc
 
     def save(self, dir_uri: str) -> None:
@@ -206,17 +238,27 @@ class PhiPre:
             if self.encoder.kind in SHIPPED_KINDS:
                 src = self.encoder_dir or getattr(self.encoder, "local_dir", None)
                 if not src or not os.path.isdir(src):
-                    raise FileNotFoundError(f"PhiPre.save: local folder of the {self.encoder.kind}"
-                                            f" encoder not found ({src!r})")
-                shutil.copytree(src, os.path.join(tmp, ENCODER_DIR),
-                                ignore=shutil.ignore_patterns(".pina_complete"))
+                    raise FileNotFoundError(
+                        f"PhiPre.save: local folder of the {self.encoder.kind}"
+                        f" encoder not found ({src!r})"
+                    )
+                shutil.copytree(
+                    src,
+                    os.path.join(tmp, ENCODER_DIR),
+                    ignore=shutil.ignore_patterns(".pina_complete"),
+                )
             with open(os.path.join(tmp, ENCODER_JSON), "w") as fh:
                 json.dump(self.spec(), fh, indent=1, sort_keys=True)
             io.copy_dir(tmp, dir_uri)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        log.info("vectorizer saved to %s (D=%d, S=%d, encoder %s)", dir_uri, self.dense_dim,
-                 self.sparse_dim, self.encoder.kind)
+        log.info(
+            "vectorizer saved to %s (D=%d, S=%d, encoder %s)",
+            dir_uri,
+            self.dense_dim,
+            self.sparse_dim,
+            self.encoder.kind,
+        )
 
     @classmethod
     def load(cls, dir_uri: str, device: str = "cpu") -> "PhiPre":
@@ -231,6 +273,7 @@ class PhiPre:
         from pecos.utils.featurization.text.preprocess import Preprocessor
 
         from .encoders import load_encoder, resolve_local
+
         local = resolve_local(dir_uri)
         spec_path = os.path.join(local, ENCODER_JSON)
         if not os.path.exists(spec_path):
@@ -239,29 +282,35 @@ class PhiPre:
             spec = json.load(fh)
         pre = Preprocessor.load(os.path.join(local, TFIDF_DIR))
         enc = load_encoder(spec, device=device, base_dir=local)
-        phi = cls(pre, enc, spec.get("dense_weight", 0.5),
-                  encoder_dir=os.path.join(local, ENCODER_DIR)
-                  if spec["kind"] in SHIPPED_KINDS else None,
-                  tfidf_config=spec.get("tfidf"))
+        phi = cls(
+            pre,
+            enc,
+            spec.get("dense_weight", 0.5),
+            encoder_dir=os.path.join(local, ENCODER_DIR) if spec["kind"] in SHIPPED_KINDS else None,
+            tfidf_config=spec.get("tfidf"),
+        )
         if "sparse_dim" in spec and int(spec["sparse_dim"]) != phi.sparse_dim:
-            raise ValueError(f"{dir_uri}: sparse_dim {spec['sparse_dim']} in {ENCODER_JSON} but "
-                             f"the tf-idf gives {phi.sparse_dim}")
+            raise ValueError(
+                f"{dir_uri}: sparse_dim {spec['sparse_dim']} in {ENCODER_JSON} but "
+                f"the tf-idf gives {phi.sparse_dim}"
+            )
         return phi
 
     # ------------------------------------------------------------------ transform
     def tfidf(self, texts: Sequence[Optional[str]]):
         """Raw Phi_stat rows (PECOS tf-idf, before weighting), csr float32, sorted indices."""
         import scipy.sparse as sp
+
         texts = _clean(texts)
         if not texts:
             return sp.csr_matrix((0, self.sparse_dim), dtype=np.float32)
-        m = self.preprocessor.predict(texts, threads=self.tfidf_threads).tocsr() \
-            .astype(np.float32)
+        m = self.preprocessor.predict(texts, threads=self.tfidf_threads).tocsr().astype(np.float32)
         m.sort_indices()
         return m
 
-    def transform(self, texts: Sequence[Optional[str]], batch_size: int = 128) \
-            -> Tuple[np.ndarray, Any]:
+    def transform(
+        self, texts: Sequence[Optional[str]], batch_size: int = 128
+    ) -> Tuple[np.ndarray, Any]:
         """Phi_pre of ``texts`` as (dense ``(n, D)`` float32, sparse csr ``(n, S)`` float32).
 
         Concatenating both parts gives unit-norm rows (or zero rows for empty text).
@@ -273,6 +322,7 @@ class PhiPre:
         1.0
         """
         import scipy.sparse as sp
+
         texts = _clean(texts)
         # a part with weight 0 contributes exactly zeros: skip computing it (w = 0 is the cheap
         # tf-idf-only Phi_pre, w = 1 the dense-only one); the result is the same either way
@@ -308,8 +358,10 @@ def stack_features(dense: np.ndarray, sparse):
     array([[1., 1., 1.]], dtype=float32)
     """
     import scipy.sparse as sp
-    X = sp.hstack([sp.csr_matrix(np.asarray(dense, dtype=np.float32)), sparse],
-                  format="csr").astype(np.float32)
+
+    X = sp.hstack(
+        [sp.csr_matrix(np.asarray(dense, dtype=np.float32)), sparse], format="csr"
+    ).astype(np.float32)
     X.sort_indices()
     return X
 

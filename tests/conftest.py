@@ -1,35 +1,19 @@
-"""Shared test fixtures: ONE session-scoped local SparkSession for the whole suite, the shared
-real data sets (skipped with a clear message where ../shared is absent), and tmp outputs."""
+"""Test-only fixtures: the shared real data sets (skipped with a clear message where ../shared is
+absent) and the demo run through spark-submit. The session-scoped SparkSession and the test
+environment live in the repository's top-level conftest.py, shared with the doctests."""
+
 import os
-import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.environ.get("PINA_SHARED_DATA",
-                             os.path.join(ROOT, "..", "shared", "data"))
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-SPARK_TEST_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.task.maxFailures": "1",
-    "spark.default.parallelism": "2",
-    "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
-    "spark.python.worker.faulthandler.enabled": "true",
-    "spark.driver.memory": "3g",
-}
+SHARED_DATA = os.environ.get("PINA_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", default=False,
-                     help="also run tests marked slow")
+    parser.addoption(
+        "--runslow", action="store_true", default=False, help="also run tests marked slow"
+    )
 
 
 def pytest_configure(config):
@@ -47,31 +31,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def spark():
-    from pyspark.sql import SparkSession
-
-    from pina_spark.session import DEFAULT_CONF
-    b = SparkSession.builder.master("local[2]").appName("pina-spark-tests")
-    for k, v in {**DEFAULT_CONF, **SPARK_TEST_CONF}.items():
-        b = b.config(k, v)
-    s = b.getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
 def demo_submit_run(tmp_path_factory):
     """The demo pipeline run once through spark-submit (tests/demo_run.py)."""
     from demo_run import run_demo_via_spark_submit
+
     return run_demo_via_spark_submit(tmp_path_factory.mktemp("demo_submit"))
 
 
 def _shared(name):
     path = os.path.abspath(os.path.join(SHARED_DATA, name))
     if not os.path.isdir(path):
-        pytest.skip(f"shared data set '{name}' not found at {path} "
-                    f"(set PINA_SHARED_DATA or place ../shared/data beside the repo)")
+        pytest.skip(
+            f"shared data set '{name}' not found at {path} "
+            f"(set PINA_SHARED_DATA or place ../shared/data beside the repo)"
+        )
     return path
 
 

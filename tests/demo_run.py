@@ -2,6 +2,7 @@
 ``jobs/<stage>.py`` per stage, as EMR steps run them); shared by test_submit.py (checks each
 stage) and test_notebooks.py (executes the notebooks on the finished run). Used through the
 session fixture ``demo_submit_run`` of conftest.py."""
+
 import importlib
 import json
 import os
@@ -13,9 +14,15 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: stage -> its spark-submit entry point, in pipeline order
-JOBS = {"graph": "graph.py", "pretrain": "pretrain.py", "embed": "embed.py",
-        "neighbors": "predict_neighbors.py", "aggregate": "aggregate.py", "train": "train.py",
-        "evaluate": "evaluate.py"}
+JOBS = {
+    "graph": "graph.py",
+    "pretrain": "pretrain.py",
+    "embed": "embed.py",
+    "neighbors": "predict_neighbors.py",
+    "aggregate": "aggregate.py",
+    "train": "train.py",
+    "evaluate": "evaluate.py",
+}
 
 
 def spark_submit_exe():
@@ -28,8 +35,13 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     order, stopping at the first failure. Returns ``{"config", "output", "results", "error"}``;
     ``results[stage]`` is ``{"rc", "stdout", "stderr"}`` or ``{"skip": reason}``."""
     from pina_spark import pipeline
-    out = {"config": None, "output": os.path.join(str(tmp_dir), "out"), "results": {},
-           "error": None}
+
+    out = {
+        "config": None,
+        "output": os.path.join(str(tmp_dir), "out"),
+        "results": {},
+        "error": None,
+    }
     try:
         from pina_spark.datasets import write_demo_data
     except ImportError as e:
@@ -43,13 +55,19 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     cfg = yaml.safe_load(open(os.path.join(ROOT, "pina_spark", "conf", "demo.yaml")))
     cfg["output"] = out["output"]
     cfg["input"] = inputs
-    cfg["spark"]["master"] = None          # spark-submit decides
+    cfg["spark"]["master"] = None  # spark-submit decides
     out["config"] = os.path.join(str(tmp_dir), "submit.yaml")
     with open(out["config"], "w") as fh:
         yaml.safe_dump(cfg, fh)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     for stage, job in JOBS.items():
         if out["error"]:
             out["results"][stage] = {"skip": f"an earlier stage did not complete: {out['error']}"}
@@ -61,13 +79,26 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
             out["error"] = f"{stage}: module {module} is not importable yet ({e})"
             out["results"][stage] = {"skip": out["error"]}
             continue
-        cmd = [exe, "--master", "local[2]", "--driver-memory", "2g",
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-               os.path.join(ROOT, "jobs", job), "--config", out["config"],
-               "--log-level", "INFO"]
+        cmd = [
+            exe,
+            "--master",
+            "local[2]",
+            "--driver-memory",
+            "2g",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
+            os.path.join(ROOT, "jobs", job),
+            "--config",
+            out["config"],
+            "--log-level",
+            "INFO",
+        ]
         try:
-            r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                               timeout=timeout_s)
+            r = subprocess.run(
+                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+            )
             res = {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr}
         except subprocess.TimeoutExpired as e:
             res = {"rc": -1, "stdout": "", "stderr": f"timeout after {timeout_s}s: {e}"}

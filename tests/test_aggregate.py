@@ -3,6 +3,7 @@
 The reference is written here from the definition (V0, V1 = P @ E, V = [V0, a V1], all
 normalisations over the full [dense ; sparse] vector), not with the module's helpers.
 """
+
 import json
 import os
 import shutil
@@ -40,7 +41,7 @@ class Case:
         self.dense = np.asarray(dense, np.float32)
         self.sparse = sp.csr_matrix(sparse, dtype=np.float32)
         self.sparse.sort_indices()
-        self.nbrs = nbrs          # variant -> {instance_index: (neighbors list, weights list)}
+        self.nbrs = nbrs  # variant -> {instance_index: (neighbors list, weights list)}
         self.S = S
         self.null_dense = set(null_dense)
         self.n_inst = len(self.inst_ids)
@@ -49,35 +50,44 @@ class Case:
     def write(self, root):
         M, n = self.M, self.n_inst
         ids = self.inst_ids + self.label_ids
-        nodes = pa.table({
-            io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
-            io.KIND: pa.array([io.KIND_INSTANCE] * n + [io.KIND_LABEL] * (M - n)),
-            io.NODE_ID: pa.array(ids),
-            io.TEXT: pa.array(["t"] * M),
-            io.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string())})
+        nodes = pa.table(
+            {
+                io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+                io.KIND: pa.array([io.KIND_INSTANCE] * n + [io.KIND_LABEL] * (M - n)),
+                io.NODE_ID: pa.array(ids),
+                io.TEXT: pa.array(["t"] * M),
+                io.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string()),
+            }
+        )
         _write(os.path.join(root, io.NODES), nodes)
         D = self.dense.shape[1]
         dense_ptr = np.arange(M + 1) * D
         dense = _list(self.dense.reshape(-1), dense_ptr, pa.float32())
-        if self.null_dense:   # some nodes store null dense arrays (read as zeros)
+        if self.null_dense:  # some nodes store null dense arrays (read as zeros)
             mask = np.zeros(M, bool)
             mask[list(self.null_dense)] = True
             dense = pa.array(dense.to_pylist(), pa.list_(pa.float32()), mask=mask)
-        order = np.random.RandomState(1).permutation(M)   # stored order != index order
-        emb = pa.table({
-            io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
-            io.DENSE: dense,
-            io.SPARSE_INDICES: _list(self.sparse.indices, self.sparse.indptr, pa.int32()),
-            io.SPARSE_VALUES: _list(self.sparse.data, self.sparse.indptr, pa.float32())
-        }).take(pa.array(order))
+        order = np.random.RandomState(1).permutation(M)  # stored order != index order
+        emb = pa.table(
+            {
+                io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+                io.DENSE: dense,
+                io.SPARSE_INDICES: _list(self.sparse.indices, self.sparse.indptr, pa.int32()),
+                io.SPARSE_VALUES: _list(self.sparse.data, self.sparse.indptr, pa.float32()),
+            }
+        ).take(pa.array(order))
         _write(os.path.join(root, io.EMBEDDINGS), emb)
         for v, rows in self.nbrs.items():
             keys = sorted(rows)
             nb = [rows[k][0] for k in keys]
             w = [rows[k][1] for k in keys]
-            t = pa.table({io.INSTANCE_INDEX: pa.array(keys, pa.int64()),
-                          io.NEIGHBOR: pa.array(nb, pa.list_(pa.int64())),
-                          io.SCORE: pa.array(w, pa.list_(pa.float32()))})
+            t = pa.table(
+                {
+                    io.INSTANCE_INDEX: pa.array(keys, pa.int64()),
+                    io.NEIGHBOR: pa.array(nb, pa.list_(pa.int64())),
+                    io.SCORE: pa.array(w, pa.list_(pa.float32())),
+                }
+            )
             d = os.path.join(root, io.NEIGHBORS, f"{io.VARIANT}={v}")
             os.makedirs(d, exist_ok=True)
             pq.write_table(t, os.path.join(d, "part-0.parquet"))
@@ -114,8 +124,12 @@ class Case:
             V = rownorm(sp.hstack([V0, a * V1], format="csr")).tocsc()
             # full layout [V0d V0s V1d V1s] -> features layout [V0d V1d V0s V1s]
             W = D + S
-            cols = (list(range(0, D)) + list(range(W, W + D)) + list(range(D, W))
-                    + list(range(W + D, 2 * W)))
+            cols = (
+                list(range(0, D))
+                + list(range(W, W + D))
+                + list(range(D, W))
+                + list(range(W + D, 2 * W))
+            )
             out[v] = V[:, cols].tocsr()
         return out
 
@@ -135,6 +149,7 @@ def _read_features(root):
 def _flat_lists(col):
     """(lengths, flat numpy values) of an Arrow list column."""
     import pyarrow.compute as pc
+
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     lens = pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False)
     return lens.astype(np.int64), pc.list_flatten(col).to_numpy(zero_copy_only=False)
@@ -152,8 +167,9 @@ def _as_matrix(t, dense_w, sparse_w):
     # ascending and unique inside every row
     same_row = row[1:] == row[:-1]
     assert np.all(iv[1:][same_row] > iv[:-1][same_row]), "sparse indices must be ascending"
-    spm = sp.csr_matrix((vv.astype(np.float64), iv.astype(np.int64), ptr),
-                        shape=(t.num_rows, sparse_w))
+    spm = sp.csr_matrix(
+        (vv.astype(np.float64), iv.astype(np.int64), ptr), shape=(t.num_rows, sparse_w)
+    )
     return sp.hstack([sp.csr_matrix(dense), spm], format="csr")
 
 
@@ -164,8 +180,7 @@ def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True, writer="aut
         os.makedirs(os.path.join(root, io.MODELS, "vectorizer"), exist_ok=True)
         with open(os.path.join(root, io.MODELS, "vectorizer", "encoder.json"), "w") as fh:
             json.dump({"sparse_dim": case.S, "dense_dim": case.dense.shape[1]}, fh)
-    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a,
-                                          "writer": writer}}
+    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a, "writer": writer}}
     conf.update(extra or {})
     ctx = make_context(spark, config_from_dict(conf))
     stats = aggregate.run_stage(ctx)
@@ -214,7 +229,7 @@ def _citeulike_case(d):
     V = max(cols) + 1
     counts = sp.csr_matrix((vals, (rows, cols)), shape=(n, V))
     counts.sum_duplicates()
-    empty = np.arange(0, n, 997)                   # empty texts: zero Phi_pre
+    empty = np.arange(0, n, 997)  # empty texts: zero Phi_pre
     counts = sp.diags((~np.isin(np.arange(n), empty)).astype(float)) @ counts
     counts.eliminate_zeros()
     df = np.bincount(counts.indices, minlength=V)
@@ -272,9 +287,16 @@ def _citeulike_case(d):
     inst_ids = [f"a{i:05d}" for i in range(n)]
     splits = ["test" if i % 5 == 0 else "train" for i in range(n)]
     label_ids = [f"tag{j:03d}" for j in range(n_lab)]
-    return Case(inst_ids, splits, label_ids,
-                np.vstack([dense, lab_dense]), sp.vstack([tfidf, lab_sp]),
-                {"pina": pina, "pina_naive": naive}, S=V, null_dense=[n + 7])
+    return Case(
+        inst_ids,
+        splits,
+        label_ids,
+        np.vstack([dense, lab_dense]),
+        sp.vstack([tfidf, lab_sp]),
+        {"pina": pina, "pina_naive": naive},
+        S=V,
+        null_dense=[n + 7],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -290,8 +312,7 @@ def citeulike_runs(spark, citeulike_case, tmp_path_factory):
     out = {}
     for strategy, writer in (("broadcast", "spark"), ("shuffle", "arrow")):
         tmp = tmp_path_factory.mktemp(f"cite-{strategy}")
-        out[strategy] = (tmp, *_run(spark, citeulike_case, tmp, strategy, a=0.7,
-                                    writer=writer))
+        out[strategy] = (tmp, *_run(spark, citeulike_case, tmp, strategy, a=0.7, writer=writer))
         assert out[strategy][1]["writer"] == writer
     assert out["broadcast"][1]["broadcast_via"] == "files"
     return out
@@ -306,8 +327,11 @@ def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strat
     # empty-text articles without neighbours are exact zeros, never NaN
     t = feats["pina"]
     pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
-    zero_rows = [i for i in range(0, citeulike_case.n_inst, 997)
-                 if i not in citeulike_case.nbrs["pina"] or not citeulike_case.nbrs["pina"][i][0]]
+    zero_rows = [
+        i
+        for i in range(0, citeulike_case.n_inst, 997)
+        if i not in citeulike_case.nbrs["pina"] or not citeulike_case.nbrs["pina"][i][0]
+    ]
     assert zero_rows
     for i in zero_rows:
         k = pos[citeulike_case.inst_ids[i]]
@@ -323,9 +347,15 @@ def test_arrow_writer_table_is_the_contract(spark, citeulike_runs):
     tmp = citeulike_runs["shuffle"][0]
     df = spark.read.parquet(os.path.join(str(tmp), io.FEATURES))
     assert dict(df.dtypes) == {
-        io.INSTANCE_ID: "string", io.DENSE: "array<float>", io.SPARSE_INDICES: "array<int>",
-        io.SPARSE_VALUES: "array<float>", io.NEIGHBOR_IDS: "array<string>",
-        io.NEIGHBOR_WEIGHTS: "array<float>", io.VARIANT: "string", io.SPLIT: "string"}
+        io.INSTANCE_ID: "string",
+        io.DENSE: "array<float>",
+        io.SPARSE_INDICES: "array<int>",
+        io.SPARSE_VALUES: "array<float>",
+        io.NEIGHBOR_IDS: "array<string>",
+        io.NEIGHBOR_WEIGHTS: "array<float>",
+        io.VARIANT: "string",
+        io.SPLIT: "string",
+    }
     staging = os.path.join(str(tmp), "_staging")
     assert not os.path.exists(staging) or not os.listdir(staging)
 
@@ -335,8 +365,15 @@ def test_citeulike_strategies_identical(citeulike_runs):
     fb = citeulike_runs["broadcast"][2]
     fs = citeulike_runs["shuffle"][2]
     for v in fb:
-        for col in (io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES, io.NEIGHBOR_IDS,
-                    io.NEIGHBOR_WEIGHTS, io.INSTANCE_ID, io.SPLIT):
+        for col in (
+            io.DENSE,
+            io.SPARSE_INDICES,
+            io.SPARSE_VALUES,
+            io.NEIGHBOR_IDS,
+            io.NEIGHBOR_WEIGHTS,
+            io.INSTANCE_ID,
+            io.SPLIT,
+        ):
             assert fb[v].column(col).equals(fs[v].column(col)), (v, col)
 
 
@@ -369,29 +406,30 @@ def _hub_case(n=1500, n_lab=20, D=6, S=40, seed=3):
     nrm = np.sqrt(np.asarray(full.multiply(full).sum(1)).ravel())
     dense = (dense / nrm[:, None]).astype(np.float32)
     sparse = sp.diags(1 / nrm) @ sparse
-    empty = [3, 4, 5]                                  # empty text: zero Phi_pre
+    empty = [3, 4, 5]  # empty text: zero Phi_pre
     dense[empty] = 0
     sparse = sp.diags(np.where(np.isin(np.arange(M), empty), 0.0, 1.0)) @ sparse
     rows = {}
     for i in range(n):
         if i in (4, 9):
-            continue                                    # no neighbours row at all
+            continue  # no neighbours row at all
         if i == 5:
-            rows[i] = ([], [])                          # an empty neighbour list
+            rows[i] = ([], [])  # an empty neighbour list
             continue
         k = 5
         nb = list(rng.choice(M, size=k, replace=False))
         if i % 10 != 7:
-            nb[0] = n + 1                               # the hub: most rows share it
+            nb[0] = n + 1  # the hub: most rows share it
         if i % 13 == 0:
-            nb[2] = nb[1]                               # a duplicate neighbour sums up
+            nb[2] = nb[1]  # a duplicate neighbour sums up
         w = rng.uniform(0.05, 1, size=k)
         rows[i] = ([int(x) for x in nb], [float(x) for x in (w / w.sum()).astype(np.float32)])
-    rows[3] = ([4, 5], [0.5, 0.5])                      # empty text, zero neighbours
+    rows[3] = ([4, 5], [0.5, 0.5])  # empty text, zero neighbours
     inst_ids = [f"i{i:05d}" for i in range(n)]
     splits = ["train" if i % 3 else "test" for i in range(n)]
-    return Case(inst_ids, splits, [f"L{j}" for j in range(n_lab)], dense, sparse,
-                {"pina": rows}, S=S)
+    return Case(
+        inst_ids, splits, [f"L{j}" for j in range(n_lab)], dense, sparse, {"pina": rows}, S=S
+    )
 
 
 @pytest.fixture(scope="module")
@@ -416,16 +454,34 @@ def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
         assert stats["broadcast_via"] == "files" and "mmap_max_mb" in stats["reason"]
         _check_against_reference(hub_case, feats, 1.3, stats)
         res["broadcast"] = feats
-        stats, feats = _run(spark, hub_case, tmp_path / "bs", "auto", a=1.3, S_meta=False,
-                            extra={"aggregate": {"strategy": "auto", "broadcast_via": "spark",
-                                                 "v1_weight": 1.3}})
+        stats, feats = _run(
+            spark,
+            hub_case,
+            tmp_path / "bs",
+            "auto",
+            a=1.3,
+            S_meta=False,
+            extra={"aggregate": {"strategy": "auto", "broadcast_via": "spark", "v1_weight": 1.3}},
+        )
         assert stats["strategy"] == "broadcast" and stats["broadcast_via"] == "spark"
         assert "broadcast_max_mb" in stats["reason"]
         _check_against_reference(hub_case, feats, 1.3, stats)
         res["broadcast_spark"] = feats
-        stats, feats = _run(spark, hub_case, tmp_path / "s", "auto", a=1.3, extra={
-            "aggregate": {"strategy": "auto", "broadcast_max_mb": 0, "mmap_max_mb": 0,
-                          "v1_weight": 1.3}})
+        stats, feats = _run(
+            spark,
+            hub_case,
+            tmp_path / "s",
+            "auto",
+            a=1.3,
+            extra={
+                "aggregate": {
+                    "strategy": "auto",
+                    "broadcast_max_mb": 0,
+                    "mmap_max_mb": 0,
+                    "v1_weight": 1.3,
+                }
+            },
+        )
         assert stats["strategy"] == "shuffle"
         _check_against_reference(hub_case, feats, 1.3, stats)
         res["shuffle"] = feats
@@ -438,23 +494,29 @@ def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
             assert a.column(io.SPARSE_VALUES).equals(b.column(io.SPARSE_VALUES)), (v, other)
     t = res["shuffle"]["pina"]
     pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
-    for i in (3, 4, 5):   # empty text and no (or only empty) neighbours: zeros, finite
+    for i in (3, 4, 5):  # empty text and no (or only empty) neighbours: zeros, finite
         k = pos[f"i{i:05d}"]
         assert t.column(io.DENSE)[k].as_py() == [0.0] * 12
         assert t.column(io.SPARSE_VALUES)[k].as_py() == []
-    i9 = pos["i00009"]    # no neighbours row: V1 = 0, so V = V0
+    i9 = pos["i00009"]  # no neighbours row: V1 = 0, so V = V0
     v0 = res["shuffle"]["vectorizer_only"]
     k0 = {x: k for k, x in enumerate(v0.column(io.INSTANCE_ID).to_pylist())}["i00009"]
-    np.testing.assert_allclose(t.column(io.DENSE)[i9].as_py()[:6],
-                               v0.column(io.DENSE)[k0].as_py(), atol=1e-7)
+    np.testing.assert_allclose(
+        t.column(io.DENSE)[i9].as_py()[:6], v0.column(io.DENSE)[k0].as_py(), atol=1e-7
+    )
     assert t.column(io.NEIGHBOR_IDS)[i9].as_py() == []
 
 
 @pytest.mark.parametrize("via,limit", [("spark", "broadcast_max_mb"), ("files", "mmap_max_mb")])
 def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path, via, limit):
     with pytest.raises(ValueError, match=f"strategy=shuffle.*{limit}"):
-        _run(spark, hub_case, tmp_path, "broadcast",
-             extra={"aggregate": {"strategy": "broadcast", "broadcast_via": via, limit: 0}})
+        _run(
+            spark,
+            hub_case,
+            tmp_path,
+            "broadcast",
+            extra={"aggregate": {"strategy": "broadcast", "broadcast_via": via, limit: 0}},
+        )
     assert not os.path.exists(os.path.join(str(tmp_path), io.FEATURES))
 
 
@@ -466,19 +528,21 @@ def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
     stats, feats = _run(spark, case, tmp_path, "broadcast")
     assert stats["broadcast_via"] == "files"
     _check_against_reference(case, feats, 1.0, stats)
-    case2 = _hub_case(n=300, n_lab=5, seed=12)          # same ids, other vectors
+    case2 = _hub_case(n=300, n_lab=5, seed=12)  # same ids, other vectors
     shutil.rmtree(os.path.join(str(tmp_path), io.EMBEDDINGS))
     stats2, feats2 = _run(spark, case2, tmp_path, "broadcast")
     _check_against_reference(case2, feats2, 1.0, stats2)
     assert not feats2["pina"].column(io.DENSE).equals(feats["pina"].column(io.DENSE))
-    roots = set(spark.sparkContext.parallelize(range(4), 4).map(
-        lambda _: embstore.mapped_root()).collect())
+    roots = set(
+        spark.sparkContext.parallelize(range(4), 4).map(lambda _: embstore.mapped_root()).collect()
+    )
     for root in roots:
         names = os.listdir(root)
         assert not [x for x in names if ".tmp-" in x], names
         built = [x for x in names if not x.endswith(".lock")]
         assert len(built) == len(set(built)) and all(
-            os.path.exists(os.path.join(root, x, "_DONE")) for x in built), names
+            os.path.exists(os.path.join(root, x, "_DONE")) for x in built
+        ), names
 
 
 def test_mapped_embeddings_refuse_the_driver():
@@ -502,8 +566,9 @@ def test_choose_broadcast_via():
 def test_injected_fault_raises_inside_reduction(spark, tmp_path, strategy):
     case = _hub_case(n=50, n_lab=3)
     with pytest.raises(Exception, match="injected fault: stage aggregate"):
-        _run(spark, case, tmp_path, strategy,
-             extra={"faults": {"fail_first_attempt": ["aggregate"]}})
+        _run(
+            spark, case, tmp_path, strategy, extra={"faults": {"fail_first_attempt": ["aggregate"]}}
+        )
 
 
 def test_choose_writer():
@@ -525,6 +590,7 @@ def test_choose_strategy_and_estimate():
     assert aggregate.choose_strategy("shuffle", 1, 512)[0] == "shuffle"
     with pytest.raises(ValueError, match="broadcast_max_mb"):
         aggregate.choose_strategy("broadcast", 600, 512)
-    mb = aggregate.estimate_embeddings_mb({"rows": 2 ** 20, "dense_values": 2 ** 20 * 384,
-                                           "sparse_values": 2 ** 20 * 20})
+    mb = aggregate.estimate_embeddings_mb(
+        {"rows": 2**20, "dense_values": 2**20 * 384, "sparse_values": 2**20 * 20}
+    )
     assert mb == pytest.approx(384 * 4 + 160 + 12)

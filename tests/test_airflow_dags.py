@@ -1,6 +1,7 @@
 """conf/airflow: the DAGs load with DagBag without import errors (run in the separate Airflow
 venv by `make test-airflow`; skipped where Airflow is not installed), and their EMR steps are
 the ones of conf/emr/steps.json."""
+
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ def _steps_module():
     sys.path.insert(0, DAGS)
     try:
         import pina_emr_steps
+
         return pina_emr_steps
     finally:
         sys.path.remove(DAGS)
@@ -37,21 +39,31 @@ def test_dagbag_loads_both_dags(tmp_path, monkeypatch):
     # a loaded 2-core machine needs more than the default 30 s to import boto3 + the provider
     monkeypatch.setenv("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "600")
     import airflow.providers.amazon.aws.operators.emr  # noqa: F401  (warm the import)
+
     monkeypatch.syspath_prepend(DAGS)
     from airflow.models import DagBag
-    bag = DagBag(dag_folder=DAGS)          # examples off: AIRFLOW__CORE__LOAD_EXAMPLES
+
+    bag = DagBag(dag_folder=DAGS)  # examples off: AIRFLOW__CORE__LOAD_EXAMPLES
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"pina_daily", "pina_monthly"}
-    daily, monthly = bag.dags["pina_daily"], bag.dags["pina_monthly"]   # no metadata DB needed
+    daily, monthly = bag.dags["pina_daily"], bag.dags["pina_monthly"]  # no metadata DB needed
     for dag in (daily, monthly):
-        assert [t.task_id for t in dag.topological_sort()] == \
-            ["create_cluster", "add_steps", dag.tasks[2].task_id, "terminate_cluster"]
+        assert [t.task_id for t in dag.topological_sort()] == [
+            "create_cluster",
+            "add_steps",
+            dag.tasks[2].task_id,
+            "terminate_cluster",
+        ]
         types = {type(t).__name__ for t in dag.tasks}
-        assert {"EmrCreateJobFlowOperator", "EmrAddStepsOperator", "EmrStepSensor",
-                "EmrTerminateJobFlowOperator"} <= types
-    daily_args = [a for s in daily.get_task("add_steps").steps
-                  for a in s["HadoopJarStep"]["Args"]]
+        assert {
+            "EmrCreateJobFlowOperator",
+            "EmrAddStepsOperator",
+            "EmrStepSensor",
+            "EmrTerminateJobFlowOperator",
+        } <= types
+    daily_args = [a for s in daily.get_task("add_steps").steps for a in s["HadoopJarStep"]["Args"]]
     assert daily_args[daily_args.index("--models") + 1] == "latest"
-    monthly_args = [a for s in monthly.get_task("add_steps").steps
-                    for a in s["HadoopJarStep"]["Args"]]
+    monthly_args = [
+        a for s in monthly.get_task("add_steps").steps for a in s["HadoopJarStep"]["Args"]
+    ]
     assert "evaluate.promote=true" in monthly_args

@@ -8,6 +8,7 @@ One module-scoped "dirty" run carries all the row-level defects (each test check
 the cases that must stop the run (missing column, wrong type, missing path, empty table, all rows
 bad, an empty graph with graph labels) are separate, cheap runs that fail before the heavy work.
 """
+
 import hashlib
 import itertools
 from collections import Counter, defaultdict
@@ -28,15 +29,17 @@ N_BULK = 3000
 # --------------------------------------------------------------------------- data
 def _csv(path, header, lines):
     data = (header + "\n").encode() + b"".join(
-        (ln if isinstance(ln, bytes) else ln.encode("utf-8")) + b"\n" for ln in lines)
+        (ln if isinstance(ln, bytes) else ln.encode("utf-8")) + b"\n" for ln in lines
+    )
     with open(path, "wb") as fh:
         fh.write(data)
     return str(path)
 
 
-GOOD_INSTANCES = [f"i{n:02d},good product {n},{'test' if n > 10 else 'train'}"
-                  for n in range(1, 13)]
-BAD_INSTANCES = {                        # line -> expected reason
+GOOD_INSTANCES = [
+    f"i{n:02d},good product {n},{'test' if n > 10 else 'train'}" for n in range(1, 13)
+]
+BAD_INSTANCES = {  # line -> expected reason
     "i03,zzz later duplicate,train": "duplicate_id",
     ",null id,train": "missing_id",
     '"",quoted empty id,train': "missing_id",
@@ -50,32 +53,49 @@ BAD_INSTANCES = {                        # line -> expected reason
 BULK_INSTANCES = [f"bulk{n:04d},bulk item {n},train" for n in range(N_BULK)]
 
 GOOD_LABELS = [f"L{n},label text {n}" for n in range(1, 5)]
-BAD_LABELS = {"L5,": "missing_text", 'L6,"  "': "missing_text",
-              "L2,zzz duplicate label": "duplicate_id"}
+BAD_LABELS = {
+    "L5,": "missing_text",
+    'L6,"  "': "missing_text",
+    "L2,zzz duplicate label": "duplicate_id",
+}
 
 GOOD_PAIRS = [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)] + ["i01,L1", "bulk0001,L3"]
-BAD_PAIRS = {"i01,L2": "duplicate_pair",          # i01 -> L2 is already in GOOD_PAIRS
-             "i01,L9": "unknown_label", "i02,L5": "unknown_label",   # L5 has no text
-             "i99,L1": "unknown_instance", "i13,L1": "unknown_instance",  # i13: bad UTF-8
-             "i14,L1": "unknown_instance", ",L1": "missing_id"}
+BAD_PAIRS = {
+    "i01,L2": "duplicate_pair",  # i01 -> L2 is already in GOOD_PAIRS
+    "i01,L9": "unknown_label",
+    "i02,L5": "unknown_label",  # L5 has no text
+    "i99,L1": "unknown_instance",
+    "i13,L1": "unknown_instance",  # i13: bad UTF-8
+    "i14,L1": "unknown_instance",
+    ",L1": "missing_id",
+}
 
 NAN, INF = float("nan"), float("inf")
-GOOD_EVENTS = [("b1", "i01", None, 1.0), ("b1", "i02", None, 1.0), ("b1", "i03", None, None),
-               ("b2", "i01", None, 1.0), ("b2", "i02", None, 2.0), ("b2", "i04", None, 1.0),
-               ("b3", "i02", None, 1.0), ("b3", "i03", None, 1.0),
-               ("b4", "i05", None, 1.0),                                  # basket of one item
-               ("b5", "i06", "2026-01-01", 1.0),
-               ("b6", "i07", None, 1.0),
-               ("b8", "i01", None, 1.0)]
-BAD_EVENTS = [(("b5", "i06", "2026-01-02", 1.0), "duplicate_event"),     # later duplicate
-              (("b6", "i08", None, NAN), "invalid_weight"),
-              (("b7", "i09", None, INF), "invalid_weight"),
-              (("b7", "i10", None, -INF), "invalid_weight"),
-              (("b7", "i11", None, -1.0), "invalid_weight"),
-              (("b8", "ghost-1", None, 1.0), "unknown_item"),
-              ((None, "i01", None, 1.0), "missing_basket"),
-              (("b9", None, None, 1.0), "missing_item"),
-              (("  ", "i02", None, 1.0), "missing_basket")]
+GOOD_EVENTS = [
+    ("b1", "i01", None, 1.0),
+    ("b1", "i02", None, 1.0),
+    ("b1", "i03", None, None),
+    ("b2", "i01", None, 1.0),
+    ("b2", "i02", None, 2.0),
+    ("b2", "i04", None, 1.0),
+    ("b3", "i02", None, 1.0),
+    ("b3", "i03", None, 1.0),
+    ("b4", "i05", None, 1.0),  # basket of one item
+    ("b5", "i06", "2026-01-01", 1.0),
+    ("b6", "i07", None, 1.0),
+    ("b8", "i01", None, 1.0),
+]
+BAD_EVENTS = [
+    (("b5", "i06", "2026-01-02", 1.0), "duplicate_event"),  # later duplicate
+    (("b6", "i08", None, NAN), "invalid_weight"),
+    (("b7", "i09", None, INF), "invalid_weight"),
+    (("b7", "i10", None, -INF), "invalid_weight"),
+    (("b7", "i11", None, -1.0), "invalid_weight"),
+    (("b8", "ghost-1", None, 1.0), "unknown_item"),
+    ((None, "i01", None, 1.0), "missing_basket"),
+    (("b9", None, None, 1.0), "missing_item"),
+    (("  ", "i02", None, 1.0), "missing_basket"),
+]
 BIG_EVENTS = [(b, f"bulk{n:04d}", None, 1.0) for b in ("big1", "big2") for n in range(N_BULK)]
 
 
@@ -94,8 +114,9 @@ def _reference_edges(events):
     for b, items in baskets.items():
         if len(items) > MAX_BASKET:
             capped += 1
-        kept = sorted(items, key=lambda i: (hashlib.sha1(f"{b}\x1f{i}".encode()).hexdigest(),
-                                            i))[:MAX_BASKET]
+        kept = sorted(items, key=lambda i: (hashlib.sha1(f"{b}\x1f{i}".encode()).hexdigest(), i))[
+            :MAX_BASKET
+        ]
         for a, c in itertools.combinations(sorted(kept), 2):
             counts[(a, c)] += 1
     edges = {}
@@ -106,8 +127,12 @@ def _reference_edges(events):
 
 
 def _cfg(tmp_path, inputs, **extra):
-    d = {"output": str(tmp_path / "run"), "input": inputs, "side_info": "both",
-         "graph": {"min_count": 1, "max_basket_size": MAX_BASKET}}
+    d = {
+        "output": str(tmp_path / "run"),
+        "input": inputs,
+        "side_info": "both",
+        "graph": {"min_count": 1, "max_basket_size": MAX_BASKET},
+    }
     for k, v in extra.items():
         d[k] = v if not isinstance(v, dict) else {**d.get(k, {}), **v}
     return config_from_dict(d)
@@ -124,10 +149,12 @@ def _small_inputs(tmp_path, spark, **replace):
     inputs = {
         "instances": _csv(d / "instances.csv", "instance_id,text,split", GOOD_INSTANCES),
         "labels": _csv(d / "labels.csv", "label_id,text", GOOD_LABELS),
-        "instance_labels": _csv(d / "il.csv", "instance_id,label_id",
-                                [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)]),
-        "events": _csv(d / "events.csv", "basket_id,item_id",
-                       [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS]),
+        "instance_labels": _csv(
+            d / "il.csv", "instance_id,label_id", [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)]
+        ),
+        "events": _csv(
+            d / "events.csv", "basket_id,item_id", [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS]
+        ),
     }
     inputs.update(replace)
     return inputs
@@ -141,8 +168,9 @@ def dirty(spark, tmp_path_factory):
     inputs = {
         "instances": _csv(tmp / "instances.csv", "instance_id,text,split", inst_lines),
         "labels": _csv(tmp / "labels.csv", "label_id,text", GOOD_LABELS + list(BAD_LABELS)),
-        "instance_labels": _csv(tmp / "il.csv", "instance_id,label_id",
-                                GOOD_PAIRS + list(BAD_PAIRS)),
+        "instance_labels": _csv(
+            tmp / "il.csv", "instance_id,label_id", GOOD_PAIRS + list(BAD_PAIRS)
+        ),
     }
     ev_rows = GOOD_EVENTS + [r for r, _ in BAD_EVENTS] + BIG_EVENTS
     ev_uri = str(tmp / "events.parquet")
@@ -152,12 +180,19 @@ def dirty(spark, tmp_path_factory):
     result = pipeline.run_pipeline(spark, cfg, ["graph"])
     paths = io.RunPaths(cfg.output)
     entry = _graph_entry(cfg)
-    return {"cfg": cfg, "paths": paths, "entry": entry, "result": result,
-            "stats": entry["stats"],
-            "rows_in": {"instances": len(inst_lines),
-                        "labels": len(GOOD_LABELS) + len(BAD_LABELS),
-                        "instance_labels": len(GOOD_PAIRS) + len(BAD_PAIRS),
-                        "events": len(ev_rows)}}
+    return {
+        "cfg": cfg,
+        "paths": paths,
+        "entry": entry,
+        "result": result,
+        "stats": entry["stats"],
+        "rows_in": {
+            "instances": len(inst_lines),
+            "labels": len(GOOD_LABELS) + len(BAD_LABELS),
+            "instance_labels": len(GOOD_PAIRS) + len(BAD_PAIRS),
+            "events": len(ev_rows),
+        },
+    }
 
 
 def _quarantine(spark, dirty, table):
@@ -217,8 +252,10 @@ def test_non_utf8_and_empty_text(spark, dirty):
     assert reasons.get("invalid_utf8") == 1
     assert reasons.get("missing_text") == 2
     q = _quarantine(spark, dirty, "instances")
-    assert {r[io.INSTANCE_ID] for r in q.filter(q[io.REASON] == "missing_text").collect()} == \
-        {"i14", "i15"}
+    assert {r[io.INSTANCE_ID] for r in q.filter(q[io.REASON] == "missing_text").collect()} == {
+        "i14",
+        "i15",
+    }
 
 
 def test_unparseable_and_invalid_split_rows(spark, dirty):
@@ -258,8 +295,10 @@ def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
     max_basket_size by the documented hash rule (deterministic: equal to a Python reference
     that knows nothing about partitions); duplicates and bad rows do not inflate counts."""
     edges, baskets, capped = _reference_edges(GOOD_EVENTS + BIG_EVENTS)
-    got = {(r[io.SRC_ID], r[io.DST_ID]): r[io.COUNT]
-           for r in io.read_table(spark, dirty["paths"], io.I2I_EDGES).collect()}
+    got = {
+        (r[io.SRC_ID], r[io.DST_ID]): r[io.COUNT]
+        for r in io.read_table(spark, dirty["paths"], io.I2I_EDGES).collect()
+    }
     assert got == edges
     st = dirty["stats"]["baskets"]
     assert st["baskets_capped"] == capped == 2
@@ -283,7 +322,7 @@ def _assert_failed(spark, cfg, exc, *needles):
     for n in needles:
         assert n in msg, f"{n!r} not in error message: {msg}"
     entry = _graph_entry(cfg)
-    if entry is not None:                  # a failed stage is recorded as failed, never complete
+    if entry is not None:  # a failed stage is recorded as failed, never complete
         assert entry["status"] == "failed"
     assert not io.is_complete(spark, io.RunPaths(cfg.output).table(io.NODES))
     return msg
@@ -341,8 +380,7 @@ def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_
     """side_info=i2i and a min_count no pair reaches: i2i_edges is published empty (with its
     schema), there is no A block, and every train instance is still a row of B_pre through its
     I_inst edge (the documented fallback)."""
-    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="i2i",
-               graph={"min_count": 100})
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="i2i", graph={"min_count": 100})
     assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
     paths = io.RunPaths(cfg.output)
     edges = io.read_table(spark, paths, io.I2I_EDGES)
@@ -352,8 +390,9 @@ def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_
     pina = pe.filter(pe[io.VARIANT] == "pina").collect()
     assert {r[io.BLOCK] for r in pina} == {"I_inst"}
     nodes = io.read_table(spark, paths, io.NODES)
-    train = {r[io.NODE_INDEX] for r in nodes.filter("kind = 'instance' and split = 'train'")
-             .collect()}
+    train = {
+        r[io.NODE_INDEX] for r in nodes.filter("kind = 'instance' and split = 'train'").collect()
+    }
     assert {r[io.SRC_INDEX] for r in pina} == train
     assert all(r[io.SRC_INDEX] == r[io.DST_INDEX] for r in pina)
 
@@ -362,8 +401,13 @@ def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
     """task.labels=graph with a threshold that removes every edge leaves no labels at all:
     nothing can be learnt, so the graph stage must stop with an error that says so (instead of
     publishing a nodes table without labels that fails later in pretrain)."""
-    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="label_text",
-               task={"labels": "graph"}, graph={"min_count": 100})
+    cfg = _cfg(
+        tmp_path,
+        _small_inputs(tmp_path, spark),
+        side_info="label_text",
+        task={"labels": "graph"},
+        graph={"min_count": 100},
+    )
     msg = _assert_failed(spark, cfg, (io.InputError, ValueError), "label")
     assert "min_count" in msg or "empty" in msg.lower() or "no edge" in msg.lower()
 
@@ -375,24 +419,40 @@ def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark,
     graph as valid, the graph stage stops with an error citing the rate (and what to check)."""
     d = tmp_path / "in"
     d.mkdir()
-    ev = _csv(d / "padded_events.csv", "basket_id,item_id",
-              [f"{b},i{int(i[1:])}" for b, i, _, _ in GOOD_EVENTS])
+    ev = _csv(
+        d / "padded_events.csv",
+        "basket_id,item_id",
+        [f"{b},i{int(i[1:])}" for b, i, _, _ in GOOD_EVENTS],
+    )
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=ev))
-    msg = _assert_failed(spark, cfg, io.InputError, "unknown_item 100.0%",
-                         "quality.max_quarantined_fraction", "zero padding")
+    msg = _assert_failed(
+        spark,
+        cfg,
+        io.InputError,
+        "unknown_item 100.0%",
+        "quality.max_quarantined_fraction",
+        "zero padding",
+    )
     assert "events:" in msg
     q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/events")
-    assert q.count() == len(GOOD_EVENTS)        # the quarantine that explains it is published
+    assert q.count() == len(GOOD_EVENTS)  # the quarantine that explains it is published
     # a per-reason limit tighter than the table-wide one
-    few = _csv(d / "few.csv", "basket_id,item_id",
-               [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS] + ["b9,ghost"])
-    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=few),
-               quality={"max_reason_fraction": {"events.unknown_item": 0.01}})
+    few = _csv(
+        d / "few.csv",
+        "basket_id,item_id",
+        [f"{b},{i}" for b, i, _, _ in GOOD_EVENTS] + ["b9,ghost"],
+    )
+    cfg = _cfg(
+        tmp_path,
+        _small_inputs(tmp_path, spark, events=few),
+        quality={"max_reason_fraction": {"events.unknown_item": 0.01}},
+    )
     _assert_failed(spark, cfg, io.InputError, "events.unknown_item: 1 of 13 rows")
 
 
 def _jsonl(path, rows):
     import json
+
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
 
@@ -404,32 +464,53 @@ def test_ids_with_control_characters_or_unicode_spaces_are_quarantined(spark, tm
     only). Texts longer than quality.max_text_chars are ``text_too_long``."""
     d = tmp_path / "in"
     d.mkdir()
-    bad_ids = {"i20\r": "invalid_id", "i21\n": "invalid_id", "i\t22": "invalid_id",
-               "i23\u00a0": "invalid_id", "i\u200b24": "invalid_id",
-               "\u00a0": "missing_id", "\t \u3000": "missing_id"}
-    rows = [{"instance_id": f"i{n:02d}", "text": f"good product {n}", "split": "train"}
-            for n in range(1, 13)]
+    bad_ids = {
+        "i20\r": "invalid_id",
+        "i21\n": "invalid_id",
+        "i\t22": "invalid_id",
+        "i23\u00a0": "invalid_id",
+        "i\u200b24": "invalid_id",
+        "\u00a0": "missing_id",
+        "\t \u3000": "missing_id",
+    }
+    rows = [
+        {"instance_id": f"i{n:02d}", "text": f"good product {n}", "split": "train"}
+        for n in range(1, 13)
+    ]
     rows += [{"instance_id": i, "text": "some text", "split": "train"} for i in bad_ids]
     rows += [{"instance_id": "i30", "text": "x" * 101, "split": "train"}]
     inst = _jsonl(d / "instances.jsonl", rows)
-    labels = _jsonl(d / "labels.jsonl", [{"label_id": f"L{n}", "text": f"label {n}"}
-                                         for n in range(1, 5)]
-                    + [{"label_id": "L\u00a05", "text": "nbsp label"}])
-    ev = _jsonl(d / "events.jsonl", [{"basket_id": b, "item_id": i}
-                                     for b, i, _, _ in GOOD_EVENTS]
-                + [{"basket_id": "b9", "item_id": "i01\r"}])
-    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst, labels=labels,
-                                       events=ev), quality={"max_text_chars": 100})
+    labels = _jsonl(
+        d / "labels.jsonl",
+        [{"label_id": f"L{n}", "text": f"label {n}"} for n in range(1, 5)]
+        + [{"label_id": "L\u00a05", "text": "nbsp label"}],
+    )
+    ev = _jsonl(
+        d / "events.jsonl",
+        [{"basket_id": b, "item_id": i} for b, i, _, _ in GOOD_EVENTS]
+        + [{"basket_id": "b9", "item_id": "i01\r"}],
+    )
+    cfg = _cfg(
+        tmp_path,
+        _small_inputs(tmp_path, spark, instances=inst, labels=labels, events=ev),
+        quality={"max_text_chars": 100},
+    )
     assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
     paths = io.RunPaths(cfg.output)
-    got = {r[io.INSTANCE_ID]: r[io.REASON] for r in
-           io.read_table(spark, paths, f"{io.QUARANTINE}/instances").collect()}
+    got = {
+        r[io.INSTANCE_ID]: r[io.REASON]
+        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/instances").collect()
+    }
     assert got == {**bad_ids, "i30": "text_too_long"}
-    labels_q = {r[io.LABEL_ID]: r[io.REASON] for r in
-                io.read_table(spark, paths, f"{io.QUARANTINE}/labels").collect()}
+    labels_q = {
+        r[io.LABEL_ID]: r[io.REASON]
+        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/labels").collect()
+    }
     assert labels_q == {"L\u00a05": "invalid_id"}
-    ev_q = [(r[io.ITEM_ID], r[io.REASON]) for r in
-            io.read_table(spark, paths, f"{io.QUARANTINE}/events").collect()]
+    ev_q = [
+        (r[io.ITEM_ID], r[io.REASON])
+        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/events").collect()
+    ]
     assert ev_q == [("i01\r", "invalid_id")]
     stats = _graph_entry(cfg)["stats"]["inputs"]["instances"]
     assert stats["reasons"] == {"invalid_id": 5, "missing_id": 2, "text_too_long": 1}

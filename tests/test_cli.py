@@ -1,4 +1,5 @@
 """Command line: flags map onto the config, errors exit 2 with a message naming key and file."""
+
 import json
 import os
 import subprocess
@@ -28,18 +29,35 @@ def captured(monkeypatch):
     def fake_run_stages(cfg, stages):
         calls.append((cfg, tuple(stages)))
         return {s: "ran" for s in stages}
+
     monkeypatch.setattr(cli, "run_stages", fake_run_stages)
     return calls
 
 
 def test_run_flags_map_to_config(conf, captured, capsys):
-    rc = cli.main(["run", "--config", conf, "--stages", "aggregate,embed,neighbors",
-                   "--run-date", "2026-11-21", "--models", "s3://b/runs/prod/run_date=2026-11-20",
-                   "--incremental", "--force", "--set", "neighbors.k=9",
-                   "--set", "input.instances=s3://b/new/instances/",
-                   "--set", "spark.conf.spark.executor.memory=4g"])
+    rc = cli.main(
+        [
+            "run",
+            "--config",
+            conf,
+            "--stages",
+            "aggregate,embed,neighbors",
+            "--run-date",
+            "2026-11-21",
+            "--models",
+            "s3://b/runs/prod/run_date=2026-11-20",
+            "--incremental",
+            "--force",
+            "--set",
+            "neighbors.k=9",
+            "--set",
+            "input.instances=s3://b/new/instances/",
+            "--set",
+            "spark.conf.spark.executor.memory=4g",
+        ]
+    )
     assert rc == 0
-    (cfg, stages), = captured
+    ((cfg, stages),) = captured
     assert stages == ("embed", "neighbors", "aggregate")
     assert cfg.run.run_date == "2026-11-21" and cfg.run.incremental and cfg.run.force
     assert cfg.run.models == "s3://b/runs/prod/run_date=2026-11-20"
@@ -51,19 +69,22 @@ def test_run_flags_map_to_config(conf, captured, capsys):
 
 def test_job_main_runs_one_stage(conf, captured, capsys):
     assert cli.job_main("neighbors", ["--config", conf, "--run-date", "2026-01-31"]) == 0
-    (cfg, stages), = captured
+    ((cfg, stages),) = captured
     assert stages == ("neighbors",) and cfg.run.run_date == "2026-01-31"
 
 
-@pytest.mark.parametrize("argv,needles", [
-    (["--set", "neighbours.k=3"], ["'neighbours'", "c.yaml"]),
-    (["--set", "neighbors.k=many"], ["neighbors.k", "expected an integer"]),
-    (["--set", "side_info=graphy"], ["side_info", "is not one of"]),
-    (["--stages", "graph,embedd"], ["--stages", "embedd"]),
-    (["--run-date", "2026-02-30"], ["run.run_date", "YYYY-MM-DD"]),
-    (["--incremental"], ["run.incremental needs run.models"]),
-    (["--set", "oops"], ["expected key.sub=value"]),
-])
+@pytest.mark.parametrize(
+    "argv,needles",
+    [
+        (["--set", "neighbours.k=3"], ["'neighbours'", "c.yaml"]),
+        (["--set", "neighbors.k=many"], ["neighbors.k", "expected an integer"]),
+        (["--set", "side_info=graphy"], ["side_info", "is not one of"]),
+        (["--stages", "graph,embedd"], ["--stages", "embedd"]),
+        (["--run-date", "2026-02-30"], ["run.run_date", "YYYY-MM-DD"]),
+        (["--incremental"], ["run.incremental needs run.models"]),
+        (["--set", "oops"], ["expected key.sub=value"]),
+    ],
+)
 def test_errors_exit_2_with_message(conf, captured, capsys, argv, needles):
     rc = cli.main(["run", "--config", conf] + argv)
     err = capsys.readouterr().err
@@ -91,6 +112,7 @@ def test_input_errors_exit_2(conf, monkeypatch, capsys):
 
     def boom(cfg, stages):
         raise InputError("input.instances: i.parquet does not exist")
+
     monkeypatch.setattr(cli, "run_stages", boom)
     assert cli.main(["run", "--config", conf]) == 2
     assert "i.parquet does not exist" in capsys.readouterr().err
@@ -98,7 +120,7 @@ def test_input_errors_exit_2(conf, monkeypatch, capsys):
 
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
-        cli.main(["run"])                       # --config is required
+        cli.main(["run"])  # --config is required
     assert e.value.code == 2
     assert "--config" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
@@ -124,7 +146,8 @@ def test_console_script_exit_code(tmp_path):
     cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "pina_spark.cli"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("output: /x\nneighbors: {k: -1}\n")
-    r = subprocess.run(cmd + ["run", "--config", str(bad)], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        cmd + ["run", "--config", str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert r.returncode == 2, r.stderr
     assert "pina-spark: error:" in r.stderr and "neighbors.k" in r.stderr and str(bad) in r.stderr

@@ -7,6 +7,7 @@ recompute after a retrain, a read-modify-write manifest and redacted secrets.
 The two-runs test starts the CLI twice as child processes on one tiny data set (graph stage
 only); the other tests use the session's SparkSession and small hand-made tables.
 """
+
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ from pina_spark.manifest import Manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "XYZ-not-a-real-key-4711"
-HANG_GUARD_S = 600   # not a timing assertion: only stops a test that would wait forever
+HANG_GUARD_S = 600  # not a timing assertion: only stops a test that would wait forever
 
 
 # --------------------------------------------------------------------------- tiny inputs
@@ -34,13 +35,20 @@ def _csv(path, header, lines):
 def _tiny_inputs(d):
     d.mkdir(parents=True, exist_ok=True)
     return {
-        "instances": _csv(d / "instances.csv", "instance_id,text,split",
-                          [f"i{n:02d},product number {n} text,{'test' if n > 9 else 'train'}"
-                           for n in range(1, 13)]),
-        "labels": _csv(d / "labels.csv", "label_id,text",
-                       [f"L{n},label text {n}" for n in range(1, 5)]),
-        "instance_labels": _csv(d / "il.csv", "instance_id,label_id",
-                                [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)]),
+        "instances": _csv(
+            d / "instances.csv",
+            "instance_id,text,split",
+            [
+                f"i{n:02d},product number {n} text,{'test' if n > 9 else 'train'}"
+                for n in range(1, 13)
+            ],
+        ),
+        "labels": _csv(
+            d / "labels.csv", "label_id,text", [f"L{n},label text {n}" for n in range(1, 5)]
+        ),
+        "instance_labels": _csv(
+            d / "il.csv", "instance_id,label_id", [f"i{n:02d},L{1 + n % 4}" for n in range(1, 13)]
+        ),
     }
 
 
@@ -67,31 +75,60 @@ def two_runs(tmp_path_factory):
     inputs = _tiny_inputs(tmp / "in")
     out = tmp / "out"
     cfg_file = tmp / "run.yaml"
-    cfg_file.write_text(json.dumps({"output": str(out), "input": inputs,
-                                    "spark": {"master": "local[1]",
-                                              "conf": {"spark.ui.enabled": "false"}}}))
+    cfg_file.write_text(
+        json.dumps(
+            {
+                "output": str(out),
+                "input": inputs,
+                "spark": {"master": "local[1]", "conf": {"spark.ui.enabled": "false"}},
+            }
+        )
+    )
     code = os.path.dirname(os.path.dirname(os.path.abspath(io.__file__)))  # the code under test
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=code)
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=code,
+    )
     for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "pina_spark.cli", "run", "--config", str(cfg_file),
-           "--stages", "graph", "--set", f"spark.conf.spark.hadoop.fs.s3a.secret.key={SECRET}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pina_spark.cli",
+        "run",
+        "--config",
+        str(cfg_file),
+        "--stages",
+        "graph",
+        "--set",
+        f"spark.conf.spark.hadoop.fs.s3a.secret.key={SECRET}",
+    ]
     lock = out / io.LOCK
-    p1 = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    p1 = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lambda: lock.exists() or p1.poll() is not None, "run 1's lease")
         owner = json.loads(lock.read_text()) if lock.exists() else {}
-        p2 = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=HANG_GUARD_S)
+        p2 = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S
+        )
         lock_after_run2 = json.loads(lock.read_text()) if lock.exists() else None
         out1, err1 = p1.communicate(timeout=HANG_GUARD_S)
     finally:
         if p1.poll() is None:
             p1.kill()
-    return {"out": out, "owner": owner, "p1": p1, "log1": out1 + err1, "p2": p2,
-            "lock_after_run2": lock_after_run2}
+    return {
+        "out": out,
+        "owner": owner,
+        "p1": p1,
+        "log1": out1 + err1,
+        "p2": p2,
+        "lock_after_run2": lock_after_run2,
+    }
 
 
 def test_second_run_on_one_root_fails_at_once_naming_the_first(two_runs):
@@ -101,8 +138,9 @@ def test_second_run_on_one_root_fails_at_once_naming_the_first(two_runs):
     assert owner.get("run_id"), "run 1 never took the lease"
     assert owner["pid"] == two_runs["p1"].pid
     assert p2.returncode == 2, p2.stderr[-3000:]
-    assert f"run {owner['run_id']}" in p2.stderr and f"pid {owner['pid']}" in p2.stderr, \
-        p2.stderr[-3000:]
+    assert f"run {owner['run_id']}" in p2.stderr and f"pid {owner['pid']}" in p2.stderr, p2.stderr[
+        -3000:
+    ]
     assert "Traceback" not in p2.stderr
     # run 2 did not touch the lease, the manifest or any table of run 1
     assert two_runs["lock_after_run2"]["run_id"] == owner["run_id"]
@@ -121,8 +159,9 @@ def test_secret_in_set_is_nowhere_under_the_output_or_in_the_log(two_runs):
     output root (manifest, tables, quarantine, commits) nor in either run's log; the manifest
     keeps the key with a redacted value."""
     assert two_runs["p1"].returncode == 0, two_runs["log1"][-4000:]
-    hits = [f for f in _files_under(str(two_runs["out"]))
-            if SECRET.encode() in open(f, "rb").read()]
+    hits = [
+        f for f in _files_under(str(two_runs["out"])) if SECRET.encode() in open(f, "rb").read()
+    ]
     assert not hits, hits
     for text in (two_runs["log1"], two_runs["p2"].stdout + two_runs["p2"].stderr):
         assert SECRET not in text
@@ -132,11 +171,19 @@ def test_secret_in_set_is_nowhere_under_the_output_or_in_the_log(two_runs):
 
 def test_redaction_of_stored_errors_and_config_lists():
     from pina_spark import redact
-    d = redact.redact_config({"run": {"models": "s3://b/m"},
-                              "x": ["spark.hadoop.fs.s3a.access.key=AKIA12345", "k=v"],
-                              "db": {"password": "pw-123", "user": "me"}})
-    assert d == {"run": {"models": "s3://b/m"}, "x": ["spark.hadoop.fs.s3a.access.key=***", "k=v"],
-                 "db": {"password": "***", "user": "me"}}
+
+    d = redact.redact_config(
+        {
+            "run": {"models": "s3://b/m"},
+            "x": ["spark.hadoop.fs.s3a.access.key=AKIA12345", "k=v"],
+            "db": {"password": "pw-123", "user": "me"},
+        }
+    )
+    assert d == {
+        "run": {"models": "s3://b/m"},
+        "x": ["spark.hadoop.fs.s3a.access.key=***", "k=v"],
+        "db": {"password": "***", "user": "me"},
+    }
     assert redact.scrub("403 for AKIA12345 with pw-123") == "403 for *** with ***"
 
 
@@ -144,8 +191,16 @@ def test_redaction_of_stored_errors_and_config_lists():
 def _fake_lease(root, run_id, age_s):
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, io.LOCK), "w") as fh:
-        json.dump({"run_id": run_id, "host": "other-host", "pid": 99999,
-                   "started": "2026-11-23T00:00:00Z", "heartbeat": time.time() - age_s}, fh)
+        json.dump(
+            {
+                "run_id": run_id,
+                "host": "other-host",
+                "pid": 99999,
+                "started": "2026-11-23T00:00:00Z",
+                "heartbeat": time.time() - age_s,
+            },
+            fh,
+        )
 
 
 def test_lease_refuses_a_live_owner_takes_over_a_stale_one_and_detects_loss(tmp_path):
@@ -158,10 +213,10 @@ def test_lease_refuses_a_live_owner_takes_over_a_stale_one_and_detects_loss(tmp_
     with io.acquire_lease(root, "me", stale_s=60) as lease:
         assert io.read_lease(root)["run_id"] == "me"
         assert io.held_run_id(root) == "me"
-        with io.acquire_lease(root, "ignored") as again:     # reentrant in one process
+        with io.acquire_lease(root, "ignored") as again:  # reentrant in one process
             assert again is lease
         assert io.held_run_id(root) == "me"
-        _fake_lease(root, "thief", age_s=0)                   # someone took it over
+        _fake_lease(root, "thief", age_s=0)  # someone took it over
         with pytest.raises(io.LeaseError, match="lost its lease"):
             io.check_lease_for(root + "/nodes")
         os.remove(os.path.join(root, io.LOCK))
@@ -187,7 +242,7 @@ def test_recover_refuses_while_another_live_run_holds_the_lease(spark, tmp_path)
 
 def test_manifest_updates_never_lose_another_writers_entry(tmp_path):
     uri = str(tmp_path / io.MANIFEST)
-    a, b = Manifest(uri), Manifest(uri)      # both read the (empty) manifest first
+    a, b = Manifest(uri), Manifest(uri)  # both read the (empty) manifest first
     a.record_stage("graph", {"n": 1}, "fa", 1.0)
     b.record_stage("embed", {"n": 2}, "fb", 2.0)
     stages = Manifest(uri).data["stages"]
@@ -197,7 +252,8 @@ def test_manifest_updates_never_lose_another_writers_entry(tmp_path):
 # --------------------------------------------------------------------------- publishing
 def _frame(spark, lo, hi, tag, parts=2):
     return spark.range(lo, hi, numPartitions=parts).selectExpr(
-        "id as x", f"concat('{tag}-', cast(id as string)) as tag")
+        "id as x", f"concat('{tag}-', cast(id as string)) as tag"
+    )
 
 
 def _rows(spark, paths, rel):
@@ -208,8 +264,7 @@ def _expected(lo, hi, tag):
     return sorted((i, f"{tag}-{i}") for i in range(lo, hi))
 
 
-def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp_path,
-                                                                      monkeypatch):
+def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp_path, monkeypatch):
     """Two publishes of one table: A moves the old version aside and waits at a barrier before
     its final rename; B then finds no table, reaches the barrier, and both rename at once.
     Exactly one of them wins; the other fails; the table is one complete version with no
@@ -258,10 +313,12 @@ def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp
 def _file_writer(staging, gate_dir):
     """Executor side (mapInArrow): partition p writes ``part-<p>.parquet`` (tmp + rename) with
     5 rows and reports ``path, rows``; partition 1 waits until ``gate_dir/go`` exists."""
+
     def write(batches):
         import pyarrow as pa
         import pyarrow.parquet as pq
         from pyspark import TaskContext
+
         for _ in batches:
             pass
         pid = TaskContext.get().partitionId()
@@ -273,19 +330,24 @@ def _file_writer(staging, gate_dir):
                 time.sleep(0.05)
         os.makedirs(staging, exist_ok=True)
         path = f"{staging}/part-{pid:05d}.parquet"
-        tbl = pa.table({"x": pa.array(range(pid * 5, pid * 5 + 5), pa.int64()),
-                        "tag": pa.array([f"new-{i}" for i in range(pid * 5, pid * 5 + 5)])})
+        tbl = pa.table(
+            {
+                "x": pa.array(range(pid * 5, pid * 5 + 5), pa.int64()),
+                "tag": pa.array([f"new-{i}" for i in range(pid * 5, pid * 5 + 5)]),
+            }
+        )
         pq.write_table(tbl, path + ".tmp")
         os.replace(path + ".tmp", path)
         if pid == 0:
             open(os.path.join(gate_dir, "part0-written"), "w").close()
-        yield pa.RecordBatch.from_arrays([pa.array([path]), pa.array([5], pa.int64())],
-                                         ["path", "rows"])
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([path]), pa.array([5], pa.int64())], ["path", "rows"]
+        )
+
     return write
 
 
-def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(spark,
-                                                                               tmp_path):
+def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(spark, tmp_path):
     """A cleanup by another process (io.recover of a run that holds no lease) deletes the
     staging folder while the executors write into it; the later task recreates the folder.
     publish_written compares the files with what the tasks reported and refuses to publish the
@@ -296,7 +358,8 @@ def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(s
     gate = str(tmp_path / "gate")
     os.makedirs(gate)
     df = spark.range(0, 2, numPartitions=2).mapInArrow(
-        _file_writer(staging, gate), "path string, rows long")
+        _file_writer(staging, gate), "path string, rows long"
+    )
 
     def other_run():
         _wait_for(lambda: os.path.exists(os.path.join(gate, "part0-written")), "task 0's file")
@@ -318,9 +381,11 @@ def test_publish_written_checks_row_counts(spark, tmp_path):
     gate = str(tmp_path / "gate")
     os.makedirs(gate)
     open(os.path.join(gate, "go"), "w").close()
-    df = spark.range(0, 2, numPartitions=2).mapInArrow(
-        _file_writer(staging, gate), "path string, rows long").selectExpr("path",
-                                                                          "rows + 1 as rows")
+    df = (
+        spark.range(0, 2, numPartitions=2)
+        .mapInArrow(_file_writer(staging, gate), "path string, rows long")
+        .selectExpr("path", "rows + 1 as rows")
+    )
     with pytest.raises(IOError, match="holds 5 rows, its task reported 6"):
         io.publish_written(spark, df, staging, paths.table("t"), "test writer")
     assert not io.path_exists(spark, paths.table("t"))
@@ -333,6 +398,7 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
     ``recover`` sees that it lacks files its ``_VERSION`` lists, and restores the previous
     complete version instead of deleting it."""
     import shutil
+
     paths = io.RunPaths(str(tmp_path / "r"))
     io.write_table(_frame(spark, 0, 40, "old", parts=4), paths, "t")
     final = paths.table("t")
@@ -343,9 +409,10 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
     def s3_rename(sp, src, dst):
         if os.path.exists(dst):
             raise IOError(f"could not rename {src} -> {dst}: the destination exists")
-        files = sorted(os.path.relpath(os.path.join(dp, f), src)
-                       for dp, _, fs in os.walk(src) for f in fs)
-        crash_after = None     # the new version: crash after the markers and one data file
+        files = sorted(
+            os.path.relpath(os.path.join(dp, f), src) for dp, _, fs in os.walk(src) for f in fs
+        )
+        crash_after = None  # the new version: crash after the markers and one data file
         if src.startswith(paths.root + "/_staging"):
             crash_after = 1 + min(i for i, f in enumerate(files) if f.startswith("part-"))
         for i, rel in enumerate(files):
@@ -392,12 +459,13 @@ def test_crash_after_nodes_is_published_makes_embed_refuse(spark, tmp_path, monk
     with pytest.raises(SystemExit):
         pipeline.run_pipeline(spark, cfg, ["graph"], force=True)
     monkeypatch.undo()
-    assert io.table_version(paths.table(io.NODES)) != committed[io.NODES]   # new nodes
+    assert io.table_version(paths.table(io.NODES)) != committed[io.NODES]  # new nodes
     assert io.table_version(paths.table(io.INSTANCE_LABELS)) == committed[io.INSTANCE_LABELS]
-    with pytest.raises(io.UncommittedError, match=r"stage embed refuses .*graph: nodes.*Rerun "
-                                                  r"graph"):
+    with pytest.raises(
+        io.UncommittedError, match=r"stage embed refuses .*graph: nodes.*Rerun " r"graph"
+    ):
         pipeline.run_pipeline(spark, cfg, ["embed"])
-    assert Manifest(paths.manifest).stage("embed") is None     # refused before starting
+    assert Manifest(paths.manifest).stage("embed") is None  # refused before starting
 
 
 # --------------------------------------------------------------------------- models
@@ -421,6 +489,7 @@ def _models_tag(models_dir):
 
 def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path, monkeypatch):
     from pina_spark import pretrain
+
     paths = io.RunPaths(str(tmp_path / "r"))
     dst = paths.table(io.MODELS)
     pretrain._publish_models(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
@@ -430,7 +499,7 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
     def copy_then_crash(src, target):
         real_copy(src, target)
         shutil_rm = __import__("shutil").rmtree
-        shutil_rm(os.path.join(target, "g"))       # a half copy...
+        shutil_rm(os.path.join(target, "g"))  # a half copy...
         raise OSError("disk full / driver killed during the copy")
 
     monkeypatch.setattr(io, "copy_dir", copy_then_crash)
@@ -453,8 +522,9 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
     assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
     pretrain._publish_models(spark, _fake_models(str(tmp_path / "m4"), "v4"), dst)
     assert _models_tag(dst) == "v4"
-    assert not os.path.exists(os.path.join(paths.root, io.STAGING)) or \
-        not os.listdir(os.path.join(paths.root, io.STAGING))
+    assert not os.path.exists(os.path.join(paths.root, io.STAGING)) or not os.listdir(
+        os.path.join(paths.root, io.STAGING)
+    )
 
 
 def test_tampered_model_copy_fails_its_checksums_and_cache_is_private(tmp_path, monkeypatch):
@@ -486,11 +556,15 @@ def fake_embed(ctx):
     """A stand-in embed stage (pipeline target ``test_concurrency:fake_embed``): records whether
     it ran on the full ``nodes`` (no selection) and publishes one embeddings row per node."""
     from pyspark.sql import functions as F
+
     _CALLS.append({"selection": ctx.selection, "root": ctx.paths.root})
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
-    emb = nodes.select(io.NODE_INDEX, F.array(F.lit(1.0).cast("float")).alias(io.DENSE),
-                       F.array().cast("array<int>").alias(io.SPARSE_INDICES),
-                       F.array().cast("array<float>").alias(io.SPARSE_VALUES))
+    emb = nodes.select(
+        io.NODE_INDEX,
+        F.array(F.lit(1.0).cast("float")).alias(io.DENSE),
+        F.array().cast("array<int>").alias(io.SPARSE_INDICES),
+        F.array().cast("array<float>").alias(io.SPARSE_VALUES),
+    )
     io.write_table(emb, ctx.paths, io.EMBEDDINGS)
     return {"rows": nodes.count()}
 
@@ -500,16 +574,22 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     The incremental run of day D must not merge D-1's rows (old models) with new ones: it
     recomputes every node and says why."""
     import dataclasses as dc
+
     models_run = io.RunPaths(str(tmp_path / "models_run"))
     dst = models_run.table(io.MODELS)
     from pina_spark import pretrain
+
     pretrain._publish_models(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
     v1 = io.table_version(dst)
-    nodes = spark.createDataFrame([(i, "instance", f"n{i}", f"text {i}", "train")
-                                   for i in range(6)], io.schema(io.NODES))
-    cfg = config_from_dict({"output": str(tmp_path / "out"),
-                            "run": {"models": models_run.root, "incremental": True,
-                                    "run_date": "2026-11-22"}})
+    nodes = spark.createDataFrame(
+        [(i, "instance", f"n{i}", f"text {i}", "train") for i in range(6)], io.schema(io.NODES)
+    )
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "out"),
+            "run": {"models": models_run.root, "incremental": True, "run_date": "2026-11-22"},
+        }
+    )
     spec = dc.replace(pipeline.STAGES["embed"], target="test_concurrency:fake_embed")
     inc = pipeline.INCREMENTAL["embed"]
     # day D-1: a full run with models v1, recorded as the pipeline does

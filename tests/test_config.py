@@ -1,5 +1,6 @@
 """Strict configuration: every error names the key and the source file; --set overrides;
 skeleton round trip."""
+
 import os
 
 import pytest
@@ -46,16 +47,19 @@ def test_unknown_key_names_key_and_file(tmp_path):
     assert "'pretrain.xlinear.nr_split'" in err(p)
 
 
-@pytest.mark.parametrize("body,key,what", [
-    ("neighbors: {k: three}", "neighbors.k", "expected an integer"),
-    ("neighbors: {k: 2.5}", "neighbors.k", "expected an integer"),
-    ("neighbors: {leave_self_out: 'yes'}", "neighbors.leave_self_out", "expected true/false"),
-    ("aggregate: {v1_weight: high}", "aggregate.v1_weight", "expected a number"),
-    ("train: {variants: pina}", "train.variants", "expected a list"),
-    ("spark: {conf: [a, b]}", "spark.conf", "expected a mapping"),
-    ("graph: 3", "graph", "expected a section"),
-    ("spark: {app_name: 5}", "spark.app_name", "expected a string"),
-])
+@pytest.mark.parametrize(
+    "body,key,what",
+    [
+        ("neighbors: {k: three}", "neighbors.k", "expected an integer"),
+        ("neighbors: {k: 2.5}", "neighbors.k", "expected an integer"),
+        ("neighbors: {leave_self_out: 'yes'}", "neighbors.leave_self_out", "expected true/false"),
+        ("aggregate: {v1_weight: high}", "aggregate.v1_weight", "expected a number"),
+        ("train: {variants: pina}", "train.variants", "expected a list"),
+        ("spark: {conf: [a, b]}", "spark.conf", "expected a mapping"),
+        ("graph: 3", "graph", "expected a section"),
+        ("spark: {app_name: 5}", "spark.app_name", "expected a string"),
+    ],
+)
 def test_wrong_type_names_key_and_file(tmp_path, body, key, what):
     p = write(tmp_path, "output: /x\n" + body + "\n")
     msg = err(p)
@@ -70,14 +74,17 @@ def test_missing_output(tmp_path):
     assert "'output'" in err(write(tmp_path, "", "empty.yaml"))
 
 
-@pytest.mark.parametrize("body,key,value", [
-    ("side_info: graphy", "side_info", "graphy"),
-    ("task: {labels: maybe}", "task.labels", "maybe"),
-    ("graph: {measure: cosine}", "graph.measure", "cosine"),
-    ("neighbors: {train_mode: oof}", "neighbors.train_mode", "oof"),
-    ("aggregate: {strategy: magic}", "aggregate.strategy", "magic"),
-    ("inference: {device: tpu}", "inference.device", "tpu"),
-])
+@pytest.mark.parametrize(
+    "body,key,value",
+    [
+        ("side_info: graphy", "side_info", "graphy"),
+        ("task: {labels: maybe}", "task.labels", "maybe"),
+        ("graph: {measure: cosine}", "graph.measure", "cosine"),
+        ("neighbors: {train_mode: oof}", "neighbors.train_mode", "oof"),
+        ("aggregate: {strategy: magic}", "aggregate.strategy", "magic"),
+        ("inference: {device: tpu}", "inference.device", "tpu"),
+    ],
+)
 def test_bad_enum_lists_allowed_values(tmp_path, body, key, value):
     p = write(tmp_path, "output: /x\n" + body + "\n")
     msg = err(p)
@@ -103,9 +110,19 @@ def test_file_problems(tmp_path):
 
 def test_overrides_nested_and_typed(tmp_path):
     p = write(tmp_path, "output: /x\nneighbors: {k: 3}\n")
-    cfg = load_config(p, ["neighbors.k=7", "pretrain.xlinear.Cp=2", "graph.top_n=10",
-                          "evaluate.ks=[1,2]", "side_info=naive", "input.instances=s3://b/i",
-                          "output=/y", "graph.min_score=null"])
+    cfg = load_config(
+        p,
+        [
+            "neighbors.k=7",
+            "pretrain.xlinear.Cp=2",
+            "graph.top_n=10",
+            "evaluate.ks=[1,2]",
+            "side_info=naive",
+            "input.instances=s3://b/i",
+            "output=/y",
+            "graph.min_score=null",
+        ],
+    )
     assert cfg.neighbors.k == 7 and cfg.pretrain.xlinear.Cp == 2.0
     assert cfg.graph.top_n == 10 and cfg.evaluate.ks == [1, 2] and cfg.side_info == "naive"
     assert cfg.input.instances == "s3://b/i" and cfg.output == "/y"
@@ -125,14 +142,21 @@ def test_override_errors_name_the_key(tmp_path):
 
 def test_spark_conf_overrides_stay_strings(tmp_path):
     p = write(tmp_path, "output: /x\nspark: {conf: {spark.sql.shuffle.partitions: 8}}\n")
-    cfg = load_config(p, ["spark.conf.spark.executor.memory=4g",
-                          "spark.conf.spark.dynamicAllocation.enabled=true",
-                          "spark.conf.spark.executor.cores=4",
-                          "spark.master=yarn"])
-    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "8",
-                              "spark.executor.memory": "4g",
-                              "spark.dynamicAllocation.enabled": "true",
-                              "spark.executor.cores": "4"}
+    cfg = load_config(
+        p,
+        [
+            "spark.conf.spark.executor.memory=4g",
+            "spark.conf.spark.dynamicAllocation.enabled=true",
+            "spark.conf.spark.executor.cores=4",
+            "spark.master=yarn",
+        ],
+    )
+    assert cfg.spark.conf == {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.executor.memory": "4g",
+        "spark.dynamicAllocation.enabled": "true",
+        "spark.executor.cores": "4",
+    }
     assert cfg.spark.master == "yarn"
     # YAML booleans/ints in a file become Spark-style strings
     p2 = write(tmp_path, "output: /x\nspark: {master: null, conf: {a.b: true, c.d: 2}}\n", "b.yaml")
@@ -141,7 +165,7 @@ def test_spark_conf_overrides_stay_strings(tmp_path):
 
 
 def test_run_date(tmp_path):
-    p = write(tmp_path, "output: /x\nrun: {run_date: 2026-11-21}\n")   # unquoted YAML date
+    p = write(tmp_path, "output: /x\nrun: {run_date: 2026-11-21}\n")  # unquoted YAML date
     assert load_config(p).run.run_date == "2026-11-21"
     assert load_config(p, ["run.run_date=2026-11-22"]).run.run_date == "2026-11-22"
     msg = err(p, ["run.run_date=2026-13-01"])
@@ -155,8 +179,9 @@ def test_run_date(tmp_path):
 def test_output_equal_to_or_inside_an_input_is_refused(tmp_path):
     for out in ("/data/events", "/data/events/", "/data/events/run"):
         with pytest.raises(ConfigError, match="input.events"):
-            config_from_dict({"output": out, "input": {"instances": "/data/i.csv",
-                                                       "events": "/data/events"}})
+            config_from_dict(
+                {"output": out, "input": {"instances": "/data/i.csv", "events": "/data/events"}}
+            )
     config_from_dict({"output": "/data/events-out", "input": {"events": "/data/events"}})
 
 
@@ -166,10 +191,17 @@ def test_skeleton_round_trip(tmp_path):
     cfg = config_from_dict({**sk, "output": "/runs/x"})
     assert cfg == PinaConfig.from_dict({"output": "/runs/x"})
     # dump -> load gives an equal config, for defaults and for a non-trivial one
-    full = load_config(write(tmp_path, "output: /x\n"),
-                       ["neighbors.k=9", "spark.conf.spark.executor.memory=2g",
-                        "train.variants=[pina,baseline]", "run.run_date=2026-01-02",
-                        "graph.top_n=4", "pretrain.tfidf.min_df_cnt=3"])
+    full = load_config(
+        write(tmp_path, "output: /x\n"),
+        [
+            "neighbors.k=9",
+            "spark.conf.spark.executor.memory=2g",
+            "train.variants=[pina,baseline]",
+            "run.run_date=2026-01-02",
+            "graph.top_n=4",
+            "pretrain.tfidf.min_df_cnt=3",
+        ],
+    )
     for c in (cfg, full):
         p = write(tmp_path, dump_config(c), "dump.yaml")
         assert load_config(p) == c

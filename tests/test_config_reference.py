@@ -1,5 +1,6 @@
 """docs/config.md is generated from the config dataclasses and must be current: every key, its
 type, default and a meaning (pina_spark/config_reference.py; regenerate with `make docs`)."""
+
 import os
 
 from pina_spark.config import skeleton
@@ -24,8 +25,7 @@ def test_every_key_has_type_default_and_meaning():
     assert sorted(keys) == sorted(_leaf_keys(skeleton()))
     undocumented = [k for k, t, d, m in rows if not m]
     assert not undocumented, f"add them to the Attributes: block of their dataclass: {undocumented}"
-    assert ("aggregate.writer", "one of: auto, arrow, spark", '"auto"') in \
-        [r[:3] for r in rows]
+    assert ("aggregate.writer", "one of: auto, arrow, spark", '"auto"') in [r[:3] for r in rows]
 
 
 def test_docs_config_md_is_current():
@@ -33,4 +33,5 @@ def test_docs_config_md_is_current():
         current = fh.read()
     assert current == reference_markdown(), (
         "docs/config.md is stale: run `make docs` (python -m pina_spark.config_reference > "
-        "docs/config.md) and commit it")
+        "docs/config.md) and commit it"
+    )

@@ -1,5 +1,6 @@
 """pina_spark.datasets: the demo generator (determinism, contract, signal) and the converters of
 the shared data sets (checked against the raw files, recomputed independently here)."""
+
 import collections
 import hashlib
 import itertools
@@ -60,11 +61,19 @@ def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
     # a second run in a fresh interpreter with another hash seed: no dependence on set order,
     # time or process state
     out2 = str(tmp_path / "again")
-    code = ("import json, sys; from pina_spark.datasets import write_demo_data; "
-            "print(json.dumps(write_demo_data(sys.argv[1])))")
+    code = (
+        "import json, sys; from pina_spark.datasets import write_demo_data; "
+        "print(json.dumps(write_demo_data(sys.argv[1])))"
+    )
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
-    res = subprocess.run([sys.executable, "-c", code, out2], env=env, capture_output=True,
-                         text=True, check=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-c", code, out2],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     again = json.loads(res.stdout.strip().splitlines()[-1])
     for name in TABLES:
         assert _sha(demo[name]) == _sha(again[name]), name
@@ -72,12 +81,18 @@ def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
 
 def test_demo_schema_is_exactly_the_input_contract(demo):
     expected = {
-        "instances": [(io.INSTANCE_ID, pa.string()), (io.TEXT, pa.string()),
-                      (io.SPLIT, pa.string())],
+        "instances": [
+            (io.INSTANCE_ID, pa.string()),
+            (io.TEXT, pa.string()),
+            (io.SPLIT, pa.string()),
+        ],
         "labels": [(io.LABEL_ID, pa.string()), (io.TEXT, pa.string())],
         "instance_labels": [(io.INSTANCE_ID, pa.string()), (io.LABEL_ID, pa.string())],
-        "events": [(io.BASKET_ID, pa.string()), (io.ITEM_ID, pa.string()),
-                   (io.EVENT_TIME, pa.string())],
+        "events": [
+            (io.BASKET_ID, pa.string()),
+            (io.ITEM_ID, pa.string()),
+            (io.EVENT_TIME, pa.string()),
+        ],
     }
     for name, cols in expected.items():
         schema = pq.read_schema(demo[name])
@@ -114,8 +129,10 @@ def test_demo_tables_are_consistent_and_sized_for_a_quick_demo(demo_frames):
 def test_demo_split_follows_the_id_hash(demo_frames):
     inst = demo_frames["instances"]
     assert set(inst[io.SPLIT]) == {io.SPLIT_TRAIN, io.SPLIT_TEST}
-    expect = [io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-demo-test") else io.SPLIT_TRAIN
-              for i in inst[io.INSTANCE_ID]]
+    expect = [
+        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-demo-test") else io.SPLIT_TRAIN
+        for i in inst[io.INSTANCE_ID]
+    ]
     assert inst[io.SPLIT].tolist() == expect
     frac = (inst[io.SPLIT] == io.SPLIT_TEST).mean()
     assert 0.15 < frac < 0.25
@@ -146,13 +163,20 @@ def test_demo_has_labels_that_only_co_purchase_reveals(demo_frames):
     il = demo_frames["instance_labels"]
     missions = {k: set(v) & mission_ids for k, v in il.groupby(io.INSTANCE_ID)[io.LABEL_ID]}
     noun = {p["instance_id"]: p["noun"] for p in products}
-    co = {(a, b) for a, b in _co_bought_pairs(demo_frames["events"]) if noun[a] == noun[b]
-          and (missions[a] or missions[b])}
+    co = {
+        (a, b)
+        for a, b in _co_bought_pairs(demo_frames["events"])
+        if noun[a] == noun[b] and (missions[a] or missions[b])
+    }
     by_noun = collections.defaultdict(list)
     for iid, n in noun.items():
         by_noun[n].append(iid)
-    same_noun = [(a, b) for ids in by_noun.values() for a, b in itertools.combinations(ids, 2)
-                 if (missions[a] or missions[b]) and (a, b) not in co]
+    same_noun = [
+        (a, b)
+        for ids in by_noun.values()
+        for a, b in itertools.combinations(ids, 2)
+        if (missions[a] or missions[b]) and (a, b) not in co
+    ]
 
     def agree(pairs):
         return np.mean([bool(missions[a] & missions[b]) for a, b in pairs])
@@ -161,8 +185,7 @@ def test_demo_has_labels_that_only_co_purchase_reveals(demo_frames):
     assert agree(co) > 1.5 * agree(same_noun), (agree(co), agree(same_noun))
     # and title words alone do not decide them: some noun carries a mission label on some of
     # its products but not on others
-    mixed = sum(1 for ids in by_noun.values()
-                if 0 < sum(bool(missions[i]) for i in ids) < len(ids))
+    mixed = sum(1 for ids in by_noun.values() if 0 < sum(bool(missions[i]) for i in ids) < len(ids))
     assert mixed > 50
 
 
@@ -170,8 +193,9 @@ def test_demo_tables_read_through_the_pipeline_reader(spark, demo):
     for name, path in demo.items():
         df = io.read_input(spark, path, name)  # raises InputError on a wrong column or type
         want = [f for f in io.schema(name).fields]
-        assert [(f.name, f.dataType) for f in df.schema.fields if f.name != io.CORRUPT] == \
-            [(f.name, f.dataType) for f in want]
+        assert [(f.name, f.dataType) for f in df.schema.fields if f.name != io.CORRUPT] == [
+            (f.name, f.dataType) for f in want
+        ]
 
 
 def test_prepare_data_demo_rewrites_the_same_files_in_place(demo):
@@ -197,8 +221,10 @@ def test_prepare_data_rejects_bad_arguments(tmp_path):
 
 def test_citeulike_text_rule():
     vocab = ["gene", "cell", "protein", "rna"]
-    assert datasets.citeulike_text(["3:1", "2:3", "0:1", "1:3"], vocab) == \
-        "cell cell cell protein protein protein gene rna"
+    assert (
+        datasets.citeulike_text(["3:1", "2:3", "0:1", "1:3"], vocab)
+        == "cell cell cell protein protein protein gene rna"
+    )
     assert datasets.citeulike_text([], vocab) == ""
 
 
@@ -230,8 +256,9 @@ def test_citeulike_instances_match_mult_dat(citeulike, citeulike_dir):
     texts = inst.set_index(io.INSTANCE_ID)[io.TEXT]
     rng = np.random.RandomState(7)
     for a in list(rng.choice(len(mult), 25, replace=False)) + [0, len(mult) - 1]:
-        bag = collections.Counter({vocab[int(e.split(":")[0])]: int(e.split(":")[1])
-                                   for e in mult[a][1:]})
+        bag = collections.Counter(
+            {vocab[int(e.split(":")[0])]: int(e.split(":")[1]) for e in mult[a][1:]}
+        )
         words = texts[str(a)].split()
         assert collections.Counter(words) == bag, a
         # salient (most frequent) words first
@@ -239,8 +266,10 @@ def test_citeulike_instances_match_mult_dat(citeulike, citeulike_dir):
         assert [bag[w] for w in firsts] == sorted((bag[w] for w in firsts), reverse=True)
     n_empty = sum(1 for ln in mult if ln[0] == "0")
     assert (texts == "").sum() == n_empty == stats["instances"]["empty_text"]
-    expect = [io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else io.SPLIT_TRAIN
-              for i in inst[io.INSTANCE_ID]]
+    expect = [
+        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else io.SPLIT_TRAIN
+        for i in inst[io.INSTANCE_ID]
+    ]
     assert inst[io.SPLIT].tolist() == expect
     assert 0.18 < (inst[io.SPLIT] == io.SPLIT_TEST).mean() < 0.22
 
@@ -271,8 +300,13 @@ def test_citeulike_tags_with_five_articles(citeulike, citeulike_dir):
     # nothing silently lost: raw pairs = kept + dropped
     s = stats["instance_labels"]
     assert s["raw_entries"] == len(rows) == 290830
-    assert s["rows"] + s["dropped_with_rare_tags"] + s["duplicate_entries_dropped"] \
-        + s["unknown_article_dropped"] == s["raw_entries"]
+    assert (
+        s["rows"]
+        + s["dropped_with_rare_tags"]
+        + s["duplicate_entries_dropped"]
+        + s["unknown_article_dropped"]
+        == s["raw_entries"]
+    )
     assert stats["tags"]["kept"] + stats["tags"]["dropped_fewer_than_min_articles"] == len(tags)
 
 
@@ -317,20 +351,27 @@ def test_instacart_conversion(instacart, instacart_dir):
     # one timestamp per order, and a user's orders are in order_number order
     assert (ev.groupby(io.BASKET_ID)[io.EVENT_TIME].nunique() == 1).all()
     orders = raw.drop_duplicates("order_id").set_index("order_id")
-    t = ev.drop_duplicates(io.BASKET_ID).set_index(ev.drop_duplicates(io.BASKET_ID)[io.BASKET_ID]
-                                                   .astype(int))[io.EVENT_TIME]
+    t = ev.drop_duplicates(io.BASKET_ID).set_index(
+        ev.drop_duplicates(io.BASKET_ID)[io.BASKET_ID].astype(int)
+    )[io.EVENT_TIME]
     orders = orders.assign(t=t).sort_values(["user_id", "order_number"])
     assert (orders.groupby("user_id")["t"].apply(lambda s: s.is_monotonic_increasing)).all()
     assert stats["instances"]["rows"] == len(inst) and stats["events"]["rows"] == len(ev)
 
 
 # --------------------------------------------------------------------------- configs
-@pytest.mark.parametrize("name,source", [("citeulike-t", "citeulike-t"),
-                                         ("citeulike-t-i2i", "citeulike-t"),
-                                         ("citeulike-t-both", "citeulike-t"),
-                                         ("instacart", "instacart")])
+@pytest.mark.parametrize(
+    "name,source",
+    [
+        ("citeulike-t", "citeulike-t"),
+        ("citeulike-t-i2i", "citeulike-t"),
+        ("citeulike-t-both", "citeulike-t"),
+        ("instacart", "instacart"),
+    ],
+)
 def test_real_data_configs_point_at_prepared_files(name, source):
     from pina_spark.config import load_config
+
     cfg = load_config(os.path.join(ROOT, "conf", f"{name}.yaml"))
     assert cfg.graph.min_count == 2
     assert cfg.output == f"runs/{name}"

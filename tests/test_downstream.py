@@ -2,6 +2,7 @@
 instance, models saved; then the evaluate stage on the result.
 
 ``build_synthetic_run`` is also used by tests/test_tune.py."""
+
 import json
 import os
 import zlib
@@ -21,14 +22,23 @@ def _label_words(lab):
     return [f"w{lab}x{j}" for j in range(WORDS_PER_LABEL)]
 
 
-def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=(
-        "vectorizer_only", "pina_naive", "pina"), with_features=True, sentinel_test=False):
+def build_synthetic_run(
+    spark,
+    root,
+    n_inst=240,
+    test_every=5,
+    seed=0,
+    variants=("vectorizer_only", "pina_naive", "pina"),
+    with_features=True,
+    sentinel_test=False,
+):
     """Write ``nodes``, ``graph/instance_labels``, ``embeddings`` and ``features`` for a tiny
     synthetic task under ``root``. Instance ``i`` has 1-2 labels; its text holds two words of
     each label plus noise; features: a dense block with a noisy label signature and a sparse
     bag of word hashes. ``pina`` gets a cleaner signature than ``vectorizer_only``.
     With ``sentinel_test`` the test rows carry NaN-free but absurd 'POISON' text/features."""
     from pyspark.sql import types as T
+
     rng = np.random.RandomState(seed)
     paths = io.RunPaths(root)
     inst_ids = [f"i{i:04d}" for i in range(n_inst)]
@@ -44,16 +54,20 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
         texts.append(" ".join(words))
         if sentinel_test and splits[i] == "test":
             texts[-1] = "POISON " * 5
-    node_rows = [(p, "instance", iid, t, s) for p, (iid, t, s) in
-                 enumerate(zip(inst_ids, texts, splits))]
+    node_rows = [
+        (p, "instance", iid, t, s) for p, (iid, t, s) in enumerate(zip(inst_ids, texts, splits))
+    ]
     lab_ids = [f"L{lab:02d}" for lab in range(N_LABELS)]
     for lab, lid in enumerate(lab_ids):
         node_rows.append((n_inst + lab, "label", lid, " ".join(_label_words(lab)), None))
     nodes = spark.createDataFrame(node_rows, io.schema(io.NODES))
     io.write_table(nodes, paths, io.NODES)
     il = [(i, n_inst + lab) for i in range(n_inst) for lab in labels_of[i]]
-    io.write_table(spark.createDataFrame(il, "instance_index long, label_index long"), paths,
-                   io.INSTANCE_LABELS)
+    io.write_table(
+        spark.createDataFrame(il, "instance_index long, label_index long"),
+        paths,
+        io.INSTANCE_LABELS,
+    )
     proto = rng.randn(N_LABELS, DENSE).astype(np.float32)
     emb = []
     for p, (iid, t) in enumerate(zip(inst_ids, texts)):
@@ -64,10 +78,10 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
     emb_rows = []
     for p, d, t in emb:
         idx = sorted({zlib.crc32(w.encode()) % 97 for w in t.split()})
-        emb_rows.append((p, [float(x) for x in d], idx,
-                         [float(1.0 / np.sqrt(len(idx)))] * len(idx)))
-    io.write_table(spark.createDataFrame(emb_rows, io.schema(io.EMBEDDINGS)), paths,
-                   io.EMBEDDINGS)
+        emb_rows.append(
+            (p, [float(x) for x in d], idx, [float(1.0 / np.sqrt(len(idx)))] * len(idx))
+        )
+    io.write_table(spark.createDataFrame(emb_rows, io.schema(io.EMBEDDINGS)), paths, io.EMBEDDINGS)
     if with_features:
         rows = []
         for v in variants:
@@ -79,21 +93,44 @@ def build_synthetic_run(spark, root, n_inst=240, test_every=5, seed=0, variants=
                 if sentinel_test and splits[p] == "test":
                     d = np.full(DENSE, 1e6)
                 nb = [lab_ids[lab] for lab in labels_of[p]][:2] + [inst_ids[(p + 1) % n_inst]]
-                rows.append((iid, splits[p], [float(x) for x in d], idx, vals, nb,
-                             [1.0 / len(nb)] * len(nb), v))
+                rows.append(
+                    (
+                        iid,
+                        splits[p],
+                        [float(x) for x in d],
+                        idx,
+                        vals,
+                        nb,
+                        [1.0 / len(nb)] * len(nb),
+                        v,
+                    )
+                )
         schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
-        io.write_table(spark.createDataFrame(rows, schema), paths, io.FEATURES,
-                       partition_by=(io.VARIANT, io.SPLIT))
+        io.write_table(
+            spark.createDataFrame(rows, schema),
+            paths,
+            io.FEATURES,
+            partition_by=(io.VARIANT, io.SPLIT),
+        )
     truth = {inst_ids[i]: {lab_ids[lab] for lab in labels_of[i]} for i in range(n_inst)}
     return paths, inst_ids, splits, truth
 
 
 def small_cfg(root, **extra):
-    d = {"output": root,
-         "pretrain": {"tfidf": {"ngram_range": [1, 1], "min_df_cnt": 1, "max_df_ratio": 1.0,
-                                "norm": "l2", "sublinear_tf": True}},
-         "train": {"xlinear": {"nr_splits": 2, "max_leaf_size": 4}, "topk": 10},
-         "evaluate": {"report_examples": 3}}
+    d = {
+        "output": root,
+        "pretrain": {
+            "tfidf": {
+                "ngram_range": [1, 1],
+                "min_df_cnt": 1,
+                "max_df_ratio": 1.0,
+                "norm": "l2",
+                "sublinear_tf": True,
+            }
+        },
+        "train": {"xlinear": {"nr_splits": 2, "max_leaf_size": 4}, "topk": 10},
+        "evaluate": {"report_examples": 3},
+    }
     for k, v in extra.items():
         d.setdefault(k, {}).update(v) if isinstance(v, dict) else d.__setitem__(k, v)
     return config_from_dict(d)
@@ -102,6 +139,7 @@ def small_cfg(root, **extra):
 @pytest.fixture(scope="module")
 def trained(spark, tmp_path_factory):
     from pina_spark.pipeline import run_pipeline
+
     root = str(tmp_path_factory.mktemp("ds") / "run")
     paths, inst_ids, splits, truth = build_synthetic_run(spark, root)
     cfg = small_cfg(root)
@@ -137,22 +175,38 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
     ev = io.local_path(paths.table(io.EVAL))
     m = json.load(open(os.path.join(ev, "metrics.json")))
     for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
-        assert set(m["variants"][v]) >= {"P@1", "P@3", "P@5", "P@10", "R@1", "R@3", "R@5",
-                                         "R@10", "train_s"}
+        assert set(m["variants"][v]) >= {
+            "P@1",
+            "P@3",
+            "P@5",
+            "P@10",
+            "R@1",
+            "R@3",
+            "R@5",
+            "R@10",
+            "train_s",
+        }
         assert all(0.0 <= m["variants"][v][k] <= 1.0 for k in ("P@1", "R@10"))
         assert m["variants"][v]["train_s"] is not None
-    assert set(m["significance"]) == {"vectorizer_only_vs_baseline", "pina_naive_vs_baseline",
-                                      "pina_vs_baseline", "pina_vs_vectorizer_only",
-                                      "pina_vs_pina_naive", "pina_naive_vs_vectorizer_only"}
+    assert set(m["significance"]) == {
+        "vectorizer_only_vs_baseline",
+        "pina_naive_vs_baseline",
+        "pina_vs_baseline",
+        "pina_vs_vectorizer_only",
+        "pina_vs_pina_naive",
+        "pina_naive_vs_vectorizer_only",
+    }
     assert m["n_test"] == splits.count("test") and m["n_train"] == splits.count("train")
     assert m["n_labels"] == 12
     # the synthetic pina features carry a clean label signature: it must beat chance clearly
     assert m["variants"]["pina"]["P@1"] > 0.5
     # metrics.json agrees with predictions recomputed by hand
     from pina_spark.evaluate import precision_recall_at_k
+
     pred = io.read_table(spark, paths, io.PREDICTIONS).where("variant = 'pina'").toPandas()
-    again = precision_recall_at_k([list(x) for x in pred[io.LABEL_IDS]],
-                                  [truth[i] for i in pred[io.INSTANCE_ID]], [1, 5])
+    again = precision_recall_at_k(
+        [list(x) for x in pred[io.LABEL_IDS]], [truth[i] for i in pred[io.INSTANCE_ID]], [1, 5]
+    )
     assert again["P@1"] == pytest.approx(m["variants"]["pina"]["P@1"])
     assert again["R@5"] == pytest.approx(m["variants"]["pina"]["R@5"])
     report = open(os.path.join(ev, "report.md")).read()
@@ -163,13 +217,16 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
 
 def test_missing_features_variant_is_skipped(spark, tmp_path):
     from pina_spark.pipeline import run_pipeline
+
     root = str(tmp_path / "run")
     paths, *_ = build_synthetic_run(spark, root, n_inst=120, variants=("vectorizer_only",))
     cfg = small_cfg(root, train={"variants": ["baseline", "vectorizer_only", "pina"]})
     run_pipeline(spark, cfg, ["train"])
     pred = io.read_table(spark, paths, io.PREDICTIONS)
     assert sorted(r[0] for r in pred.select("variant").distinct().collect()) == [
-        "baseline", "vectorizer_only"]
+        "baseline",
+        "vectorizer_only",
+    ]
     stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
     assert "pina" in stats["skipped"]
 
@@ -178,12 +235,14 @@ def test_missing_features_variant_is_skipped(spark, tmp_path):
 def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
     """train.model=xtransformer (MiniLM fine-tuned for a few steps; minutes on CPU)."""
     from pina_spark.pipeline import run_pipeline
+
     root = str(tmp_path / "run")
-    paths, inst_ids, splits, _ = build_synthetic_run(spark, root, n_inst=100,
-                                                     variants=("pina",))
-    cfg = small_cfg(root, train={"model": "xtransformer", "variants": ["baseline", "pina"]},
-                    pretrain={"max_length": 16, "xtransformer": {"max_steps": 2,
-                                                                 "batch_size": 16}})
+    paths, inst_ids, splits, _ = build_synthetic_run(spark, root, n_inst=100, variants=("pina",))
+    cfg = small_cfg(
+        root,
+        train={"model": "xtransformer", "variants": ["baseline", "pina"]},
+        pretrain={"max_length": 16, "xtransformer": {"max_steps": 2, "batch_size": 16}},
+    )
     run_pipeline(spark, cfg, ["train"])
     pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
     assert len(pred) == 2 * splits.count("test")
@@ -194,12 +253,17 @@ def test_features_to_csr_shapes_and_sorted_indices():
     import pandas as pd
 
     from pina_spark.downstream import features_to_csr
-    pdf = pd.DataFrame({io.DENSE: [np.array([1, 0], np.float32), None],
-                        io.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],
-                        io.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])]})
+
+    pdf = pd.DataFrame(
+        {
+            io.DENSE: [np.array([1, 0], np.float32), None],
+            io.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],
+            io.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])],
+        }
+    )
     X = features_to_csr(pdf, dense_dim=2, sparse_dim=6)
     assert X.shape == (2, 8) and X.has_sorted_indices
-    assert X.toarray()[0].tolist() == [1, 0, 0, 0, 2, 0, 0, 4]   # duplicates summed
+    assert X.toarray()[0].tolist() == [1, 0, 0, 0, 2, 0, 0, 4]  # duplicates summed
     assert X.toarray()[1].tolist() == [0, 0, 4, 0, 0, 0, 0, 0]
     with pytest.raises(ValueError, match="out of range"):
         features_to_csr(pdf, dense_dim=2, sparse_dim=5)

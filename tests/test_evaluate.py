@@ -1,5 +1,6 @@
 """Metric functions against hand-computed cases, the t-test, and the evaluate stage on a hand-built
 run (exact metrics.json keys and values, reciprocal-pair filtering)."""
+
 import json
 import math
 import os
@@ -33,9 +34,10 @@ def test_precision_recall_hand_case():
 
 
 def test_fewer_than_k_predictions_and_empty_truth():
-    P, R, mask = per_instance_precision_recall([["a"], [], ["q"]], [{"a"}, {"b"}, set()],
-                                               ks=[1, 10])
-    assert P[10].tolist() == [0.1, 0.0, 0.0]           # missing predictions are misses
+    P, R, mask = per_instance_precision_recall(
+        [["a"], [], ["q"]], [{"a"}, {"b"}, set()], ks=[1, 10]
+    )
+    assert P[10].tolist() == [0.1, 0.0, 0.0]  # missing predictions are misses
     assert R[10][:2].tolist() == [1.0, 0.0] and math.isnan(R[10][2])
     assert mask.tolist() == [True, True, False]
     m = precision_recall_at_k([["a"], [], ["q"]], [{"a"}, {"b"}, set()], ks=[1, 10])
@@ -48,6 +50,7 @@ def test_fewer_than_k_predictions_and_empty_truth():
 
 def test_paired_ttest_matches_hand_computation_and_scipy():
     from scipy import stats
+
     a = np.array([1.0, 0.0, 1.0, 1.0, 0.5, 1.0])
     b = np.array([0.0, 0.0, 1.0, 0.0, 0.5, 0.0])
     d = a - b
@@ -56,62 +59,90 @@ def test_paired_ttest_matches_hand_computation_and_scipy():
     assert r["t"] == pytest.approx(t_hand)
     assert r["p"] == pytest.approx(2 * stats.t.sf(abs(t_hand), df=len(d) - 1))
     assert r["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
-    assert paired_ttest(a, a) == {"t": 0.0, "p": 1.0}          # identical: 1.0, not NaN
-    assert paired_ttest(a + 1, a)["p"] == 0.0                   # constant shift
+    assert paired_ttest(a, a) == {"t": 0.0, "p": 1.0}  # identical: 1.0, not NaN
+    assert paired_ttest(a + 1, a)["p"] == 0.0  # constant shift
     assert paired_ttest([1.0], [0.0]) == {"t": None, "p": None}
 
 
 def test_filter_pairs_removes_from_predictions_and_truth():
-    p, t = filter_pairs([["A", "B", "C"], ["A"]], [{"A", "B"}, {"A"}], ["t1", "t2"],
-                        [("t1", "A"), ("t9", "B")])
+    p, t = filter_pairs(
+        [["A", "B", "C"], ["A"]], [{"A", "B"}, {"A"}], ["t1", "t2"], [("t1", "A"), ("t9", "B")]
+    )
     assert p == [["B", "C"], ["A"]] and t == [{"B"}, {"A"}]
 
 
 # --------------------------------------------------------------------------- the stage
 TRAIN = {"r1": {"A"}, "r2": {"B"}, "r3": {"C"}, "r4": {"D"}}
 TEST = {"t1": {"A", "B"}, "t2": {"C"}, "t3": set()}
-PREDS = {"baseline": {"t1": ["A", "C", "D"], "t2": ["A", "B", "C"], "t3": ["A"]},
-         "pina": {"t1": ["B", "A"], "t2": ["C"], "t3": []}}
+PREDS = {
+    "baseline": {"t1": ["A", "C", "D"], "t2": ["A", "B", "C"], "t3": ["A"]},
+    "pina": {"t1": ["B", "A"], "t2": ["C"], "t3": []},
+}
 
 
 def _hand_run(spark, root):
     from pyspark.sql import types as T
+
     paths = io.RunPaths(root)
     inst = sorted(list(TRAIN) + list(TEST))
-    rows = [(i, "instance", iid, f"text of {iid}", "train" if iid in TRAIN else "test")
-            for i, iid in enumerate(inst)]
+    rows = [
+        (i, "instance", iid, f"text of {iid}", "train" if iid in TRAIN else "test")
+        for i, iid in enumerate(inst)
+    ]
     labels = ["A", "B", "C", "D"]
     rows += [(len(inst) + j, "label", lab, f"label {lab}", None) for j, lab in enumerate(labels)]
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
     idx = {r[2]: r[0] for r in rows}
     il = [(idx[i], idx[lab]) for i, ls in {**TRAIN, **TEST}.items() for lab in ls]
-    io.write_table(spark.createDataFrame(il, "instance_index long, label_index long"), paths,
-                   io.INSTANCE_LABELS)
-    schema = T.StructType([T.StructField(io.INSTANCE_ID, T.StringType()),
-                           T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
-                           T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
-                           T.StructField(io.VARIANT, T.StringType())])
-    prow = [(i, p, [float(1 - 0.1 * r) for r in range(len(p))], v)
-            for v, d in PREDS.items() for i, p in d.items()]
-    io.write_table(spark.createDataFrame(prow, schema), paths, io.PREDICTIONS,
-                   partition_by=(io.VARIANT,))
-    io.write_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json", json.dumps(
-        {"variants": {"baseline": {"train_s": 1.5}, "pina": {"train_s": 2.5}},
-         "skipped": {}}).encode())
-    fschema = T.StructType([T.StructField(io.INSTANCE_ID, T.StringType()),
-                            T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
-                            T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
-                            T.StructField(io.VARIANT, T.StringType()),
-                            T.StructField(io.SPLIT, T.StringType())])
-    io.write_table(spark.createDataFrame([("t1", ["A", "r1"], [0.75, 0.25], "pina", "test")],
-                                         fschema), paths, io.FEATURES,
-                   partition_by=(io.VARIANT, io.SPLIT))
+    io.write_table(
+        spark.createDataFrame(il, "instance_index long, label_index long"),
+        paths,
+        io.INSTANCE_LABELS,
+    )
+    schema = T.StructType(
+        [
+            T.StructField(io.INSTANCE_ID, T.StringType()),
+            T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
+            T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
+            T.StructField(io.VARIANT, T.StringType()),
+        ]
+    )
+    prow = [
+        (i, p, [float(1 - 0.1 * r) for r in range(len(p))], v)
+        for v, d in PREDS.items()
+        for i, p in d.items()
+    ]
+    io.write_table(
+        spark.createDataFrame(prow, schema), paths, io.PREDICTIONS, partition_by=(io.VARIANT,)
+    )
+    io.write_bytes(
+        paths.table(io.PREDICTIONS) + "/_train_stats.json",
+        json.dumps(
+            {"variants": {"baseline": {"train_s": 1.5}, "pina": {"train_s": 2.5}}, "skipped": {}}
+        ).encode(),
+    )
+    fschema = T.StructType(
+        [
+            T.StructField(io.INSTANCE_ID, T.StringType()),
+            T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
+            T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
+            T.StructField(io.VARIANT, T.StringType()),
+            T.StructField(io.SPLIT, T.StringType()),
+        ]
+    )
+    io.write_table(
+        spark.createDataFrame([("t1", ["A", "r1"], [0.75, 0.25], "pina", "test")], fschema),
+        paths,
+        io.FEATURES,
+        partition_by=(io.VARIANT, io.SPLIT),
+    )
     return paths
 
 
 def _evaluate(spark, root, **extra):
     from pina_spark.evaluate import run_stage
     from pina_spark.pipeline import make_context
+
     d = {"output": root, "evaluate": {"report_examples": 2}}
     d.update(extra)
     ctx = make_context(spark, config_from_dict(d))
@@ -141,10 +172,28 @@ def test_metrics_json_exact_shape_and_values(hand_run):
     # t3 has no true label: excluded; t1, t2 scored (hand computation in the module header)
     assert (m["n_test_scored"], m["n_test_no_labels"]) == (2, 1)
     b, p = m["variants"]["baseline"], m["variants"]["pina"]
-    expect_b = {"P@1": 0.5, "P@3": 1 / 3, "P@5": 0.2, "P@10": 0.1,
-                "R@1": 0.25, "R@3": 0.75, "R@5": 0.75, "R@10": 0.75, "train_s": 1.5}
-    expect_p = {"P@1": 1.0, "P@3": 0.5, "P@5": 0.3, "P@10": 0.15,
-                "R@1": 0.75, "R@3": 1.0, "R@5": 1.0, "R@10": 1.0, "train_s": 2.5}
+    expect_b = {
+        "P@1": 0.5,
+        "P@3": 1 / 3,
+        "P@5": 0.2,
+        "P@10": 0.1,
+        "R@1": 0.25,
+        "R@3": 0.75,
+        "R@5": 0.75,
+        "R@10": 0.75,
+        "train_s": 1.5,
+    }
+    expect_p = {
+        "P@1": 1.0,
+        "P@3": 0.5,
+        "P@5": 0.3,
+        "P@10": 0.15,
+        "R@1": 0.75,
+        "R@3": 1.0,
+        "R@5": 1.0,
+        "R@10": 1.0,
+        "train_s": 2.5,
+    }
     for k in expect_b:
         assert b[k] == pytest.approx(expect_b[k]), k
         assert p[k] == pytest.approx(expect_p[k]), k
@@ -157,7 +206,7 @@ def test_report_and_plot(hand_run):
     root, paths, (stats, m, ev) = hand_run
     report = open(os.path.join(ev, "report.md"), encoding="utf-8").read()
     assert "| baseline | 50.00 | 33.33 | 20.00 | 10.00 |" in report
-    assert "+100.00%" in report                       # pina P@1 gain vs baseline
+    assert "+100.00%" in report  # pina P@1 gain vs baseline
     assert "![P@k per variant](pk.png)" in report
     # qualitative table: t1 with its neighbours (text + weight) from features
     assert "label A (0.750)" in report and "text of r1 (0.250)" in report
@@ -175,9 +224,9 @@ def test_reciprocal_pair_filtering_changes_scores(spark, hand_run, tmp_path):
     # t1: truth {B}; baseline t1 -> [C, D] (P@1 0), pina t1 -> [B] (P@1 1); t2 unchanged
     b, p = m["variants"]["baseline"], m["variants"]["pina"]
     assert b["P@1"] == pytest.approx(0.0) and p["P@1"] == pytest.approx(1.0)
-    assert b["R@3"] == pytest.approx((0 + 1) / 2)    # t1: B not in [C, D]; t2: C found
+    assert b["R@3"] == pytest.approx((0 + 1) / 2)  # t1: B not in [C, D]; t2: C found
     assert b["P@3"] == pytest.approx((0 + 1 / 3) / 2)
-    assert m["n_filter_pairs_on_test"] == 2           # (t1, A) and (t2, Z); r1 is train
+    assert m["n_filter_pairs_on_test"] == 2  # (t1, A) and (t2, Z); r1 is train
     assert m["n_test_scored"] == 2
 
 
@@ -186,8 +235,9 @@ def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tm
     than the tolerance leaves the pointer alone; --models latest resolves the pointer."""
     from pina_spark import promotion
     from pina_spark.config import ConfigError
+
     root, paths, _ = hand_run
-    out = os.path.dirname(root)                      # <output> of a run at <output>/run
+    out = os.path.dirname(root)  # <output> of a run at <output>/run
     # hand_run's output is `root` itself: promote into it
     assert promotion.read_promoted(root) is None
     stats, m, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True})
@@ -197,16 +247,19 @@ def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tm
     # someone better is promoted (P@1 1.2 is impossible, fine for the gate): 1.0 < 1.2 - 0.1
     better = dict(ptr, run="s3://b/runs/prod/run_date=2026-11-01", value=1.2)
     io.write_bytes(promotion.pointer_uri(root), json.dumps(better).encode())
-    stats, _, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True,
-                                                   "gate_tolerance": 0.1})
+    stats, _, _ = _evaluate(
+        spark, root, evaluate={"report_examples": 2, "promote": True, "gate_tolerance": 0.1}
+    )
     assert not stats["promotion"]["promoted"] and "<" in stats["promotion"]["reason"]
     assert promotion.read_promoted(root)["run"] == better["run"]
     # within tolerance passes
-    stats, _, _ = _evaluate(spark, root, evaluate={"report_examples": 2, "promote": True,
-                                                   "gate_tolerance": 0.25})
+    stats, _, _ = _evaluate(
+        spark, root, evaluate={"report_examples": 2, "promote": True, "gate_tolerance": 0.25}
+    )
     assert stats["promotion"]["promoted"]
     cfg = config_from_dict({"output": root, "run": {"models": "latest"}})
     assert promotion.resolve_models(cfg).run.models == paths.root.rstrip("/")
     with pytest.raises(ConfigError, match="no promoted run"):
-        promotion.resolve_models(config_from_dict({"output": out + "/none",
-                                                   "run": {"models": "latest"}}))
+        promotion.resolve_models(
+            config_from_dict({"output": out + "/none", "run": {"models": "latest"}})
+        )

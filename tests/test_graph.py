@@ -1,5 +1,6 @@
 """The graph stage: I2I graph vs brute force (real Instacart), measures, caps, node indices, B_pre
 blocks for every side_info, fault hook, the leak guard, and the whole stage end to end."""
+
 import itertools
 import math
 import os
@@ -38,15 +39,21 @@ def brute_force_counts(baskets, max_basket_size=None):
     for b, items in baskets.items():
         items = sorted(set(items))
         if max_basket_size is not None and len(items) > max_basket_size:
-            items = sorted(sorted(items, key=lambda i: (graph.basket_hash(b, i), i))
-                           [:max_basket_size])
+            items = sorted(
+                sorted(items, key=lambda i: (graph.basket_hash(b, i), i))[:max_basket_size]
+            )
         for a, c in itertools.combinations(items, 2):
             counts[(a, c)] += 1
     return counts
 
 
-TINY = {"o1": ["a", "b", "c"], "o2": ["a", "b", "b"], "o3": ["a", "c", "d"], "o4": ["b", "d"],
-        "o5": ["e"]}
+TINY = {
+    "o1": ["a", "b", "c"],
+    "o2": ["a", "b", "b"],
+    "o3": ["a", "c", "d"],
+    "o4": ["b", "d"],
+    "o5": ["e"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +64,13 @@ def tiny_events(spark):
 
 def _llr_ref(k11, k12, k21, k22):
     """Mahout LogLikelihood.logLikelihoodRatio transcribed to Python."""
+
     def xlogx(x):
         return 0.0 if x == 0 else x * math.log(x)
 
     def entropy(*ks):
         return xlogx(sum(ks)) - sum(xlogx(k) for k in ks)
+
     row = entropy(k11 + k12, k21 + k22)
     col = entropy(k11 + k21, k12 + k22)
     mat = entropy(k11, k12, k21, k22)
@@ -70,29 +79,41 @@ def _llr_ref(k11, k12, k21, k22):
 
 def test_measures_on_tiny_example(spark, tiny_events):
     # N = 4 baskets with >= 2 items (o5 has one); n_a = 3, n_b = 3, n_c = 2, n_d = 2
-    counts = {("a", "b"): 2, ("a", "c"): 2, ("b", "c"): 1, ("a", "d"): 1, ("b", "d"): 1,
-              ("c", "d"): 1}
+    counts = {
+        ("a", "b"): 2,
+        ("a", "c"): 2,
+        ("b", "c"): 1,
+        ("a", "d"): 1,
+        ("b", "d"): 1,
+        ("c", "d"): 1,
+    }
     n = {"a": 3, "b": 3, "c": 2, "d": 2}
     big_n = 4
     assert brute_force_counts(TINY) == Counter(counts)
-    expected = {   # (measure=count is checked on the real data below)
+    expected = {  # (measure=count is checked on the real data below)
         "jaccard": {(a, b): c / (n[a] + n[b] - c) for (a, b), c in counts.items()},
         "pmi": {(a, b): math.log(c * big_n / (n[a] * n[b])) for (a, b), c in counts.items()},
-        "llr": {(a, b): _llr_ref(c, n[a] - c, n[b] - c, big_n - n[a] - n[b] + c)
-                for (a, b), c in counts.items()},
+        "llr": {
+            (a, b): _llr_ref(c, n[a] - c, n[b] - c, big_n - n[a] - n[b] + c)
+            for (a, b), c in counts.items()
+        },
     }
-    assert expected["jaccard"][("a", "b")] == pytest.approx(0.5)          # 2 / (3 + 3 - 2)
-    assert expected["pmi"][("c", "d")] == pytest.approx(0.0)              # ln(1*4 / (2*2))
+    assert expected["jaccard"][("a", "b")] == pytest.approx(0.5)  # 2 / (3 + 3 - 2)
+    assert expected["pmi"][("c", "d")] == pytest.approx(0.0)  # ln(1*4 / (2*2))
     capped = graph.capped_baskets(tiny_events, 100).persist()
     for kw in ({"capped": capped}, {"plan": _plan("shuffle")}, {"plan": _plan("broadcast")}):
         for measure, exp in expected.items():
-            got = _undirected(graph.i2i_edges(
-                tiny_events, GraphConfig(min_count=1, measure=measure), **kw))
+            got = _undirected(
+                graph.i2i_edges(tiny_events, GraphConfig(min_count=1, measure=measure), **kw)
+            )
             assert {k: v[0] for k, v in got.items()} == counts
             for k, v in exp.items():
                 assert got[k][1] == pytest.approx(v, rel=1e-12, abs=1e-12), (measure, k, kw)
-        got = _undirected(graph.i2i_edges(tiny_events, GraphConfig(
-            min_count=2, measure="jaccard", min_score=0.6), **kw))
+        got = _undirected(
+            graph.i2i_edges(
+                tiny_events, GraphConfig(min_count=2, measure="jaccard", min_score=0.6), **kw
+            )
+        )
         assert got == {("a", "c"): (2, pytest.approx(2 / 3))}
     capped.unpersist()
 
@@ -100,11 +121,12 @@ def test_measures_on_tiny_example(spark, tiny_events):
 def test_llr_matches_known_values_and_scipy(spark):
     from pyspark.sql import functions as F
     from scipy.stats import chi2_contingency
+
     cases = [(1, 0, 0, 1), (10, 0, 0, 10), (5, 1195, 1195, 98790), (3, 7, 12, 78), (2, 1, 1, 0)]
     cols = [graph._llr(*[F.lit(float(k)) for k in c]).alias(f"c{i}") for i, c in enumerate(cases)]
     got = list(spark.range(1).select(*cols).first())
-    assert got[0] == pytest.approx(4 * math.log(2))               # Mahout's unit test: 2.772589
-    assert got[1] == pytest.approx(40 * math.log(2))              # 27.72589
+    assert got[0] == pytest.approx(4 * math.log(2))  # Mahout's unit test: 2.772589
+    assert got[1] == pytest.approx(40 * math.log(2))  # 27.72589
     for g, c in zip(got, cases):
         assert g == pytest.approx(_llr_ref(*c), rel=1e-9)
         table = [[c[0], c[1]], [c[2], c[3]]]
@@ -133,11 +155,12 @@ def test_basket_cap_and_stats(spark):
         assert kept[b] == set(exp), b
     tbl = io.collect_arrow(ev.select(io.BASKET_ID, io.ITEM_ID))
     m, st_b = graph.basket_matrix(tbl, 4)
-    assert st_b == st                      # the broadcast strategy's stats
+    assert st_b == st  # the broadcast strategy's stats
     assert m["n_baskets"] == 40
     for strategy in STRATEGIES:
-        got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_basket_size=4),
-                                          plan=_plan(strategy)))
+        got = _undirected(
+            graph.i2i_edges(ev, GraphConfig(min_count=1, max_basket_size=4), plan=_plan(strategy))
+        )
         assert {k: v[0] for k, v in got.items()} == dict(brute_force_counts(baskets, 4)), strategy
 
 
@@ -151,12 +174,12 @@ def test_top_n_union_and_max_degree_mutual(spark, strategy):
     baskets += [["s1y", ["s1", "y"]]]
     ev = spark.createDataFrame([(b, i) for b, items in baskets for i in items], EV_SCHEMA)
     # top_n=1: h keeps s1; each spoke keeps h (its best) -> union keeps all hub edges
-    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, top_n=1),
-                                      plan=_plan(strategy)))
+    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, top_n=1), plan=_plan(strategy)))
     assert set(got) == {("h", "s1"), ("h", "s2"), ("h", "s3"), ("h", "s4"), ("x", "y")}
     # max_degree=2: edge kept only when both ends rank each other within 2
-    got = _undirected(graph.i2i_edges(ev, GraphConfig(min_count=1, max_degree=2),
-                                      plan=_plan(strategy)))
+    got = _undirected(
+        graph.i2i_edges(ev, GraphConfig(min_count=1, max_degree=2), plan=_plan(strategy))
+    )
     assert set(got) == {("h", "s1"), ("h", "s2"), ("s1", "y"), ("x", "y")}
     degree = Counter(a for e in got for a in e)
     assert max(degree.values()) <= 2
@@ -168,47 +191,65 @@ def test_fault_hook_runs_in_executor_function(spark, tiny_events, tmp_path, stra
     plan = faults.fault_plan(cfg, "graph")
     assert plan == ("graph", ())
     with pytest.raises(Exception, match="injected fault: stage graph"):
-        graph.i2i_edges(tiny_events, GraphConfig(min_count=1), fault_plan=plan,
-                        plan=_plan(strategy)).collect()
+        graph.i2i_edges(
+            tiny_events, GraphConfig(min_count=1), fault_plan=plan, plan=_plan(strategy)
+        ).collect()
 
 
 # --------------------------------------------------------------------------- nodes and B_pre
 @pytest.fixture(scope="module")
 def small_tables(spark):
     inst = spark.createDataFrame(
-        [("i4", "four", "train"), ("i2", "two", "train"), ("i3", "three", "test"),
-         ("i1", "one", "train")], "instance_id string, text string, split string")
-    lab = spark.createDataFrame([("l3", "L3"), ("l1", "L1"), ("l2", "L2")],
-                                "label_id string, text string")
-    il = spark.createDataFrame([("i1", "l1"), ("i1", "l2"), ("i2", "l1"), ("i3", "l3"),
-                                ("i3", "l1")], "instance_id string, label_id string")
+        [
+            ("i4", "four", "train"),
+            ("i2", "two", "train"),
+            ("i3", "three", "test"),
+            ("i1", "one", "train"),
+        ],
+        "instance_id string, text string, split string",
+    )
+    lab = spark.createDataFrame(
+        [("l3", "L3"), ("l1", "L1"), ("l2", "L2")], "label_id string, text string"
+    )
+    il = spark.createDataFrame(
+        [("i1", "l1"), ("i1", "l2"), ("i2", "l1"), ("i3", "l3"), ("i3", "l1")],
+        "instance_id string, label_id string",
+    )
     # train-only graph edges, plus one touching test item i3 that must be ignored
-    i2i = spark.createDataFrame([("i1", "i2"), ("i2", "i1"), ("i1", "i3"), ("i3", "i1")],
-                                "src_id string, dst_id string")
+    i2i = spark.createDataFrame(
+        [("i1", "i2"), ("i2", "i1"), ("i1", "i3"), ("i3", "i1")], "src_id string, dst_id string"
+    )
     return inst, lab, il, i2i
 
 
 def test_node_indices_deterministic(spark, small_tables):
     inst, lab, _, _ = small_tables
     expected = spark.createDataFrame(
-        [(0, "instance", "i1", "one", "train"), (1, "instance", "i2", "two", "train"),
-         (2, "instance", "i3", "three", "test"), (3, "instance", "i4", "four", "train"),
-         (4, "label", "l1", "L1", None), (5, "label", "l2", "L2", None),
-         (6, "label", "l3", "L3", None)],
-        "node_index long, kind string, node_id string, text string, split string")
+        [
+            (0, "instance", "i1", "one", "train"),
+            (1, "instance", "i2", "two", "train"),
+            (2, "instance", "i3", "three", "test"),
+            (3, "instance", "i4", "four", "train"),
+            (4, "label", "l1", "L1", None),
+            (5, "label", "l2", "L2", None),
+            (6, "label", "l3", "L3", None),
+        ],
+        "node_index long, kind string, node_id string, text string, split string",
+    )
     for parts in (1, 3):
-        for n_rows in ((None, None), (4, 3), (4, None)):   # range-partitioned / one partition
-            nodes = graph.assign_node_indices(inst.repartition(parts), lab.repartition(parts),
-                                              n_rows=n_rows)
+        for n_rows in ((None, None), (4, 3), (4, None)):  # range-partitioned / one partition
+            nodes = graph.assign_node_indices(
+                inst.repartition(parts), lab.repartition(parts), n_rows=n_rows
+            )
             assertDataFrameEqual(nodes, expected)
 
 
 BLOCK_EDGES = {
     "B": {(0, 4), (0, 5), (1, 4)},
     "BT": {(4, 0), (5, 0), (4, 1)},
-    "I_inst": {(0, 0), (1, 1), (3, 3)},       # every train instance (i3 is test)
-    "I_label": {(4, 4), (5, 5)},              # labels in B only (l3 is only on test i3)
-    "A": {(0, 1), (1, 0)},                    # i1-i3 touches a test item: dropped
+    "I_inst": {(0, 0), (1, 1), (3, 3)},  # every train instance (i3 is test)
+    "I_label": {(4, 4), (5, 5)},  # labels in B only (l3 is only on test i3)
+    "A": {(0, 1), (1, 0)},  # i1-i3 touches a test item: dropped
 }
 
 
@@ -222,21 +263,36 @@ def small_graph(small_tables):
     il_idx.unpersist()
 
 
-@pytest.mark.parametrize("side_info,blocks", [
-    ("label_text", {"B": BLOCK_EDGES["B"], "BT": BLOCK_EDGES["BT"],
-                    "I_inst": BLOCK_EDGES["I_inst"], "I_label": BLOCK_EDGES["I_label"]}),
-    ("i2i", {"A": BLOCK_EDGES["A"], "I_inst": {(3, 3)}}),   # I_inst only for i4 (no A edge)
-    ("both", dict(BLOCK_EDGES)),
-    ("naive", {"B": BLOCK_EDGES["B"]}),
-])
+@pytest.mark.parametrize(
+    "side_info,blocks",
+    [
+        (
+            "label_text",
+            {
+                "B": BLOCK_EDGES["B"],
+                "BT": BLOCK_EDGES["BT"],
+                "I_inst": BLOCK_EDGES["I_inst"],
+                "I_label": BLOCK_EDGES["I_label"],
+            },
+        ),
+        ("i2i", {"A": BLOCK_EDGES["A"], "I_inst": {(3, 3)}}),  # I_inst only for i4 (no A edge)
+        ("both", dict(BLOCK_EDGES)),
+        ("naive", {"B": BLOCK_EDGES["B"]}),
+    ],
+)
 def test_pretrain_edges_blocks(spark, small_graph, side_info, blocks):
     nodes, il_idx, i2i = small_graph
     pe = graph.pretrain_edges(nodes, il_idx, i2i, side_info, "given")
-    rows = [(s, d, w, b, v) for b, edges in blocks.items() for s, d in sorted(edges)
-            for w, v in [(1.0, "pina")]]
+    rows = [
+        (s, d, w, b, v)
+        for b, edges in blocks.items()
+        for s, d in sorted(edges)
+        for w, v in [(1.0, "pina")]
+    ]
     rows += [(s, d, 1.0, "B", "pina_naive") for s, d in sorted(BLOCK_EDGES["B"])]
     expected = spark.createDataFrame(
-        rows, "src_index long, dst_index long, weight float, block string, variant string")
+        rows, "src_index long, dst_index long, weight float, block string, variant string"
+    )
     assertDataFrameEqual(pe, expected)
 
 
@@ -247,13 +303,17 @@ def instacart_events(spark, instacart_dir, tmp_path_factory):
     import pandas as pd
 
     from pina_spark import datasets
+
     if hasattr(datasets, "prepare_data"):
         out = str(tmp_path_factory.mktemp("instacart"))
         paths = datasets.prepare_data("instacart", instacart_dir, out)
         pdf = pd.read_parquet(paths["events"], columns=[io.BASKET_ID, io.ITEM_ID])
     else:  # pragma: no cover
-        raw = pd.read_csv(os.path.join(instacart_dir, "order_products_sample.csv"),
-                          usecols=["order_id", "product_id"], dtype=str)
+        raw = pd.read_csv(
+            os.path.join(instacart_dir, "order_products_sample.csv"),
+            usecols=["order_id", "product_id"],
+            dtype=str,
+        )
         pdf = raw.rename(columns={"order_id": io.BASKET_ID, "product_id": io.ITEM_ID})
     baskets = pdf.groupby(io.BASKET_ID)[io.ITEM_ID].apply(list).to_dict()
     ev = spark.createDataFrame(pdf).persist()
@@ -269,7 +329,7 @@ def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap, strat
     max_size = cap if cap is not None else 10_000
     bf = brute_force_counts(baskets, cap)
     if cap is None:
-        assert len(bf) == 607_786                     # figure quoted in shared/data/README.md
+        assert len(bf) == 607_786  # figure quoted in shared/data/README.md
     capped = graph.capped_baskets(ev, max_size).persist() if strategy == "shuffle" else None
     try:
         for min_count in (1, 2, 3):
@@ -290,6 +350,7 @@ def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap, strat
 # --------------------------------------------------------------------------- whole stage
 def _write_csv(path, header, rows):
     import csv
+
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(header)
@@ -299,38 +360,79 @@ def _write_csv(path, header, rows):
 
 def _run(spark, cfg):
     from pina_spark.pipeline import make_context
+
     ctx = make_context(spark, cfg)
     return ctx, graph.run_stage(ctx)
 
 
 def test_run_stage_given_labels(spark, tmp_path):
     d = tmp_path
-    inst = _write_csv(d / "i.csv", ["instance_id", "text", "split"], [
-        ["i1", "one", "train"], ["i2", "two", "train"], ["i3", "three", "test"],
-        ["i4", "four", "train"], ["i5", "", "train"]])
+    inst = _write_csv(
+        d / "i.csv",
+        ["instance_id", "text", "split"],
+        [
+            ["i1", "one", "train"],
+            ["i2", "two", "train"],
+            ["i3", "three", "test"],
+            ["i4", "four", "train"],
+            ["i5", "", "train"],
+        ],
+    )
     lab = _write_csv(d / "l.csv", ["label_id", "text"], [["l1", "L1"], ["l2", "L2"], ["l3", "L3"]])
-    il = _write_csv(d / "il.csv", ["instance_id", "label_id"], [
-        ["i1", "l1"], ["i1", "l2"], ["i2", "l1"], ["i3", "l3"], ["i3", "l1"], ["i5", "l1"]])
-    ev = _write_csv(d / "ev.csv", ["basket_id", "item_id"], [
-        ["b1", "i1"], ["b1", "i2"], ["b2", "i1"], ["b2", "i2"], ["b3", "i1"], ["b3", "i3"],
-        ["b4", "i1"], ["b4", "i3"], ["b5", "i4"], ["b6", "zz"]])
-    cfg = config_from_dict({"output": str(d / "run"), "side_info": "both",
-                            "graph": {"min_count": 2},
-                            "input": {"instances": inst, "labels": lab, "instance_labels": il,
-                                      "events": ev}})
+    il = _write_csv(
+        d / "il.csv",
+        ["instance_id", "label_id"],
+        [["i1", "l1"], ["i1", "l2"], ["i2", "l1"], ["i3", "l3"], ["i3", "l1"], ["i5", "l1"]],
+    )
+    ev = _write_csv(
+        d / "ev.csv",
+        ["basket_id", "item_id"],
+        [
+            ["b1", "i1"],
+            ["b1", "i2"],
+            ["b2", "i1"],
+            ["b2", "i2"],
+            ["b3", "i1"],
+            ["b3", "i3"],
+            ["b4", "i1"],
+            ["b4", "i3"],
+            ["b5", "i4"],
+            ["b6", "zz"],
+        ],
+    )
+    cfg = config_from_dict(
+        {
+            "output": str(d / "run"),
+            "side_info": "both",
+            "graph": {"min_count": 2},
+            "input": {"instances": inst, "labels": lab, "instance_labels": il, "events": ev},
+        }
+    )
     from pina_spark.manifest import Manifest
     from pina_spark.pipeline import make_context, run_pipeline
+
     assert run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
     paths = make_context(spark, cfg).paths
-    stats = Manifest(paths.manifest).stage("graph")["stats"]   # what the manifest recorded
-    steps = stats["steps_s"]                 # per-step wall seconds (the manifest sorts keys)
-    assert {"validate.instances", "validate.labels", "validate.instance_labels",
-            "validate.events"} <= set(steps)
-    for step in ("quarantine.events", "i2i.collect_events", "i2i.basket_matrix", "i2i.publish",
-                 "nodes.publish", "instance_labels.publish", "pretrain_edges.publish"):
+    stats = Manifest(paths.manifest).stage("graph")["stats"]  # what the manifest recorded
+    steps = stats["steps_s"]  # per-step wall seconds (the manifest sorts keys)
+    assert {
+        "validate.instances",
+        "validate.labels",
+        "validate.instance_labels",
+        "validate.events",
+    } <= set(steps)
+    for step in (
+        "quarantine.events",
+        "i2i.collect_events",
+        "i2i.basket_matrix",
+        "i2i.publish",
+        "nodes.publish",
+        "instance_labels.publish",
+        "pretrain_edges.publish",
+    ):
         assert isinstance(steps[step], float) and steps[step] >= 0, step
     assert stats["pair_plan"]["strategy"] == "broadcast"
-    assert set(stats["pair_tasks_s"]) == {"all", "train"}    # side_info both: train-only graph
+    assert set(stats["pair_tasks_s"]) == {"all", "train"}  # side_info both: train-only graph
     assert stats["i2i_edges"] == 4 and stats["degree"]["max"] == 2.0
     assert stats["instance_labels"] == 5
     assert stats["inputs"]["instances"]["reasons"] == {"missing_text": 1}
@@ -345,7 +447,9 @@ def test_run_stage_given_labels(spark, tmp_path):
     assert io.read_table(spark, paths, f"{io.QUARANTINE}/labels").count() == 0
     # raw i2i graph over all items (i1-i3 is a train-test edge, kept here)
     assert _undirected(io.read_table(spark, paths, io.I2I_EDGES)) == {
-        ("i1", "i2"): (2, 2.0), ("i1", "i3"): (2, 2.0)}
+        ("i1", "i2"): (2, 2.0),
+        ("i1", "i3"): (2, 2.0),
+    }
     il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
     assert sorted(tuple(r) for r in il_idx.collect()) == [(0, 4), (0, 5), (1, 4), (2, 4), (2, 6)]
     pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
@@ -359,6 +463,7 @@ def test_run_stage_given_labels(spark, tmp_path):
 
 def _leak_inputs(tmp_path, drop_test: bool):
     import random
+
     rng = random.Random(7)
     items = [f"p{k:02d}" for k in range(30)]
     test = {i for k, i in enumerate(items) if k % 4 == 0}
@@ -367,12 +472,19 @@ def _leak_inputs(tmp_path, drop_test: bool):
         size = rng.choice([1, 2, 3, 4, 5, 6, 8])
         chosen = rng.sample(items[: 10 + (j % 20)], min(size, 10 + (j % 20)))
         baskets += [[f"b{j}", i] for i in chosen]
-    inst_rows = [[i, f"product {i}", "test" if i in test else "train"] for i in items
-                 if not (drop_test and i in test)]
+    inst_rows = [
+        [i, f"product {i}", "test" if i in test else "train"]
+        for i in items
+        if not (drop_test and i in test)
+    ]
     d = tmp_path / ("dropped" if drop_test else "full")
     d.mkdir()
-    return (_write_csv(d / "i.csv", ["instance_id", "text", "split"], inst_rows),
-            _write_csv(d / "e.csv", ["basket_id", "item_id"], baskets), test, d)
+    return (
+        _write_csv(d / "i.csv", ["instance_id", "text", "split"], inst_rows),
+        _write_csv(d / "e.csv", ["basket_id", "item_id"], baskets),
+        test,
+        d,
+    )
 
 
 def _pe_by_id(spark, paths):
@@ -386,11 +498,17 @@ def _pretrain_texts_by_id(spark, paths):
     """(kind, node_id) -> text of every node that B_pre touches: with the edges, everything the
     pretrain stage trains g and the tf-idf of Phi_pre from."""
     from pyspark.sql import functions as F
+
     pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
-    used = {r[0] for r in pe.select(F.col(io.SRC_INDEX)).union(pe.select(io.DST_INDEX))
-            .distinct().collect()}
-    return {(r.kind, r.node_id): r.text for r in io.read_table(spark, paths, io.NODES).collect()
-            if r.node_index in used}
+    used = {
+        r[0]
+        for r in pe.select(F.col(io.SRC_INDEX)).union(pe.select(io.DST_INDEX)).distinct().collect()
+    }
+    return {
+        (r.kind, r.node_id): r.text
+        for r in io.read_table(spark, paths, io.NODES).collect()
+        if r.node_index in used
+    }
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -402,11 +520,21 @@ def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     texts = {}
     for drop in (False, True):
         inst, ev, test, d = _leak_inputs(tmp_path, drop)
-        cfg = config_from_dict({
-            "output": str(d / "run"), "side_info": "both", "task": {"labels": "graph"},
-            "graph": {"min_count": 2, "max_basket_size": 4, "measure": "jaccard",
-                      "min_score": 0.05, "strategy": strategy},
-            "input": {"instances": inst, "events": ev}})
+        cfg = config_from_dict(
+            {
+                "output": str(d / "run"),
+                "side_info": "both",
+                "task": {"labels": "graph"},
+                "graph": {
+                    "min_count": 2,
+                    "max_basket_size": 4,
+                    "measure": "jaccard",
+                    "min_score": 0.05,
+                    "strategy": strategy,
+                },
+                "input": {"instances": inst, "events": ev},
+            }
+        )
         ctx, stats = _run(spark, cfg)
         assert stats["pair_plan"]["strategy"] == strategy
         runs[drop] = (_pe_by_id(spark, ctx.paths), ctx, stats)
@@ -425,18 +553,29 @@ def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     assert naive_a != a_block
     # test instances do get graph labels (train items only) in the downstream target
     nodes = {r.node_index: r for r in io.read_table(spark, ctx.paths, io.NODES).collect()}
-    y = [(nodes[r.instance_index], nodes[r.label_index])
-         for r in io.read_table(spark, ctx.paths, io.INSTANCE_LABELS).collect()]
+    y = [
+        (nodes[r.instance_index], nodes[r.label_index])
+        for r in io.read_table(spark, ctx.paths, io.INSTANCE_LABELS).collect()
+    ]
     assert any(i.split == "test" for i, _ in y)
     assert all(lab.node_id not in test and lab.kind == "label" for _, lab in y)
 
 
 def test_graph_labels_empty_graph_is_a_clear_error(spark, tmp_path):
-    inst = _write_csv(tmp_path / "i.csv", ["instance_id", "text", "split"],
-                      [["a", "A", "train"], ["b", "B", "train"]])
+    inst = _write_csv(
+        tmp_path / "i.csv",
+        ["instance_id", "text", "split"],
+        [["a", "A", "train"], ["b", "B", "train"]],
+    )
     ev = _write_csv(tmp_path / "e.csv", ["basket_id", "item_id"], [["o1", "a"], ["o1", "b"]])
-    cfg = config_from_dict({"output": str(tmp_path / "run"), "task": {"labels": "graph"},
-                            "graph": {"min_count": 2}, "input": {"instances": inst, "events": ev}})
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "run"),
+            "task": {"labels": "graph"},
+            "graph": {"min_count": 2},
+            "input": {"instances": inst, "events": ev},
+        }
+    )
     with pytest.raises(io.InputError, match=r"no graph labels.*graph\.min_count=2"):
         _run(spark, cfg)
     paths = io.RunPaths(cfg.output)

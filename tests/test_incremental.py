@@ -5,6 +5,7 @@ the same models publishes, while recomputing only the new and changed rows.
 
 (tests/test_ops.py covers the selection and merge mechanics with stub stages.)
 """
+
 import pytest
 import yaml
 
@@ -25,20 +26,27 @@ def _demo_or_skip(run):
 def _day_instances(spark, run, path):
     """Today's input: 40 demo instances (2 with new text) + 3 products never seen before."""
     from pyspark.sql import functions as F
+
     with open(run["config"]) as fh:
         base = yaml.safe_load(fh)
     inst = io.read_input(spark, base["input"]["instances"], "instances").drop(io.CORRUPT)
     some = inst.orderBy(io.INSTANCE_ID).limit(40).select(io.INSTANCE_ID, io.TEXT)
     ids = [r[0] for r in some.limit(2).collect()]
     suffixed = F.concat(F.col(io.TEXT), F.lit(" organic value pack"))
-    changed = some.withColumn(io.TEXT, F.when(F.col(io.INSTANCE_ID).isin(ids), suffixed)
-                              .otherwise(F.col(io.TEXT)))
-    new = spark.createDataFrame([("zz-new-1", "crunchy peanut butter cookies"),
-                                 ("zz-new-2", "sparkling lemon water"),
-                                 ("zz-new-3", "whole wheat pasta shells")],
-                                "instance_id string, text string")
-    changed.unionByName(new).withColumn(io.SPLIT, F.lit(None).cast("string")) \
-        .coalesce(1).write.mode("overwrite").parquet(path)
+    changed = some.withColumn(
+        io.TEXT, F.when(F.col(io.INSTANCE_ID).isin(ids), suffixed).otherwise(F.col(io.TEXT))
+    )
+    new = spark.createDataFrame(
+        [
+            ("zz-new-1", "crunchy peanut butter cookies"),
+            ("zz-new-2", "sparkling lemon water"),
+            ("zz-new-3", "whole wheat pasta shells"),
+        ],
+        "instance_id string, text string",
+    )
+    changed.unionByName(new).withColumn(io.SPLIT, F.lit(None).cast("string")).coalesce(
+        1
+    ).write.mode("overwrite").parquet(path)
     return path, set(ids)
 
 
@@ -54,13 +62,18 @@ def _cfg(run, output, instances, incremental):
 def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run):
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
+
     run = _demo_or_skip(demo_submit_run)
     new_path, changed_ids = _day_instances(spark, run, str(tmp_path / "day.parquet"))
 
     full = _cfg(run, str(tmp_path / "full"), new_path, incremental=False)
     inc = _cfg(run, str(tmp_path / "inc"), new_path, incremental=True)
     assert pipeline.run_pipeline(spark, full, STAGES) == {
-        "nodes": "ran", "embed": "ran", "neighbors": "ran", "aggregate": "ran"}
+        "nodes": "ran",
+        "embed": "ran",
+        "neighbors": "ran",
+        "aggregate": "ran",
+    }
     assert pipeline.run_pipeline(spark, inc, STAGES)["aggregate"] == "ran"
 
     p_full, p_inc = io.RunPaths(full.output, DAY), io.RunPaths(inc.output, DAY)

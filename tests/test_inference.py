@@ -6,6 +6,7 @@ One tiny run is built once per module: 150 instances + 24 labels with topical te
 Phi_pre (MiniLM + PECOS tf-idf), and PECOS g models (full + 3 folds, variants pina/pina_naive)
 trained the way docs/design.md describes B_pre.
 """
+
 import dataclasses as dc
 import glob
 import json
@@ -23,32 +24,58 @@ BATCH = 16
 
 
 def _texts(rng):
-    words = [[f"{w}{t}" for w in ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa",
-                                  "theta", "zeta", "rho")] for t in range(N_TOPICS)]
+    words = [
+        [
+            f"{w}{t}"
+            for w in (
+                "alpha",
+                "beta",
+                "gamma",
+                "delta",
+                "omega",
+                "sigma",
+                "kappa",
+                "theta",
+                "zeta",
+                "rho",
+            )
+        ]
+        for t in range(N_TOPICS)
+    ]
     inst = []
     for i in range(N_INST):
         t = i % N_TOPICS
         u = int(rng.integers(N_TOPICS))
         txt = " ".join(list(rng.choice(words[t], 5)) + list(rng.choice(words[u], 2)))
         inst.append((f"doc{i:04d}", txt, "test" if i % 5 == 0 else "train", t))
-    labs = [(f"tag{j:03d}", "label " + " ".join(rng.choice(words[j % N_TOPICS], 3)), j % N_TOPICS)
-            for j in range(N_LAB)]
+    labs = [
+        (f"tag{j:03d}", "label " + " ".join(rng.choice(words[j % N_TOPICS], 3)), j % N_TOPICS)
+        for j in range(N_LAB)
+    ]
     return inst, labs
 
 
 def _csr_rows(dense_lists, idx_lists, val_lists, sparse_dim):
     from pina_spark.vectorizer import stack_features
+
     dense = np.array(dense_lists, dtype=np.float32)
     indptr = np.concatenate([[0], np.cumsum([len(x) for x in idx_lists])])
-    S = sp.csr_matrix((np.concatenate(val_lists).astype(np.float32) if indptr[-1] else [],
-                       np.concatenate(idx_lists).astype(np.int32) if indptr[-1] else [],
-                       indptr), shape=(len(idx_lists), sparse_dim), dtype=np.float32)
+    S = sp.csr_matrix(
+        (
+            np.concatenate(val_lists).astype(np.float32) if indptr[-1] else [],
+            np.concatenate(idx_lists).astype(np.int32) if indptr[-1] else [],
+            indptr,
+        ),
+        shape=(len(idx_lists), sparse_dim),
+        dtype=np.float32,
+    )
     return stack_features(dense, S)
 
 
 def _train_g(X, Y):
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
+
     X = X.tocsr().astype(np.float32)
     X.sort_indices()
     Y = sp.csr_matrix(Y, dtype=np.float32)
@@ -69,25 +96,35 @@ def env(spark, tmp_path_factory):
     from pyspark.sql import Row
 
     from pina_spark.vectorizer import PhiPre
+
     root = str(tmp_path_factory.mktemp("inference-run"))
     rng = np.random.default_rng(7)
     inst, labs = _texts(rng)
     inst.sort()
     labs.sort()
-    rows = [Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
-            for i, (a, t, s, _) in enumerate(inst)]
-    rows += [Row(node_index=N_INST + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
-             for j, (a, t, _) in enumerate(labs)]
-    cfg = config.config_from_dict({
-        "output": root, "input": {"instances": os.path.join(root, "in.parquet")},
-        "neighbors": {"k": 5, "folds": F, "train_mode": "out_of_fold"},
-        "inference": {"rows_per_task": 19, "batch_size": BATCH}})
+    rows = [
+        Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+        for i, (a, t, s, _) in enumerate(inst)
+    ]
+    rows += [
+        Row(node_index=N_INST + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+        for j, (a, t, _) in enumerate(labs)
+    ]
+    cfg = config.config_from_dict(
+        {
+            "output": root,
+            "input": {"instances": os.path.join(root, "in.parquet")},
+            "neighbors": {"k": 5, "folds": F, "train_mode": "out_of_fold"},
+            "inference": {"rows_per_task": 19, "batch_size": BATCH},
+        }
+    )
     ctx = pipeline.make_context(spark, cfg)
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
 
     models = ctx.models
-    pcfg = config.PretrainConfig(tfidf={"ngram_range": [1, 1], "min_df_cnt": 0,
-                                        "max_df_ratio": 1.0, "norm": "l2"})
+    pcfg = config.PretrainConfig(
+        tfidf={"ngram_range": [1, 1], "min_df_cnt": 0, "max_df_ratio": 1.0, "norm": "l2"}
+    )
     phi = PhiPre.fit([r.text for r in rows if r.split != "test"], pcfg)
     phi.save(f"{models}/vectorizer")
     open(f"{models}/folds.json", "w").write(json.dumps({"folds": F, "rule": "folds.fold_of"}))
@@ -97,8 +134,12 @@ def env(spark, tmp_path_factory):
 
     # g models on X = Phi_pre (from the published embeddings), B_pre as in docs/design.md
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
-    X = _csr_rows(list(emb[io.DENSE]), list(emb[io.SPARSE_INDICES]), list(emb[io.SPARSE_VALUES]),
-                  phi.sparse_dim)
+    X = _csr_rows(
+        list(emb[io.DENSE]),
+        list(emb[io.SPARSE_INDICES]),
+        list(emb[io.SPARSE_VALUES]),
+        phi.sparse_dim,
+    )
     topic = {i: t for i, (_, _, _, t) in enumerate(inst)}
     topic.update({N_INST + j: t for j, (_, _, t) in enumerate(labs)})
     train = [i for i, r in enumerate(rows[:N_INST]) if r.split == "train"]
@@ -117,9 +158,10 @@ def env(spark, tmp_path_factory):
             edges += [(n, n) for n in lab_nodes] + [(n, i) for i in tr for n in inst_labels[i]]
         r_of = {v: k for k, v in enumerate(inputs)}
         c_of = {v: k for k, v in enumerate(outputs)}
-        Y = sp.coo_matrix((np.ones(len(edges)), ([r_of[a] for a, _ in edges],
-                                                 [c_of[b] for _, b in edges])),
-                          shape=(len(inputs), len(outputs))).tocsr()
+        Y = sp.coo_matrix(
+            (np.ones(len(edges)), ([r_of[a] for a, _ in edges], [c_of[b] for _, b in edges])),
+            shape=(len(inputs), len(outputs)),
+        ).tocsr()
         Y.data[:] = 1.0
         return _train_g(X[inputs], Y), outputs
 
@@ -130,8 +172,17 @@ def env(spark, tmp_path_factory):
             os.makedirs(d)
             _save_g(m, outs, d)
     nb_stats = inference.run_neighbors_stage(ctx)
-    return dict(ctx=ctx, cfg=cfg, phi=phi, rows=rows, X=X, embed_stats=embed_stats,
-                nb_stats=nb_stats, models=models, root=root)
+    return dict(
+        ctx=ctx,
+        cfg=cfg,
+        phi=phi,
+        rows=rows,
+        X=X,
+        embed_stats=embed_stats,
+        nb_stats=nb_stats,
+        models=models,
+        root=root,
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -143,21 +194,27 @@ def _with(ctx, **sections):
 
 
 def _collect_neighbors(df):
-    return {(r[io.VARIANT], r[io.INSTANCE_INDEX]): (list(r[io.NEIGHBOR]), list(r[io.SCORE]))
-            for r in df.collect()}
+    return {
+        (r[io.VARIANT], r[io.INSTANCE_INDEX]): (list(r[io.NEIGHBOR]), list(r[io.SCORE]))
+        for r in df.collect()
+    }
 
 
 def _reference(env, nb, variants=inference.VARIANTS):
     """Single-process: PECOS predict of every instance row with the model it must use, then
     filtering / ordering / weighting written as plain Python loops."""
     from pecos.xmc.xlinear.model import XLinearModel
+
     rows, X = env["rows"], env["X"]
     out, used = {}, {}
     for variant in variants:
         cache = {}
         for i, r in enumerate(rows[:N_INST]):
-            f = folds.fold_of(r.node_id, F) if (nb.train_mode == "out_of_fold"
-                                                and r.split == "train") else None
+            f = (
+                folds.fold_of(r.node_id, F)
+                if (nb.train_mode == "out_of_fold" and r.split == "train")
+                else None
+            )
             if f not in cache:
                 d = inference.g_model_dir(env["models"], variant, f)
                 m = XLinearModel.load(d, is_predict_only=True)
@@ -200,25 +257,27 @@ def _assert_same(got, ref, tol=1e-6):
 def test_embeddings_equal_single_process_phi_pre(env, spark):
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
-    assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))   # every node, once
+    assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))  # every node, once
     texts = [r.text for r in rows]
-    for s in range(0, len(texts), BATCH):                           # same blocks as the stage
-        dense, sparse = phi.transform(texts[s:s + BATCH], batch_size=BATCH)
+    for s in range(0, len(texts), BATCH):  # same blocks as the stage
+        dense, sparse = phi.transform(texts[s : s + BATCH], batch_size=BATCH)
         for j in range(dense.shape[0]):
             e = emb.iloc[s + j]
             np.testing.assert_allclose(np.asarray(e[io.DENSE]), dense[j], atol=1e-5)
             row = sparse[j]
             assert list(e[io.SPARSE_INDICES]) == row.indices.tolist()
             np.testing.assert_allclose(np.asarray(e[io.SPARSE_VALUES]), row.data, atol=1e-5)
-    norms = [np.sum(np.square(d)) + np.sum(np.square(v))
-             for d, v in zip(emb[io.DENSE], emb[io.SPARSE_VALUES])]
+    norms = [
+        np.sum(np.square(d)) + np.sum(np.square(v))
+        for d, v in zip(emb[io.DENSE], emb[io.SPARSE_VALUES])
+    ]
     np.testing.assert_allclose(norms, 1.0, atol=1e-5)
 
 
 def test_embed_stage_loads_the_vectorizer_once_per_worker(env):
     st = env["embed_stats"]
     assert st["rows"] == st["rows_written"] == N_INST + N_LAB
-    assert st["partitions"] == 10           # ceil(174 / 19)
+    assert st["partitions"] == 10  # ceil(174 / 19)
     assert st["max_loads_per_worker_model"] == 1
     assert 1 <= st["model_loads"] == st["worker_processes"] < st["partitions"]
 
@@ -232,11 +291,23 @@ def test_embeddings_identical_across_partitionings(env, spark):
     for parts in (1, 3):
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
         df = inference.embed_frame(nodes, vec, inf, n)
-        results.append(sorted(tuple((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3])))
-                              for r in df.collect()))
+        results.append(
+            sorted(tuple((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3]))) for r in df.collect())
+        )
     published = io.read_table(spark, ctx.paths, io.EMBEDDINGS).collect()
-    results.append(sorted(tuple((r[io.NODE_INDEX], tuple(r[io.DENSE]), tuple(r[io.SPARSE_INDICES]),
-                                 tuple(r[io.SPARSE_VALUES]))) for r in published))  # 8 parts
+    results.append(
+        sorted(
+            tuple(
+                (
+                    r[io.NODE_INDEX],
+                    tuple(r[io.DENSE]),
+                    tuple(r[io.SPARSE_INDICES]),
+                    tuple(r[io.SPARSE_VALUES]),
+                )
+            )
+            for r in published
+        )
+    )  # 8 parts
     assert results[0] == results[1] == results[2]
 
 
@@ -288,7 +359,7 @@ def test_neighbors_identical_across_partitionings(env, spark):
         slots = runtime.task_slots(spark)
         assert info["partitions"] == -(-parts // slots) * slots
         got.append(sorted((k, v) for k, v in _collect_neighbors(df).items()))
-    assert env["nb_stats"]["partitions"] == 8                     # the published table
+    assert env["nb_stats"]["partitions"] == 8  # the published table
     got.append(sorted(_collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS)).items()))
     assert got[0] == got[1] == got[2]
 
@@ -303,8 +374,7 @@ def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
     for mode in ("out_of_fold", "in_sample"):
         got = {}
         for via in ("files", "shuffle"):
-            c = _with(env["ctx"], inference={"embeddings_via": via},
-                      neighbors={"train_mode": mode})
+            c = _with(env["ctx"], inference={"embeddings_via": via}, neighbors={"train_mode": mode})
             df, info = inference.neighbors_frame(spark, c)
             assert info["embeddings_via"] == via
             got[via] = _collect_neighbors(df)
@@ -319,8 +389,7 @@ def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
     silently."""
     base = env["ctx"]
     paths = io.RunPaths(str(tmp_path / "holes"))
-    shutil.copytree(io.local_path(base.paths.table(io.NODES)),
-                    io.local_path(paths.table(io.NODES)))
+    shutil.copytree(io.local_path(base.paths.table(io.NODES)), io.local_path(paths.table(io.NODES)))
     holes = [3, 4, 77]
     emb = io.read_table(spark, base.paths, io.EMBEDDINGS)
     io.write_table(emb.where(~emb[io.NODE_INDEX].isin(holes)), paths, io.EMBEDDINGS)
@@ -345,36 +414,48 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     import pyarrow.parquet as pq
 
     from pina_spark import embstore
+
     rng = np.random.default_rng(3)
     D, S, n = 4, 9, 12
     dense = [list(rng.normal(size=D).astype(np.float32)) for _ in range(n)]
     dense[5] = None
-    idx = [sorted(rng.choice(S, size=int(rng.integers(0, 4)), replace=False).tolist())
-           for _ in range(n)]
+    idx = [
+        sorted(rng.choice(S, size=int(rng.integers(0, 4)), replace=False).tolist())
+        for _ in range(n)
+    ]
     val = [list(rng.random(len(x)).astype(np.float32)) for x in idx]
-    node = (np.arange(n) * 3 + 1).tolist()            # sparse node indices, unsorted files
-    tbl = pa.table({io.NODE_INDEX: pa.array(node, pa.int64()),
-                    io.DENSE: pa.array(dense, pa.list_(pa.float32())),
-                    io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
-                    io.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32()))})
+    node = (np.arange(n) * 3 + 1).tolist()  # sparse node indices, unsorted files
+    tbl = pa.table(
+        {
+            io.NODE_INDEX: pa.array(node, pa.int64()),
+            io.DENSE: pa.array(dense, pa.list_(pa.float32())),
+            io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+            io.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32())),
+        }
+    )
     os.makedirs(tmp_path / "emb")
     os.makedirs(tmp_path / "nodes")
     pq.write_table(tbl.slice(6), str(tmp_path / "emb" / "part-0.parquet"))
     pq.write_table(tbl.slice(0, 6), str(tmp_path / "emb" / "part-1.parquet"))
     open(tmp_path / "emb" / "_SUCCESS", "w").close()
-    pq.write_table(pa.table({io.NODE_INDEX: pa.array(node, pa.int64()),
-                             io.NODE_ID: [f"n{i}" for i in node]}),
-                   str(tmp_path / "nodes" / "part-0.parquet"))
-    spec = {"embeddings": str(tmp_path / "emb"), "nodes": str(tmp_path / "nodes"),
-            "dense_dim": D, "sparse_dim": S}
+    pq.write_table(
+        pa.table({io.NODE_INDEX: pa.array(node, pa.int64()), io.NODE_ID: [f"n{i}" for i in node]}),
+        str(tmp_path / "nodes" / "part-0.parquet"),
+    )
+    spec = {
+        "embeddings": str(tmp_path / "emb"),
+        "nodes": str(tmp_path / "nodes"),
+        "dense_dim": D,
+        "sparse_dim": S,
+    }
     out = str(tmp_path / "store")
     embstore._build(spec, out)
     E = {k: np.load(os.path.join(out, k + ".npy")) for k in embstore._MAPPED_FILES}
     E.update(dense_dim=D, sparse_dim=S)
-    want = [7, 16, 1, 34, 19]                          # node indices, any order
+    want = [7, 16, 1, 34, 19]  # node indices, any order
     rows = embstore.store_rows(E, want + [2, -1, 999])
-    assert (rows[len(want):] == -1).all()
-    X = embstore.features(E, rows[:len(want)], D + S + 2)
+    assert (rows[len(want) :] == -1).all()
+    X = embstore.features(E, rows[: len(want)], D + S + 2)
     pos = [node.index(w) for w in want]
     ref = inference.features_from_arrow(tbl.take(pos), D, D + S + 2)
     np.testing.assert_array_equal(X.toarray(), ref.toarray())
@@ -386,6 +467,7 @@ def test_store_features_equal_features_from_arrow(tmp_path):
 def _store_of(nodes_tbl):
     """An in-memory store (the node facts of embstore) of a nodes table, for task_rows."""
     from pina_spark import embstore
+
     size = int(max(nodes_tbl.column(io.NODE_INDEX).to_pylist()) + 1)
     kind, twin, unit = embstore.node_facts(nodes_tbl, size)
     return {"kind": kind, "twin": twin, "fold_unit": unit}
@@ -395,41 +477,60 @@ def _nodes_table(n, seed):
     """A nodes table with shuffled indices: instances (train / test / null split), labels
     (every 4th instance id is also a label: its twin) and another kind."""
     import pyarrow as pa
+
     rng = np.random.default_rng(seed)
     idx = rng.permutation(n + n // 4 + 3)
     rows = []
     for j in range(n):
-        rows.append((int(idx[j]), f"item{j}", io.KIND_INSTANCE,
-                     [io.SPLIT_TRAIN, io.SPLIT_TEST, None][j % 3]))
+        rows.append(
+            (
+                int(idx[j]),
+                f"item{j}",
+                io.KIND_INSTANCE,
+                [io.SPLIT_TRAIN, io.SPLIT_TEST, None][j % 3],
+            )
+        )
     for j in range(n // 4):
         rows.append((int(idx[n + j]), f"item{4 * j}", io.KIND_LABEL, None))
     for j in range(3):
         rows.append((int(idx[n + n // 4 + j]), f"other{j}", "other", None))
     order = rng.permutation(len(rows))
     rows = [rows[i] for i in order]
-    return pa.table({io.NODE_INDEX: pa.array([r[0] for r in rows], pa.int64()),
-                     io.NODE_ID: [r[1] for r in rows], io.KIND: [r[2] for r in rows],
-                     io.SPLIT: pa.array([r[3] for r in rows], pa.string())}), rows
+    return pa.table(
+        {
+            io.NODE_INDEX: pa.array([r[0] for r in rows], pa.int64()),
+            io.NODE_ID: [r[1] for r in rows],
+            io.KIND: [r[2] for r in rows],
+            io.SPLIT: pa.array([r[3] for r in rows], pa.string()),
+        }
+    ), rows
 
 
 def test_node_facts_kinds_twins_and_fold_units():
     """The store's node facts: kind codes, the twin label of an item that is also a label, and
     fold units that give exactly folds.fold_of for train instances (any number of folds)."""
     from pina_spark import embstore
+
     tbl, rows = _nodes_table(40, 1)
     size = max(r[0] for r in rows) + 1
     kind, twin, unit = embstore.node_facts(tbl, size)
     label_of = {r[1]: r[0] for r in rows if r[2] == io.KIND_LABEL}
-    code = {io.KIND_INSTANCE: embstore.KIND_INSTANCE, io.KIND_LABEL: embstore.KIND_LABEL,
-            "other": embstore.KIND_OTHER}
+    code = {
+        io.KIND_INSTANCE: embstore.KIND_INSTANCE,
+        io.KIND_LABEL: embstore.KIND_LABEL,
+        "other": embstore.KIND_OTHER,
+    }
     for i, nid, k, split in rows:
         assert kind[i] == code[k]
         want_twin = label_of.get(nid, -1) if k == io.KIND_INSTANCE else -1
         assert twin[i] == want_twin, (i, nid)
         for n_folds in (2, 3, 7):
             got = int(folds.fold_of_unit(unit[[i]], n_folds)[0])
-            want = folds.fold_of(nid, n_folds) if (k == io.KIND_INSTANCE and split ==
-                                                    io.SPLIT_TRAIN) else -1
+            want = (
+                folds.fold_of(nid, n_folds)
+                if (k == io.KIND_INSTANCE and split == io.SPLIT_TRAIN)
+                else -1
+            )
             assert got == want
     assert sum(1 for t in twin if t >= 0) == 10
     assert kind.size == size and (kind == embstore.KIND_NONE).sum() == 0
@@ -442,8 +543,10 @@ def test_task_rows_cover_every_instance_once_in_route_order(n_folds):
     tbl, rows = _nodes_table(53, 2)
     E = _store_of(tbl)
     inst = sorted(r for r in rows if r[2] == io.KIND_INSTANCE)
-    route = {i: (folds.fold_of(nid, n_folds) if n_folds and s == io.SPLIT_TRAIN else -1)
-             for i, nid, _, s in inst}
+    route = {
+        i: (folds.fold_of(nid, n_folds) if n_folds and s == io.SPLIT_TRAIN else -1)
+        for i, nid, _, s in inst
+    }
     want = sorted(route, key=lambda i: (route[i], i))
     for n_tasks in (1, 3, 8):
         got, sizes = [], []
@@ -472,20 +575,29 @@ def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(t
     a variant without rows still gets a readable empty file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     schema = inference._neighbors_arrow_schema()
-    t = pa.table({io.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
-                  io.NEIGHBOR: pa.array([[1, 3], []], pa.list_(pa.int64())),
-                  io.SCORE: pa.array([[0.75, 0.25], []], pa.list_(pa.float32())),
-                  io.VARIANT: ["pina", "pina"]}, schema=schema)
+    t = pa.table(
+        {
+            io.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
+            io.NEIGHBOR: pa.array([[1, 3], []], pa.list_(pa.int64())),
+            io.SCORE: pa.array([[0.75, 0.25], []], pa.list_(pa.float32())),
+            io.VARIANT: ["pina", "pina"],
+        },
+        schema=schema,
+    )
     sink = {"uri": str(tmp_path / "stage"), "compression": "zstd"}
     for attempt in (0, 1):
-        meta = inference._write_task_files({"pina": t, "pina_naive": schema.empty_table()},
-                                           sink, 7, attempt)
+        meta = inference._write_task_files(
+            {"pina": t, "pina_naive": schema.empty_table()}, sink, 7, attempt
+        )
         assert meta.column(0).to_pylist() == ["pina", "pina_naive"]
         assert meta.column(1).to_pylist() == [2, 0]
-    files = sorted(os.path.relpath(p, tmp_path / "stage")
-                   for p in glob.glob(str(tmp_path / "stage" / "**" / "*"), recursive=True)
-                   if os.path.isfile(p))
+    files = sorted(
+        os.path.relpath(p, tmp_path / "stage")
+        for p in glob.glob(str(tmp_path / "stage" / "**" / "*"), recursive=True)
+        if os.path.isfile(p)
+    )
     assert files == ["variant=pina/part-00007.parquet", "variant=pina_naive/part-00007.parquet"]
     assert not glob.glob(str(tmp_path / "stage" / "*" / ".*"))
     got = pq.read_table(str(tmp_path / "stage" / "variant=pina" / "part-00007.parquet"))
@@ -500,6 +612,7 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
     file per task and variant, rows in instance_index order; Spark reads it with the contract
     schema; the sink frame reports every instance once per variant."""
     import pyarrow.parquet as pq
+
     st = env["nb_stats"]
     assert st["writer"] == "arrow" and st["embeddings_via"] == "files"
     final = io.local_path(env["ctx"].paths.table(io.NEIGHBORS))
@@ -509,8 +622,10 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
         for f in files:
             idx = pq.read_table(f).column(io.INSTANCE_INDEX).to_pylist()
             assert idx == sorted(idx)
-    got_types = {f.name: f.dataType for f in io.read_table(spark, env["ctx"].paths,
-                                                           io.NEIGHBORS).schema.fields}
+    got_types = {
+        f.name: f.dataType
+        for f in io.read_table(spark, env["ctx"].paths, io.NEIGHBORS).schema.fields
+    }
     want = {f.name: f.dataType for f in io.schema(io.NEIGHBORS).fields}
     assert {k: got_types[k] for k in want} == want and io.VARIANT in got_types
     sink = {"uri": str(tmp_path / "sink"), "compression": "snappy"}
@@ -541,16 +656,23 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
         import pyarrow as pa
 
         from pina_spark.inference import g_mmap_copy
+
         for b in batches:
             a = g_mmap_copy(gdir)
             done = os.stat(os.path.join(a, "_DONE")).st_mtime_ns
             again = g_mmap_copy(gdir)
             yield pa.RecordBatch.from_arrays(
-                [pa.array([a] * b.num_rows), pa.array([again == a and done == os.stat(
-                    os.path.join(a, "_DONE")).st_mtime_ns] * b.num_rows)], ["dir", "reused"])
+                [
+                    pa.array([a] * b.num_rows),
+                    pa.array(
+                        [again == a and done == os.stat(os.path.join(a, "_DONE")).st_mtime_ns]
+                        * b.num_rows
+                    ),
+                ],
+                ["dir", "reused"],
+            )
 
-    got = spark.range(0, 4, 1, 4).mapInArrow(compile_twice, "dir string, reused boolean") \
-        .collect()
+    got = spark.range(0, 4, 1, 4).mapInArrow(compile_twice, "dir string, reused boolean").collect()
     assert len({r["dir"] for r in got}) == 1 and all(r["reused"] for r in got)
     assert os.path.exists(os.path.join(got[0]["dir"], "param.json"))
     with pytest.raises(RuntimeError, match="executor"):
@@ -580,9 +702,10 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     import shutil
 
     from pyspark.sql import Row
+
     base = _with(env["ctx"], neighbors={"train_mode": "in_sample"})
     ref = _collect_neighbors(inference.neighbors_frame(spark, base)[0])
-    pick = {}                      # instance -> a label node among its pina neighbours
+    pick = {}  # instance -> a label node among its pina neighbours
     for (v, i), (nodes, _) in sorted(ref.items()):
         lab = next((n for n in nodes if n >= N_INST), None)
         if v == "pina" and lab is not None and lab not in pick.values():
@@ -591,15 +714,18 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
             break
     assert len(pick) == 3
     new_id = {lab: env["rows"][i].node_id for i, lab in pick.items()}
-    rows = [Row(**{**r.asDict(), "node_id": new_id.get(r.node_index, r.node_id)})
-            for r in env["rows"]]
+    rows = [
+        Row(**{**r.asDict(), "node_id": new_id.get(r.node_index, r.node_id)}) for r in env["rows"]
+    ]
     paths = io.RunPaths(str(tmp_path / "twins"))
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
     for rel in (io.EMBEDDINGS, io.MODELS):
         shutil.copytree(io.local_path(base.paths.table(rel)), io.local_path(paths.table(rel)))
     for labels, excluded in (("given", False), ("graph", True)):
-        c = _with(dc.replace(base, paths=paths, models_root=paths.table(io.MODELS)),
-                  task={"labels": labels})
+        c = _with(
+            dc.replace(base, paths=paths, models_root=paths.table(io.MODELS)),
+            task={"labels": labels},
+        )
         got = _collect_neighbors(inference.neighbors_frame(spark, c)[0])
         for i, lab in pick.items():
             assert (lab not in got[("pina", i)][0]) == excluded, (labels, i, lab)
@@ -609,8 +735,16 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
 
 
 def test_in_sample_labels_only_softmax(env, spark):
-    ctx = _with(env["ctx"], neighbors={"train_mode": "in_sample", "node_kinds": "labels",
-                                       "weighting": "softmax", "temperature": 0.5, "k": 3})
+    ctx = _with(
+        env["ctx"],
+        neighbors={
+            "train_mode": "in_sample",
+            "node_kinds": "labels",
+            "weighting": "softmax",
+            "temperature": 0.5,
+            "k": 3,
+        },
+    )
     df, info = inference.neighbors_frame(spark, ctx)
     assert info["folds"] == 0 and info["models"] == ["pina/full", "pina_naive/full"]
     got = _collect_neighbors(df)
@@ -634,11 +768,11 @@ def test_normalize_scores_branches():
 
 def test_topk_ties_by_node_index_and_exclusions():
     Y = sp.csr_matrix(np.array([[0.5, 0.5, 0.9, 0.5, 0.2]], dtype=np.float32))
-    col_map = np.array([9, 4, 7, -1, 3])      # column 3 is not an allowed neighbour
+    col_map = np.array([9, 4, 7, -1, 3])  # column 3 is not an allowed neighbour
     nodes, scores, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([-1]), 3)
     assert nodes[0].tolist() == [4, 9, 3] and counts.tolist() == [3]
     nodes, _, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([9]), 5)
-    assert nodes[0, :counts[0]].tolist() == [4, 3]
+    assert nodes[0, : counts[0]].tolist() == [4, 3]
 
 
 # --------------------------------------------------------------------------- failures
@@ -671,8 +805,12 @@ def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
 
 
 def test_injected_fault_reaches_the_executor_function(env, spark):
-    plan = faults.fault_plan(config.config_from_dict(
-        {"output": "/tmp/x", "faults": {"fail_first_attempt": ["neighbors"]}}), "neighbors")
+    plan = faults.fault_plan(
+        config.config_from_dict(
+            {"output": "/tmp/x", "faults": {"fail_first_attempt": ["neighbors"]}}
+        ),
+        "neighbors",
+    )
     df, _ = inference.neighbors_frame(spark, env["ctx"], fault_plan=plan)
     with pytest.raises(Exception, match="injected fault: stage neighbors"):
         df.collect()
@@ -681,6 +819,7 @@ def test_injected_fault_reaches_the_executor_function(env, spark):
 def test_fold_route_expr_matches_folds_module(spark):
     ids = [f"item-{i}" for i in range(300)] + ["", "ünï", "a\x1fb"]
     df = spark.createDataFrame([(i,) for i in ids], "id string")
-    got = {r.id: r.f for r in df.select("id", inference.fold_route_expr("id", 7).alias("f"))
-           .collect()}
+    got = {
+        r.id: r.f for r in df.select("id", inference.fold_route_expr("id", 7).alias("f")).collect()
+    }
     assert got == {i: folds.fold_of(i, 7) for i in ids}

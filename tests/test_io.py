@@ -5,6 +5,7 @@ lines kept in ``_corrupt_record``).
 The KILL test runs a child Python process with its own small SparkSession (local[1]) and
 SIGKILLs its whole process group (driver, JVM, Python workers) in the middle of a write.
 """
+
 import glob
 import os
 import signal
@@ -27,7 +28,8 @@ def _paths(tmp_path, name="run"):
 
 def _frame(spark, lo, hi, tag, parts=2):
     return spark.range(lo, hi, numPartitions=parts).selectExpr(
-        "id as x", f"concat('{tag}-', cast(id as string)) as tag")
+        "id as x", f"concat('{tag}-', cast(id as string)) as tag"
+    )
 
 
 def _rows(df):
@@ -57,8 +59,7 @@ def _failing_frame(spark, fail_at, n=200):
         return f"v2-{x}"
 
     udf = F.udf(boom, T.StringType())
-    return spark.range(0, n, numPartitions=4).select(F.col("id").alias("x"),
-                                                     udf("id").alias("tag"))
+    return spark.range(0, n, numPartitions=4).select(F.col("id").alias("x"), udf("id").alias("tag"))
 
 
 # --------------------------------------------------------------------------- publish
@@ -124,7 +125,7 @@ def test_recover_restores_table_when_killed_between_the_two_renames(spark, tmp_p
     repaired = io.recover(spark, paths, ["graph/t"])
     assert repaired == ["graph/t"]
     assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 40, "v1")
-    assert _leftovers(paths, "graph/t") == []          # staging leftovers cleaned
+    assert _leftovers(paths, "graph/t") == []  # staging leftovers cleaned
     # the next run publishes normally
     io.write_table(_frame(spark, 0, 70, "v2"), paths, "graph/t")
     assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 70, "v2")
@@ -170,17 +171,20 @@ def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path
     when a data file's footer has those columns and types; otherwise Spark infers the schema,
     so a table written with other types is read as it is, never silently nulled."""
     from pyspark.sql import types as T
+
     paths = _paths(tmp_path)
     rows = [(1, "instance", "a", "x", "train"), (2, "label", "b", "y", None)]
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
     assert io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
     df = io.read_table(spark, paths, io.NODES, contract=True)
-    assert [(f.name, f.dataType) for f in df.schema.fields] == \
-        [(f.name, f.dataType) for f in io.schema(io.NODES).fields]
+    assert [(f.name, f.dataType) for f in df.schema.fields] == [
+        (f.name, f.dataType) for f in io.schema(io.NODES).fields
+    ]
     assert sorted(tuple(r) for r in df.collect()) == sorted(rows, key=lambda r: r[0])
     # node_index written as int: the footer does not match, Spark infers (int stays int)
-    odd = T.StructType([T.StructField(io.NODE_INDEX, T.IntegerType())] +
-                       io.schema(io.NODES).fields[1:])
+    odd = T.StructType(
+        [T.StructField(io.NODE_INDEX, T.IntegerType())] + io.schema(io.NODES).fields[1:]
+    )
     io.write_table(spark.createDataFrame(rows, odd), paths, io.NODES)
     assert not io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
     df = io.read_table(spark, paths, io.NODES, contract=True)
@@ -193,12 +197,19 @@ def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path
 def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
     d = tmp_path / "t"
     os.makedirs(d / "variant=a")
-    for name in ("part-0.parquet", "_SUCCESS", ".part-0.parquet.crc", "variant=a/part-1.parquet",
-                 "variant=a/_committed_1"):
+    for name in (
+        "part-0.parquet",
+        "_SUCCESS",
+        ".part-0.parquet.crc",
+        "variant=a/part-1.parquet",
+        "variant=a/_committed_1",
+    ):
         open(d / name, "w").close()
     fs, files = io.parquet_files(str(d))
     assert [os.path.relpath(f.path, str(d)) for f in files] == [
-        "part-0.parquet", os.path.join("variant=a", "part-1.parquet")]
+        "part-0.parquet",
+        os.path.join("variant=a", "part-1.parquet"),
+    ]
     assert io.parquet_files(str(tmp_path / "absent")) is None
 
 
@@ -225,7 +236,7 @@ def test_replace_partitions_keeps_other_partitions(spark, tmp_path):
 
 
 # --------------------------------------------------------------------------- KILL test
-_CHILD = textwrap.dedent('''
+_CHILD = textwrap.dedent("""
     import os, sys
     root, mode = sys.argv[1], sys.argv[2]
     from pyspark.sql import SparkSession
@@ -256,19 +267,29 @@ _CHILD = textwrap.dedent('''
     print("WRITING", flush=True)
     io.write_table(df, paths, "t")
     print("DONE", flush=True)
-''')
+""")
 
 
 def _start_child(tmp_path, root, mode):
     script = tmp_path / "child_write.py"
     script.write_text(_CHILD)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     env.pop("PYSPARK_GATEWAY_PORT", None)
     env.pop("PYSPARK_GATEWAY_SECRET", None)
     log = open(tmp_path / f"child-{mode}.log", "w")
-    proc = subprocess.Popen([sys.executable, str(script), root, mode], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), root, mode],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return proc, tmp_path / f"child-{mode}.log"
 
 
@@ -293,8 +314,11 @@ def test_kill_during_write_keeps_previous_version_and_next_run_recovers(spark, t
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None:
             # kill once the write has produced its first part file in staging
-            parts = [p for d in glob.glob(staging_glob)
-                     for p in glob.glob(os.path.join(d, "**", "part-*"), recursive=True)]
+            parts = [
+                p
+                for d in glob.glob(staging_glob)
+                for p in glob.glob(os.path.join(d, "**", "part-*"), recursive=True)
+            ]
             if parts:
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
@@ -360,19 +384,30 @@ def test_read_input_uses_explicit_schema(spark, tmp_path, fmt):
     rows = [("b1", "007", "2026-01-01", 1), ("b1", "010", None, 2)]
     if fmt == "parquet":
         uri = str(tmp_path / "events.parquet")
-        spark.createDataFrame(rows, "basket_id string, item_id string, event_time string, "
-                                    "weight int").write.parquet(uri)
+        spark.createDataFrame(
+            rows, "basket_id string, item_id string, event_time string, " "weight int"
+        ).write.parquet(uri)
     elif fmt == "csv":
-        uri = _write(tmp_path, "events.csv", "basket_id,item_id,event_time,weight\n"
-                                             "b1,007,2026-01-01,1\nb1,010,,2\n")
+        uri = _write(
+            tmp_path,
+            "events.csv",
+            "basket_id,item_id,event_time,weight\n" "b1,007,2026-01-01,1\nb1,010,,2\n",
+        )
     else:
-        uri = _write(tmp_path, "events.jsonl",
-                     '{"basket_id":"b1","item_id":"007","event_time":"2026-01-01","weight":1}\n'
-                     '{"basket_id":"b1","item_id":"010","weight":2}\n')
+        uri = _write(
+            tmp_path,
+            "events.jsonl",
+            '{"basket_id":"b1","item_id":"007","event_time":"2026-01-01","weight":1}\n'
+            '{"basket_id":"b1","item_id":"010","weight":2}\n',
+        )
     df = io.read_input(spark, uri, "events")
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
-        ("basket_id", "string"), ("item_id", "string"), ("event_time", "string"),
-        ("weight", "double"), ("_corrupt_record", "string")]
+        ("basket_id", "string"),
+        ("item_id", "string"),
+        ("event_time", "string"),
+        ("weight", "double"),
+        ("_corrupt_record", "string"),
+    ]
     got = sorted((r.item_id, r.weight, r._corrupt_record) for r in df.collect())
     assert got == [("007", 1.0, None), ("010", 2.0, None)]
 
@@ -399,8 +434,9 @@ def test_read_input_wrong_type_names_column_and_file(spark, tmp_path):
     assert "'instance_id'" in str(e.value) and uri in str(e.value)
     assert "bigint" in str(e.value) and "string" in str(e.value)
     uri2 = str(tmp_path / "ev.parquet")
-    spark.createDataFrame([("b", "i", "heavy")], "basket_id string, item_id string, "
-                                                 "weight string").write.parquet(uri2)
+    spark.createDataFrame(
+        [("b", "i", "heavy")], "basket_id string, item_id string, " "weight string"
+    ).write.parquet(uri2)
     with pytest.raises(io.InputError) as e:
         io.read_input(spark, uri2, "events")
     assert "'weight'" in str(e.value) and uri2 in str(e.value)
@@ -431,13 +467,17 @@ def test_read_input_empty_parquet_folder_is_clear(spark, tmp_path):
 
 
 def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path):
-    uri = _write(tmp_path, "ev.csv", "basket_id,item_id,weight\n"
-                                     "b1,i1,1.5\n"
-                                     "b1,i2,heavy\n"          # wrong type in a field
-                                     "b2,i3,1.0,extra\n"      # too many fields
-                                     "b2\n")                  # too few fields
+    uri = _write(
+        tmp_path,
+        "ev.csv",
+        "basket_id,item_id,weight\n"
+        "b1,i1,1.5\n"
+        "b1,i2,heavy\n"  # wrong type in a field
+        "b2,i3,1.0,extra\n"  # too many fields
+        "b2\n",
+    )  # too few fields
     rows = io.read_input(spark, uri, "events").collect()
-    assert len(rows) == 4                                       # every line accounted for
+    assert len(rows) == 4  # every line accounted for
     corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
     assert corrupt == ["b1,i2,heavy", "b2", "b2,i3,1.0,extra"]
     good = [r for r in rows if r._corrupt_record is None]
@@ -445,9 +485,11 @@ def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path
 
 
 def test_read_input_unparseable_json_lines_land_in_corrupt_record(spark, tmp_path):
-    uri = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1","text":"a"}\n'
-                                         'this is not json\n'
-                                         '{"instance_id":"i3","text":"c"\n')
+    uri = _write(
+        tmp_path,
+        "inst.jsonl",
+        '{"instance_id":"i1","text":"a"}\n' "this is not json\n" '{"instance_id":"i3","text":"c"\n',
+    )
     rows = io.read_input(spark, uri, "instances").collect()
     assert len(rows) == 3
     corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
@@ -458,17 +500,22 @@ def test_read_input_csv_columns_in_any_order_and_extra_columns(spark, tmp_path):
     uri = _write(tmp_path, "inst.csv", "text,extra,instance_id\nhello,x,i1\n")
     rows = io.read_input(spark, uri, "instances").collect()
     assert [(r.instance_id, r.text, r.split, r._corrupt_record) for r in rows] == [
-        ("i1", "hello", None, None)]
+        ("i1", "hello", None, None)
+    ]
 
 
 def test_read_input_jsonl_keys_missing_on_first_lines_are_not_lost(spark, tmp_path):
     # Spark's own JSON writer omits null fields: the first line may lack a key
-    uri = _write(tmp_path, "ev.jsonl", '{"basket_id":"b","item_id":"i"}\n'
-                                       '{"basket_id":"b","item_id":"j","weight":2.5}\n')
+    uri = _write(
+        tmp_path,
+        "ev.jsonl",
+        '{"basket_id":"b","item_id":"i"}\n' '{"basket_id":"b","item_id":"j","weight":2.5}\n',
+    )
     rows = sorted(io.read_input(spark, uri, "events").collect(), key=lambda r: r.item_id)
     assert [r.weight for r in rows] == [None, 2.5]
-    uri2 = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n'
-                                          '{"instance_id":"i2","text":"t"}\n')
+    uri2 = _write(
+        tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n' '{"instance_id":"i2","text":"t"}\n'
+    )
     rows = sorted(io.read_input(spark, uri2, "instances").collect(), key=lambda r: r.instance_id)
     assert [(r.instance_id, r.text) for r in rows] == [("i1", None), ("i2", "t")]
 
@@ -476,10 +523,12 @@ def test_read_input_jsonl_keys_missing_on_first_lines_are_not_lost(spark, tmp_pa
 def test_read_input_quoted_csv_newline_is_one_row(spark, tmp_path):
     """A quoted field holding a newline (or CRLF) is one record, not two halves."""
     p = tmp_path / "inst.csv"
-    p.write_bytes(b'instance_id,text,split\n'
-                  b'i1,"first line\nsecond line",train\n'
-                  b'i2,"a\r\nb",test\n'
-                  b'i3,plain,train\n')
+    p.write_bytes(
+        b"instance_id,text,split\n"
+        b'i1,"first line\nsecond line",train\n'
+        b'i2,"a\r\nb",test\n'
+        b"i3,plain,train\n"
+    )
     rows = {r["instance_id"]: r for r in io.read_input(spark, str(p), "instances").collect()}
     assert sorted(rows) == ["i1", "i2", "i3"]
     assert rows["i1"]["text"] == "first line\nsecond line"
@@ -490,11 +539,16 @@ def test_read_input_quoted_csv_newline_is_one_row(spark, tmp_path):
 def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     d = tmp_path / "events.parquet"
     d.mkdir()
     pq.write_table(pa.table({"basket_id": ["b1"], "item_id": ["i1"]}), str(d / "part-0.parquet"))
-    pq.write_table(pa.table({"basket_id": ["b2"], "item_id": pa.array([7], pa.int64())}),
-                   str(d / "part-1.parquet"))
-    with pytest.raises(io.InputError, match=r"disagree on the type of column 'item_id': "
-                                            r"bigint .*part-1.parquet.*string"):
+    pq.write_table(
+        pa.table({"basket_id": ["b2"], "item_id": pa.array([7], pa.int64())}),
+        str(d / "part-1.parquet"),
+    )
+    with pytest.raises(
+        io.InputError,
+        match=r"disagree on the type of column 'item_id': " r"bigint .*part-1.parquet.*string",
+    ):
         io.read_input(spark, str(d), "events")

@@ -5,6 +5,7 @@ The run: ``PINA_RUN`` when set (a finished run root), else the session's spark-s
 (``demo_submit_run``: tests/demo_run.py). Skipped with the reason when that run could not be
 produced (a stage missing or failing: see test_submit.py).
 """
+
 import glob
 import os
 
@@ -16,6 +17,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 
 def test_notebooks_exist_and_have_no_outputs():
     import nbformat
+
     names = [os.path.basename(p) for p in NOTEBOOKS]
     assert "01_copurchase_graph.ipynb" in names and "02_pina_neighbors.ipynb" in names
     for p in NOTEBOOKS:
@@ -23,8 +25,9 @@ def test_notebooks_exist_and_have_no_outputs():
         nbformat.validate(nb)
         for cell in nb.cells:
             if cell.cell_type == "code":
-                assert cell.outputs == [] and cell.execution_count is None, \
-                    f"{os.path.basename(p)} is committed with outputs"
+                assert (
+                    cell.outputs == [] and cell.execution_count is None
+                ), f"{os.path.basename(p)} is committed with outputs"
                 # library functions, not copies of library code
                 assert "def " not in cell.source, f"{os.path.basename(p)} defines functions"
         src = "\n".join(c.source for c in nb.cells)
@@ -48,12 +51,14 @@ def finished_run(request):
 def test_notebook_executes(path, finished_run, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     monkeypatch.setenv("PINA_RUN", finished_run)
-    monkeypatch.delenv("MPLBACKEND", raising=False)   # the kernel's inline backend
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-    client = NotebookClient(nb, timeout=1800, kernel_name="python3",
-                            resources={"metadata": {"path": ROOT}})
+    client = NotebookClient(
+        nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": ROOT}}
+    )
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]

@@ -5,6 +5,7 @@ The pipeline mechanics are tested with tiny real stages defined here (they read 
 published tables through pina_spark.io) registered by monkeypatching ``pipeline.STAGES``, so these
 tests do not depend on the other stage modules.
 """
+
 import json
 import os
 
@@ -14,31 +15,39 @@ from pina_spark import io, pipeline
 from pina_spark.config import config_from_dict
 from pina_spark.manifest import Manifest
 
-CALLS = []          # (stage, root) of every stub call
-FAIL = set()        # stages that raise
-SEEN = {}           # stage -> node indices it saw (incremental runs)
+CALLS = []  # (stage, root) of every stub call
+FAIL = set()  # stages that raise
+SEEN = {}  # stage -> node indices it saw (incremental runs)
 
 
 # --------------------------------------------------------------------------- stub stages
 def stub_graph(ctx):
     from pyspark.sql import functions as F
+
     CALLS.append(("graph", ctx.paths.root))
     spark = ctx.spark
     inst = io.read_input(spark, ctx.cfg.input.instances, "instances").drop(io.CORRUPT)
     rows = sorted(inst.collect(), key=lambda r: r[io.INSTANCE_ID])
-    nodes = [(i, io.KIND_INSTANCE, r[io.INSTANCE_ID], r[io.TEXT], r[io.SPLIT] or "train")
-             for i, r in enumerate(rows)]
+    nodes = [
+        (i, io.KIND_INSTANCE, r[io.INSTANCE_ID], r[io.TEXT], r[io.SPLIT] or "train")
+        for i, r in enumerate(rows)
+    ]
     n = len(nodes)
-    nodes += [(n, io.KIND_LABEL, "L0", "label zero", None),
-              (n + 1, io.KIND_LABEL, "L1", "label one", None)]
+    nodes += [
+        (n, io.KIND_LABEL, "L0", "label zero", None),
+        (n + 1, io.KIND_LABEL, "L1", "label one", None),
+    ]
     df = spark.createDataFrame(nodes, io.schema(io.NODES))
     io.write_table(df, ctx.paths, io.NODES)
     pe = df.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
-        F.col(io.NODE_INDEX).alias(io.SRC_INDEX), F.lit(n).cast("long").alias(io.DST_INDEX),
-        F.lit("pina").alias(io.VARIANT))
+        F.col(io.NODE_INDEX).alias(io.SRC_INDEX),
+        F.lit(n).cast("long").alias(io.DST_INDEX),
+        F.lit("pina").alias(io.VARIANT),
+    )
     io.write_table(pe, ctx.paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
-    il = pe.select(F.col(io.SRC_INDEX).alias(io.INSTANCE_INDEX),
-                   F.col(io.DST_INDEX).alias(io.LABEL_INDEX))
+    il = pe.select(
+        F.col(io.SRC_INDEX).alias(io.INSTANCE_INDEX), F.col(io.DST_INDEX).alias(io.LABEL_INDEX)
+    )
     io.write_table(il, ctx.paths, io.INSTANCE_LABELS)
     return {"instances": n, "labels": 2}
 
@@ -57,48 +66,64 @@ def stub_pretrain(ctx):
 
 def stub_embed(ctx):
     from pyspark.sql import functions as F
+
     CALLS.append(("embed", ctx.paths.root))
     assert os.path.exists(os.path.join(io.local_path(ctx.models), "_SUCCESS"))
     if "embed" in FAIL:
         raise RuntimeError("embed failed on purpose")
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
     SEEN["embed"] = sorted(r[0] for r in nodes.select(io.NODE_INDEX).collect())
-    emb = nodes.select(io.NODE_INDEX,
-                       F.array(F.length(io.TEXT).cast("float")).alias(io.DENSE),
-                       F.array(F.lit(0)).alias(io.SPARSE_INDICES),
-                       F.array(F.lit(1.0).cast("float")).alias(io.SPARSE_VALUES))
+    emb = nodes.select(
+        io.NODE_INDEX,
+        F.array(F.length(io.TEXT).cast("float")).alias(io.DENSE),
+        F.array(F.lit(0)).alias(io.SPARSE_INDICES),
+        F.array(F.lit(1.0).cast("float")).alias(io.SPARSE_VALUES),
+    )
     io.write_table(emb, ctx.paths, io.EMBEDDINGS)
     return {"rows": len(SEEN["embed"])}
 
 
 def stub_neighbors(ctx):
     from pyspark.sql import functions as F
+
     CALLS.append(("neighbors", ctx.paths.root))
     emb = io.read_table(ctx.spark, ctx.paths, io.EMBEDDINGS)
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
     inst = emb.join(nodes.where(F.col(io.KIND) == io.KIND_INSTANCE), io.NODE_INDEX)
     SEEN["neighbors"] = sorted(r[0] for r in inst.select(io.NODE_INDEX).collect())
-    labels = [r[0] for r in nodes.where(F.col(io.KIND) == io.KIND_LABEL)
-              .select(io.NODE_INDEX).collect()]
-    nb = inst.select(F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX),
-                     F.array(*[F.lit(x).cast("long") for x in sorted(labels)]).alias(io.NEIGHBOR),
-                     F.array(F.lit(0.5).cast("float"), F.lit(0.5).cast("float")).alias(io.SCORE),
-                     F.lit("pina").alias(io.VARIANT))
+    labels = [
+        r[0] for r in nodes.where(F.col(io.KIND) == io.KIND_LABEL).select(io.NODE_INDEX).collect()
+    ]
+    nb = inst.select(
+        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX),
+        F.array(*[F.lit(x).cast("long") for x in sorted(labels)]).alias(io.NEIGHBOR),
+        F.array(F.lit(0.5).cast("float"), F.lit(0.5).cast("float")).alias(io.SCORE),
+        F.lit("pina").alias(io.VARIANT),
+    )
     io.write_table(nb, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
     return {"rows": len(SEEN["neighbors"])}
 
 
 def stub_aggregate(ctx):
     from pyspark.sql import functions as F
+
     CALLS.append(("aggregate", ctx.paths.root))
     nb = io.read_table(ctx.spark, ctx.paths, io.NEIGHBORS)
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
     emb = io.read_table(ctx.spark, ctx.paths, io.EMBEDDINGS)
     SEEN["aggregate"] = sorted(r[0] for r in nb.select(io.INSTANCE_INDEX).collect())
-    f = (nb.join(nodes, nb[io.INSTANCE_INDEX] == nodes[io.NODE_INDEX])
-         .join(emb, io.NODE_INDEX)
-         .select(F.col(io.NODE_ID).alias(io.INSTANCE_ID), F.col(io.SPLIT), io.DENSE,
-                 io.SPARSE_INDICES, io.SPARSE_VALUES, F.col(io.VARIANT)))
+    f = (
+        nb.join(nodes, nb[io.INSTANCE_INDEX] == nodes[io.NODE_INDEX])
+        .join(emb, io.NODE_INDEX)
+        .select(
+            F.col(io.NODE_ID).alias(io.INSTANCE_ID),
+            F.col(io.SPLIT),
+            io.DENSE,
+            io.SPARSE_INDICES,
+            io.SPARSE_VALUES,
+            F.col(io.VARIANT),
+        )
+    )
     io.write_table(f, ctx.paths, io.FEATURES, partition_by=[io.VARIANT, io.SPLIT])
     return {"rows": len(SEEN["aggregate"])}
 
@@ -106,8 +131,9 @@ def stub_aggregate(ctx):
 def stub_train(ctx):
     CALLS.append(("train", ctx.paths.root))
     f = io.read_table(ctx.spark, ctx.paths, io.FEATURES)
-    io.write_table(f.select(io.INSTANCE_ID, io.VARIANT), ctx.paths, io.PREDICTIONS,
-                   partition_by=[io.VARIANT])
+    io.write_table(
+        f.select(io.INSTANCE_ID, io.VARIANT), ctx.paths, io.PREDICTIONS, partition_by=[io.VARIANT]
+    )
     return {}
 
 
@@ -125,8 +151,9 @@ def stub_evaluate(ctx):
 def stubs(monkeypatch):
     specs = {}
     for name, spec in pipeline.STAGES.items():
-        specs[name] = pipeline.StageSpec(name, f"{__name__}:stub_{name}", spec.sections,
-                                         spec.outputs)
+        specs[name] = pipeline.StageSpec(
+            name, f"{__name__}:stub_{name}", spec.sections, spec.outputs
+        )
     monkeypatch.setattr(pipeline, "STAGES", specs)
     CALLS.clear()
     FAIL.clear()
@@ -135,15 +162,16 @@ def stubs(monkeypatch):
 
 
 def write_instances(spark, path, rows):
-    spark.createDataFrame(rows, "instance_id string, text string, split string") \
-        .coalesce(1).write.mode("overwrite").parquet(path)
+    spark.createDataFrame(rows, "instance_id string, text string, split string").coalesce(
+        1
+    ).write.mode("overwrite").parquet(path)
     return path
 
 
 def make_cfg(tmp_path, instances, **run):
-    return config_from_dict({"output": str(tmp_path / "out"),
-                             "input": {"instances": instances},
-                             "run": run})
+    return config_from_dict(
+        {"output": str(tmp_path / "out"), "input": {"instances": instances}, "run": run}
+    )
 
 
 def count(spark, uri):
@@ -151,10 +179,18 @@ def count(spark, uri):
 
 
 TO_FEATURES = ["graph", "pretrain", "embed", "neighbors", "aggregate"]
-INST_A = [("a", "red apple", "train"), ("b", "green pear", "train"), ("c", "blue plum", "test"),
-          ("d", "ripe kiwi", "train"), ("e", "sour lime", "test")]
-INST_B = [("a", "red apple", "train"), ("x", "yellow banana", "train"),
-          ("y", "black grape", "test")]
+INST_A = [
+    ("a", "red apple", "train"),
+    ("b", "green pear", "train"),
+    ("c", "blue plum", "test"),
+    ("d", "ripe kiwi", "train"),
+    ("e", "sour lime", "test"),
+]
+INST_B = [
+    ("a", "red apple", "train"),
+    ("x", "yellow banana", "train"),
+    ("y", "black grape", "test"),
+]
 
 
 # --------------------------------------------------------------------------- run dates
@@ -224,8 +260,9 @@ def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
 
     # --force redoes everything
     CALLS.clear()
-    assert set(pipeline.run_pipeline(spark, cfg.replace(
-        run=cfg.run.__class__(force=True))).values()) == {"ran"}
+    assert set(
+        pipeline.run_pipeline(spark, cfg.replace(run=cfg.run.__class__(force=True))).values()
+    ) == {"ran"}
     assert len(CALLS) == 7
 
 
@@ -261,7 +298,7 @@ def test_manifest_records_progress_versions_and_config(spark, tmp_path, stubs):
     assert g["rows_per_s"] > 0 and g["duration_s"] >= 0
     assert g["stats"] == {"instances": 5, "labels": 2}
     assert "started" in g and "finished" in g and len(g["fingerprint"]) == 16
-    assert data["stages"]["pretrain"]["rows_out"] == {}      # a model folder, not a table
+    assert data["stages"]["pretrain"]["rows_out"] == {}  # a model folder, not a table
     assert data["stages"]["embed"]["rows_out"] == {io.EMBEDDINGS: 7}
     assert data["libraries"]["pyspark"] and data["libraries"]["python"]
     assert data["config"]["input"]["instances"] == a
@@ -272,6 +309,7 @@ def test_manifest_records_progress_versions_and_config(spark, tmp_path, stubs):
 
 def test_progress_is_logged(spark, tmp_path, stubs, caplog):
     import logging
+
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
     with caplog.at_level(logging.INFO, logger="pina_spark.pipeline"):
@@ -284,20 +322,32 @@ def test_progress_is_logged(spark, tmp_path, stubs, caplog):
 # ------------------------------------------------------------------------- models of an earlier run
 def test_extend_nodes_keeps_indices_and_appends_new_sorted(spark):
     prev = spark.createDataFrame(
-        [(0, "instance", "b", "old b", "train"), (1, "instance", "d", "old d", "test"),
-         (2, "label", "L0", "label 0", None), (3, "label", "b", "b as a label", None)],
-        io.schema(io.NODES))
+        [
+            (0, "instance", "b", "old b", "train"),
+            (1, "instance", "d", "old d", "test"),
+            (2, "label", "L0", "label 0", None),
+            (3, "label", "b", "b as a label", None),
+        ],
+        io.schema(io.NODES),
+    )
     inst = spark.createDataFrame(
-        [("z", "zeta", None), ("b", "new b", None), ("c", "gamma", "test"), ("", "blank", None),
-         ("z", "zeta dup", None)], "instance_id string, text string, split string")
+        [
+            ("z", "zeta", None),
+            ("b", "new b", None),
+            ("c", "gamma", "test"),
+            ("", "blank", None),
+            ("z", "zeta dup", None),
+        ],
+        "instance_id string, text string, split string",
+    )
     out = {r[io.NODE_INDEX]: tuple(r) for r in pipeline.extend_nodes(prev, inst).collect()}
     assert out == {
-        0: (0, "instance", "b", "new b", "train"),        # kept index and split, new text
-        1: (1, "instance", "d", "old d", "test"),         # not in today's input: kept
+        0: (0, "instance", "b", "new b", "train"),  # kept index and split, new text
+        1: (1, "instance", "d", "old d", "test"),  # not in today's input: kept
         2: (2, "label", "L0", "label 0", None),
-        3: (3, "label", "b", "b as a label", None),       # a label with an instance's id
-        4: (4, "instance", "c", "gamma", "test"),         # new, sorted by id, split as given
-        5: (5, "instance", "z", "zeta", "new"),           # new, no split: 'new'; dedup by min
+        3: (3, "label", "b", "b as a label", None),  # a label with an instance's id
+        4: (4, "instance", "c", "gamma", "test"),  # new, sorted by id, split as given
+        5: (5, "instance", "z", "zeta", "new"),  # new, no split: 'new'; dedup by min
     }
 
 
@@ -310,38 +360,60 @@ def _full_run(spark, tmp_path, rows=INST_A):
 
 def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, stubs):
     models_root = _full_run(spark, tmp_path)
-    new = write_instances(spark, str(tmp_path / "new.parquet"),
-                          [("f", "fresh fig", None), ("a", "red apple", None),
-                           ("g", "green grape", None)])
+    new = write_instances(
+        spark,
+        str(tmp_path / "new.parquet"),
+        [("f", "fresh fig", None), ("a", "red apple", None), ("g", "green grape", None)],
+    )
     CALLS.clear()
-    cfg = config_from_dict({"output": str(tmp_path / "daily"), "input": {"instances": new},
-                            "run": {"run_date": "2026-11-22", "models": models_root}})
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "daily"),
+            "input": {"instances": new},
+            "run": {"run_date": "2026-11-22", "models": models_root},
+        }
+    )
     result = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
     assert result == {"nodes": "ran", "embed": "ran", "neighbors": "ran", "aggregate": "ran"}
-    assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate"]   # no graph/pretrain
+    assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate"]  # no graph/pretrain
     paths = io.RunPaths(cfg.output, "2026-11-22")
     assert not os.path.exists(paths.table(io.MODELS))
-    nodes = {r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT])
-             for r in io.read_table(spark, paths, io.NODES).collect()}
-    prev = {r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT]) for r in
-            io.read_table(spark, io.RunPaths(models_root), io.NODES).collect()}
+    nodes = {
+        r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT])
+        for r in io.read_table(spark, paths, io.NODES).collect()
+    }
+    prev = {
+        r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT])
+        for r in io.read_table(spark, io.RunPaths(models_root), io.NODES).collect()
+    }
     assert {k: v for k, v in nodes.items() if k in prev} == prev
     assert nodes["f/instance"] == (7, "new") and nodes["g/instance"] == (8, "new")
     feats = io.read_table(spark, paths, io.FEATURES)
     assert feats.count() == 7 and feats.where("split = 'new'").count() == 2
     # rerun: nodes pre-step and stages are complete
-    assert set(pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"]).values()) \
-        == {"skipped"}
+    assert set(pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"]).values()) == {
+        "skipped"
+    }
 
 
 def test_select_changed(spark):
-    prev = spark.createDataFrame([(0, "instance", "a", "x", "train"),
-                                  (1, "instance", "b", "y", "train"),
-                                  (2, "label", "L", "l", None)], io.schema(io.NODES))
-    cur = spark.createDataFrame([(0, "instance", "a", "x", "train"),
-                                 (1, "instance", "b", "y changed", "train"),
-                                 (2, "label", "L", "l", None),
-                                 (3, "instance", "c", "z", "new")], io.schema(io.NODES))
+    prev = spark.createDataFrame(
+        [
+            (0, "instance", "a", "x", "train"),
+            (1, "instance", "b", "y", "train"),
+            (2, "label", "L", "l", None),
+        ],
+        io.schema(io.NODES),
+    )
+    cur = spark.createDataFrame(
+        [
+            (0, "instance", "a", "x", "train"),
+            (1, "instance", "b", "y changed", "train"),
+            (2, "label", "L", "l", None),
+            (3, "instance", "c", "z", "new"),
+        ],
+        io.schema(io.NODES),
+    )
     got = {r[io.NODE_INDEX]: r["reason"] for r in pipeline.select_changed(cur, prev).collect()}
     assert got == {1: "changed", 3: "new"}
     assert pipeline.select_changed(prev, prev).count() == 0
@@ -350,21 +422,29 @@ def test_select_changed(spark):
 def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
     models_root = _full_run(spark, tmp_path)
     # today: 'b' changed text, 'f' new, the rest unchanged
-    new = write_instances(spark, str(tmp_path / "new.parquet"),
-                          [("a", "red apple", None), ("b", "green pear, ripe", None),
-                           ("f", "fresh fig", None)])
-    cfg = config_from_dict({"output": str(tmp_path / "daily"), "input": {"instances": new},
-                            "run": {"run_date": "2026-11-22", "models": models_root,
-                                    "incremental": True}})
+    new = write_instances(
+        spark,
+        str(tmp_path / "new.parquet"),
+        [("a", "red apple", None), ("b", "green pear, ripe", None), ("f", "fresh fig", None)],
+    )
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "daily"),
+            "input": {"instances": new},
+            "run": {"run_date": "2026-11-22", "models": models_root, "incremental": True},
+        }
+    )
     result = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
     assert result["embed"] == "ran"
-    assert SEEN["embed"] == [1, 7]            # b (index 1) changed, f appended as 7
+    assert SEEN["embed"] == [1, 7]  # b (index 1) changed, f appended as 7
     assert SEEN["neighbors"] == [1, 7]
     assert SEEN["aggregate"] == [1, 7]
     paths = io.RunPaths(cfg.output, "2026-11-22")
-    emb = {r[io.NODE_INDEX]: r[io.DENSE][0] for r in
-           io.read_table(spark, paths, io.EMBEDDINGS).collect()}
-    assert sorted(emb) == list(range(8))      # every node, no duplicates
+    emb = {
+        r[io.NODE_INDEX]: r[io.DENSE][0]
+        for r in io.read_table(spark, paths, io.EMBEDDINGS).collect()
+    }
+    assert sorted(emb) == list(range(8))  # every node, no duplicates
     assert emb[1] == float(len("green pear, ripe")) and emb[0] == float(len("red apple"))
     feats = io.read_table(spark, paths, io.FEATURES)
     assert feats.count() == 6 and feats.select(io.INSTANCE_ID).distinct().count() == 6
@@ -375,17 +455,24 @@ def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
     assert m.stage("embed")["stats"]["incremental_base"] == models_root
 
     # the next date is incremental against this one: only its own changes are recomputed
-    nxt = write_instances(spark, str(tmp_path / "next.parquet"),
-                          [("a", "red apple", None), ("h", "honeydew", None)])
-    cfg2 = config_from_dict({**cfg.to_dict(), "input": {"instances": nxt},
-                             "run": {**cfg.to_dict()["run"], "run_date": "2026-11-23"}})
+    nxt = write_instances(
+        spark, str(tmp_path / "next.parquet"), [("a", "red apple", None), ("h", "honeydew", None)]
+    )
+    cfg2 = config_from_dict(
+        {
+            **cfg.to_dict(),
+            "input": {"instances": nxt},
+            "run": {**cfg.to_dict()["run"], "run_date": "2026-11-23"},
+        }
+    )
     pipeline.run_pipeline(spark, cfg2, ["embed", "neighbors", "aggregate"])
     # nodes of a day = the models run's nodes + that day's instances: 'b' is absent today, so it
     # is back to the models run's text (changed against yesterday), and index 7 is 'h' today
     # but was 'f' yesterday (changed); 'a' and the labels are reused from yesterday
     assert SEEN["embed"] == [1, 7]
     p2 = io.RunPaths(cfg.output, "2026-11-23")
-    emb2 = {r[io.NODE_INDEX]: r[io.DENSE][0] for r in
-            io.read_table(spark, p2, io.EMBEDDINGS).collect()}
+    emb2 = {
+        r[io.NODE_INDEX]: r[io.DENSE][0] for r in io.read_table(spark, p2, io.EMBEDDINGS).collect()
+    }
     assert emb2[7] == float(len("honeydew"))
     assert sorted(emb2) == list(range(8))

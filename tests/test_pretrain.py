@@ -6,6 +6,7 @@ one such tag), following docs/design.md: variant ``pina`` = B + I_inst + I_label
 ``pina_naive`` = B. Article text: words by count desc (ties by vocabulary index), each repeated by
 its count (the rule of ``pina_spark.datasets``).
 """
+
 import json
 import os
 
@@ -38,8 +39,14 @@ N_ARTICLES = 1000
 MIN_TAG = 5
 FOLDS = 2
 HOLDOUT = 0.2
-TFIDF = {"ngram_range": [1, 1], "max_feature": 20000, "min_df_cnt": 2, "max_df_ratio": 0.98,
-         "norm": "l2", "sublinear_tf": True}
+TFIDF = {
+    "ngram_range": [1, 1],
+    "max_feature": 20000,
+    "min_df_cnt": 2,
+    "max_df_ratio": 0.98,
+    "norm": "l2",
+    "sublinear_tf": True,
+}
 
 
 # --------------------------------------------------------------------------- data
@@ -59,29 +66,39 @@ def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.
     ``in_sample_fraction(str(article), test_fraction, "pina-test")`` are test articles and, as in
     the graph stage, absent from B_pre (tags are still kept by their count over all articles)."""
     from pina_spark.folds import in_sample_fraction
+
     read = lambda name: open(os.path.join(d, name), encoding="utf-8").read().split("\n")  # noqa
-    vocab, mult, tags, ti = read("vocabulary.dat"), read("mult.dat"), read("tags.dat"), \
-        read("tag-item.dat")
+    vocab, mult, tags, ti = (
+        read("vocabulary.dat"),
+        read("mult.dat"),
+        read("tags.dat"),
+        read("tag-item.dat"),
+    )
     n_articles = len(mult) if n_articles is None else n_articles
     tag_items = {}
     for t, ln in enumerate(ti):
         items = sorted({int(x) for x in ln.split()[1:] if int(x) < n_articles})
         if len(items) >= min_tag:
             if test_fraction > 0:
-                items = [a for a in items
-                         if not in_sample_fraction(str(a), test_fraction, "pina-test")]
+                items = [
+                    a for a in items if not in_sample_fraction(str(a), test_fraction, "pina-test")
+                ]
             if items:
                 tag_items[t] = items
     tagged = sorted({a for items in tag_items.values() for a in items})
-    inst_ids = [f"a{a:05d}" for a in tagged]                       # sorted == numeric order
+    inst_ids = [f"a{a:05d}" for a in tagged]  # sorted == numeric order
     lab_ids = [f"t{t:05d}" for t in sorted(tag_items)]
     n_inst = len(inst_ids)
     inst_index = {a: i for i, a in enumerate(tagged)}
     lab_index = {t: n_inst + j for j, t in enumerate(sorted(tag_items))}
-    nodes = [(i, io.KIND_INSTANCE, inst_ids[i], _article_text(mult[a], vocab), io.SPLIT_TRAIN)
-             for a, i in inst_index.items()]
-    nodes += [(j, io.KIND_LABEL, lab_ids[j - n_inst], tags[t].replace("-", " ").replace("_", " "),
-               None) for t, j in lab_index.items()]
+    nodes = [
+        (i, io.KIND_INSTANCE, inst_ids[i], _article_text(mult[a], vocab), io.SPLIT_TRAIN)
+        for a, i in inst_index.items()
+    ]
+    nodes += [
+        (j, io.KIND_LABEL, lab_ids[j - n_inst], tags[t].replace("-", " ").replace("_", " "), None)
+        for t, j in lab_index.items()
+    ]
     edges = []
     for t, items in tag_items.items():
         lj = lab_index[t]
@@ -98,19 +115,26 @@ def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.
 
 def _write_graph(spark, paths, nodes, edges):
     from pyspark.sql import types as T
+
     ndf = spark.createDataFrame(nodes, io.schema(io.NODES))
     io.write_table(ndf, paths, io.NODES)
-    eschema = T.StructType([T.StructField(io.SRC_INDEX, T.LongType()),
-                            T.StructField(io.DST_INDEX, T.LongType()),
-                            T.StructField(io.WEIGHT, T.FloatType()),
-                            T.StructField(io.BLOCK, T.StringType()),
-                            T.StructField(io.VARIANT, T.StringType())])
-    io.write_table(spark.createDataFrame(edges, eschema), paths, io.PRETRAIN_EDGES,
-                   partition_by=[io.VARIANT])
+    eschema = T.StructType(
+        [
+            T.StructField(io.SRC_INDEX, T.LongType()),
+            T.StructField(io.DST_INDEX, T.LongType()),
+            T.StructField(io.WEIGHT, T.FloatType()),
+            T.StructField(io.BLOCK, T.StringType()),
+            T.StructField(io.VARIANT, T.StringType()),
+        ]
+    )
+    io.write_table(
+        spark.createDataFrame(edges, eschema), paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT]
+    )
 
 
 def _ctx(spark, cfg):
     from pina_spark import pipeline
+
     return pipeline.make_context(spark, cfg)
 
 
@@ -118,27 +142,47 @@ def _ctx(spark, cfg):
 def citeulike_run(spark, citeulike_dir, tmp_path_factory):
     """One pretraining run on the small citeulike graph (minilm encoder, out_of_fold F=2)."""
     import torch
+
     torch.set_num_threads(2)
     out = str(tmp_path_factory.mktemp("pretrain_run"))
     nodes, edges = _citeulike_graph(citeulike_dir)
-    cfg = config_from_dict({
-        "output": out,
-        "pretrain": {"encoder": "minilm", "max_length": 32, "encode_batch_size": 64,
-                     "tfidf": TFIDF, "holdout_fraction": HOLDOUT, "dense_weight": 0.5,
-                     "xlinear": {"nr_splits": 8, "max_leaf_size": 50, "topk": 20}},
-        "neighbors": {"train_mode": "out_of_fold", "folds": FOLDS, "leave_self_out": True},
-    })
+    cfg = config_from_dict(
+        {
+            "output": out,
+            "pretrain": {
+                "encoder": "minilm",
+                "max_length": 32,
+                "encode_batch_size": 64,
+                "tfidf": TFIDF,
+                "holdout_fraction": HOLDOUT,
+                "dense_weight": 0.5,
+                "xlinear": {"nr_splits": 8, "max_leaf_size": 50, "topk": 20},
+            },
+            "neighbors": {"train_mode": "out_of_fold", "folds": FOLDS, "leave_self_out": True},
+        }
+    )
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
     stats = run_stage(ctx)
-    return {"cfg": cfg, "ctx": ctx, "stats": stats, "nodes": nodes, "edges": edges,
-            "models": ctx.paths.table(io.MODELS)}
+    return {
+        "cfg": cfg,
+        "ctx": ctx,
+        "stats": stats,
+        "nodes": nodes,
+        "edges": edges,
+        "models": ctx.paths.table(io.MODELS),
+    }
 
 
 # --------------------------------------------------------------------------- small units
 def test_build_y_and_exclude_self():
-    Y = build_y(np.array([3, 3, 8, 8]), np.array([3, 9, 9, 9]), np.array([1, 1, 2, 1]),
-                np.array([3, 8]), np.array([3, 9]))
+    Y = build_y(
+        np.array([3, 3, 8, 8]),
+        np.array([3, 9, 9, 9]),
+        np.array([1, 1, 2, 1]),
+        np.array([3, 8]),
+        np.array([3, 9]),
+    )
     assert Y.toarray().tolist() == [[1.0, 1.0], [0.0, 3.0]]  # duplicates summed
     with pytest.raises(ValueError):
         build_y(np.array([4]), np.array([3]), np.ones(1), np.array([3, 8]), np.array([3, 9]))
@@ -150,14 +194,26 @@ def _graph_labels_problem(twins):
     """task.labels graph: train items a, b, c (instances 0-2), the same items as labels (3-5);
     a co-bought with b and c. B_pre of variant pina = B + I_inst + I_label + BT."""
     import pandas as pd
-    nodes = pd.DataFrame({io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
-                          io.KIND: ["instance"] * 3 + ["label"] * 3,
-                          io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
-                          io.TEXT: ["x"] * 6})
-    B = [(0, 4), (0, 5), (1, 3), (2, 3)]                     # a->b, a->c, b->a, c->a
+
+    nodes = pd.DataFrame(
+        {
+            io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
+            io.KIND: ["instance"] * 3 + ["label"] * 3,
+            io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
+            io.TEXT: ["x"] * 6,
+        }
+    )
+    B = [(0, 4), (0, 5), (1, 3), (2, 3)]  # a->b, a->c, b->a, c->a
     edges = B + [(i, i) for i in range(6)] + [(lab, i) for i, lab in B]
-    epdf = pd.DataFrame({io.SRC_INDEX: [e[0] for e in edges], io.DST_INDEX: [e[1] for e in edges],
-                         io.WEIGHT: 1.0, io.VARIANT: "pina", io.BLOCK: "x"})
+    epdf = pd.DataFrame(
+        {
+            io.SRC_INDEX: [e[0] for e in edges],
+            io.DST_INDEX: [e[1] for e in edges],
+            io.WEIGHT: 1.0,
+            io.VARIANT: "pina",
+            io.BLOCK: "x",
+        }
+    )
     return _variant_problem(epdf, "pina", _Nodes(nodes), True, twins=twins)
 
 
@@ -173,8 +229,7 @@ def test_graph_labels_twins_leave_folds_together():
     assert folds[0] == folds[3] == fold_of("a", 3) and folds[1] == folds[4]
     # a's label row (3) has a's labels b, c as instance columns (1, 2): the leak the fold avoids
     assert pb["Y"][3].toarray()[0].tolist() == [0, 1, 1, 1, 0, 0]
-    P = exclude_self(sp.csr_matrix(np.ones((3, 6))), pb["rows"][:3], pb["cols"],
-                     pb["twin_col"][:3])
+    P = exclude_self(sp.csr_matrix(np.ones((3, 6))), pb["rows"][:3], pb["cols"], pb["twin_col"][:3])
     assert P.toarray().tolist() == [[0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 1], [1, 1, 0, 1, 1, 0]]
     # given labels (ids of labels and instances are different namespaces): no twins, label rows
     # stay in every fold
@@ -184,12 +239,15 @@ def test_graph_labels_twins_leave_folds_together():
 
 
 def test_ranking_metrics_by_hand():
-    P = sp.csr_matrix(np.array([[0.9, 0.8, 0.1, 0.0], [0.5, 0.5, 0.0, 0.7],
-                                [0.3, 0.0, 0.0, 0.0]], dtype=np.float32))
+    P = sp.csr_matrix(
+        np.array(
+            [[0.9, 0.8, 0.1, 0.0], [0.5, 0.5, 0.0, 0.7], [0.3, 0.0, 0.0, 0.0]], dtype=np.float32
+        )
+    )
     T = sp.csr_matrix(np.array([[0, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]]))
     m = ranking_metrics(P, T, (1, 3), (1, 3))
-    assert m["rows"] == 2                      # the row with no positive is skipped
-    assert m["P@1"] == pytest.approx(0.0)      # row0 top=col0 (miss), row1 top=col3 (miss)
+    assert m["rows"] == 2  # the row with no positive is skipped
+    assert m["P@1"] == pytest.approx(0.0)  # row0 top=col0 (miss), row1 top=col3 (miss)
     # row0 top3 = 0,1,2 -> 2 hits; row1 top3 = 3,0,1 (tie 0.5: lower column first) -> 1 hit
     assert m["P@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)
     assert m["R@3"] == pytest.approx((1.0 + 1.0) / 2)
@@ -202,6 +260,7 @@ def test_g_dir():
 
 def test_save_load_predict_only_identical_scores(tmp_path):
     from pina_spark.config import XLinearConfig
+
     rng = np.random.RandomState(0)
     X = sp.random(300, 50, density=0.2, format="csr", random_state=rng, dtype=np.float32)
     Y = sp.csr_matrix((rng.rand(300, 40) < 0.05).astype(np.float32))
@@ -272,19 +331,24 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
         full_rows = np.load(os.path.join(g_dir(models, v), TRAIN_ROWS))
         full_out = np.load(os.path.join(g_dir(models, v), OUTPUT_NODES))
         assert np.array_equal(full_rows, srcs)
-        assert np.array_equal(full_out, np.unique([e[1] for e in citeulike_run["edges"]
-                                                   if e[4] == v]))
+        assert np.array_equal(
+            full_out, np.unique([e[1] for e in citeulike_run["edges"] if e[4] == v])
+        )
         seen = set()
         for f in range(FOLDS):
             rows = set(np.load(os.path.join(g_dir(models, v, f), TRAIN_ROWS)).tolist())
             excluded = set(srcs.tolist()) - rows
-            expect = {s for s in srcs.tolist() if nodes[s][1] == io.KIND_INSTANCE
-                      and fold_of(nodes[s][2], FOLDS) == f}
+            expect = {
+                s
+                for s in srcs.tolist()
+                if nodes[s][1] == io.KIND_INSTANCE and fold_of(nodes[s][2], FOLDS) == f
+            }
             assert excluded == expect and len(expect) > 0
             assert all(nodes[s][1] == io.KIND_INSTANCE for s in excluded)
             seen |= excluded
-            assert np.array_equal(np.load(os.path.join(g_dir(models, v, f), OUTPUT_NODES)),
-                                  full_out)
+            assert np.array_equal(
+                np.load(os.path.join(g_dir(models, v, f), OUTPUT_NODES)), full_out
+            )
         # every instance row is left out by exactly one fold model
         assert seen == {s for s in srcs.tolist() if nodes[s][1] == io.KIND_INSTANCE}
 
@@ -303,7 +367,7 @@ def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
         tf = phi.preprocessor.predict([t]).toarray()[0].astype(np.float64)
         d = w * dnn / np.linalg.norm(dnn)
         s = (1 - w) * tf / np.linalg.norm(tf) if np.linalg.norm(tf) > 0 else tf
-        z = np.sqrt((d ** 2).sum() + (s ** 2).sum())
+        z = np.sqrt((d**2).sum() + (s**2).sum())
         assert np.allclose(dense[i], d / z, atol=2e-5), sample[i][:3]
         assert np.allclose(sparse[i].toarray()[0], s / z, atol=1e-6), sample[i][:3]
 
@@ -328,8 +392,14 @@ def test_saved_models_reload_and_align(citeulike_run):
     for s, d, _, blk, v in citeulike_run["edges"]:
         if v == "pina" and blk == "B":
             labels_of.setdefault(s, set()).add(d)
-    top = [out1[a.indices[a.indptr[r]:a.indptr[r + 1]][np.argmax(
-        a.data[a.indptr[r]:a.indptr[r + 1]])]] for r in range(len(sample))]
+    top = [
+        out1[
+            a.indices[a.indptr[r] : a.indptr[r + 1]][
+                np.argmax(a.data[a.indptr[r] : a.indptr[r + 1]])
+            ]
+        ]
+        for r in range(len(sample))
+    ]
     hit = np.mean([t in labels_of[n[0]] for t, n in zip(top, sample)])
     assert hit >= 0.5, hit
 
@@ -342,17 +412,29 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     from safetensors.numpy import load_file
 
     from pina_spark.encoders import minilm_path
+
     torch.set_num_threads(2)
     nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)
-    cfg = config_from_dict({
-        "output": str(tmp_path / "run"),
-        "pretrain": {"encoder": "xtransformer", "max_length": 16, "encode_batch_size": 32,
-                     "tfidf": TFIDF, "holdout_fraction": 0.0,
-                     "xtransformer": {"num_train_epochs": 1, "max_steps": 4, "batch_size": 8,
-                                      "learning_rate": 5e-4},
-                     "xlinear": {"nr_splits": 4, "max_leaf_size": 20}},
-        "neighbors": {"train_mode": "in_sample"},
-    })
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "run"),
+            "pretrain": {
+                "encoder": "xtransformer",
+                "max_length": 16,
+                "encode_batch_size": 32,
+                "tfidf": TFIDF,
+                "holdout_fraction": 0.0,
+                "xtransformer": {
+                    "num_train_epochs": 1,
+                    "max_steps": 4,
+                    "batch_size": 8,
+                    "learning_rate": 5e-4,
+                },
+                "xlinear": {"nr_splits": 4, "max_leaf_size": 20},
+            },
+            "neighbors": {"train_mode": "in_sample"},
+        }
+    )
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
     stats = run_stage(ctx)
@@ -363,7 +445,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     assert os.path.isdir(os.path.join(vec, "encoder", "text_encoder"))
     card = json.load(open(os.path.join(models, "model_card.json")))
     assert card["xtransformer"]["variant"] == "pina" and card["xtransformer"]["rows"] > 100
-    assert not os.path.exists(g_dir(models, "pina", 0))        # in_sample: no fold models
+    assert not os.path.exists(g_dir(models, "pina", 0))  # in_sample: no fold models
     # the saved encoder was fine-tuned: its weights moved away from the MiniLM it started from
     base = load_file(os.path.join(minilm_path(), "model.safetensors"))
     enc_dir = os.path.join(vec, "encoder", "text_encoder", "text_encoder")
@@ -382,7 +464,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     assert phi.encoder.kind == "xtransformer" and phi.dense_dim == 384
     texts = [n[3] for n in nodes[:20]] + [""]
     dense, sparse = phi.transform(texts)
-    norms = np.sqrt((dense ** 2).sum(1) + np.asarray(sparse.multiply(sparse).sum(1)).ravel())
+    norms = np.sqrt((dense**2).sum(1) + np.asarray(sparse.multiply(sparse).sum(1)).ravel())
     assert np.allclose(norms[:-1], 1.0, atol=1e-5) and norms[-1] == 0.0
     assert np.allclose(phi.encoder.encode(texts[:5]), phi.encoder.encode(texts[:5]), atol=1e-5)
     model, out_nodes = load_g(g_dir(models, "pina"))

@@ -1,5 +1,6 @@
 """Visible progress: each stage's Spark jobs carry its job group and description, and a
 periodic line reports the stage's Spark tasks done/total (pina_spark/progress.py)."""
+
 import logging
 import time
 
@@ -11,6 +12,7 @@ def test_stage_jobs_are_named_and_progress_is_logged(spark, caplog):
         for x in it:
             time.sleep(0.6)
             yield x
+
     with caplog.at_level(logging.INFO, logger="pina_spark.progress"):
         with StageProgress(spark, "embed", run_id="r1", interval_s=0.3):
             n = spark.sparkContext.parallelize(range(6), 6).mapPartitions(slow).count()

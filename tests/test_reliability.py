@@ -14,6 +14,7 @@ aggregate) on a reduced demo data set (~30% of the products, chosen by an id has
 
 A stage module that does not exist yet makes the tests that need it skip, naming the module.
 """
+
 import importlib
 import os
 import shutil
@@ -32,13 +33,22 @@ DEMO_YAML = os.path.join(ROOT, "pina_spark", "conf", "demo.yaml")
 SAMPLE_FRACTION = 0.3
 STAGES = ("graph", "pretrain", "embed", "neighbors", "aggregate")
 FAULT_STAGES = ("graph", "embed", "neighbors", "aggregate")
-MODULES = {"graph": "pina_spark.graph", "pretrain": "pina_spark.pretrain",
-           "embed": "pina_spark.inference", "neighbors": "pina_spark.inference",
-           "aggregate": "pina_spark.aggregate", "datasets": "pina_spark.datasets"}
+MODULES = {
+    "graph": "pina_spark.graph",
+    "pretrain": "pina_spark.pretrain",
+    "embed": "pina_spark.inference",
+    "neighbors": "pina_spark.inference",
+    "aggregate": "pina_spark.aggregate",
+    "datasets": "pina_spark.datasets",
+}
 #: published tables of each stage compared row by row
-TABLES = {"graph": (io.NODES, io.I2I_EDGES, io.INSTANCE_LABELS, io.PRETRAIN_EDGES),
-          "embed": (io.EMBEDDINGS,), "neighbors": (io.NEIGHBORS,), "aggregate": (io.FEATURES,)}
-HANG_GUARD_S = 900   # not a timing assertion: only cancels a stage that would never end
+TABLES = {
+    "graph": (io.NODES, io.I2I_EDGES, io.INSTANCE_LABELS, io.PRETRAIN_EDGES),
+    "embed": (io.EMBEDDINGS,),
+    "neighbors": (io.NEIGHBORS,),
+    "aggregate": (io.FEATURES,),
+}
+HANG_GUARD_S = 900  # not a timing assertion: only cancels a stage that would never end
 
 
 def _require(*names):
@@ -87,18 +97,25 @@ def sample_inputs(tmp_path_factory):
     import pyarrow.parquet as pq
 
     from pina_spark.datasets import write_demo_data
+
     tmp = tmp_path_factory.mktemp("demo")
     full = write_demo_data(str(tmp / "full"))
     out = tmp / "sample"
     out.mkdir()
     inst = pq.read_table(full["instances"]).to_pandas()
-    keep = {i for i in inst[io.INSTANCE_ID]
-            if folds.in_sample_fraction(i, SAMPLE_FRACTION, "pina-reliability")}
+    keep = {
+        i
+        for i in inst[io.INSTANCE_ID]
+        if folds.in_sample_fraction(i, SAMPLE_FRACTION, "pina-reliability")
+    }
     paths = {}
     for name, uri in full.items():
         df = pq.read_table(uri).to_pandas()
-        col = {"instances": io.INSTANCE_ID, "instance_labels": io.INSTANCE_ID,
-               "events": io.ITEM_ID}.get(name)
+        col = {
+            "instances": io.INSTANCE_ID,
+            "instance_labels": io.INSTANCE_ID,
+            "events": io.ITEM_ID,
+        }.get(name)
         if col:
             df = df[df[col].isin(keep)]
         paths[name] = str(out / f"{name}.parquet")
@@ -148,23 +165,31 @@ def _copy_run(cfg_a, dst, sets=()):
 
 # --------------------------------------------------------------------------- determinism
 def test_deterministic_whatever_the_partitioning(spark, run_a, sample_inputs, tmp_path):
-    cfg_b = _cfg(tmp_path / "run_b", sample_inputs, ["inference.rows_per_task=97",
-                                                    "spark.conf.spark.sql.shuffle.partitions=5"])
+    cfg_b = _cfg(
+        tmp_path / "run_b",
+        sample_inputs,
+        ["inference.rows_per_task=97", "spark.conf.spark.sql.shuffle.partitions=5"],
+    )
     spark.conf.set("spark.sql.shuffle.partitions", "5")
     try:
         _run(spark, cfg_b, STAGES)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
-    _assert_same_tables(spark, run_a.output, cfg_b.output, ("graph", "embed", "neighbors",
-                                                            "aggregate"))
+    _assert_same_tables(
+        spark, run_a.output, cfg_b.output, ("graph", "embed", "neighbors", "aggregate")
+    )
 
 
 def test_rerun_of_a_complete_run_is_skipped_and_unchanged(spark, run_a, tmp_path):
     """Resume: rerunning a complete run (same config and inputs) does no work and leaves every
     published table as it was."""
     cfg = _copy_run(run_a, tmp_path / "rerun", ["inference.rows_per_task=1000"])
-    before = {rel: _table(spark, cfg.output, rel) for st in FAULT_STAGES for rel in TABLES[st]
-              if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))}
+    before = {
+        rel: _table(spark, cfg.output, rel)
+        for st in FAULT_STAGES
+        for rel in TABLES[st]
+        if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))
+    }
     result = _run(spark, cfg, STAGES, force=False)
     assert {s: result[s] for s in STAGES} == {s: "skipped" for s in STAGES}
     for rel, tab in before.items():
@@ -177,10 +202,16 @@ def test_injected_fault_fails_the_stage_with_max_failures_1(spark, run_a, tmp_pa
     """This process's session has spark.task.maxFailures=1: the injected first-attempt fault is
     real (it fails the stage) and the previously published tables stay complete and intact."""
     assert spark.sparkContext.getConf().get("spark.task.maxFailures") == "1"
-    cfg = _copy_run(run_a, tmp_path / "c", [f"faults.fail_first_attempt=[{stage}]",
-                                            "inference.rows_per_task=1000"])
-    before = {rel: _table(spark, cfg.output, rel) for rel in TABLES[stage]
-              if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))}
+    cfg = _copy_run(
+        run_a,
+        tmp_path / "c",
+        [f"faults.fail_first_attempt=[{stage}]", "inference.rows_per_task=1000"],
+    )
+    before = {
+        rel: _table(spark, cfg.output, rel)
+        for rel in TABLES[stage]
+        if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))
+    }
     with pytest.raises(Exception, match="injected fault") as e:
         _run(spark, cfg, [stage])
     assert f"stage {stage}" in str(e.value)
@@ -188,8 +219,11 @@ def test_injected_fault_fails_the_stage_with_max_failures_1(spark, run_a, tmp_pa
         assert _table(spark, cfg.output, rel) == tab, f"{rel} changed by a failed run"
     entry = Manifest(io.RunPaths(cfg.output).manifest).stage(stage)
     assert entry["status"] == "failed" and "injected fault" in entry["error"]
-    assert not os.listdir(os.path.join(cfg.output, "_staging")) \
-        if os.path.isdir(os.path.join(cfg.output, "_staging")) else True
+    assert (
+        not os.listdir(os.path.join(cfg.output, "_staging"))
+        if os.path.isdir(os.path.join(cfg.output, "_staging"))
+        else True
+    )
 
 
 def test_fault_injection_with_retries_gives_identical_output(spark, run_a, tmp_path):
@@ -201,17 +235,35 @@ def test_fault_injection_with_retries_gives_identical_output(spark, run_a, tmp_p
     cfg = _cfg(out, run_a.input.to_dict(), ["inference.rows_per_task=1000"])
     cfg_file = tmp_path / "faulty.yaml"
     cfg_file.write_text(dump_config(cfg))
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "pina_spark.cli", "run", "--config", str(cfg_file),
-           "--stages", ",".join(FAULT_STAGES), "--models", run_a.output,
-           # local mode ignores spark.task.maxFailures: retries need master local[N,F]
-           "--set", "spark.master=local[2,4]",
-           "--set", "spark.conf.spark.task.maxFailures=4",
-           "--set", "spark.conf.spark.sql.shuffle.partitions=3",
-           "--set", "faults.fail_first_attempt=[graph,embed,neighbors,aggregate]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pina_spark.cli",
+        "run",
+        "--config",
+        str(cfg_file),
+        "--stages",
+        ",".join(FAULT_STAGES),
+        "--models",
+        run_a.output,
+        # local mode ignores spark.task.maxFailures: retries need master local[N,F]
+        "--set",
+        "spark.master=local[2,4]",
+        "--set",
+        "spark.conf.spark.task.maxFailures=4",
+        "--set",
+        "spark.conf.spark.sql.shuffle.partitions=3",
+        "--set",
+        "faults.fail_first_attempt=[graph,embed,neighbors,aggregate]",
+    ]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     log = p.stdout + p.stderr
     assert p.returncode == 0, log[-6000:]
@@ -232,8 +284,9 @@ def _model_files(root, sub):
 
 def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "corrupt_g", ["inference.rows_per_task=1000"])
-    files = [f for f in _model_files(cfg.output, "g/pina/full")
-             if not f.endswith("output_nodes.npy")]
+    files = [
+        f for f in _model_files(cfg.output, "g/pina/full") if not f.endswith("output_nodes.npy")
+    ]
     assert files, "no g model files found"
     for f in files:
         with open(f, "wb") as fh:
@@ -266,9 +319,15 @@ def test_corrupt_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_pa
 
 
 def test_broadcast_over_limit_is_refused_before_running(spark, run_a, tmp_path):
-    cfg = _copy_run(run_a, tmp_path / "bc", ["aggregate.strategy=broadcast",
-                                             "aggregate.broadcast_via=spark",
-                                             "aggregate.broadcast_max_mb=0"])
+    cfg = _copy_run(
+        run_a,
+        tmp_path / "bc",
+        [
+            "aggregate.strategy=broadcast",
+            "aggregate.broadcast_via=spark",
+            "aggregate.broadcast_max_mb=0",
+        ],
+    )
     before = _table(spark, cfg.output, io.FEATURES)
     with pytest.raises(Exception) as e:
         _run(spark, cfg, ["aggregate"])

@@ -1,6 +1,7 @@
 """`pina-spark status RUN` and `pina-spark compare RUN_A RUN_B` on runs made of their files
 (manifest, eval/metrics.json, eval/per_instance.parquet), and the CLI's --version and
 --log-level."""
+
 import json
 import os
 
@@ -13,26 +14,53 @@ from pina_spark.evaluate import PER_INSTANCE_FILE, paired_ttest, per_instance_pa
 
 def _run(root, p1_pina, ids, p1_per_instance, quarantined=3):
     os.makedirs(os.path.join(root, "eval"), exist_ok=True)
-    manifest = {"stages": {
-        "graph": {"status": "complete", "started": "2026-11-23T10:00:00Z", "duration_s": 12.5,
-                  "rows_out": {"nodes": 120}, "rows_per_s": 9.6,
-                  "stats": {"inputs": {"instances": {
-                      "rows_in": 103, "rows_used": 100, "rows_quarantined": quarantined,
-                      "reasons": {"empty_text": quarantined}}}}},
-        "pretrain": {"status": "complete", "duration_s": 30.0},
-        "embed": {"status": "failed", "error": "OSError: disk full"},
-        "evaluate": {"status": "complete", "duration_s": 2.0}},
-        "history": [{"run_id": "abc", "status": "failed", "stages": ["graph", "embed"],
-                     "started": "2026-11-23T10:00:00Z"}]}
+    manifest = {
+        "stages": {
+            "graph": {
+                "status": "complete",
+                "started": "2026-11-23T10:00:00Z",
+                "duration_s": 12.5,
+                "rows_out": {"nodes": 120},
+                "rows_per_s": 9.6,
+                "stats": {
+                    "inputs": {
+                        "instances": {
+                            "rows_in": 103,
+                            "rows_used": 100,
+                            "rows_quarantined": quarantined,
+                            "reasons": {"empty_text": quarantined},
+                        }
+                    }
+                },
+            },
+            "pretrain": {"status": "complete", "duration_s": 30.0},
+            "embed": {"status": "failed", "error": "OSError: disk full"},
+            "evaluate": {"status": "complete", "duration_s": 2.0},
+        },
+        "history": [
+            {
+                "run_id": "abc",
+                "status": "failed",
+                "stages": ["graph", "embed"],
+                "started": "2026-11-23T10:00:00Z",
+            }
+        ],
+    }
     with open(os.path.join(root, "_manifest.json"), "w") as fh:
         json.dump(manifest, fh)
-    metrics = {"variants": {"baseline": {"P@1": 0.25, "P@3": 0.2, "P@5": 0.1},
-                            "pina": {"P@1": p1_pina, "P@3": 0.3, "P@5": 0.2}},
-               "n_test_scored": len(ids)}
+    metrics = {
+        "variants": {
+            "baseline": {"P@1": 0.25, "P@3": 0.2, "P@5": 0.1},
+            "pina": {"P@1": p1_pina, "P@3": 0.3, "P@5": 0.2},
+        },
+        "n_test_scored": len(ids),
+    }
     with open(os.path.join(root, "eval", "metrics.json"), "w") as fh:
         json.dump(metrics, fh)
-    per = {v: {k: np.asarray(p1_per_instance[v], dtype=float) for k in (1, 3, 5)}
-           for v in p1_per_instance}
+    per = {
+        v: {k: np.asarray(p1_per_instance[v], dtype=float) for k in (1, 3, 5)}
+        for v in p1_per_instance
+    }
     with open(os.path.join(root, "eval", PER_INSTANCE_FILE), "wb") as fh:
         fh.write(per_instance_parquet(ids, per))
     return root
@@ -58,9 +86,12 @@ def test_compare_pairs_shared_test_ids(tmp_path, capsys):
     assert cli.main(["compare", a, b]) == 0
     out = capsys.readouterr().out
     assert "| pina     | P@1    | 0.4000 | 0.8000 | +0.4000 |" in out
-    expected_p = paired_ttest([1, 1, 1, 1], [0, 0, 1, 0])["p"]   # B against A on i2..i5
-    row = [ln for ln in out.splitlines() if ln.startswith("| pina ") and "| 4 " in ln
-           and "| P@1 " in ln]
+    expected_p = paired_ttest([1, 1, 1, 1], [0, 0, 1, 0])["p"]  # B against A on i2..i5
+    row = [
+        ln
+        for ln in out.splitlines()
+        if ln.startswith("| pina ") and "| 4 " in ln and "| P@1 " in ln
+    ]
     assert row and f"{expected_p:.4f}" in row[0], out
 
 
@@ -75,8 +106,13 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"pina-spark {__version__}"
 
 
-@pytest.mark.parametrize("argv", [["run", "--config", "c.yaml", "--log-level", "LOUD"],
-                                  ["status", "x", "--log-level", "verbose"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--config", "c.yaml", "--log-level", "LOUD"],
+        ["status", "x", "--log-level", "verbose"],
+    ],
+)
 def test_log_level_is_validated(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)

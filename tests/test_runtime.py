@@ -1,5 +1,6 @@
 """Executor runtime: device choice from task resources, the per-worker model cache, load counts
 and load errors (pina_spark/runtime.py)."""
+
 import os
 import threading
 import time
@@ -18,23 +19,27 @@ class _Res:
         self.addresses = addresses
 
 
-@pytest.mark.parametrize("resources, env, cfg, expected", [
-    ({"gpu": _Res(["1"])}, {"CUDA_VISIBLE_DEVICES": "1"}, "auto", "cuda:0"),
-    ({"gpu": _Res(["1"])}, {}, "auto", "cuda:1"),
-    ({"gpu": _Res(["3"])}, {"CUDA_VISIBLE_DEVICES": "2,3"}, "auto", "cuda:1"),
-    ({"gpu": _Res(["0"])}, {"CUDA_VISIBLE_DEVICES": "5"}, "auto", "cuda:0"),  # already logical
-    ({"gpu": _Res(["2"])}, {}, "cuda", "cuda:2"),
-    ({"gpu": _Res(["0"])}, {}, "cpu", "cpu"),
-    ({}, {}, "auto", "cpu"),
-    ({"gpu": _Res([])}, {"CUDA_VISIBLE_DEVICES": "0"}, "auto", "cpu"),
-    (None, {}, "auto", "cpu"),
-])
+@pytest.mark.parametrize(
+    "resources, env, cfg, expected",
+    [
+        ({"gpu": _Res(["1"])}, {"CUDA_VISIBLE_DEVICES": "1"}, "auto", "cuda:0"),
+        ({"gpu": _Res(["1"])}, {}, "auto", "cuda:1"),
+        ({"gpu": _Res(["3"])}, {"CUDA_VISIBLE_DEVICES": "2,3"}, "auto", "cuda:1"),
+        ({"gpu": _Res(["0"])}, {"CUDA_VISIBLE_DEVICES": "5"}, "auto", "cuda:0"),  # already logical
+        ({"gpu": _Res(["2"])}, {}, "cuda", "cuda:2"),
+        ({"gpu": _Res(["0"])}, {}, "cpu", "cpu"),
+        ({}, {}, "auto", "cpu"),
+        ({"gpu": _Res([])}, {"CUDA_VISIBLE_DEVICES": "0"}, "auto", "cpu"),
+        (None, {}, "auto", "cpu"),
+    ],
+)
 def test_choose_device(resources, env, cfg, expected):
     assert runtime.choose_device(resources, env, cfg) == expected
 
 
 def test_choose_device_accepts_spark_resource_information():
     from pyspark.resource import ResourceInformation
+
     res = {"gpu": ResourceInformation("gpu", ["1"])}
     assert runtime.choose_device(res, {"CUDA_VISIBLE_DEVICES": "1"}, "auto") == "cuda:0"
 
@@ -57,6 +62,7 @@ def test_task_threads():
     class _TC:
         def cpus(self):
             return 3
+
     assert runtime.task_threads(0, _TC()) == 3
     assert runtime.task_threads(5, _TC()) == 5
     assert runtime.task_threads(0, None) == 1
@@ -71,14 +77,15 @@ def test_model_cache_is_lru_and_counts_loads():
         def _f():
             calls.append(name)
             return name.upper()
+
         return _f
 
     assert c.get_or_load("a", loader("a")) == "A"
     assert c.get_or_load("b", loader("b")) == "B"
-    assert c.get_or_load("a", loader("a")) == "A"          # hit, refreshes "a"
-    assert c.get_or_load("c", loader("c")) == "C"          # evicts "b" (least recent)
+    assert c.get_or_load("a", loader("a")) == "A"  # hit, refreshes "a"
+    assert c.get_or_load("c", loader("c")) == "C"  # evicts "b" (least recent)
     assert "a" in c and "c" in c and "b" not in c
-    assert c.get_or_load("b", loader("b")) == "B"          # reload
+    assert c.get_or_load("b", loader("b")) == "B"  # reload
     assert calls == ["a", "b", "c", "b"]
     assert c.loads["b"] == 2 and c.loads["a"] == 1
     assert len(c) == 2
@@ -96,8 +103,9 @@ def test_model_cache_loads_once_under_concurrency():
         return object()
 
     got = []
-    threads = [threading.Thread(target=lambda: got.append(c.get_or_load("m", slow)))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: got.append(c.get_or_load("m", slow))) for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -140,6 +148,7 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
     def fake_copy(a, b):
         copies.append((a, b))
         import shutil
+
         shutil.copytree(str(src), b)
 
     monkeypatch.setenv("PINA_MODEL_CACHE", str(tmp_path / "cache"))
@@ -153,6 +162,7 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
 
     def broken_copy(a, b):
         raise OSError("access denied")
+
     monkeypatch.setattr(runtime.io, "copy_dir", broken_copy)
     with pytest.raises(runtime.ModelLoadError, match="s3://bucket/x/models/g"):
         runtime.local_model_dir("s3://bucket/x/models/g", "v1")
@@ -160,6 +170,7 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
 
 def test_check_artifacts_names_the_broken_file(tmp_path):
     import numpy as np
+
     d = tmp_path / "g"
     (d / "ranker" / "0.model").mkdir(parents=True)
     (d / "param.json").write_text("{}")
@@ -167,8 +178,8 @@ def test_check_artifacts_names_the_broken_file(tmp_path):
     w = d / "ranker" / "0.model" / "W.npz"
     np.savez(str(w), a=np.arange(10))
     np.save(str(d / "output_nodes.npy"), np.arange(3))
-    runtime.check_artifacts(str(d), ["param.json", "ranker/param.json"])   # intact: no error
-    w.write_bytes(w.read_bytes()[:20])                                       # truncated
+    runtime.check_artifacts(str(d), ["param.json", "ranker/param.json"])  # intact: no error
+    w.write_bytes(w.read_bytes()[:20])  # truncated
     with pytest.raises(runtime.ModelLoadError, match=str(w)):
         runtime.check_artifacts(str(d))
     w.unlink()
@@ -182,10 +193,10 @@ def test_check_artifacts_counted_text_files(tmp_path):
     vocab.parent.mkdir()
     vocab.write_bytes(b"2\n0\tfoo\n1\tbar\n")
     runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",))
-    vocab.write_bytes(b"2\n0\tfoo\n")                                 # truncated
+    vocab.write_bytes(b"2\n0\tfoo\n")  # truncated
     with pytest.raises(runtime.ModelLoadError, match=str(vocab)):
         runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",))
-    vocab.write_bytes(b"\x00garbage")                                  # overwritten
+    vocab.write_bytes(b"\x00garbage")  # overwritten
     with pytest.raises(runtime.ModelLoadError, match=str(vocab)):
         runtime.check_artifacts(str(tmp_path), counted_text=("vocab.txt",))
     # a fine-tuned encoder beside the tf-idf has a Hugging Face vocab.txt (one token a line, no
@@ -205,11 +216,16 @@ def _count_loads_job(spark, uri, n_parts):
 
     def fn(batches):
         import pyarrow as pa
+
         for rb in batches:
             m = runtime.get_model(uri, lambda d, dev: {"dir": d}, "v", "cpu", acc, "m")
             yield pa.RecordBatch.from_arrays(
-                [pa.array([os.getpid()] * rb.num_rows, pa.int64()),
-                 pa.array([m["dir"]] * rb.num_rows)], names=["pid", "dir"])
+                [
+                    pa.array([os.getpid()] * rb.num_rows, pa.int64()),
+                    pa.array([m["dir"]] * rb.num_rows),
+                ],
+                names=["pid", "dir"],
+            )
 
     rows = spark.range(0, 64, 1, n_parts).mapInArrow(fn, "pid long, dir string").collect()
     return rows, dict(acc.value)
@@ -239,6 +255,7 @@ def test_failing_load_fails_the_task_naming_the_artifact(spark, tmp_path):
     def fn(batches):
         def loader(d, dev):
             raise ValueError("truncated weight file")
+
         for rb in batches:
             runtime.get_model(uri, loader)
             yield rb

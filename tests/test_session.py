@@ -1,5 +1,6 @@
 """Spark conf precedence: spark-submit --conf and the platform's spark-defaults win over the
 config's spark.conf, which only fills keys they left unset (pina_spark/session.py)."""
+
 import json
 import os
 import subprocess
@@ -13,22 +14,27 @@ from pina_spark.session import fill_unset, get_spark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-YAML_CONF = {"spark.sql.shuffle.partitions": "3",        # spark-submit --conf says 7
-             "spark.pina.test.platform": "yaml",          # spark-defaults.conf says platform
-             "spark.pina.test.only_yaml": "yaml"}         # nobody else sets it
+YAML_CONF = {
+    "spark.sql.shuffle.partitions": "3",  # spark-submit --conf says 7
+    "spark.pina.test.platform": "yaml",  # spark-defaults.conf says platform
+    "spark.pina.test.only_yaml": "yaml",
+}  # nobody else sets it
 
 
 def test_spark_defaults_parsing(tmp_path, monkeypatch):
     from pina_spark.session import spark_defaults
+
     (tmp_path / "spark-defaults.conf").write_text(
-        "# comment\nspark.a  1\nspark.b=two words\n\nspark.c\tx=y\n")
+        "# comment\nspark.a  1\nspark.b=two words\n\nspark.c\tx=y\n"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert spark_defaults() == {"spark.a": "1", "spark.b": "two words", "spark.c": "x=y"}
 
 
 def test_fill_unset_keeps_what_is_set():
-    apply, kept = fill_unset(YAML_CONF, {"spark.sql.shuffle.partitions": "7",
-                                         "spark.pina.test.platform": "yaml"}.get)
+    apply, kept = fill_unset(
+        YAML_CONF, {"spark.sql.shuffle.partitions": "7", "spark.pina.test.platform": "yaml"}.get
+    )
     assert apply == {"spark.pina.test.only_yaml": "yaml"}
     assert kept == {"spark.sql.shuffle.partitions": ("7", "3")}
 
@@ -44,9 +50,11 @@ def test_spark_submit_and_platform_defaults_win_over_yaml(tmp_path, launcher):
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(
-        "spark.pina.test.platform  platform\nspark.ui.enabled  false\n")
+        "spark.pina.test.platform  platform\nspark.ui.enabled  false\n"
+    )
     script = tmp_path / "probe.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, logging
         from pina_spark.config import config_from_dict
         from pina_spark.session import get_spark
@@ -56,35 +64,50 @@ def test_spark_submit_and_platform_defaults_win_over_yaml(tmp_path, launcher):
         spark = get_spark(cfg.spark)
         print("RESULT " + json.dumps({{k: spark.conf.get(k) for k in {list(YAML_CONF)!r}}}))
         spark.stop()
-    """))
-    env = dict(os.environ, SPARK_CONF_DIR=str(conf_dir), PYTHONPATH=ROOT,
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1")
+    """)
+    )
+    env = dict(
+        os.environ,
+        SPARK_CONF_DIR=str(conf_dir),
+        PYTHONPATH=ROOT,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
     if launcher == "spark-submit":
-        cmd = [exe, "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=7",
-               str(script)]
+        cmd = [exe, "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=7", str(script)]
     else:
-        env["PYSPARK_SUBMIT_ARGS"] = ("--master local[1] --conf spark.sql.shuffle.partitions=7 "
-                                      "pyspark-shell")
+        env["PYSPARK_SUBMIT_ARGS"] = (
+            "--master local[1] --conf spark.sql.shuffle.partitions=7 " "pyspark-shell"
+        )
         cmd = [sys.executable, str(script)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    got = json.loads(line[len("RESULT "):])
-    assert got == {"spark.sql.shuffle.partitions": "7",       # spark-submit --conf
-                   "spark.pina.test.platform": "platform",    # platform spark-defaults
-                   "spark.pina.test.only_yaml": "yaml"}       # filled from the config
+    got = json.loads(line[len("RESULT ") :])
+    assert got == {
+        "spark.sql.shuffle.partitions": "7",  # spark-submit --conf
+        "spark.pina.test.platform": "platform",  # platform spark-defaults
+        "spark.pina.test.only_yaml": "yaml",
+    }  # filled from the config
     if launcher == "spark-submit":  # (its PythonRunner merges the driver's stderr into stdout)
-        assert "spark.sql.shuffle.partitions=7 kept from spark-submit/platform" in \
-            r.stdout + r.stderr
+        assert (
+            "spark.sql.shuffle.partitions=7 kept from spark-submit/platform" in r.stdout + r.stderr
+        )
 
 
 def test_running_session_keeps_its_conf(spark):
     """A notebook's session: what it set stays; the config fills the rest."""
     spark.conf.set("spark.pina.test.notebook", "notebook")
     try:
-        cfg = config_from_dict({"output": "/tmp/x", "spark": {"conf": {
-            "spark.pina.test.notebook": "yaml", "spark.pina.test.fill": "yaml"}}})
+        cfg = config_from_dict(
+            {
+                "output": "/tmp/x",
+                "spark": {
+                    "conf": {"spark.pina.test.notebook": "yaml", "spark.pina.test.fill": "yaml"}
+                },
+            }
+        )
         assert get_spark(cfg.spark) is spark
         assert spark.conf.get("spark.pina.test.notebook") == "notebook"
         assert spark.conf.get("spark.pina.test.fill") == "yaml"

@@ -5,6 +5,7 @@ in stage order, as EMR steps run them (the run itself is the session fixture
 Runs in ``make test`` (marked ``submit``; deselect with ``-m 'not submit'``). A stage whose module
 is not importable is skipped with the reason (and so are the stages after it).
 """
+
 import json
 import os
 
@@ -24,8 +25,9 @@ EXTRA_JOBS = ("gpu_smoke.py",)
 
 def test_every_job_is_a_stage():
     assert list(JOBS) == list(pipeline.STAGES)
-    assert sorted(f for f in os.listdir(os.path.join(ROOT, "jobs")) if f.endswith(".py")) == \
-        sorted(list(JOBS.values()) + list(EXTRA_JOBS))
+    assert sorted(f for f in os.listdir(os.path.join(ROOT, "jobs")) if f.endswith(".py")) == sorted(
+        list(JOBS.values()) + list(EXTRA_JOBS)
+    )
     for stage, job in JOBS.items():
         text = open(os.path.join(ROOT, "jobs", job)).read()
         assert f'job_main("{stage}")' in text and "spark-submit" in text
@@ -88,22 +90,26 @@ def test_gpu_cluster_uses_emr7_cgroup_settings():
     cfg = json.load(open(os.path.join(ROOT, "conf", "emr", "configurations-gpu.json")))
     by = {c["Classification"]: c for c in cfg}
     yarn = by["yarn-site"]["Properties"]
-    assert yarn["yarn.nodemanager.linux-container-executor.cgroups.mount-path"] == \
-        "/spark-rapids-cgroup"
+    assert (
+        yarn["yarn.nodemanager.linux-container-executor.cgroups.mount-path"]
+        == "/spark-rapids-cgroup"
+    )
     cg = {c["Classification"]: c["Properties"] for c in by["container-executor"]["Configurations"]}
     assert cg["cgroups"]["root"] == "/spark-rapids-cgroup" and cg["gpu"]["module.enabled"] == "true"
     assert "/sys/fs/cgroup" not in json.dumps(cfg)
     boot = open(os.path.join(ROOT, "conf", "emr", "bootstrap-node.sh")).read()
     assert "mount -t cgroup -o devices cgroupv1-devices /spark-rapids-cgroup/devices" in boot
     for c in json.load(open(os.path.join(ROOT, "conf", "emr", "configurations.json"))) + cfg:
-        assert "/opt/pina/venv" not in json.dumps(c)   # archive route: no cluster venv
+        assert "/opt/pina/venv" not in json.dumps(c)  # archive route: no cluster venv
 
 
 @pytest.mark.parametrize("script", ["bootstrap.sh", "bootstrap-node.sh"])
 def test_bootstrap_script_is_valid_bash(script):
     import subprocess
-    r = subprocess.run(["bash", "-n", os.path.join(ROOT, "conf", "emr", script)],
-                       capture_output=True, text=True)
+
+    r = subprocess.run(
+        ["bash", "-n", os.path.join(ROOT, "conf", "emr", script)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -144,8 +150,7 @@ def test_demo_encoder_parity(demo_submit_run):
     assert parity["train"]["rows"] > 100 and parity["test"]["rows"] > 50
     assert parity["candidate_labels"] == metrics["n_labels"]
     for m in ("cos_true", "cos_margin", "P@1", "R@5"):
-        assert parity["gap"][m] == pytest.approx(parity["train"][m] - parity["test"][m],
-                                                 abs=1e-5)
+        assert parity["gap"][m] == pytest.approx(parity["train"][m] - parity["test"][m], abs=1e-5)
         assert 0.0 <= parity["train"]["P@1"] <= 1.0
     # MiniLM places an instance nearer its own labels than labels at large, in both splits
     assert parity["train"]["cos_margin"] > 0 and parity["test"]["cos_margin"] > 0
@@ -159,6 +164,7 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
     from pina_spark.encoders import load_encoder
     from pina_spark.inference import ENCODER_JSON, VECTORIZER_DIR
     from pina_spark.parity import measure_run
+
     res = demo_submit_run["results"].get("evaluate") or {}
     if res.get("rc") != 0:
         pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
@@ -167,8 +173,9 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
     spec = json.load(open(os.path.join(out, "models", VECTORIZER_DIR, ENCODER_JSON)))
     enc = load_encoder({"kind": "minilm", "path": None, "max_length": spec["max_length"]})
     again = measure_run(spark, io.RunPaths(out), ran["sample"]["max_per_split"], encoder=enc)
-    assert again["vectors"] == "encoder given" and again["candidate_labels"] == \
-        ran["candidate_labels"]
+    assert (
+        again["vectors"] == "encoder given" and again["candidate_labels"] == ran["candidate_labels"]
+    )
     for sp in ("train", "test"):
         assert again[sp]["rows"] == ran[sp]["rows"]
         for m, tol in (("cos_true", 1e-4), ("cos_margin", 1e-4), ("P@1", 0.01), ("R@5", 0.01)):
@@ -182,19 +189,39 @@ def test_neighbors_only_change_skips_pretrain(demo_submit_run):
     Kept last in this file: it changes the shared demo run."""
     import subprocess
     import sys
+
     if demo_submit_run["error"]:
         pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
     paths = io.RunPaths(demo_submit_run["output"])
     before = json.load(open(paths.manifest))["stages"]
-    r = subprocess.run([sys.executable, "-m", "pina_spark.cli", "run", "--config",
-                        demo_submit_run["config"], "--set", "neighbors.k=3",
-                        "--set", "spark.master=local[2]"],
-                       capture_output=True, text=True, timeout=1500)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pina_spark.cli",
+            "run",
+            "--config",
+            demo_submit_run["config"],
+            "--set",
+            "neighbors.k=3",
+            "--set",
+            "spark.master=local[2]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
-    report = json.loads(r.stdout[r.stdout.index("{"):])
+    report = json.loads(r.stdout[r.stdout.index("{") :])
     assert report["stages"] == {
-        "graph": "skipped", "pretrain": "skipped", "embed": "skipped", "neighbors": "ran",
-        "aggregate": "ran", "train": "ran", "evaluate": "ran"}
+        "graph": "skipped",
+        "pretrain": "skipped",
+        "embed": "skipped",
+        "neighbors": "ran",
+        "aggregate": "ran",
+        "train": "ran",
+        "evaluate": "ran",
+    }
     after = json.load(open(paths.manifest))["stages"]
     for stage in ("graph", "pretrain", "embed"):
         assert after[stage]["runs"] == before[stage]["runs"], stage

