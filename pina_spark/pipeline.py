@@ -162,9 +162,18 @@ def make_context(spark, cfg: PinaConfig) -> StageContext:
     )
 
 
-def open_run(spark, root: str) -> StageContext:
+def open_run(spark, root: str, allow_uncommitted: bool = False) -> StageContext:
     """A context over an existing run root (``<output>`` or ``<output>/run_date=D``), with the
     config recorded in its manifest: for notebooks and ad-hoc inspection.
+
+    Like a stage, it refuses a root where a step's tables were published by a run of that step
+    that never committed (they may not belong together); ``allow_uncommitted=True`` opens it
+    anyway, for looking into what a crashed run left.
+
+    Raises
+    ------
+    pina_spark.io.UncommittedError
+        Names the steps and their uncommitted tables.
 
     Examples
     --------
@@ -184,9 +193,18 @@ def open_run(spark, root: str) -> StageContext:
     models_root = (
         io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
     )
-    return StageContext(
+    ctx = StageContext(
         spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
     )
+    bad = {} if allow_uncommitted else _uncommitted(ctx, _stage_outputs())
+    if bad:
+        what = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
+        raise io.UncommittedError(
+            f"{root} holds tables published by a run that did not commit ({what}): they may "
+            f"not belong together. Rerun {', '.join(bad)}, or pass allow_uncommitted=True to "
+            f"look at them anyway"
+        )
+    return ctx
 
 
 # --------------------------------------------------------------------------- the runner
@@ -275,6 +293,17 @@ def _stage_outputs() -> Dict[str, Tuple[str, ...]]:
     return out
 
 
+def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[str, List[str]]:
+    """``{step: [tables]}`` of ``owners`` whose published version no commit lists, counting a
+    never-listed table only for a step the manifest shows unfinished (io.uncommitted_tables)."""
+    unfinished = set()
+    for st in owners:
+        e = ctx.manifest.stage(st)
+        if e and e.get("status") in ("running", "failed"):
+            unfinished.add(st)
+    return io.uncommitted_tables(ctx.paths, owners, unfinished)
+
+
 def require_upstream_committed(ctx: StageContext, name: str) -> None:
     """Refuse to run ``name`` on outputs of an earlier step (in :data:`STAGES` order) that were
     published by a run of that step which never committed (e.g. a driver killed after ``nodes``
@@ -292,12 +321,7 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
         for st, rels in owners.items()
         if st != name and order.index(st) < order.index(name)
     }
-    unfinished = set()
-    for st in upstream:
-        e = ctx.manifest.stage(st)
-        if e and e.get("status") in ("running", "failed"):
-            unfinished.add(st)
-    bad = io.uncommitted_tables(ctx.paths, upstream, unfinished)
+    bad = _uncommitted(ctx, upstream)
     if bad:
         what = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
         raise io.UncommittedError(

@@ -463,7 +463,8 @@ def _sha256(path: str) -> str:
 def local_model_dir(uri: str, version: str = "") -> str:
     """Executor side: a local folder holding the model folder ``uri``.
 
-    Local paths are returned as they are (after checking they exist); remote folders are copied
+    Local paths are returned as they are, after checking they exist and, once per process and
+    version, that their files match the checksums pretrain wrote; remote folders are copied
     once per worker process (and reused across processes of one machine via an atomic rename)
     with :func:`pina_spark.io.copy_dir` into the private cache (:func:`_cache_root`), keyed by
     ``uri`` and ``version``, and checked against the checksums pretrain wrote
@@ -478,6 +479,10 @@ def local_model_dir(uri: str, version: str = "") -> str:
         p = io.local_path(uri)
         if not os.path.isdir(p):
             raise ModelLoadError(f"model artifact missing: {uri} (no such folder)")
+        with _LOCAL_LOCK:
+            if (uri, version) not in _LOCAL_DIRS:
+                verify_checksums(p, uri)  # once per process and version, as for copies
+                _LOCAL_DIRS[(uri, version)] = p
         return p
     with _LOCAL_LOCK:
         if (uri, version) in _LOCAL_DIRS:

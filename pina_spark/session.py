@@ -19,6 +19,8 @@ import re
 import sys
 from typing import Callable, Dict, Optional, Tuple
 
+from .redact import SECRET_KEY_RE
+
 log = logging.getLogger(__name__)
 
 #: conf every pina-spark session gets unless the config overrides it
@@ -30,6 +32,10 @@ DEFAULT_CONF: Dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.ui.showConsoleProgress": "false",
+    # Spark's own redaction (UI environment page, event logs, YARN and JVM logs of the conf)
+    # with the same key rule as the manifest and model card (pina_spark.redact); Spark's default
+    # misses credential, private key and api key
+    "spark.redaction.regex": "(?i)" + SECRET_KEY_RE.pattern,
 }
 
 

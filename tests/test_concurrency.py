@@ -466,6 +466,10 @@ def test_crash_after_nodes_is_published_makes_embed_refuse(spark, tmp_path, monk
     ):
         pipeline.run_pipeline(spark, cfg, ["embed"])
     assert Manifest(paths.manifest).stage("embed") is None  # refused before starting
+    # a notebook's reader refuses the mix too, unless asked to look at it anyway
+    with pytest.raises(io.UncommittedError, match=r"graph: nodes.*allow_uncommitted"):
+        pipeline.open_run(spark, cfg.output)
+    assert pipeline.open_run(spark, cfg.output, allow_uncommitted=True).paths.root
 
 
 # --------------------------------------------------------------------------- models

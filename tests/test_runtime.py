@@ -168,6 +168,19 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
         runtime.local_model_dir("s3://bucket/x/models/g", "v1")
 
 
+def test_local_model_dir_verifies_checksums_once_per_version(tmp_path):
+    d = tmp_path / "models" / "g"
+    d.mkdir(parents=True)
+    (d / "w.bin").write_bytes(b"weights")
+    runtime.write_checksums(str(d))
+    uri = str(d)
+    assert runtime.local_model_dir(uri, "v1") == uri
+    (d / "w.bin").write_bytes(b"planted")
+    assert runtime.local_model_dir(uri, "v1") == uri  # verified once for this version
+    with pytest.raises(runtime.ModelLoadError, match="w.bin does not match its checksum"):
+        runtime.local_model_dir(uri, "v2")
+
+
 def test_check_artifacts_names_the_broken_file(tmp_path):
     import numpy as np
 

@@ -114,3 +114,28 @@ def test_running_session_keeps_its_conf(spark):
     finally:
         spark.conf.unset("spark.pina.test.notebook")
         spark.conf.unset("spark.pina.test.fill")
+
+
+def test_spark_redacts_the_same_secret_keys_as_the_manifest(spark):
+    """Spark's own redaction (UI, event logs, YARN/JVM logs of the conf) uses pina-spark's rule,
+    which also covers keys Spark's default regex misses."""
+    import re
+
+    from pina_spark.redact import is_secret_key
+
+    rx = spark.conf.get("spark.redaction.regex")
+    for key in (
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.azure.account.oauth2.client.credential",
+        "spark.my.api_key",
+        "spark.hadoop.fs.s3a.access.key",
+    ):
+        assert re.search(rx, key) and is_secret_key(key), key
+    assert not re.search(rx, "spark.sql.shuffle.partitions")
+    redacted = spark.sparkContext._jvm.org.apache.spark.util.Utils.redact(
+        spark.sparkContext._jsc.sc().conf(),
+        spark.sparkContext._jvm.PythonUtils.toSeq(
+            [spark.sparkContext._jvm.scala.Tuple2("spark.my.api_key", "XYZ")]
+        ),
+    )
+    assert "XYZ" not in str(redacted)
