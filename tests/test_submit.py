@@ -183,6 +183,20 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
             assert again[sp][m] == pytest.approx(ran[sp][m], abs=tol), (sp, m)
 
 
+def test_demo_outputs_match_the_golden_digest(demo_submit_run):
+    """Every published table of the demo and its metrics are those of the committed digest
+    (tests/golden/demo_digest.json): a restructuring must not change any output. Regenerate the
+    digest only for a change meant to change outputs (tests/golden.py says how)."""
+    from golden import compare_digests, run_digest
+
+    if demo_submit_run["error"]:
+        pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
+    with open(os.path.join(ROOT, "tests", "golden", "demo_digest.json")) as fh:
+        expected = json.load(fh)
+    diffs = compare_digests(expected, run_digest(demo_submit_run["output"]))
+    assert not diffs, "\n".join(diffs)
+
+
 def test_neighbors_only_change_skips_pretrain(demo_submit_run):
     """On the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate, train and
     evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts unchanged).

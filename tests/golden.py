@@ -1,0 +1,149 @@
+"""A content digest of a finished run: every published table and the evaluation metrics, in a
+form that two runs of the same code and data reproduce, so a restructuring can prove that it
+changed no output (tests/test_submit.py::test_demo_outputs_match_the_golden_digest).
+
+Per table (each folder holding ``_SUCCESS``; the stages' commit records name the same ones):
+its row count and schema; for every column without floating-point values, a hash of the sorted
+multiset of its values (exact); for every floating-point column (scalars or lists), the sum, the
+sum of absolute values and the sum of squares of its values, compared with a relative tolerance.
+Floating-point sums tolerate the last-bit differences of a reordered reduction or another CPU;
+anything derived discretely from them (neighbour ids, ranks, counts, metrics) must be identical.
+
+Regenerate the committed digest ONLY for a change that is meant to change outputs, and say so in
+the commit message::
+
+    pina-spark demo --output /tmp/demo
+    python tests/golden.py /tmp/demo/run > tests/golden/demo_digest.json
+
+>>> d = {"tables": {"t": {"rows": 1, "schema": "x: int64", "exact": {"x": "ab"}, "float": {}}},
+...      "metrics": {"pina": {"P@1": 0.5}}}
+>>> compare_digests(d, d)
+[]
+>>> e = {"tables": {}, "metrics": {"pina": {"P@1": 0.5}}}
+>>> compare_digests(d, e)
+['table t: missing from the run']
+"""
+
+import hashlib
+import json
+import math
+import os
+import sys
+from typing import Any, Dict, List
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+#: folders under a run root that hold no output tables (bookkeeping, models, scratch)
+NOT_TABLES = ("_staging", "_commits", "models", "_tmp", "_trash")
+REL_TOL = 1e-4
+ABS_TOL = 1e-6
+
+
+def _tables(run_dir: str) -> List[str]:
+    out = []
+    for root, dirs, files in os.walk(run_dir):
+        rel = os.path.relpath(root, run_dir)
+        if rel == ".":
+            continue
+        top = rel.split(os.sep)[0]
+        if top in NOT_TABLES or top.startswith(".") or "__old-" in rel:
+            dirs[:] = []
+            continue
+        if "_SUCCESS" in files and any(
+            f.endswith(".parquet") for _, _, fs in os.walk(root) for f in fs
+        ):
+            out.append(rel.replace(os.sep, "/"))
+            dirs[:] = []
+    return sorted(out)
+
+
+def _is_float(t: pa.DataType) -> bool:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_floating(t)
+
+
+def _flat_floats(col: pa.ChunkedArray):
+    arr = col.combine_chunks()
+    while isinstance(arr, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):
+        arr = arr.flatten()
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def table_digest(path: str) -> Dict[str, Any]:
+    """Row count, schema, exact hashes of the non-float columns and sums of the float ones."""
+    files = sorted(
+        os.path.join(base, f)
+        for base, _, fs in os.walk(path)
+        for f in fs
+        if f.endswith(".parquet") and not f.startswith((".", "_"))
+    )
+    tbl = ds.dataset(
+        files, format="parquet", partitioning="hive", partition_base_dir=path
+    ).to_table()
+    exact, floats = {}, {}
+    for name in sorted(tbl.column_names):
+        col = tbl.column(name)
+        if _is_float(col.type):
+            v = _flat_floats(col)
+            v = v[~np.isnan(v)]
+            floats[name] = [float(v.sum()), float(abs(v).sum()), float((v * v).sum())]
+        else:
+            vals = sorted(json.dumps(x, sort_keys=True, default=str) for x in col.to_pylist())
+            exact[name] = hashlib.sha256("\n".join(vals).encode()).hexdigest()[:16]
+    schema = ", ".join(f"{f.name}: {f.type}" for f in sorted(tbl.schema, key=lambda f: f.name))
+    return {"rows": tbl.num_rows, "schema": schema, "exact": exact, "float": floats}
+
+
+def run_digest(run_dir: str) -> Dict[str, Any]:
+    """The digest of a finished run folder (``<output>/run`` of the demo)."""
+    with open(os.path.join(run_dir, "eval", "metrics.json")) as fh:
+        metrics = json.load(fh)
+    scores = {
+        v: {k: m[k] for k in sorted(m) if k.startswith(("P@", "R@", "nDCG@", "PSP@"))}
+        for v, m in sorted(metrics.get("variants", metrics).items())
+        if isinstance(m, dict)
+    }
+    return {
+        "tables": {rel: table_digest(os.path.join(run_dir, rel)) for rel in _tables(run_dir)},
+        "metrics": scores,
+    }
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+
+
+def compare_digests(expected: Dict[str, Any], actual: Dict[str, Any]) -> List[str]:
+    """Every difference, one line each; empty when the outputs match."""
+    diffs = []
+    for rel in sorted(set(expected["tables"]) | set(actual["tables"])):
+        e, a = expected["tables"].get(rel), actual["tables"].get(rel)
+        if a is None:
+            diffs.append(f"table {rel}: missing from the run")
+            continue
+        if e is None:
+            diffs.append(f"table {rel}: not in the golden digest")
+            continue
+        for key in ("rows", "schema"):
+            if e[key] != a[key]:
+                diffs.append(f"table {rel}: {key} {e[key]!r} != {a[key]!r}")
+        for col in sorted(set(e["exact"]) | set(a["exact"])):
+            if e["exact"].get(col) != a["exact"].get(col):
+                diffs.append(f"table {rel}: column {col} differs")
+        for col in sorted(set(e["float"]) | set(a["float"])):
+            ev, av = e["float"].get(col), a["float"].get(col)
+            if ev is None or av is None or not all(map(_close, ev, av)):
+                diffs.append(f"table {rel}: float column {col} sums {ev} != {av}")
+    for variant in sorted(set(expected["metrics"]) | set(actual["metrics"])):
+        em, am = expected["metrics"].get(variant, {}), actual["metrics"].get(variant, {})
+        if em != am:
+            diffs.append(f"metrics {variant}: {em} != {am}")
+    return diffs
+
+
+if __name__ == "__main__":
+    json.dump(run_digest(sys.argv[1]), sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
