@@ -109,7 +109,9 @@ STAGES: Dict[str, StageSpec] = {
             ("neighbors", "inference"),
             (io.NEIGHBORS,),
         ),
-        StageSpec("aggregate", "pina_spark.aggregate:run_stage", ("aggregate",), (io.FEATURES,)),
+        StageSpec(
+            "aggregate", "pina_spark.aggregate.stage:run_stage", ("aggregate",), (io.FEATURES,)
+        ),
         StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
         StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),
     ]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import aggregate, embstore, io
+from pina_spark import aggregate, embstore, io, variants
 from pina_spark.config import config_from_dict
 from pina_spark.pipeline import make_context
 
@@ -112,7 +112,7 @@ class Case:
             return sp.diags(inv) @ X
 
         V0 = rownorm(E[:n])
-        out = {aggregate.VARIANT_VECTORIZER_ONLY: V0.tocsr()}
+        out = {variants.VECTORIZER_ONLY: V0.tocsr()}
         for v, rows in self.nbrs.items():
             r, c, w = [], [], []
             for i, (nb, wt) in rows.items():
@@ -196,7 +196,7 @@ def _check_against_reference(case, feats, a, stats):
         assert t.num_rows == n, (v, t.num_rows)
         assert t.column(io.INSTANCE_ID).to_pylist() == sorted(case.inst_ids)
         order = np.argsort(np.asarray(case.inst_ids))
-        vo = v == aggregate.VARIANT_VECTORIZER_ONLY
+        vo = v == variants.VECTORIZER_ONLY
         X = _as_matrix(t, D if vo else 2 * D, S if vo else 2 * S)
         assert np.all(np.isfinite(X.data))
         diff = abs(X - R[order]).max() if X.nnz or R.nnz else 0.0
@@ -590,7 +590,7 @@ def test_choose_strategy_and_estimate():
     assert aggregate.choose_strategy("shuffle", 1, 512)[0] == "shuffle"
     with pytest.raises(ValueError, match="broadcast_max_mb"):
         aggregate.choose_strategy("broadcast", 600, 512)
-    mb = aggregate.estimate_embeddings_mb(
+    mb = embstore.estimate_mb(
         {"rows": 2**20, "dense_values": 2**20 * 384, "sparse_values": 2**20 * 20}
     )
     assert mb == pytest.approx(384 * 4 + 160 + 12)
