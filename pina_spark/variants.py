@@ -11,18 +11,32 @@ Examples
 ('baseline', 'vectorizer_only', 'pina_naive', 'pina')
 >>> [v for v in ALL if v not in FEATURES]
 ['baseline']
+>>> from typing import get_args
+>>> get_args(Name) == ALL
+True
 """
 
-__all__ = ["BASELINE", "VECTORIZER_ONLY", "PINA_NAIVE", "PINA", "GRAPH", "FEATURES", "ALL"]
+from typing import Final, Literal
+
+__all__ = [
+    "BASELINE",
+    "VECTORIZER_ONLY",
+    "PINA_NAIVE",
+    "PINA",
+    "GRAPH",
+    "FEATURES",
+    "ALL",
+    "Name",
+]
 
 #: tf-idf of the instance text alone (no ``features`` row; the train stage builds it)
-BASELINE = "baseline"
+BASELINE: Final = "baseline"
 #: ``V0``: the instance's own Phi_pre, no neighbours
-VECTORIZER_ONLY = "vectorizer_only"
+VECTORIZER_ONLY: Final = "vectorizer_only"
 #: neighbours from ``g`` trained on the naive block of the graph
-PINA_NAIVE = "pina_naive"
+PINA_NAIVE: Final = "pina_naive"
 #: neighbours from ``g`` trained on PINA's edges
-PINA = "pina"
+PINA: Final = "pina"
 
 #: variants with a trained ``g`` (the ``variant`` values of ``pretrain_edges`` and ``neighbors``)
 GRAPH = (PINA, PINA_NAIVE)
@@ -30,3 +44,6 @@ GRAPH = (PINA, PINA_NAIVE)
 FEATURES = (VECTORIZER_ONLY, PINA_NAIVE, PINA)
 #: every variant the train stage can train, in report order
 ALL = (BASELINE,) + FEATURES
+
+#: the type of a variant name in config dataclasses (the names of :data:`ALL`)
+Name = Literal["baseline", "vectorizer_only", "pina_naive", "pina"]
