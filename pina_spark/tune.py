@@ -50,6 +50,7 @@ from . import io
 from . import variants as V
 from .config import ConfigError, PinaConfig, config_from_dict
 from .folds import is_validation
+from .stages import STAGES, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,6 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     """
     from pyspark.sql import functions as F
 
-    from . import pipeline
     from .manifest import Manifest
 
     if spark is None:
@@ -327,7 +327,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     for point, pcfg in zip(points, cfgs):
         pid = point_id(point)
         t0 = time.time()
-        ctx = pipeline.StageContext(
+        ctx = StageContext(
             spark=spark, cfg=pcfg, paths=work, manifest=manifest, models_root=models_root
         )
         nb_fp = pcfg.fingerprint("neighbors", "inference")
@@ -423,9 +423,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
 
 def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
     """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
-    from . import pipeline
-
-    spec = pipeline.STAGES[name]
+    spec = STAGES[name]
     ctx.manifest.mark_started(name, pid)
     t0 = time.time()
     try:
