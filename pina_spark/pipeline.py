@@ -1,8 +1,10 @@
 """Stage order, resume/skip, run dates, reuse of an earlier run's models, incremental runs,
 progress logging and manifest writes.
 
-Stage modules never import each other: each exposes ``run_stage(ctx) -> dict`` (statistics) and
-reads/writes published tables through :mod:`pina_spark.io`; this module wires them in order.
+Stage modules never import each other (the train stage reads ``features`` through
+:func:`pina_spark.aggregate.features_to_csr`, the table's owner): each exposes
+``run_stage(ctx) -> dict`` (statistics) and reads/writes published tables through
+:mod:`pina_spark.io`; this module runs them in the order of :data:`pina_spark.stages.STAGES`.
 
 Resume
     A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
