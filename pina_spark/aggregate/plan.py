@@ -45,7 +45,7 @@ WRITER_KEY = "aggregate.writer"
 ROWS_PER_PARTITION = 100_000
 
 
-@dc.dataclass(frozen=True)
+@dc.dataclass(frozen=True, eq=False)
 class AggregateInputs:
     """The published input tables of the stage (driver side).
 
