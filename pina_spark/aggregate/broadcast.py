@@ -20,7 +20,7 @@ from .plan import AggregateInputs, AggregatePlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BroadcastPath", "FilesSource", "SparkSource"]
+__all__ = ["BroadcastPath", "BroadcastTask", "FilesSource", "SparkSource"]
 
 
 @dc.dataclass(frozen=True)
@@ -57,6 +57,19 @@ class SparkSource:
         self.broadcast.unpersist()
 
 
+@dc.dataclass(frozen=True)
+class BroadcastTask:
+    """What the ``broadcast`` reduction of one variant needs on the executors.
+
+    Attributes:
+        source: where the embeddings come from (:class:`FilesSource` or :class:`SparkSource`).
+        reduce: the reduction (:class:`~pina_spark.aggregate.kernels.ReduceTask`).
+    """
+
+    source: Any
+    reduce: ReduceTask
+
+
 class BroadcastPath:
     """Driver side: the ``broadcast`` strategy of a plan. :meth:`rows` gives the instance rows
     of a variant (``instance_index, instance_id, split, neighbor, score``), :meth:`reducer`
@@ -90,7 +103,7 @@ class BroadcastPath:
         return rows.sortWithinPartitions(io.INSTANCE_INDEX)
 
     def reducer(self, task: ReduceTask):
-        return make_reducer(self.source, task)
+        return make_reducer(BroadcastTask(self.source, task))
 
     def release(self) -> None:
         self.source.release()
@@ -157,7 +170,7 @@ def broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dict
     }
 
 
-def make_reducer(source, task: ReduceTask):
+def make_reducer(btask: BroadcastTask):
     """Driver side: the executor function of the ``broadcast`` strategy.
 
     The returned ``reduce(batches)`` runs on the executors (mapInArrow over the instance rows
@@ -167,12 +180,13 @@ def make_reducer(source, task: ReduceTask):
 
     def reduce(batches: Iterator) -> Iterator:
         """Executor side (mapInArrow)."""
+        task = btask.reduce
         faults.maybe_fail(task.fault_plan)
         import numpy as np
         import pyarrow as pa
         import scipy.sparse as sp
 
-        E = source.open()
+        E = btask.source.open()
         dense_e, lookup, ids = E["dense"], E["lookup"], E["ids"]
         S = int(E["sparse_dim"])
         esp = E.get("_csr")
