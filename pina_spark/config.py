@@ -25,6 +25,8 @@ try:  # Python >= 3.8
 except ImportError:  # pragma: no cover
     raise
 
+from . import variants as V
+
 __all__ = [
     "ConfigError",
     "PinaConfig",
@@ -406,19 +408,13 @@ class TrainConfig(_Params):
         topk: labels kept per test instance in ``<output>/predictions``.
     """
 
-    variants: List[str] = dc.field(
-        default_factory=lambda: ["baseline", "vectorizer_only", "pina_naive", "pina"]
-    )
+    variants: List[str] = dc.field(default_factory=lambda: list(V.ALL))
     model: Literal["xlinear", "xtransformer"] = "xlinear"
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     topk: int = 10
 
     def __post_init__(self):
-        bad = [
-            v
-            for v in self.variants
-            if v not in ("baseline", "vectorizer_only", "pina_naive", "pina")
-        ]
+        bad = [v for v in self.variants if v not in V.ALL]
         if bad:
             raise ConfigError(f"train.variants: unknown variant(s) {bad}")
 
@@ -444,7 +440,7 @@ class EvaluateConfig(_Params):
     report_examples: int = 5
     parity_max_per_split: int = 5000
     promote: bool = False
-    gate_variant: Literal["baseline", "vectorizer_only", "pina_naive", "pina"] = "pina"
+    gate_variant: V.Name = V.PINA
     gate_metric: str = "P@1"
     gate_tolerance: float = 0.0
 

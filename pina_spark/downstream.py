@@ -26,19 +26,8 @@ Outputs
 * ``<root>/predictions/_train_stats.json``: ``{"variants": {v: {"train_s": .., "predict_s": ..,
   ...}}, "skipped": {v: reason}}`` (read by the evaluate stage).
 
-Driver-side only: the feature matrices come from ``aggregate.export_csr`` (Arrow batches per
-partition, no per-row py4j; an Arrow ``toPandas`` fallback when it is unavailable) and PECOS runs
-on the driver (XR-Linear trains in seconds to minutes on ~25k x ~8k).
-
-Examples
---------
->>> import numpy as np, pandas as pd
->>> f32 = np.float32
->>> pdf = pd.DataFrame({"dense": [np.array([0.6, 0.8], f32), np.zeros(2, f32)],
-...                     "sparse_indices": [np.array([3, 1], np.int32), np.array([], np.int32)],
-...                     "sparse_values": [np.array([1., 2.], f32), np.array([], f32)]})
->>> features_to_csr(pdf, sparse_dim=4).toarray().tolist()
-[[0.6000000238418579, 0.800000011920929, 0.0, 2.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]
+Driver-side only: the feature matrices come from :func:`pina_spark.aggregate.features_to_csr`
+(Arrow batches per partition, no per-row py4j) and PECOS runs on the driver.
 """
 
 import json
@@ -46,80 +35,31 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from . import io
+from . import variants as V
+from .aggregate import features_to_csr
+from .aggregate.layout import variant_dir
 from .config import ConfigError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "run_stage",
-    "features_to_csr",
     "label_matrix",
     "train_xlinear",
     "topk_from_csr",
     "TRAIN_STATS_FILE",
-    "FEATURE_VARIANTS",
 ]
 
 TRAIN_STATS_FILE = "_train_stats.json"  # same name as evaluate.TRAIN_STATS_FILE
-FEATURE_VARIANTS = ("vectorizer_only", "pina_naive", "pina")
 DOWNSTREAM_DIR = "downstream"
 
 
 # --------------------------------------------------------------------------- pure helpers
-def features_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[int] = None):
-    """Rows of a ``features`` frame (pandas: ``dense``, ``sparse_indices``, ``sparse_values``)
-    -> float32 CSR ``[dense | sparse]`` with sorted indices and no explicit zeros.
-
-    Parameters
-    ----------
-    pdf : pandas.DataFrame with the three array columns (``None`` entries count as empty).
-    dense_dim : width of the dense block (default: the longest ``dense`` array).
-    sparse_dim : width of the sparse block (default: max index + 1). Use the same value for the
-        train and the test matrix.
-    """
-    import scipy.sparse as sp
-
-    n = len(pdf)
-    dense_col = [
-        np.asarray(d if d is not None else [], dtype=np.float32) for d in pdf[io.DENSE].tolist()
-    ]
-    D = dense_dim if dense_dim is not None else max((len(d) for d in dense_col), default=0)
-    dense = np.zeros((n, D), dtype=np.float32)
-    for i, d in enumerate(dense_col):
-        if len(d):
-            if len(d) != D:
-                raise ValueError(f"features row {i}: dense has {len(d)} values, expected {D}")
-            dense[i] = d
-    idx = [
-        np.asarray(a if a is not None else [], dtype=np.int64)
-        for a in pdf[io.SPARSE_INDICES].tolist()
-    ]
-    val = [
-        np.asarray(a if a is not None else [], dtype=np.float32)
-        for a in pdf[io.SPARSE_VALUES].tolist()
-    ]
-    lens = np.array([len(a) for a in idx], dtype=np.int64)
-    if np.any(lens != np.array([len(v) for v in val], dtype=np.int64)):
-        raise ValueError("features: sparse_indices and sparse_values differ in length")
-    indptr = np.concatenate([[0], np.cumsum(lens)])
-    indices = np.concatenate(idx) if n and lens.sum() else np.zeros(0, dtype=np.int64)
-    data = np.concatenate(val) if n and lens.sum() else np.zeros(0, dtype=np.float32)
-    S = sparse_dim if sparse_dim is not None else (int(indices.max()) + 1 if len(indices) else 0)
-    if len(indices) and (indices.min() < 0 or indices.max() >= S):
-        raise ValueError(f"features: sparse index out of range [0, {S})")
-    sparse = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n, S))
-    sparse.sum_duplicates()
-    X = sp.hstack([sp.csr_matrix(dense), sparse], format="csr", dtype=np.float32)
-    X.eliminate_zeros()
-    X.sort_indices()
-    return X
-
-
 def label_matrix(rows: Sequence[int], cols: Sequence[int], n_rows: int, n_cols: int):
     """Binary float32 CSR label matrix from (row, col) pairs (duplicates collapse to 1).
 
@@ -272,33 +212,13 @@ def topk_from_csr(P, k: int) -> Tuple[List[np.ndarray], List[np.ndarray]]:
 
 
 # --------------------------------------------------------------------------- feature loading
-def _features_csr_arrow(spark, feat_uri: str, variant: str):
-    """Read one variant of ``features`` (every split) through Arrow and build one CSR on the
-    driver. Fallback of :func:`_load_features` when ``aggregate.export_csr`` is unavailable.
+def _load_features(spark, feat_uri: str, variant: str):
+    """``(instance_ids, csr)`` of every row of one ``features`` variant: each split through
+    :func:`pina_spark.aggregate.features_to_csr`, stacked.
 
-    Returns ``(instance_ids sorted, csr)``.
+    Splits are read as stored: which rows are train and which are test is decided by ``nodes``
+    (so a tuning run can re-split without rewriting features).
     """
-    from pyspark.sql import functions as F
-
-    pdf = (
-        spark.read.parquet(feat_uri)
-        .where(F.col(io.VARIANT) == variant)
-        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
-        .toPandas()
-    )
-    pdf = pdf.sort_values(io.INSTANCE_ID, kind="mergesort").drop_duplicates(io.INSTANCE_ID)
-    return pdf[io.INSTANCE_ID].tolist(), features_to_csr(pdf)
-
-
-def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
-    """One variant of ``features`` (every split) via ``aggregate.export_csr`` (PECOS ``.npz`` +
-    ``.ids.txt`` per split, in a temporary folder), stacked into one CSR.
-
-    Returns ``(instance_ids, csr)``. Splits are read as stored: which rows are train and which
-    are test is decided by ``nodes`` (so a tuning run can re-split without rewriting features).
-    """
-    import shutil
-
     import scipy.sparse as sp
     from pyspark.sql import functions as F
 
@@ -311,24 +231,16 @@ def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
         .collect()
         if r[0] is not None
     )
-    tmp = tempfile.mkdtemp(prefix="pina-csr-")
-    try:
-        ids: List[str] = []
-        mats = []
-        dense_w = set()
-        for split in splits:
-            out = os.path.join(tmp, f"X.{split}.npz")
-            info = export_csr(spark, feat_uri, variant, split, out)
-            if int(info["rows"]) == 0:
-                continue
-            mats.append(sp.load_npz(out).tocsr())
-            dense_w.add(int(info.get("dense_width", -1)))
-            with open(info.get("ids_path", out[:-4] + ".ids.txt"), encoding="utf-8") as fh:
-                ids.extend(line.rstrip("\n") for line in fh if line.strip())
-            if len(ids) != sum(m.shape[0] for m in mats):
-                raise ValueError(f"export_csr {variant}/{split}: ids and rows differ")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ids: List[str] = []
+    mats = []
+    dense_w = set()
+    for split in splits:
+        m = features_to_csr(spark, feat_uri, variant, split)
+        if m.X.shape[0] == 0:
+            continue
+        mats.append(m.X)
+        dense_w.add(m.dense_width)
+        ids.extend(m.ids)
     if not mats:
         return [], sp.csr_matrix((0, 0), dtype=np.float32)
     if len(dense_w) > 1:
@@ -342,20 +254,6 @@ def _features_csr_export(spark, feat_uri: str, variant: str, export_csr):
     X = sp.vstack(mats, format="csr").astype(np.float32)
     X.sort_indices()
     return ids, X
-
-
-def _load_features(spark, feat_uri: str, variant: str):
-    """``(instance_ids, csr)`` of every row of one ``features`` variant: through
-    ``pina_spark.aggregate.export_csr`` when it exists (the published exporter), else through
-    :func:`_features_csr_arrow`."""
-    try:
-        import importlib
-
-        export_csr = getattr(importlib.import_module("pina_spark.aggregate"), "export_csr")
-    except (ImportError, AttributeError):
-        log.info("aggregate.export_csr unavailable: reading features via Arrow")
-        return _features_csr_arrow(spark, feat_uri, variant)
-    return _features_csr_export(spark, feat_uri, variant, export_csr)
 
 
 def _align(ids: List[str], X, wanted: List[str]):
@@ -460,11 +358,11 @@ def run_stage(ctx) -> Dict[str, Any]:
     pred_frames = []
     for variant in tcfg.variants:
         t0 = time.time()
-        if variant == "baseline":
+        if variant == V.BASELINE:
             X_tr, X_te, vec = _baseline_matrices(cfg, train, test, has_lab)
             no_feat_rows: List[int] = []
         else:
-            if not feat_ok or not io.path_exists(spark, f"{feat_uri}/{io.VARIANT}={variant}"):
+            if not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant)):
                 reason = f"no features for variant {variant} in {feat_uri}"
                 log.warning("train: skipping variant %s: %s", variant, reason)
                 stats["skipped"][variant] = reason

@@ -289,9 +289,9 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Executor side: the embeddings of ``spec`` as memory-mapped arrays: ``dense`` (rows x D
     float32), the tf-idf part as CSR (``sp_ptr``, ``sp_idx``, ``sp_val``), ``lookup``
     (node_index -> row, -1 = none), ``ids`` (node_index -> node_id, Arrow), ``dense_dim``,
-    ``sparse_dim`` (the keys of ``aggregate._broadcast_payload``), and per node index the node
-    facts of :func:`node_facts` (``kind``, ``twin``, ``fold_unit``) that the neighbours stage
-    draws its rows from.
+    ``sparse_dim`` (the keys of ``aggregate.broadcast.broadcast_payload``), and per node index
+    the node facts of :func:`node_facts` (``kind``, ``twin``, ``fold_unit``) that the
+    neighbours stage draws its rows from.
 
     The first Python worker of a machine reads the Parquet tables (``spec["embeddings"]``,
     ``spec["nodes"]``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into

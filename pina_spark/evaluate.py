@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import io
+from . import variants as V
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ REPORTED_KS = (1, 3, 5, 10)
 TTEST_KS = (1, 3, 5)
 #: JSON the train stage writes inside the predictions table: {"variants": {v: {"train_s": ..}}}
 TRAIN_STATS_FILE = "_train_stats.json"
-VARIANT_ORDER = ("baseline", "vectorizer_only", "pina_naive", "pina")
+VARIANT_ORDER = V.ALL
 
 
 #: per-instance P@k of every variant on the scored test instances (``pina-spark compare``
@@ -271,7 +272,7 @@ def metrics_table_markdown(metrics: Dict[str, Any], ks: Sequence[int] = REPORTED
     | pina | 60.00 | 30.00 | 2.0 | +20.00% | 0.010 |
     """
     variants = _ordered(metrics["variants"])
-    base = metrics["variants"].get("baseline")
+    base = metrics["variants"].get(V.BASELINE)
     cols = [f"P@{k}" for k in ks] + [f"R@{k}" for k in ks]
     header = (
         "| variant | " + " | ".join(cols) + " | train_s | gain P@1 vs baseline | "
@@ -283,7 +284,7 @@ def metrics_table_markdown(metrics: Dict[str, Any], ks: Sequence[int] = REPORTED
         vals = [_pct(m.get(c)) for c in cols]
         ts = m.get("train_s")
         gain, pv = "", ""
-        if v != "baseline" and base is not None:
+        if v != V.BASELINE and base is not None:
             b1, v1 = base.get("P@1"), m.get("P@1")
             if b1:
                 gain = f"{100.0 * (v1 - b1) / b1:+.2f}%"
@@ -417,19 +418,19 @@ def run_stage(ctx) -> Dict[str, Any]:
         out_variants[v] = m
         per_inst[v] = {k: P[k][mask] for k in TTEST_KS}
     significance: Dict[str, Dict[str, Optional[float]]] = {}
-    if "baseline" in per_inst:
+    if V.BASELINE in per_inst:
         for v in variants:
-            if v == "baseline":
+            if v == V.BASELINE:
                 continue
             significance[f"{v}_vs_baseline"] = {
-                f"P@{k}": paired_ttest(per_inst[v][k], per_inst["baseline"][k])["p"]
+                f"P@{k}": paired_ttest(per_inst[v][k], per_inst[V.BASELINE][k])["p"]
                 for k in TTEST_KS
             }
     # does the neighbourhood add anything over the pretrained vectorizer alone / over g on B?
     for a, b in (
-        ("pina", "vectorizer_only"),
-        ("pina", "pina_naive"),
-        ("pina_naive", "vectorizer_only"),
+        (V.PINA, V.VECTORIZER_ONLY),
+        (V.PINA, V.PINA_NAIVE),
+        (V.PINA_NAIVE, V.VECTORIZER_ONLY),
     ):
         if a in per_inst and b in per_inst:
             significance[f"{a}_vs_{b}"] = {
@@ -564,7 +565,7 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
         try:
             rows = (
                 spark.read.parquet(feat_uri)
-                .where((F.col(io.VARIANT) == "pina") & F.col(io.INSTANCE_ID).isin(chosen))
+                .where((F.col(io.VARIANT) == V.PINA) & F.col(io.INSTANCE_ID).isin(chosen))
                 .select(io.INSTANCE_ID, io.NEIGHBOR_IDS, io.NEIGHBOR_WEIGHTS)
                 .collect()
             )

@@ -100,6 +100,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import faults, io, validate
+from . import variants as V
 from .manifest import StepTimer
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,8 @@ __all__ = [
     "index_instance_labels",
     "pretrain_edges",
     "basket_hash",
-    "VARIANT_PINA",
-    "VARIANT_NAIVE",
 ]
 
-VARIANT_PINA = "pina"
-VARIANT_NAIVE = "pina_naive"
 BLOCKS = ("B", "BT", "I_inst", "I_label", "A")
 HASH_SEP = "\x1f"
 
@@ -1041,8 +1038,8 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
             pina = parts[name] if pina is None else pina.unionByName(parts[name])
     if pina is None:  # B, or A with I_inst, is always there
         raise ValueError(f"pretrain_edges: no block for side_info={side_info!r}")
-    return pina.withColumn(io.VARIANT, F.lit(VARIANT_PINA)).unionByName(
-        blk_b.withColumn(io.VARIANT, F.lit(VARIANT_NAIVE))
+    return pina.withColumn(io.VARIANT, F.lit(V.PINA)).unionByName(
+        blk_b.withColumn(io.VARIANT, F.lit(V.PINA_NAIVE))
     )
 
 

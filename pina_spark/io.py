@@ -228,6 +228,15 @@ def delete_path(spark, uri: str) -> None:
         fs.delete(p, True)
 
 
+def list_dir(spark, uri: str) -> List[Tuple[str, bool]]:
+    """``(name, is_directory)`` of the entries of folder ``uri`` (Hadoop FS; ``[]`` when it
+    does not exist)."""
+    fs, p = _jfs(spark, uri)
+    if not fs.exists(p):
+        return []
+    return [(st.getPath().getName(), bool(st.isDirectory())) for st in fs.listStatus(p)]
+
+
 def is_complete(spark, uri: str) -> bool:
     """A published table: the folder exists and holds Spark's ``_SUCCESS`` marker."""
     return path_exists(spark, uri.rstrip("/") + "/_SUCCESS")

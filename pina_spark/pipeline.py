@@ -1,8 +1,10 @@
 """Stage order, resume/skip, run dates, reuse of an earlier run's models, incremental runs,
 progress logging and manifest writes.
 
-Stage modules never import each other: each exposes ``run_stage(ctx) -> dict`` (statistics) and
-reads/writes published tables through :mod:`pina_spark.io`; this module wires them in order.
+Stage modules never import each other (the train stage reads ``features`` through
+:func:`pina_spark.aggregate.features_to_csr`, the table's owner): each exposes
+``run_stage(ctx) -> dict`` (statistics) and reads/writes published tables through
+:mod:`pina_spark.io`; this module runs them in the order of :data:`pina_spark.stages.STAGES`.
 
 Resume
     A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
@@ -44,17 +46,17 @@ Examples
 """
 
 import dataclasses as dc
-import importlib
 import logging
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import io
-from .config import STAGE_NAMES, NeighborsConfig, PinaConfig
+from .config import STAGE_NAMES, PinaConfig
 from .manifest import Manifest
 from .progress import StageProgress
 from .promotion import resolve_models
+from .stages import STAGES, StageContext, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -64,81 +66,8 @@ SPLIT_NEW = "new"
 NODES_STEP = "nodes"
 
 
-#: the ``neighbors`` settings that decide how g is trained (so pretrain depends on them); the
-#: other ``neighbors`` settings (k, weighting, ...) only change prediction
-G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
-
-
-@dc.dataclass(frozen=True)
-class StageSpec:
-    """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
-    output depends on, and the run-relative outputs that must be complete for it to count as
-    done."""
-
-    name: str
-    target: str
-    sections: Tuple[str, ...]
-    outputs: Tuple[str, ...]
-
-    def load(self) -> Callable[["StageContext"], Dict[str, Any]]:
-        mod, fn = self.target.split(":")
-        return getattr(importlib.import_module(mod), fn)
-
-
-STAGES: Dict[str, StageSpec] = {
-    s.name: s
-    for s in [
-        StageSpec(
-            "graph",
-            "pina_spark.graph:run_stage",
-            ("input", "side_info", "task", "graph", "quality"),
-            (io.NODES, io.PRETRAIN_EDGES, io.INSTANCE_LABELS),
-        ),
-        StageSpec(
-            "pretrain",
-            "pina_spark.pretrain:run_stage",
-            ("pretrain",) + G_TRAINING_FIELDS,
-            (io.MODELS,),
-        ),
-        StageSpec(
-            "embed", "pina_spark.inference:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
-        ),
-        StageSpec(
-            "neighbors",
-            "pina_spark.inference:run_neighbors_stage",
-            ("neighbors", "inference"),
-            (io.NEIGHBORS,),
-        ),
-        StageSpec("aggregate", "pina_spark.aggregate:run_stage", ("aggregate",), (io.FEATURES,)),
-        StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
-        StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),
-    ]
-}
-assert tuple(STAGES) == STAGE_NAMES
-
 #: outputs that are folders of files, not Parquet tables (no row counts)
 NON_TABLE_OUTPUTS = (io.MODELS, io.EVAL)
-
-
-@dc.dataclass
-class StageContext:
-    """What a stage gets: the session, the config, the run's paths and the manifest.
-
-    ``models`` is where models are read from (this run's ``models/`` unless ``run.models`` names
-    an earlier run). ``selection``: in an incremental run, the URI of a table with the
-    ``node_index`` of the rows being recomputed (``None`` otherwise; stages may ignore it: the
-    pipeline already hands them a subset view of their input)."""
-
-    spark: Any
-    cfg: PinaConfig
-    paths: io.RunPaths
-    manifest: Manifest
-    models_root: str
-    selection: Optional[str] = None
-
-    @property
-    def models(self) -> str:
-        return self.models_root
 
 
 def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
@@ -602,13 +531,9 @@ def select_changed(current_nodes, previous_nodes):
 
 def list_run_dates(spark, output: str) -> List[str]:
     """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
-    if not io.path_exists(spark, output):
-        return []
-    fs, p = io._jfs(spark, output)
     out = []
-    for st in fs.listStatus(p):
-        name = st.getPath().getName()
-        if st.isDirectory() and name.startswith("run_date="):
+    for name, is_dir in io.list_dir(spark, output):
+        if is_dir and name.startswith("run_date="):
             out.append(name[len("run_date=") :])
     return sorted(out)
 
@@ -704,12 +629,8 @@ class OverlayPaths(io.RunPaths):
 def _copy_side_files(spark, src: str, dst: str) -> None:
     """Copy the small non-Parquet files a stage keeps inside its table folder (e.g. the features
     metadata JSON) from ``src`` to the republished ``dst``."""
-    if not io.path_exists(spark, src):
-        return
-    fs, p = io._jfs(spark, src)
-    for st in fs.listStatus(p):
-        name = st.getPath().getName()
-        if st.isDirectory() or name.startswith(
+    for name, is_dir in io.list_dir(spark, src):
+        if is_dir or name.startswith(
             ("part-", "_SUCCESS", ".", "_committed", "_started", io.VERSION_FILE)
         ):
             continue

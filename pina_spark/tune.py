@@ -47,8 +47,10 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import io
+from . import variants as V
 from .config import ConfigError, PinaConfig, config_from_dict
 from .folds import is_validation
+from .stages import STAGES, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ TUNE_DIR = "tune"
 PHASE1 = ("neighbors", "aggregate")
 PHASE2 = ("train", "evaluate")
 #: variants trained for each point (the others do not depend on the tuned stages)
-TUNED_VARIANTS = ("baseline", "pina_naive", "pina")
+TUNED_VARIANTS = (V.BASELINE, V.PINA_NAIVE, V.PINA)
 
 
 def parse_grid(
@@ -160,7 +162,7 @@ def point_config(cfg: PinaConfig, point: Dict[str, Any], work_root: str) -> Pina
         _set_key(data, k, v)
     data["output"] = work_root
     data["run"] = {"run_date": None, "models": None, "incremental": False, "force": False}
-    tv = [v for v in data["train"]["variants"] if v in TUNED_VARIANTS] or ["pina"]
+    tv = [v for v in data["train"]["variants"] if v in TUNED_VARIANTS] or [V.PINA]
     data["train"]["variants"] = tv
     data["evaluate"]["report_examples"] = 0
     data["tune"] = {}
@@ -255,7 +257,6 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     """
     from pyspark.sql import functions as F
 
-    from . import pipeline
     from .manifest import Manifest
 
     if spark is None:
@@ -326,7 +327,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     for point, pcfg in zip(points, cfgs):
         pid = point_id(point)
         t0 = time.time()
-        ctx = pipeline.StageContext(
+        ctx = StageContext(
             spark=spark, cfg=pcfg, paths=work, manifest=manifest, models_root=models_root
         )
         nb_fp = pcfg.fingerprint("neighbors", "inference")
@@ -371,7 +372,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
             "tune point %s %s: %s", pid, point, {v: round(x["P@1"], 4) for v, x in valid.items()}
         )
 
-    variant = "pina" if any("pina" in r["valid"] for r in rows) else next(iter(rows[0]["valid"]))
+    variant = V.PINA if any(V.PINA in r["valid"] for r in rows) else next(iter(rows[0]["valid"]))
     scored = [r for r in rows if r["valid"].get(variant, {}).get(metric) is not None]
     best = max(scored, key=lambda r: r["valid"][variant][metric])["id"] if scored else None
     oof = cfg.neighbors.train_mode == "out_of_fold"
@@ -396,7 +397,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         "variant": variant,
         "keys": list(points[0]),
         "variants_shown": [
-            v for v in ("pina", "pina_naive", "baseline") if any(v in r["valid"] for r in rows)
+            v for v in (V.PINA, V.PINA_NAIVE, V.BASELINE) if any(v in r["valid"] for r in rows)
         ],
         "validation_fraction": cfg.task.validation_fraction,
         "n_valid": len(valid_ids),
@@ -422,9 +423,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
 
 def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
     """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
-    from . import pipeline
-
-    spec = pipeline.STAGES[name]
+    spec = STAGES[name]
     ctx.manifest.mark_started(name, pid)
     t0 = time.time()
     try:

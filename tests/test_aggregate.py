@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import aggregate, embstore, io
+from pina_spark import aggregate, embstore, io, variants
 from pina_spark.config import config_from_dict
 from pina_spark.pipeline import make_context
 
@@ -112,7 +112,7 @@ class Case:
             return sp.diags(inv) @ X
 
         V0 = rownorm(E[:n])
-        out = {aggregate.VARIANT_VECTORIZER_ONLY: V0.tocsr()}
+        out = {variants.VECTORIZER_ONLY: V0.tocsr()}
         for v, rows in self.nbrs.items():
             r, c, w = [], [], []
             for i, (nb, wt) in rows.items():
@@ -196,7 +196,7 @@ def _check_against_reference(case, feats, a, stats):
         assert t.num_rows == n, (v, t.num_rows)
         assert t.column(io.INSTANCE_ID).to_pylist() == sorted(case.inst_ids)
         order = np.argsort(np.asarray(case.inst_ids))
-        vo = v == aggregate.VARIANT_VECTORIZER_ONLY
+        vo = v == variants.VECTORIZER_ONLY
         X = _as_matrix(t, D if vo else 2 * D, S if vo else 2 * S)
         assert np.all(np.isfinite(X.data))
         diff = abs(X - R[order]).max() if X.nnz or R.nnz else 0.0
@@ -550,6 +550,33 @@ def test_mapped_embeddings_refuse_the_driver():
         embstore.open_store({"key": "x"})
 
 
+@pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
+def test_selection_computes_only_the_selected_instances(spark, hub_case, tmp_path, strategy):
+    """An incremental run's selection (``ctx.selection``: node indices) gives exactly the
+    selected instances' rows of the full run, in every variant."""
+    import pyarrow.compute as pc
+
+    _, full = _run(spark, hub_case, tmp_path / "full", strategy, a=1.3)
+    root = str(tmp_path / "sel")
+    hub_case.write(root)
+    chosen = list(range(0, hub_case.n_inst, 7))
+    sel_uri = os.path.join(str(tmp_path), "selection")
+    _write(sel_uri, pa.table({io.NODE_INDEX: pa.array(chosen, pa.int64())}))
+    conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": 1.3}}
+    ctx = make_context(spark, config_from_dict(conf))
+    ctx.selection = sel_uri
+    stats = aggregate.run_stage(ctx)
+    assert stats["strategy"] == strategy
+    got = _read_features(root)
+    ids = sorted(hub_case.inst_ids[i] for i in chosen)
+    assert set(got) == set(full)
+    for v, t in got.items():
+        assert t.column(io.INSTANCE_ID).to_pylist() == ids, v
+        ref = full[v].filter(pc.is_in(full[v].column(io.INSTANCE_ID), pa.array(ids)))
+        for col in t.column_names:
+            assert t.column(col).equals(ref.column(col)), (v, col)
+
+
 def test_choose_broadcast_via():
     assert aggregate.choose_broadcast_via("auto", "/r/embeddings", "/r/nodes")[0] == "files"
     assert aggregate.choose_broadcast_via(None, "s3://b/r/e", "s3://b/r/n")[0] == "files"
@@ -590,7 +617,7 @@ def test_choose_strategy_and_estimate():
     assert aggregate.choose_strategy("shuffle", 1, 512)[0] == "shuffle"
     with pytest.raises(ValueError, match="broadcast_max_mb"):
         aggregate.choose_strategy("broadcast", 600, 512)
-    mb = aggregate.estimate_embeddings_mb(
+    mb = embstore.estimate_mb(
         {"rows": 2**20, "dense_values": 2**20 * 384, "sparse_values": 2**20 * 20}
     )
     assert mb == pytest.approx(384 * 4 + 160 + 12)

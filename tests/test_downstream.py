@@ -249,10 +249,10 @@ def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
     assert os.path.isdir(io.local_path(paths.table("models/downstream/pina/xtransformer")))
 
 
-def test_features_to_csr_shapes_and_sorted_indices():
+def test_frame_to_csr_shapes_and_sorted_indices():
     import pandas as pd
 
-    from pina_spark.downstream import features_to_csr
+    from pina_spark.aggregate import frame_to_csr
 
     pdf = pd.DataFrame(
         {
@@ -261,9 +261,9 @@ def test_features_to_csr_shapes_and_sorted_indices():
             io.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])],
         }
     )
-    X = features_to_csr(pdf, dense_dim=2, sparse_dim=6)
+    X = frame_to_csr(pdf, dense_dim=2, sparse_dim=6)
     assert X.shape == (2, 8) and X.has_sorted_indices
     assert X.toarray()[0].tolist() == [1, 0, 0, 0, 2, 0, 0, 4]  # duplicates summed
     assert X.toarray()[1].tolist() == [0, 0, 4, 0, 0, 0, 0, 0]
     with pytest.raises(ValueError, match="out of range"):
-        features_to_csr(pdf, dense_dim=2, sparse_dim=5)
+        frame_to_csr(pdf, dense_dim=2, sparse_dim=5)

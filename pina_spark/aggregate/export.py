@@ -1,0 +1,252 @@
+"""Reading ``features`` back as CSR matrices ``X = [dense | sparse]`` (dense block first,
+sparse column ``c`` at ``dense_width + c``): :func:`features_to_csr` is the one reader of the
+table on the driver (the train stage imports it), :func:`export_csr` writes its result as a
+PECOS/scipy ``.npz``, :func:`frame_to_csr` converts rows already in pandas.
+
+Examples
+--------
+>>> import numpy as np, pandas as pd
+>>> f32 = np.float32
+>>> pdf = pd.DataFrame({"dense": [np.array([0.6, 0.8], f32), np.zeros(2, f32)],
+...                     "sparse_indices": [np.array([3, 1], np.int32), np.array([], np.int32)],
+...                     "sparse_values": [np.array([1., 2.], f32), np.array([], f32)]})
+>>> frame_to_csr(pdf, sparse_dim=4).toarray().tolist()
+[[0.6000000238418579, 0.800000011920929, 0.0, 2.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]]
+"""
+
+import dataclasses as dc
+import logging
+import time
+from typing import Any, Dict, List, Optional
+
+from .. import embstore, io
+from . import layout
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FeatureMatrix", "features_to_csr", "export_csr", "frame_to_csr"]
+
+
+@dc.dataclass(frozen=True)
+class FeatureMatrix:
+    """One (variant, split) of ``features`` on the driver.
+
+    Attributes:
+        ids: ``instance_id`` of every row, ascending.
+        X: float32 CSR ``[dense | sparse]`` with sorted indices, no explicit zeros.
+        dense_width, sparse_width: widths of the two blocks (``X.shape[1]`` is their sum).
+    """
+
+    ids: List[str]
+    X: Any
+    dense_width: int
+    sparse_width: int
+
+
+def features_to_csr(
+    spark, features_uri_or_df, variant: str, split: str, sparse_width: Optional[int] = None
+) -> FeatureMatrix:
+    """One (variant, split) of ``features`` as a :class:`FeatureMatrix`. Driver side.
+
+    The rows are sorted by ``instance_id`` in Spark (range partitioning) and brought to the
+    driver one partition at a time (``toLocalIterator`` over Arrow IPC blobs made by the
+    executors), never with one big ``collect``.
+
+    Parameters
+    ----------
+    features_uri_or_df : str or DataFrame
+        The published ``features`` folder, or a DataFrame with its columns.
+    sparse_width : int, optional
+        Number of sparse columns (2*S, or S for ``vectorizer_only``). Default: from
+        :data:`~pina_spark.aggregate.layout.FEATURES_META` in the features folder, else max
+        index + 1 (warned).
+
+    Examples
+    --------
+    >>> m = features_to_csr(spark, "/run/features", "pina", "test")  # doctest: +SKIP
+    >>> m.X.shape == (len(m.ids), m.dense_width + m.sparse_width)     # doctest: +SKIP
+    True
+    """
+    import numpy as np
+    import pyarrow as pa
+    import scipy.sparse as sp
+    from pyspark.sql import functions as F
+
+    if isinstance(features_uri_or_df, str):
+        df = spark.read.parquet(features_uri_or_df)
+        if sparse_width is None:
+            sparse_width = layout.read_sparse_width(features_uri_or_df, variant)
+    else:
+        df = features_uri_or_df
+    for c in (io.VARIANT, io.SPLIT, io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES):
+        if c not in df.columns:
+            raise ValueError(f"export_csr: column {c!r} missing (found {df.columns})")
+    sel = (
+        df.where((F.col(io.VARIANT) == variant) & (F.col(io.SPLIT) == split))
+        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
+        .orderBy(io.INSTANCE_ID)
+    )
+    blobs = sel.mapInArrow(_ipc_blobs, "blob binary")
+    ids: List[Any] = []
+    mats = []
+    dense_w: Optional[int] = None
+    max_sp = -1
+    for row in blobs.toLocalIterator(prefetchPartitions=False):
+        with pa.ipc.open_stream(row["blob"]) as reader:
+            for batch in reader:
+                if batch.num_rows == 0:
+                    continue
+                dcol = batch.column(1)
+                lens = embstore.lengths(dcol)
+                w = int(lens.max(initial=0))
+                if dense_w is None:
+                    dense_w = w
+                if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
+                    raise ValueError(
+                        f"export_csr: dense arrays of different lengths in {variant}/{split}"
+                    )
+                dense, _ = embstore.dense_block(dcol, dense_w)
+                ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
+                if idx.size:
+                    max_sp = max(max_sp, int(idx.max()))
+                mats.append((sp.csr_matrix(dense), (val, idx, ptr)))
+                ids.append(batch.column(0))
+    dense_w = dense_w or 0
+    if sparse_width is None:
+        sparse_width = max_sp + 1
+        log.warning(
+            "export_csr: sparse width unknown (no %s); using max index + 1 = %d",
+            layout.FEATURES_META,
+            sparse_width,
+        )
+    if max_sp >= sparse_width:
+        raise ValueError(f"export_csr: sparse index {max_sp} >= sparse_width {sparse_width}")
+    blocks = []
+    for dcsr, (val, idx, ptr) in mats:
+        scsr = sp.csr_matrix((val, idx, ptr), shape=(dcsr.shape[0], sparse_width))
+        dcsr = sp.csr_matrix(dcsr, shape=(dcsr.shape[0], dense_w))
+        blocks.append(sp.hstack([dcsr, scsr], format="csr"))
+    n_cols = dense_w + sparse_width
+    X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n_cols), dtype=np.float32)
+    X = X.astype(np.float32)
+    X.eliminate_zeros()
+    X.sort_indices()
+    id_list = pa.chunked_array(ids, pa.string()).to_pylist() if ids else []
+    return FeatureMatrix(id_list, X, int(dense_w), int(sparse_width))
+
+
+def export_csr(
+    spark,
+    features_uri_or_df,
+    variant: str,
+    split: str,
+    out_path: str,
+    sparse_width: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Write one (variant, split) of ``features`` (:func:`features_to_csr`) as a PECOS/scipy
+    CSR ``.npz`` at ``out_path`` and its row order (``instance_id`` ascending, one per line) at
+    ``<out_path without .npz>.ids.txt``. Driver side.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``cols``, ``nnz``, ``dense_width``, ``sparse_width``, ``path``, ``ids_path``,
+        ``time_s``.
+
+    Examples
+    --------
+    >>> export_csr(spark, "/run/features", "pina", "train", "/tmp/X.trn.npz")  # doctest: +SKIP
+    {'rows': 20780, 'cols': 40064, 'nnz': ..., 'path': '/tmp/X.trn.npz', ...}
+    """
+    import io as _pyio
+
+    import scipy.sparse as sp
+
+    t0 = time.time()
+    m = features_to_csr(spark, features_uri_or_df, variant, split, sparse_width)
+    buf = _pyio.BytesIO()
+    sp.save_npz(buf, m.X, compressed=False)
+    io.write_bytes(out_path, buf.getvalue())
+    ids_path = (out_path[:-4] if out_path.endswith(".npz") else out_path) + ".ids.txt"
+    io.write_bytes(ids_path, ("\n".join(m.ids) + ("\n" if m.ids else "")).encode("utf-8"))
+    out = {
+        "rows": int(m.X.shape[0]),
+        "cols": int(m.dense_width + m.sparse_width),
+        "nnz": int(m.X.nnz),
+        "dense_width": m.dense_width,
+        "sparse_width": m.sparse_width,
+        "path": out_path,
+        "ids_path": ids_path,
+        "time_s": round(time.time() - t0, 2),
+    }
+    log.info("export_csr %s/%s: %s", variant, split, out)
+    return out
+
+
+def frame_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[int] = None):
+    """Rows of a ``features`` frame already in pandas (``dense``, ``sparse_indices``,
+    ``sparse_values``) -> float32 CSR ``[dense | sparse]`` with sorted indices, duplicates
+    summed and no explicit zeros.
+
+    Parameters
+    ----------
+    pdf : pandas.DataFrame with the three array columns (``None`` entries count as empty).
+    dense_dim : width of the dense block (default: the longest ``dense`` array).
+    sparse_dim : width of the sparse block (default: max index + 1). Use the same value for the
+        train and the test matrix.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    n = len(pdf)
+    dense_col = [
+        np.asarray(d if d is not None else [], dtype=np.float32) for d in pdf[io.DENSE].tolist()
+    ]
+    D = dense_dim if dense_dim is not None else max((len(d) for d in dense_col), default=0)
+    dense = np.zeros((n, D), dtype=np.float32)
+    for i, d in enumerate(dense_col):
+        if len(d):
+            if len(d) != D:
+                raise ValueError(f"features row {i}: dense has {len(d)} values, expected {D}")
+            dense[i] = d
+    idx = [
+        np.asarray(a if a is not None else [], dtype=np.int64)
+        for a in pdf[io.SPARSE_INDICES].tolist()
+    ]
+    val = [
+        np.asarray(a if a is not None else [], dtype=np.float32)
+        for a in pdf[io.SPARSE_VALUES].tolist()
+    ]
+    lens = np.array([len(a) for a in idx], dtype=np.int64)
+    if np.any(lens != np.array([len(v) for v in val], dtype=np.int64)):
+        raise ValueError("features: sparse_indices and sparse_values differ in length")
+    indptr = np.concatenate([[0], np.cumsum(lens)])
+    indices = np.concatenate(idx) if n and lens.sum() else np.zeros(0, dtype=np.int64)
+    data = np.concatenate(val) if n and lens.sum() else np.zeros(0, dtype=np.float32)
+    S = sparse_dim if sparse_dim is not None else (int(indices.max()) + 1 if len(indices) else 0)
+    if len(indices) and (indices.min() < 0 or indices.max() >= S):
+        raise ValueError(f"features: sparse index out of range [0, {S})")
+    sparse = sp.csr_matrix((data, indices.astype(np.int32), indptr), shape=(n, S))
+    sparse.sum_duplicates()
+    X = sp.hstack([sp.csr_matrix(dense), sparse], format="csr", dtype=np.float32)
+    X.eliminate_zeros()
+    X.sort_indices()
+    return X
+
+
+def _ipc_blobs(batches):
+    """Executor side: one Arrow IPC stream per partition, as a one-row ``blob`` batch."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    writer = None
+    for b in batches:
+        if writer is None:
+            writer = pa.ipc.new_stream(sink, b.schema)
+        writer.write_batch(b)
+    if writer is None:
+        return
+    writer.close()
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([sink.getvalue().to_pybytes()], pa.binary())], ["blob"]
+    )

@@ -1,0 +1,174 @@
+"""How ``features`` is written (``AggregatePlan.writer``), one small object per writer with
+the same hooks: ``schema`` and ``wrap`` shape the ``mapInArrow`` of a reduction, ``label``
+tags its output with the variant, ``publish`` runs the job and publishes the table.
+
+:class:`ArrowSink` -- the reduction tasks write their Parquet files themselves with pyarrow
+into the staging folder (``variant=/split=`` folders, deterministic file names so a retried
+attempt replaces its files) and the driver checks them, adds ``_SUCCESS`` and publishes
+(:func:`pina_spark.io.publish_written`): the vectors never cross into the JVM.
+:class:`SparkSink` -- the JVM Parquet writer (:func:`pina_spark.io.write_table`, dictionary
+encoding off for the float arrays).
+"""
+
+import dataclasses as dc
+from typing import Iterator, Optional
+
+from .. import io
+from . import layout
+
+__all__ = ["ArrowSink", "SparkSink", "SinkTask", "make_sink"]
+
+#: rows of the ``arrow`` writer's job: one per file written
+SINK_SCHEMA = "variant string, split string, rows long, path string"
+
+
+@dc.dataclass(frozen=True)
+class SinkTask:
+    """What the executor-side writer of one variant needs.
+
+    Attributes:
+        variant: the ``variant`` partition written.
+        staging: the staging folder (pyarrow reaches it).
+        codec: pyarrow's Parquet compression codec.
+    """
+
+    variant: str
+    staging: str
+    codec: str
+
+
+class ArrowSink:
+    """The executors write the Parquet files (pyarrow); the job lists the files written."""
+
+    schema = SINK_SCHEMA
+
+    def __init__(self, staging: str, compression: Optional[str]):
+        self.staging = staging
+        self.codec = io.parquet_codec(compression, "zstd")
+
+    def wrap(self, reduce, variant: str):
+        return write_files(reduce, SinkTask(variant, self.staging, self.codec))
+
+    def label(self, df, variant: str):
+        return df
+
+    def publish(self, spark, df, paths) -> str:
+        final = paths.table(io.FEATURES)
+        io.publish_written(spark, df, self.staging, final, "aggregate")
+        return final
+
+
+class SparkSink:
+    """The reductions return the features rows; the JVM writes them."""
+
+    @property
+    def schema(self):
+        return io.schema(io.FEATURES)
+
+    def wrap(self, reduce, variant: str):
+        return reduce
+
+    def label(self, df, variant: str):
+        from pyspark.sql import functions as F
+
+        return df.withColumn(io.VARIANT, F.lit(variant))
+
+    def publish(self, spark, df, paths) -> str:
+        """Publish ``df`` at ``features`` (no dictionary encoding for the float arrays: it
+        cannot compress embedding values and costs time)."""
+        key = "parquet.enable.dictionary"
+        old = spark.conf.get(key, None)
+        spark.conf.set(key, "false")
+        try:
+            return io.write_table(df, paths, io.FEATURES, partition_by=layout.PARTITION_BY)
+        finally:
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def make_sink(spark, writer: str, staging: str):
+    """Driver side: the sink of ``AggregatePlan.writer`` (``arrow`` or ``spark``)."""
+    if writer == "arrow":
+        codec = spark.conf.get("spark.sql.parquet.compression.codec", "zstd")
+        return ArrowSink(staging, codec)
+    return SparkSink()
+
+
+def write_files(reduce, task: SinkTask):
+    """Driver side: wrap a reducer so that the executor writes its output batches as Parquet
+    (pyarrow) under ``staging/variant=<v>/split=<s>/part-<partition>.parquet`` and yields one
+    ``variant, split, rows, path`` row per file.
+
+    File names depend only on the partition id, and each file is written to a hidden temporary
+    name and renamed when complete, so a retried or speculative task attempt replaces the same
+    file with the same rows (never a duplicate).
+    """
+
+    def write(batches: Iterator) -> Iterator:
+        """Executor side (mapInArrow)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if tc is None:
+            raise RuntimeError("aggregate: the arrow writer runs inside a Spark task only")
+        pid, attempt = tc.partitionId(), tc.attemptNumber()
+        fs, base = io.pyarrow_fs(task.staging)
+        writers, counts = {}, {}
+        try:
+            for b in reduce(batches):
+                split = b.column(1)
+                for sv in pc.unique(split).to_pylist():
+                    mask = pc.is_null(split) if sv is None else pc.equal(split, sv)
+                    sub = b.filter(mask)
+                    sub = pa.RecordBatch.from_arrays(
+                        [sub.column(i) for i in (0, 2, 3, 4, 5, 6)],
+                        [sub.schema.names[i] for i in (0, 2, 3, 4, 5, 6)],
+                    )
+                    if sv not in writers:
+                        d = layout.partition_dir(base, task.variant, sv)
+                        fs.create_dir(d, recursive=True)
+                        name = f"part-{pid:05d}.parquet"
+                        tmp = f"{d}/.{name}.attempt{attempt}.tmp"
+                        stream = fs.open_output_stream(tmp)
+                        w = pq.ParquetWriter(
+                            stream,
+                            sub.schema,
+                            compression=task.codec,
+                            use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS],
+                        )
+                        writers[sv] = (w, stream, tmp, f"{d}/{name}")
+                        counts[sv] = 0
+                    writers[sv][0].write_batch(sub)
+                    counts[sv] += sub.num_rows
+            done = []
+            for sv, (w, stream, tmp, final) in writers.items():
+                w.close()
+                stream.close()
+                fs.move(tmp, final)
+                done.append((sv, final))
+            writers = {}
+        finally:
+            for w, stream, tmp, _ in writers.values():  # failed attempt: drop its tmp files
+                try:
+                    w.close()
+                    stream.close()
+                    fs.delete_file(tmp)
+                except Exception:
+                    pass
+        if done:
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([task.variant] * len(done), pa.string()),
+                    pa.array([sv for sv, _ in done], pa.string()),
+                    pa.array([counts[sv] for sv, _ in done], pa.int64()),
+                    pa.array([p for _, p in done], pa.string()),
+                ],
+                ["variant", "split", "rows", "path"],
+            )
+
+    return write

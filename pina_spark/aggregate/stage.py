@@ -1,0 +1,122 @@
+"""The aggregate stage: plan, build the lazy ``features`` job of every variant, write and
+publish it, record the widths and the plan.
+
+The job composes two choices of the plan: the strategy (:class:`BroadcastPath` or
+:class:`ShufflePath`: ``rows`` of a variant and the ``reducer`` over them) and the writer
+(:class:`ArrowSink` or :class:`SparkSink`: how the reducer's output is written).
+"""
+
+import logging
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from .. import faults, io
+from .. import variants as V
+from . import layout
+from .broadcast import BroadcastPath
+from .kernels import ReduceTask
+from .plan import AggregateInputs, AggregatePlan, plan_aggregate, resolve_sparse_dim
+from .shuffle import ShufflePath
+from .sink import make_sink
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_stage", "build_features", "make_path"]
+
+
+def make_path(spark, inputs: AggregateInputs, plan: AggregatePlan):
+    """Driver side: the strategy object of the plan (for ``broadcast`` this ships the
+    embeddings: release it after the write)."""
+    if plan.strategy == "broadcast":
+        return BroadcastPath(spark, inputs, plan)
+    return ShufflePath(spark, inputs, plan)
+
+
+def build_features(spark, inputs: AggregateInputs, plan: AggregatePlan, sink, fault_plan=None):
+    """The lazy job of every variant, one ``mapInArrow`` per variant, and the strategy object
+    (call its ``release()`` after the job ran). Driver side.
+
+    With a :class:`~pina_spark.aggregate.sink.SparkSink` the DataFrame has the columns of
+    ``io.schema(io.FEATURES)`` plus ``variant``; with an
+    :class:`~pina_spark.aggregate.sink.ArrowSink` it lists the files the executors wrote
+    (``variant, split, rows, path``).
+    """
+    path = make_path(spark, inputs, plan)
+    parts = []
+    for v in plan.variants:
+        task = ReduceTask(
+            v1_weight=plan.v1_weight,
+            with_v1=v != V.VECTORIZER_ONLY,
+            dense_dim=plan.dense_dim,
+            sparse_dim=plan.sparse_dim,
+            fault_plan=fault_plan,
+        )
+        out_v = path.rows(v).mapInArrow(sink.wrap(path.reducer(task), v), sink.schema)
+        parts.append(sink.label(out_v, v))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out, path
+
+
+def run_stage(ctx) -> Dict[str, Any]:
+    """Pipeline entry point: read ``nodes``, ``embeddings``, ``neighbors``; publish
+    ``features`` partitioned by ``(variant, split)``; return statistics (the plan's
+    :meth:`~pina_spark.aggregate.plan.AggregatePlan.to_dict`, ``rows`` per variant and split,
+    ``widths``, timings). Driver side.
+
+    Examples
+    --------
+    >>> run_stage(ctx)["rows"]          # doctest: +SKIP
+    {'pina': {'test': 5195, 'train': 20780}, ...}
+    """
+    t0 = time.time()
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    inputs, sparse_dim = _inputs(ctx)
+    t_plan = time.time()
+    staging = paths.staging(io.FEATURES)
+    plan = plan_aggregate(spark, inputs, cfg.aggregate, staging, sparse_dim)
+    sink = make_sink(spark, plan.writer, staging)
+    df, path = build_features(spark, inputs, plan, sink, faults.fault_plan(cfg, "aggregate"))
+    plan_s = time.time() - t_plan
+    t1 = time.time()
+    try:
+        final = sink.publish(spark, df, paths)
+    finally:
+        path.release()
+    write_s = time.time() - t1
+    meta = layout.write_meta(final, plan.dense_dim, plan.sparse_dim, plan.variants)
+    counts = layout.partition_counts(spark, final)
+    stats = dict(
+        plan.to_dict(),
+        plan_s=round(plan_s, 3),
+        rows=counts,
+        widths=meta["widths"],
+        write_s=round(write_s, 2),
+        time_s=round(time.time() - t0, 2),
+    )
+    log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], plan.reason)
+    return stats
+
+
+def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
+    """The published input tables of the run and S (``None`` when the models do not say)."""
+    spark, paths = ctx.spark, ctx.paths
+    nodes = io.read_table(spark, paths, io.NODES)
+    embeddings = io.read_table(spark, paths, io.EMBEDDINGS)
+    neighbors = io.read_table(spark, paths, io.NEIGHBORS)
+    selection = None
+    if getattr(ctx, "selection", None):
+        selection = spark.read.parquet(ctx.selection)
+    inputs = AggregateInputs(
+        nodes=nodes,
+        embeddings=embeddings,
+        neighbors=neighbors,
+        embeddings_uri=paths.table(io.EMBEDDINGS),
+        nodes_uri=paths.table(io.NODES),
+        selection=selection,
+    )
+    sparse_dim = resolve_sparse_dim(ctx.models, None)
+    if sparse_dim is None:
+        log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models)
+    return inputs, sparse_dim

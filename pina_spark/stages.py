@@ -1,0 +1,97 @@
+"""The stages of a run, declared once: :data:`STAGES` (entry point ``module:function``, the
+config it depends on, the outputs it publishes) and :class:`StageContext`, what every stage
+entry point ``run_stage(ctx) -> dict`` receives. The orchestrators (:mod:`pina_spark.pipeline`,
+:mod:`pina_spark.tune`) run stages from here; stage modules never import them.
+
+Examples
+--------
+>>> list(STAGES)
+['graph', 'pretrain', 'embed', 'neighbors', 'aggregate', 'train', 'evaluate']
+>>> STAGES["aggregate"].target
+'pina_spark.aggregate.stage:run_stage'
+"""
+
+import dataclasses as dc
+import importlib
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import io
+from .config import STAGE_NAMES, NeighborsConfig, PinaConfig
+from .manifest import Manifest
+
+__all__ = ["STAGES", "StageSpec", "StageContext", "G_TRAINING_FIELDS"]
+
+#: the ``neighbors`` settings that decide how g is trained (so pretrain depends on them); the
+#: other ``neighbors`` settings (k, weighting, ...) only change prediction
+G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
+
+
+@dc.dataclass(frozen=True)
+class StageSpec:
+    """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
+    output depends on, and the run-relative outputs that must be complete for it to count as
+    done."""
+
+    name: str
+    target: str
+    sections: Tuple[str, ...]
+    outputs: Tuple[str, ...]
+
+    def load(self) -> Callable[["StageContext"], Dict[str, Any]]:
+        mod, fn = self.target.split(":")
+        return getattr(importlib.import_module(mod), fn)
+
+
+STAGES: Dict[str, StageSpec] = {
+    s.name: s
+    for s in [
+        StageSpec(
+            "graph",
+            "pina_spark.graph:run_stage",
+            ("input", "side_info", "task", "graph", "quality"),
+            (io.NODES, io.PRETRAIN_EDGES, io.INSTANCE_LABELS),
+        ),
+        StageSpec(
+            "pretrain",
+            "pina_spark.pretrain:run_stage",
+            ("pretrain",) + G_TRAINING_FIELDS,
+            (io.MODELS,),
+        ),
+        StageSpec(
+            "embed", "pina_spark.inference:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
+        ),
+        StageSpec(
+            "neighbors",
+            "pina_spark.inference:run_neighbors_stage",
+            ("neighbors", "inference"),
+            (io.NEIGHBORS,),
+        ),
+        StageSpec(
+            "aggregate", "pina_spark.aggregate.stage:run_stage", ("aggregate",), (io.FEATURES,)
+        ),
+        StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
+        StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),
+    ]
+}
+assert tuple(STAGES) == STAGE_NAMES
+
+
+@dc.dataclass
+class StageContext:
+    """What a stage gets: the session, the config, the run's paths and the manifest.
+
+    ``models`` is where models are read from (this run's ``models/`` unless ``run.models`` names
+    an earlier run). ``selection``: in an incremental run, the URI of a table with the
+    ``node_index`` of the rows being recomputed (``None`` otherwise; stages may ignore it: the
+    pipeline already hands them a subset view of their input)."""
+
+    spark: Any
+    cfg: PinaConfig
+    paths: io.RunPaths
+    manifest: Manifest
+    models_root: str
+    selection: Optional[str] = None
+
+    @property
+    def models(self) -> str:
+        return self.models_root

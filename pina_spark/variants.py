@@ -1,0 +1,49 @@
+"""The variant names of a run, defined once.
+
+A *variant* is one way of building an instance's features: the graph and neighbours stages
+train ``g`` for :data:`GRAPH` (PINA's edges and the naive block); the aggregate stage writes
+one ``features`` partition per graph variant plus :data:`VECTORIZER_ONLY`; the train and
+evaluate stages add :data:`BASELINE` (tf-idf of the instance text).
+
+Examples
+--------
+>>> ALL
+('baseline', 'vectorizer_only', 'pina_naive', 'pina')
+>>> [v for v in ALL if v not in FEATURES]
+['baseline']
+>>> from typing import get_args
+>>> get_args(Name) == ALL
+True
+"""
+
+from typing import Final, Literal
+
+__all__ = [
+    "BASELINE",
+    "VECTORIZER_ONLY",
+    "PINA_NAIVE",
+    "PINA",
+    "GRAPH",
+    "FEATURES",
+    "ALL",
+    "Name",
+]
+
+#: tf-idf of the instance text alone (no ``features`` row; the train stage builds it)
+BASELINE: Final = "baseline"
+#: ``V0``: the instance's own Phi_pre, no neighbours
+VECTORIZER_ONLY: Final = "vectorizer_only"
+#: neighbours from ``g`` trained on the naive block of the graph
+PINA_NAIVE: Final = "pina_naive"
+#: neighbours from ``g`` trained on PINA's edges
+PINA: Final = "pina"
+
+#: variants with a trained ``g`` (the ``variant`` values of ``pretrain_edges`` and ``neighbors``)
+GRAPH = (PINA, PINA_NAIVE)
+#: the ``variant`` values of the ``features`` table, in report order
+FEATURES = (VECTORIZER_ONLY, PINA_NAIVE, PINA)
+#: every variant the train stage can train, in report order
+ALL = (BASELINE,) + FEATURES
+
+#: the type of a variant name in config dataclasses (the names of :data:`ALL`)
+Name = Literal["baseline", "vectorizer_only", "pina_naive", "pina"]
