@@ -867,7 +867,16 @@ def read_input(spark, uri: str, table: str):
         try:
             df = spark.read.parquet(uri)
         except Exception as e:  # AnalysisException: 0-byte file, empty folder, not Parquet
-            if "UNABLE_TO_INFER_SCHEMA" in str(e) or "Unable to infer schema" in str(e):
+            # Spark 4: UNABLE_TO_INFER_SCHEMA; Spark 3.5 reads the 0-byte file's footer and
+            # fails with "is not a Parquet file (length is too low: 0)"
+            if any(
+                m in str(e)
+                for m in (
+                    "UNABLE_TO_INFER_SCHEMA",
+                    "Unable to infer schema",
+                    "is not a Parquet file",
+                )
+            ):
                 raise InputError(
                     f"input.{table}: {uri} is empty or not a Parquet table (no "
                     f"schema could be read)"

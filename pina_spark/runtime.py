@@ -432,8 +432,15 @@ def verify_checksums(local_dir: str, what: str) -> bool:
         listed_file = os.path.join(base, CHECKSUMS)
         if not os.path.isfile(listed_file):
             raise ModelLoadError(f"model artifact {what}: {base} has no {CHECKSUMS}")
-        with open(listed_file) as fh:
-            listed = json.load(fh)
+        try:
+            with open(listed_file) as fh:
+                listed = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(
+                f"model artifact {what}: {listed_file} is unreadable ({type(e).__name__}: {e})"
+            ) from e
+        if not isinstance(listed, dict):
+            raise ModelLoadError(f"model artifact {what}: {listed_file} is not a checksum map")
         present = {
             f for f in files if f not in (CHECKSUMS, "_SUCCESS", ".pina_complete", io.VERSION_FILE)
         }
