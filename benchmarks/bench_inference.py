@@ -16,13 +16,13 @@ Measured (wall clock, model folders and inputs already on local disk, Spark sess
 ``--stages neighbors`` the Python workers first import what the embed stage imports, as they
 would have after it):
 
-* ``embed``: :func:`pina_spark.inference.run_embed_stage` (``nodes`` Parquet -> published
+* ``embed``: :func:`pina_spark.inference.embed.run_embed_stage` (``nodes`` Parquet -> published
   ``embeddings``), against: pyarrow read of ``nodes`` -> ``PhiPre.load`` -> ``transform`` in
   blocks of ``batch_size`` -> pyarrow Parquet write, with torch / tf-idf on 2 threads.
-* ``neighbors``: :func:`pina_spark.inference.run_neighbors_stage` (``nodes`` + ``embeddings`` ->
-  published ``neighbors``), against: pyarrow read of ``nodes`` and ``embeddings`` -> PECOS
-  predict-only load -> X, predict, top-K and weights in blocks -> Parquet write, PECOS on 2
-  threads.
+* ``neighbors``: :func:`pina_spark.inference.neighbors.run_neighbors_stage` (``nodes`` +
+  ``embeddings`` -> published ``neighbors``), against: pyarrow read of ``nodes`` and
+  ``embeddings`` -> PECOS predict-only load -> X, predict, top-K and weights in blocks ->
+  Parquet write, PECOS on 2 threads.
 
 rows/s = rows processed / wall seconds; ratio = spark / reference (>= 0.9 is the goal).
 
@@ -61,7 +61,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pina_spark import config, folds, inference, io, pipeline  # noqa: E402
+from pina_spark import artifacts, config, folds, inference, io, pipeline  # noqa: E402
+from pina_spark.inference.arrow import list_array  # noqa: E402
 
 log = logging.getLogger("bench_inference")
 DATA = os.environ.get("PINA_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -172,11 +173,9 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
         rb = pa.RecordBatch.from_arrays(
             [
                 pa.array(idx[s : s + n]),
-                inference._list_array(np.full(n, d), dense.ravel(), pa.float32()),
-                inference._list_array(
-                    np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()
-                ),
-                inference._list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+                list_array(np.full(n, d), dense.ravel(), pa.float32()),
+                list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
+                list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
             ],
             names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
         )
@@ -200,7 +199,7 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
     keep = pc.is_in(emb.column(io.NODE_INDEX), value_set=inst.column(io.NODE_INDEX))
     emb = emb.filter(keep).sort_by(io.NODE_INDEX)
     g = XLinearModel.load(g_dir, is_predict_only=True)
-    col_map = np.load(os.path.join(g_dir, inference.OUTPUT_NODES)).astype(np.int64)
+    col_map = np.load(os.path.join(g_dir, artifacts.OUTPUT_NODES)).astype(np.int64)
     writer = None
     n_all = emb.num_rows
     for s in range(0, n_all, batch_size):
@@ -216,8 +215,8 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
         rb = pa.RecordBatch.from_arrays(
             [
                 pa.array(own),
-                inference._list_array(counts, nodes_k[m], pa.int64()),
-                inference._list_array(counts, w[m].astype(np.float32), pa.float32()),
+                list_array(counts, nodes_k[m], pa.int64()),
+                list_array(counts, w[m].astype(np.float32), pa.float32()),
             ],
             names=[io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE],
         )
@@ -344,7 +343,7 @@ def main(argv=None):
         )
         del phi
         results.append(time_embed(ctx, models, work, args.batch_size))
-    gdir = inference.g_model_dir(models, "pina")
+    gdir = artifacts.g_dir(models, "pina")
     if "neighbors" in stages:
         if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
             train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
@@ -514,7 +513,7 @@ def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
     g = XLinearModel.train(Xg, Y, C=C, threshold=0.1)
     os.makedirs(gdir, exist_ok=True)
     g.save(gdir)
-    np.save(os.path.join(gdir, inference.OUTPUT_NODES), np.asarray(inputs, dtype=np.int64))
+    np.save(os.path.join(gdir, artifacts.OUTPUT_NODES), np.asarray(inputs, dtype=np.int64))
     open(os.path.join(gdir, "_SUCCESS"), "w").close()
     log.info("g trained in %.1fs (%d rows, %d outputs)", time.time() - t0, len(inputs), len(inputs))
 

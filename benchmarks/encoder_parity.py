@@ -55,8 +55,8 @@ def main(argv=None) -> int:
 
     encoder = None
     if args.encoder == "minilm":
+        from pina_spark.artifacts import ENCODER_JSON, VECTORIZER_DIR
         from pina_spark.encoders import load_encoder
-        from pina_spark.inference import ENCODER_JSON, VECTORIZER_DIR
 
         spec_path = os.path.join(args.root, "models", VECTORIZER_DIR, ENCODER_JSON)
         max_length = args.max_length or (

@@ -10,7 +10,7 @@ Examples
 [1, 2, 3]
 """
 
-__all__ = ["arr", "list_array"]
+__all__ = ["arr", "list_array", "list_array_from_counts"]
 
 
 def arr(x):
@@ -34,3 +34,19 @@ def list_array(ptr, values, value_type):
     elif not isinstance(values, pa.Array):
         values = pa.array(values, value_type)
     return pa.ListArray.from_arrays(offsets, values)
+
+
+def list_array_from_counts(counts, values, value_type):
+    """An Arrow list array: row ``i`` holds the next ``counts[i]`` entries of ``values``.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> list_array_from_counts([2, 0, 1], [1, 2, 3], pa.int64()).to_pylist()
+    [[1, 2], [], [3]]
+    """
+    import numpy as np
+
+    offs = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offs[1:])
+    return list_array(offs, values, value_type)

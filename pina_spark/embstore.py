@@ -493,7 +493,7 @@ def features(E: Dict[str, Any], rows, n_features: int):
     """Executor side: X = ``hstack([dense, sparse])`` (csr float32, canonical) of the store
     ``rows`` (:func:`store_rows`, all >= 0): every dense value is stored (zeros included) and
     the tf-idf columns follow, shifted by D -- the matrix
-    :func:`pina_spark.inference.features_from_arrow` builds from the same ``embeddings`` rows
+    :func:`pina_spark.inference.arrow.features_from_arrow` builds from the same ``embeddings`` rows
     (a null dense list reads as D zeros here, as no entries there: the same products).
 
     Examples

@@ -2,15 +2,9 @@
 
 Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes``, collected to
 the driver through Arrow (``_collect_as_arrow`` / Arrow-enabled ``toPandas``); training runs on
-the driver. Outputs (``<run>/models/``, see docs/design.md)::
-
-    vectorizer/                  PhiPre.save: tfidf/, encoder.json [, encoder/]
-    g/<variant>/full/            XR-Linear (PECOS layout) + output_nodes.npy + train_rows.npy
-    g/<variant>/fold=<f>/        out_of_fold only: model f never saw fold f's instance rows
-    folds.json                   F and the fold rule
-    model_card.json              rows, outputs, edges, config, library versions, times, sizes
-    _SUCCESS                     written last
-    ../eval/pretrain.json        g's held-out P@k / R@k per variant (also in model_card.json)
+the driver. Outputs: the models folder ``<run>/models/`` (its layout, saving and loading:
+:mod:`pina_spark.artifacts`; fold model f never saw fold f's instance rows) and
+``<run>/eval/pretrain.json``, g's held-out P@k / R@k per variant (also in ``model_card.json``).
 
 Decisions (what the public reference gets wrong, and how it is done here)
 
@@ -63,13 +57,6 @@ Decisions (what the public reference gets wrong, and how it is done here)
   zero-weighting it), which is the fast path used for the full citeulike-t measurement. Training
   cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
   ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``).
-
-Examples
---------
->>> g_dir("s3://b/run/models", "pina", fold=2)
-'s3://b/run/models/g/pina/fold=2'
->>> g_dir("/tmp/run/models", "pina_naive")
-'/tmp/run/models/g/pina_naive/full'
 """
 
 import contextlib
@@ -80,41 +67,28 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from . import io, redact
+from .artifacts import FOLDS_JSON, MODEL_CARD, dir_size, g_dir, save_g, vectorizer_dir
 from .folds import fold_of, is_heldout
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "run_stage",
-    "load_g",
-    "g_dir",
     "train_g",
     "predict_g",
-    "save_g",
     "build_y",
     "ranking_metrics",
     "exclude_self",
     "collect_arrow",
-    "OUTPUT_NODES",
-    "TRAIN_ROWS",
-    "VECTORIZER",
-    "FOLDS_JSON",
-    "MODEL_CARD",
     "PRETRAIN_REPORT",
 ]
 
-OUTPUT_NODES = "output_nodes.npy"
-TRAIN_ROWS = "train_rows.npy"
-VECTORIZER = "vectorizer"
-FOLDS_JSON = "folds.json"
-MODEL_CARD = "model_card.json"
 PRETRAIN_REPORT = "pretrain.json"
-G_INFO = "g_info.json"
 FOLD_RULE = (
     "pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
     "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
@@ -122,58 +96,6 @@ FOLD_RULE = (
 )
 P_KS = (1, 3, 5)
 R_KS = (1, 3, 5, 10)
-
-
-# --------------------------------------------------------------------------- paths and loading
-def g_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
-    """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
-    leaf = "full" if fold is None else f"fold={int(fold)}"
-    return f"{models_root.rstrip('/')}/g/{variant}/{leaf}"
-
-
-def load_g(model_dir_uri: str, predict_only: bool = True) -> Tuple[Any, np.ndarray]:
-    """Load g: ``(pecos XLinearModel, output_nodes int64)``; column ``j`` of g's predictions is
-    node ``output_nodes[j]``. Remote folders are cached locally once per machine.
-
-    Examples
-    --------
-    >>> model, out_nodes = load_g(g_dir(models, "pina", fold=0))  # doctest: +SKIP
-    >>> pred = model.predict(X, only_topk=10)                      # doctest: +SKIP
-    """
-    from pecos.xmc.xlinear.model import XLinearModel
-
-    from .encoders import resolve_local
-
-    local = resolve_local(model_dir_uri)
-    nodes_path = os.path.join(local, OUTPUT_NODES)
-    if not os.path.exists(nodes_path):
-        raise FileNotFoundError(f"{model_dir_uri}: no {OUTPUT_NODES} (not a g folder)")
-    model = XLinearModel.load(local, is_predict_only=bool(predict_only))
-    return model, np.load(nodes_path).astype(np.int64)
-
-
-def save_g(
-    model,
-    output_nodes: np.ndarray,
-    local_dir: str,
-    train_rows: Optional[np.ndarray] = None,
-    info: Optional[Dict[str, Any]] = None,
-) -> int:
-    """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
-    local folder; returns its size in bytes.
-
-    Examples
-    --------
-    >>> save_g(model, np.arange(5), "/tmp/g")  # doctest: +SKIP
-    """
-    model.save(local_dir)
-    np.save(os.path.join(local_dir, OUTPUT_NODES), np.asarray(output_nodes, dtype=np.int64))
-    if train_rows is not None:
-        np.save(os.path.join(local_dir, TRAIN_ROWS), np.asarray(train_rows, dtype=np.int64))
-    if info is not None:
-        with open(os.path.join(local_dir, G_INFO), "w") as fh:
-            json.dump(info, fh, indent=1, sort_keys=True)
-    return _dir_size(local_dir)
 
 
 # --------------------------------------------------------------------------- training blocks
@@ -532,14 +454,6 @@ def _variant_problem(
     }
 
 
-def _dir_size(path: str) -> int:
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            total += os.path.getsize(os.path.join(d, f))
-    return total
-
-
 def _versions() -> Dict[str, Optional[str]]:
     out: Dict[str, Optional[str]] = {}
     try:
@@ -670,14 +584,14 @@ def run_stage(ctx) -> Dict[str, Any]:
             card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         t0 = time.time()
         phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
-        phi.save(os.path.join(tmp, VECTORIZER))
+        phi.save(vectorizer_dir(tmp))
         with _progress(f"Phi_pre ({phi.encoder.kind}) of {len(texts)} input rows"):
             X_all = _features_in_chunks(phi, texts, pcfg.encode_batch_size)
         card["times_s"]["vectorize"] = round(time.time() - t0, 2)
         card["vectorizer"] = {
             **phi.spec(),
             "fitted_on_rows": int(len(all_rows)),
-            "size_bytes": _dir_size(os.path.join(tmp, VECTORIZER)),
+            "size_bytes": dir_size(vectorizer_dir(tmp)),
         }
 
         # ---------------------------------------------------------------- g per variant
@@ -775,7 +689,7 @@ def _train_variant(
             vcard["heldout_eval"] = ev
             report["variants"][v] = ev
     # full model: every input row
-    full_dir = os.path.join(tmp, "g", v, "full")
+    full_dir = g_dir(tmp, v)
     t0 = time.time()
     m = train_g(X, Y, xcfg, what=f"g[{v}/full]")
     secs = time.time() - t0
@@ -803,7 +717,7 @@ def _train_variant(
             t0 = time.time()
             m = train_g(X[keep], Y[keep], xcfg, what=f"g[{v}/fold={f}/{F}]")
             secs = time.time() - t0
-            d = os.path.join(tmp, "g", v, f"fold={f}")
+            d = g_dir(tmp, v, f)
             size = save_g(
                 m,
                 cols,

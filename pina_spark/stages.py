@@ -58,11 +58,11 @@ STAGES: Dict[str, StageSpec] = {
             (io.MODELS,),
         ),
         StageSpec(
-            "embed", "pina_spark.inference:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
+            "embed", "pina_spark.inference.embed:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
         ),
         StageSpec(
             "neighbors",
-            "pina_spark.inference:run_neighbors_stage",
+            "pina_spark.inference.neighbors:run_neighbors_stage",
             ("neighbors", "inference"),
             (io.NEIGHBORS,),
         ),

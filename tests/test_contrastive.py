@@ -168,7 +168,7 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     def on_executor(batches):
         import pandas as pd
 
-        from pina_spark.inference import load_vectorizer  # the embed stage's loader
+        from pina_spark.artifacts import load_vectorizer  # the embed stage's loader
 
         enc = load_vectorizer(vec, "cpu").encoder
         for b in batches:

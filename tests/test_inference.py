@@ -1,4 +1,4 @@
-"""Stage 2a on Spark (pina_spark/inference.py): embeddings and neighbours equal single-process
+"""Stage 2a on Spark (pina_spark/inference/): embeddings and neighbours equal single-process
 PhiPre / PECOS on the same rows, are identical across partitionings, load each model once per
 worker, route train rows to their out-of-fold model, and fail naming a broken artifact.
 
@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import config, faults, folds, inference, io, pipeline, runtime
+from pina_spark import artifacts, config, faults, folds, inference, io, pipeline, runtime
+from pina_spark.inference import arrow as inference_arrow
+from pina_spark.inference import files as inference_files
 
 N_INST, N_LAB, N_TOPICS, F = 150, 24, 6, 3
 BATCH = 16
@@ -87,7 +89,7 @@ def _train_g(X, Y):
 
 def _save_g(model, out_nodes, d):
     model.save(d)
-    np.save(os.path.join(d, inference.OUTPUT_NODES), np.asarray(out_nodes, dtype=np.int64))
+    np.save(os.path.join(d, artifacts.OUTPUT_NODES), np.asarray(out_nodes, dtype=np.int64))
     open(os.path.join(d, "_SUCCESS"), "w").close()
 
 
@@ -168,7 +170,7 @@ def env(spark, tmp_path_factory):
     for variant in inference.VARIANTS:
         for f in [None] + list(range(F)):
             m, outs = build(variant, f)
-            d = inference.g_model_dir(models, variant, f)
+            d = artifacts.g_dir(models, variant, f)
             os.makedirs(d)
             _save_g(m, outs, d)
     nb_stats = inference.run_neighbors_stage(ctx)
@@ -216,9 +218,9 @@ def _reference(env, nb, variants=inference.VARIANTS):
                 else None
             )
             if f not in cache:
-                d = inference.g_model_dir(env["models"], variant, f)
+                d = artifacts.g_dir(env["models"], variant, f)
                 m = XLinearModel.load(d, is_predict_only=True)
-                cache[f] = (m, np.load(os.path.join(d, inference.OUTPUT_NODES)))
+                cache[f] = (m, np.load(os.path.join(d, artifacts.OUTPUT_NODES)))
             m, onodes = cache[f]
             y = m.predict(X[i], only_topk=m.nr_labels, threads=1).tocsr()
             cand = []
@@ -564,19 +566,19 @@ def test_task_rows_cover_every_instance_once_in_route_order(n_folds):
 
 
 def test_route_chunks_split_at_route_changes_and_batch_size():
-    chunks = inference._route_chunks(np.array([-1, -1, -1, 0, 0, 2]), 2)
+    chunks = inference_files.route_chunks(np.array([-1, -1, -1, 0, 0, 2]), 2)
     assert chunks == [(0, 2), (2, 3), (3, 5), (5, 6)]
-    assert inference._route_chunks(np.zeros(0, np.int64), 4) == []
+    assert inference_files.route_chunks(np.zeros(0, np.int64), 4) == []
 
 
 def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(tmp_path):
-    """_write_task_files: one file per variant under variant=<v>/, written under a hidden name
+    """write_task_files: one file per variant under variant=<v>/, written under a hidden name
     and renamed, so a second attempt of the task replaces it (no duplicate, no temp file left);
     a variant without rows still gets a readable empty file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = inference._neighbors_arrow_schema()
+    schema = inference_arrow.neighbors_arrow_schema()
     t = pa.table(
         {
             io.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
@@ -586,9 +588,9 @@ def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(t
         },
         schema=schema,
     )
-    sink = {"uri": str(tmp_path / "stage"), "compression": "zstd"}
+    sink = inference.Sink(uri=str(tmp_path / "stage"), compression="zstd")
     for attempt in (0, 1):
-        meta = inference._write_task_files(
+        meta = inference_files.write_task_files(
             {"pina": t, "pina_naive": schema.empty_table()}, sink, 7, attempt
         )
         assert meta.column(0).to_pylist() == ["pina", "pina_naive"]
@@ -628,7 +630,7 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
     }
     want = {f.name: f.dataType for f in io.schema(io.NEIGHBORS).fields}
     assert {k: got_types[k] for k in want} == want and io.VARIANT in got_types
-    sink = {"uri": str(tmp_path / "sink"), "compression": "snappy"}
+    sink = inference.Sink(uri=str(tmp_path / "sink"), compression="snappy")
     meta, info = inference.neighbors_frame(spark, env["ctx"], sink=sink)
     assert info["writer"] == "arrow"
     got = meta.collect()
@@ -648,14 +650,14 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
     df, info = inference.neighbors_frame(spark, c)
     assert info["g_mmap"] is False
     assert _collect_neighbors(df) == published
-    gdir = inference.g_model_dir(env["models"], "pina", 0)
+    gdir = artifacts.g_dir(env["models"], "pina", 0)
 
     def compile_twice(batches):
         import os
 
         import pyarrow as pa
 
-        from pina_spark.inference import g_mmap_copy
+        from pina_spark.artifacts import g_mmap_copy
 
         for b in batches:
             a = g_mmap_copy(gdir)
@@ -676,7 +678,7 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
     assert len({r["dir"] for r in got}) == 1 and all(r["reused"] for r in got)
     assert os.path.exists(os.path.join(got[0]["dir"], "param.json"))
     with pytest.raises(RuntimeError, match="executor"):
-        inference.g_mmap_copy(gdir)
+        artifacts.g_mmap_copy(gdir)
 
 
 def test_choose_embeddings_via():
@@ -779,7 +781,7 @@ def test_topk_ties_by_node_index_and_exclusions():
 def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
     models = str(tmp_path / "other" / "models")
     shutil.copytree(env["models"], models)
-    bad = inference.g_model_dir(models, "pina_naive", None)
+    bad = artifacts.g_dir(models, "pina_naive", None)
     for p in glob.glob(os.path.join(bad, "**", "*.npz"), recursive=True):
         open(p, "wb").write(b"not a numpy archive")
     ctx = dc.replace(env["ctx"], models_root=models)
@@ -792,7 +794,7 @@ def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
 def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
     models = str(tmp_path / "copy" / "models")
     shutil.copytree(env["models"], models)
-    shutil.rmtree(inference.g_model_dir(models, "pina", 1))
+    shutil.rmtree(artifacts.g_dir(models, "pina", 1))
     ctx = dc.replace(env["ctx"], models_root=models)
     with pytest.raises(io.InputError, match="g/pina/fold=1"):
         inference.neighbors_frame(spark, ctx)

@@ -15,22 +15,25 @@ import pytest
 import scipy.sparse as sp
 
 from pina_spark import io
+from pina_spark.artifacts import (
+    OUTPUT_NODES,
+    TRAIN_ROWS,
+    g_dir,
+    load_g,
+    read_output_nodes,
+    save_g,
+)
 from pina_spark.config import config_from_dict
 from pina_spark.folds import fold_of, is_heldout
 from pina_spark.pretrain import (
-    OUTPUT_NODES,
-    TRAIN_ROWS,
     _Nodes,
     _variant_problem,
     build_y,
     exclude_self,
-    g_dir,
-    load_g,
     predict_g,
     ranking_metrics,
     row_folds,
     run_stage,
-    save_g,
     train_g,
 )
 from pina_spark.vectorizer import PhiPre
@@ -268,7 +271,8 @@ def test_save_load_predict_only_identical_scores(tmp_path):
     model = train_g(X, Y, xcfg)
     out_nodes = np.arange(100, 140, dtype=np.int64)
     save_g(model, out_nodes, str(tmp_path / "g"))
-    loaded, nodes_back = load_g(str(tmp_path / "g"), predict_only=True)
+    loaded = load_g(str(tmp_path / "g"), predict_only=True)
+    nodes_back = read_output_nodes(str(tmp_path / "g"))
     assert nodes_back.dtype == np.int64 and (nodes_back == out_nodes).all()
     a = predict_g(model, X[:50], xcfg)
     b = predict_g(loaded, X[:50], xcfg)
@@ -380,8 +384,14 @@ def test_saved_models_reload_and_align(citeulike_run):
     sample = [n for n in nodes if n[1] == io.KIND_INSTANCE][:40]
     X = phi.features([n[3] for n in sample])
     cfg = citeulike_run["cfg"]
-    m1, out1 = load_g(g_dir(models, "pina"), predict_only=True)
-    m2, out2 = load_g(g_dir(models, "pina"), predict_only=False)
+    m1, out1 = (
+        load_g(g_dir(models, "pina"), predict_only=True),
+        read_output_nodes(g_dir(models, "pina")),
+    )
+    m2, out2 = (
+        load_g(g_dir(models, "pina"), predict_only=False),
+        read_output_nodes(g_dir(models, "pina")),
+    )
     assert np.array_equal(out1, out2)
     a, b = predict_g(m1, X, cfg.pretrain.xlinear), predict_g(m2, X, cfg.pretrain.xlinear)
     assert a.shape == (len(sample), len(out1)) and a.nnz > 0
@@ -467,7 +477,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     norms = np.sqrt((dense**2).sum(1) + np.asarray(sparse.multiply(sparse).sum(1)).ravel())
     assert np.allclose(norms[:-1], 1.0, atol=1e-5) and norms[-1] == 0.0
     assert np.allclose(phi.encoder.encode(texts[:5]), phi.encoder.encode(texts[:5]), atol=1e-5)
-    model, out_nodes = load_g(g_dir(models, "pina"))
+    model, out_nodes = load_g(g_dir(models, "pina")), read_output_nodes(g_dir(models, "pina"))
     pred = predict_g(model, phi.features(texts[:5]), cfg.pretrain.xlinear)
     assert pred.shape == (5, len(out_nodes)) and pred.nnz > 0
     assert stats["encoder"] == "xtransformer"

@@ -36,8 +36,8 @@ FAULT_STAGES = ("graph", "embed", "neighbors", "aggregate")
 MODULES = {
     "graph": "pina_spark.graph",
     "pretrain": "pina_spark.pretrain",
-    "embed": "pina_spark.inference",
-    "neighbors": "pina_spark.inference",
+    "embed": "pina_spark.inference.embed",
+    "neighbors": "pina_spark.inference.neighbors",
     "aggregate": "pina_spark.aggregate",
     "datasets": "pina_spark.datasets",
 }

@@ -161,8 +161,8 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
     """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
     frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
     frozen-encoder reference that benchmarks/encoder_parity.py puts beside a fine-tuned run)."""
+    from pina_spark.artifacts import ENCODER_JSON, VECTORIZER_DIR
     from pina_spark.encoders import load_encoder
-    from pina_spark.inference import ENCODER_JSON, VECTORIZER_DIR
     from pina_spark.parity import measure_run
 
     res = demo_submit_run["results"].get("evaluate") or {}

@@ -20,7 +20,7 @@ import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 from urllib.parse import unquote
 
-from .. import embstore, io
+from .. import artifacts, embstore, io
 from .. import variants as V
 
 log = logging.getLogger(__name__)
@@ -345,7 +345,7 @@ def resolve_sparse_dim(
     if not models_uri:
         return None
     root = models_uri.rstrip("/")
-    for rel in ("vectorizer/encoder.json", "model_card.json"):
+    for rel in (f"{artifacts.VECTORIZER_DIR}/{artifacts.ENCODER_JSON}", artifacts.MODEL_CARD):
         try:
             raw = io.read_bytes(f"{root}/{rel}")
         except Exception as e:  # unreachable storage: fall back, but say so

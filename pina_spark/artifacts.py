@@ -1,0 +1,244 @@
+"""The models folder: its layout, and how g and the vectorizer are saved and loaded.
+
+The pretrain stage writes this folder and the inference stages read it. This module is the only
+place that names its parts (the way PECOS' ``XLinearModel`` owns its ``save`` / ``load`` /
+``compile_mmap_model``)::
+
+    <models>/vectorizer/              PhiPre.save: tfidf/, encoder.json [, encoder/]
+    <models>/g/<variant>/full/        XR-Linear (PECOS layout) + output_nodes.npy
+                                      [+ train_rows.npy, g_info.json]
+    <models>/g/<variant>/fold=<f>/    out_of_fold only
+    <models>/folds.json               F and the fold rule
+    <models>/model_card.json          what was trained, how, and with which library versions
+    <models>/_SUCCESS                 written last
+
+Column ``j`` of g's predictions is node ``output_nodes[j]`` (node indices of the run that
+trained g).
+
+Examples
+--------
+>>> g_dir("s3://b/run/models", "pina", fold=2)
+'s3://b/run/models/g/pina/fold=2'
+>>> g_dir("/tmp/run/models/", "pina_naive")
+'/tmp/run/models/g/pina_naive/full'
+>>> vectorizer_dir("/tmp/run/models"), g_name("pina", None), g_name("pina", 3)
+('/tmp/run/models/vectorizer', 'pina/full', 'pina/fold=3')
+"""
+
+import io as _pyio
+import json
+import os
+from typing import Any, Dict, Optional
+
+from . import embstore, io, runtime
+from .vectorizer import ENCODER_JSON, TFIDF_DIR
+
+__all__ = [
+    "VECTORIZER_DIR",
+    "G_DIR",
+    "OUTPUT_NODES",
+    "TRAIN_ROWS",
+    "G_INFO",
+    "FOLDS_JSON",
+    "MODEL_CARD",
+    "ENCODER_JSON",
+    "g_dir",
+    "g_name",
+    "vectorizer_dir",
+    "require_models",
+    "read_json",
+    "read_output_nodes",
+    "version",
+    "dir_size",
+    "save_g",
+    "load_g",
+    "load_g_mmap",
+    "g_mmap_copy",
+    "load_vectorizer",
+]
+
+VECTORIZER_DIR = "vectorizer"
+G_DIR = "g"
+OUTPUT_NODES = "output_nodes.npy"
+TRAIN_ROWS = "train_rows.npy"
+G_INFO = "g_info.json"
+FOLDS_JSON = "folds.json"
+MODEL_CARD = "model_card.json"
+
+
+# --------------------------------------------------------------------------- layout
+def g_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
+    """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
+    return f"{models_root.rstrip('/')}/{G_DIR}/{g_name(variant, fold)}"
+
+
+def g_name(variant: str, fold: Optional[int] = None) -> str:
+    """Short name of a g model (``pina/full``, ``pina/fold=2``): its folder under ``g/`` and its
+    name in the statistics."""
+    return f"{variant}/{'full' if fold is None else f'fold={int(fold)}'}"
+
+
+def vectorizer_dir(models_root: str) -> str:
+    """Folder of the saved ``PhiPre``: ``<models>/vectorizer``."""
+    return f"{models_root.rstrip('/')}/{VECTORIZER_DIR}"
+
+
+# --------------------------------------------------------------------------- driver side
+def require_models(spark, models_root: str) -> None:
+    """Raise :class:`io.InputError` unless the models folder is complete (has ``_SUCCESS``)."""
+    marker = models_root.rstrip("/") + "/_SUCCESS"
+    if not io.path_exists(spark, marker):
+        raise io.InputError(
+            f"models folder {models_root} is missing or incomplete (no "
+            f"{marker}); run the pretrain stage or point run.models at a "
+            f"complete run"
+        )
+
+
+def read_json(uri: str) -> Dict[str, Any]:
+    """A JSON artifact (``folds.json``, ``encoder.json``...); :class:`io.InputError` naming it if
+    missing or invalid."""
+    raw = io.read_bytes(uri)
+    if raw is None:
+        raise io.InputError(f"model artifact missing: {uri}")
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise io.InputError(f"model artifact {uri} is not valid JSON: {e}")
+
+
+def read_output_nodes(model_uri: str):
+    """``output_nodes.npy`` of the g folder ``model_uri`` (int64): output column -> node_index."""
+    import numpy as np
+
+    uri = f"{model_uri.rstrip('/')}/{OUTPUT_NODES}"
+    raw = io.read_bytes(uri)
+    if raw is None:
+        raise io.InputError(f"model artifact missing: {uri}")
+    try:
+        arr = np.load(_pyio.BytesIO(raw), allow_pickle=False)
+    except Exception as e:
+        raise io.InputError(f"model artifact {uri} is corrupt: {type(e).__name__}: {e}")
+    return np.asarray(arr, dtype=np.int64).ravel()
+
+
+def version(spark, uri: str) -> str:
+    """Fingerprint of a model folder's files (part of the executor cache key): listed with
+    pyarrow where it reaches the folder, else through Spark's Hadoop filesystem."""
+    return io.files_fingerprint(uri) or io.input_fingerprint(spark, [uri])
+
+
+# --------------------------------------------------------------------------- save (pretrain)
+def dir_size(path: str) -> int:
+    """Bytes of the files under a local folder."""
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            total += os.path.getsize(os.path.join(d, f))
+    return total
+
+
+def save_g(
+    model,
+    output_nodes,
+    local_dir: str,
+    train_rows=None,
+    info: Optional[Dict[str, Any]] = None,
+) -> int:
+    """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
+    local folder; returns its size in bytes.
+
+    Examples
+    --------
+    >>> save_g(model, np.arange(5), "/tmp/g")  # doctest: +SKIP
+    """
+    import numpy as np
+
+    model.save(local_dir)
+    np.save(os.path.join(local_dir, OUTPUT_NODES), np.asarray(output_nodes, dtype=np.int64))
+    if train_rows is not None:
+        np.save(os.path.join(local_dir, TRAIN_ROWS), np.asarray(train_rows, dtype=np.int64))
+    if info is not None:
+        with open(os.path.join(local_dir, G_INFO), "w") as fh:
+            json.dump(info, fh, indent=1, sort_keys=True)
+    return dir_size(local_dir)
+
+
+# --------------------------------------------------------------------------- load
+def load_g(local_dir: str, device: str = "cpu", *, predict_only: bool = True, mmap: bool = False):
+    """A PECOS XR-Linear g from a local folder (``device`` is ignored: a CPU model; the
+    signature is the ``loader(local_dir, device)`` of :func:`pina_spark.runtime.get_model`).
+
+    ``predict_only``: load only what prediction needs. ``mmap``: load PECOS' memory-mapped form
+    of the model (:func:`g_mmap_copy`, executor side), compiled once per machine: the machine's
+    workers then share one copy of the weights in the page cache and each load takes
+    milliseconds; predictions are the same.
+
+    Examples
+    --------
+    >>> g = load_g("/run/models/g/pina/full")   # doctest: +SKIP
+    """
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    # PECOS' C++ loader aborts the worker on a truncated file: check first, naming the file
+    runtime.check_artifacts(local_dir, required=["param.json", "ranker/param.json"])
+    if mmap:
+        return XLinearModel.load(g_mmap_copy(local_dir), is_predict_only=True)
+    return XLinearModel.load(local_dir, is_predict_only=bool(predict_only))
+
+
+def load_g_mmap(local_dir: str, device: str = "cpu"):
+    """Executor side: :func:`load_g` with ``mmap=True`` (a ``runtime.get_model`` loader)."""
+    return load_g(local_dir, device, mmap=True)
+
+
+def g_mmap_copy(local_dir: str) -> str:
+    """Executor side: a folder holding PECOS' memory-mapped form of the XR-Linear model in
+    ``local_dir`` (``XLinearModel.compile_mmap_model``), compiled once per machine under a
+    file lock into the executor's local dirs (:func:`pina_spark.embstore.mapped_root`); named
+    by a hash of the model files' paths, sizes and times, so a retrained model is never served
+    stale.
+
+    Examples
+    --------
+    >>> g = XLinearModel.load(g_mmap_copy("/tmp/g"), is_predict_only=True)  # doctest: +SKIP
+    """
+    import hashlib
+
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    runtime.require_executor("g_mmap_copy")
+    h = hashlib.sha1(os.path.abspath(local_dir).encode())
+    for base, dirs, files in sorted(os.walk(local_dir)):
+        dirs.sort()
+        for f in sorted(files):
+            st = os.stat(os.path.join(base, f))
+            h.update(
+                f"\x1e{os.path.relpath(os.path.join(base, f), local_dir)}\x1f{st.st_size}"
+                f"\x1f{st.st_mtime_ns}".encode()
+            )
+    return embstore.build_once(
+        embstore.mapped_root("pina-g-mmap"),
+        h.hexdigest()[:20],
+        lambda tmp: XLinearModel.compile_mmap_model(local_dir, tmp),
+        f"g {local_dir} compiled to memory-mapped form",
+    )
+
+
+def load_vectorizer(local_dir: str, device: str):
+    """``PhiPre.load`` of a local folder, checked first (a ``runtime.get_model`` loader).
+
+    Examples
+    --------
+    >>> phi = load_vectorizer("/run/models/vectorizer", "cpu")   # doctest: +SKIP
+    """
+    from .vectorizer import PhiPre
+
+    # PECOS' C++ tf-idf loader aborts the worker on a corrupt file: check first, naming it
+    runtime.check_artifacts(
+        local_dir,
+        required=[ENCODER_JSON],
+        counted_text=("tfidf-model.txt", "vocab.txt"),
+        counted_under=TFIDF_DIR,
+    )
+    return PhiPre.load(local_dir, device=device)

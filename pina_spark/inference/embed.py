@@ -1,0 +1,225 @@
+"""The embed stage: Phi_pre of every node of ``nodes`` (instances of every split, new ones
+included, and labels) into ``embeddings``, with ``mapInArrow``.
+
+Rows are cut into global blocks ``node_index div batch_size``, the encoder's batches; a block
+never straddles two tasks and rows are sorted inside a task, so every encoder call sees the same
+texts (hence the same numbers) whatever the number of partitions.
+
+Examples
+--------
+>>> from pina_spark.pipeline import run_pipeline                     # doctest: +SKIP
+>>> run_pipeline(spark, cfg, ["embed"])                              # doctest: +SKIP
+{'embed': 'ran'}
+"""
+
+import dataclasses as dc
+import logging
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .. import artifacts, faults, io, runtime
+from .arrow import EMBED_SCHEMA, embed_arrow_schema, iter_chunks, list_array
+from .plan import EmbedPlan, plan_embed
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EmbedTask", "embed_frame", "run_embed_stage"]
+
+BLOCK = "_block"
+DEAL = "_deal"
+
+
+@dc.dataclass(frozen=True)
+class EmbedTask:
+    """What an embed task needs (the executor function closes over this one value).
+
+    Attributes:
+        plan: the stage's plan (vectorizer folder and version, batch size).
+        device: ``inference.device`` (``auto`` | ``cpu`` | ``cuda``), resolved per task.
+        torch_threads: ``inference.torch_threads`` (0: the task's cores).
+        fault_plan: :func:`pina_spark.faults.fault_plan` of the stage.
+    """
+
+    plan: EmbedPlan
+    device: str
+    torch_threads: int
+    fault_plan: Optional[Tuple[str, Tuple[int, ...]]] = None
+
+    @classmethod
+    def of(cls, plan: EmbedPlan, inference_cfg, fault_plan=None) -> "EmbedTask":
+        """The task of ``plan`` with the ``inference`` settings ``inference_cfg``."""
+        return cls(plan, inference_cfg.device, int(inference_cfg.torch_threads), fault_plan)
+
+
+def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
+    """Driver side: build the executor function of the embed stage (closes over ``task``)."""
+
+    def embed_partition(batches):
+        """Executor side: Arrow batches (node_index, text) -> embedding record batches."""
+        faults.maybe_fail(task.fault_plan)
+        tc = runtime.require_executor("embed_partition")
+        import numpy as np
+        import pyarrow as pa
+
+        bs = task.plan.batch_size
+        device = runtime.resolve_device(task.device, task.torch_threads)
+        threads = runtime.task_threads(task.torch_threads, tc)
+        phi = None
+        rows = 0
+        schema = embed_arrow_schema()
+
+        def block_of(rb):
+            return rb.column(io.NODE_INDEX).to_numpy() // bs
+
+        for _, tbl in iter_chunks(batches, block_of, bs):
+            if phi is None:
+                phi = runtime.get_model(
+                    task.plan.vectorizer, load_fn, task.plan.version, device, acc, "vectorizer"
+                )
+                if hasattr(phi, "tfidf_threads"):
+                    phi.tfidf_threads = threads
+            texts = tbl.column(io.TEXT).to_pylist()
+            dense, sparse = phi.transform(texts, batch_size=bs)
+            dense = np.ascontiguousarray(dense, dtype=np.float32)
+            sparse = sparse.tocsr().astype(np.float32)
+            sparse.sort_indices()
+            if dense.shape[0] != tbl.num_rows or sparse.shape[0] != tbl.num_rows:
+                raise RuntimeError(
+                    f"vectorizer returned {dense.shape[0]}/{sparse.shape[0]} "
+                    f"rows for {tbl.num_rows} texts"
+                )
+            n, d = dense.shape
+            rows += n
+            yield pa.RecordBatch.from_arrays(
+                [
+                    tbl.column(io.NODE_INDEX).combine_chunks(),
+                    list_array(np.full(n, d, dtype=np.int64), dense.ravel(), pa.float32()),
+                    list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
+                    list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+                ],
+                schema=schema,
+            )
+        if acc is not None and rows:
+            acc.add({"rows|embed": rows})
+
+    return embed_partition
+
+
+def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
+    from pyspark.sql import functions as F
+
+    bs, parts = task.plan.batch_size, task.plan.partitions
+    # Blocks of ``batch_size`` consecutive node indices are the encoder's batches (the same
+    # batches on any partitioning, hence identical numbers); they are dealt to the tasks round
+    # robin (block mod parts, then block), so that every task gets a mix of long instance texts
+    # and short label texts (node indices put instances first): contiguous ranges made the
+    # label-heavy last task finish early and leave a core idle while the others ran.
+    df = (
+        nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
+        .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
+        .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
+        .repartitionByRange(parts, DEAL, BLOCK)
+        .sortWithinPartitions(io.NODE_INDEX)
+        .drop(BLOCK, DEAL)
+    )
+    return df.mapInArrow(_make_embed_fn(task, acc, load_fn), EMBED_SCHEMA)
+
+
+def embed_frame(
+    nodes_df,
+    vectorizer_uri: str,
+    inference_cfg,
+    n_rows: int,
+    fault_plan=None,
+    version: str = "",
+    accumulator=None,
+    load_fn: Optional[Callable[[str, str], Any]] = None,
+    slots: int = 1,
+):
+    """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).
+
+    Parameters
+    ----------
+    nodes_df : DataFrame
+        At least ``node_index`` and ``text``.
+    vectorizer_uri : str
+        The saved ``PhiPre`` folder.
+    inference_cfg : config.InferenceConfig
+        ``rows_per_task``, ``batch_size``, ``device``, ``torch_threads``.
+    n_rows : int
+        Row count of ``nodes_df`` (sizes the partitions).
+    fault_plan : tuple, optional
+        ``faults.fault_plan(cfg, "embed")``.
+    version : str
+        Fingerprint of the vectorizer folder (cache key).
+    accumulator : Accumulator, optional
+        :class:`runtime.LoadStatsParam` accumulator for loads and rows.
+    load_fn : callable, optional
+        ``load_fn(local_dir, device) -> object with .transform(texts, batch_size)``;
+        default :func:`pina_spark.artifacts.load_vectorizer` (``PhiPre.load``).
+    slots : int
+        Task slots of the application (:func:`runtime.task_slots`); the task count is a
+        multiple of it.
+
+    Examples
+    --------
+    >>> df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference,
+    ...                  nodes.count())  # doctest: +SKIP
+    >>> df.columns  # doctest: +SKIP
+    ['node_index', 'dense', 'sparse_indices', 'sparse_values']
+    """
+    task = EmbedTask.of(
+        plan_embed(vectorizer_uri, inference_cfg, n_rows, version, slots), inference_cfg, fault_plan
+    )
+    return _embed_frame(nodes_df, task, accumulator, load_fn or artifacts.load_vectorizer)
+
+
+def run_embed_stage(ctx) -> Dict[str, Any]:
+    """Driver side: write ``embeddings`` for every node of ``nodes``.
+
+    Returns
+    -------
+    dict
+        ``rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
+        ``worker_processes``, ``max_loads_per_worker_model``, ``loads_per_worker``.
+
+    Examples
+    --------
+    >>> run_embed_stage(ctx)["rows"]          # doctest: +SKIP
+    1200
+    """
+    spark, cfg = ctx.spark, ctx.cfg
+    artifacts.require_models(spark, ctx.models_root)
+    vec_uri = artifacts.vectorizer_dir(ctx.models_root)
+    if not io.path_exists(spark, f"{vec_uri}/{artifacts.ENCODER_JSON}"):
+        raise io.InputError(f"model artifact missing: {vec_uri}/{artifacts.ENCODER_JSON}")
+    nodes = io.read_table(spark, ctx.paths, io.NODES).select(io.NODE_INDEX, io.TEXT)
+    n = nodes.count()
+    acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
+    slots = runtime.task_slots(spark)
+    plan = plan_embed(vec_uri, cfg.inference, n, artifacts.version(spark, vec_uri), slots)
+    log.info("embed: %s", plan)
+    task = EmbedTask.of(plan, cfg.inference, faults.fault_plan(cfg, "embed"))
+    df = _embed_frame(nodes, task, acc, artifacts.load_vectorizer)
+    t0 = time.time()
+    io.write_table(df, ctx.paths, io.EMBEDDINGS)
+    dt = time.time() - t0
+    counters = dict(acc.value)
+    stats: Dict[str, Any] = {
+        "rows": n,
+        "rows_written": int(counters.get("rows|embed", 0)),
+        "partitions": plan.partitions,
+        "seconds": round(dt, 3),
+        "rows_per_s": round(n / dt, 2) if dt else None,
+        "vectorizer": vec_uri,
+    }
+    stats.update(runtime.summarize_loads(counters))
+    log.info(
+        "embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers",
+        n,
+        dt,
+        n / max(dt, 1e-9),
+        stats["model_loads"],
+        stats["worker_processes"],
+    )
+    return stats
