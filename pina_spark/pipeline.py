@@ -80,12 +80,17 @@ def models_run_root(cfg: PinaConfig) -> Optional[str]:
     return cfg.run.models.rstrip("/") if cfg.run.models else None
 
 
+def _models_root(cfg: PinaConfig, paths: io.RunPaths) -> str:
+    """Where the run's models are: ``run.models``' models folder, else the run's own."""
+    return (
+        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
+    )
+
+
 def make_context(spark, cfg: PinaConfig) -> StageContext:
     paths = io.RunPaths(cfg.output, cfg.run.run_date)
     manifest = Manifest(paths.manifest)
-    models_root = (
-        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
-    )
+    models_root = _models_root(cfg, paths)
     return StageContext(
         spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
     )
@@ -119,19 +124,16 @@ def open_run(spark, root: str, allow_uncommitted: bool = False) -> StageContext:
             "root? e.g. runs/demo/run or <output>/run_date=YYYY-MM-DD)"
         )
     cfg = config_from_dict(manifest.data["config"], paths.manifest)
-    models_root = (
-        io.RunPaths(cfg.run.models).table(io.MODELS) if cfg.run.models else paths.table(io.MODELS)
-    )
+    models_root = _models_root(cfg, paths)
     ctx = StageContext(
         spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
     )
-    bad = {} if allow_uncommitted else _uncommitted(ctx, _stage_outputs())
-    if bad:
-        what = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
-        raise io.UncommittedError(
-            f"{root} holds tables published by a run that did not commit ({what}): they may "
-            f"not belong together. Rerun {', '.join(bad)}, or pass allow_uncommitted=True to "
-            f"look at them anyway"
+    if not allow_uncommitted:
+        _refuse_uncommitted(
+            _uncommitted(ctx, _stage_outputs()),
+            f"{root} holds tables published by a run that did not commit",
+            "they may not belong together",
+            "or pass allow_uncommitted=True to look at them anyway",
         )
     return ctx
 
@@ -233,6 +235,13 @@ def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[
     return io.uncommitted_tables(ctx.paths, owners, unfinished)
 
 
+def _refuse_uncommitted(bad: Dict[str, List[str]], what: str, why: str, fix: str) -> None:
+    """Raise :class:`pina_spark.io.UncommittedError` listing ``bad`` (step -> tables), if any."""
+    if bad:
+        tables = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
+        raise io.UncommittedError(f"{what} ({tables}): {why}. Rerun {', '.join(bad)} {fix}")
+
+
 def require_upstream_committed(ctx: StageContext, name: str) -> None:
     """Refuse to run ``name`` on outputs of an earlier step (in :data:`STAGES` order) that were
     published by a run of that step which never committed (e.g. a driver killed after ``nodes``
@@ -250,14 +259,13 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
         for st, rels in owners.items()
         if st != name and order.index(st) < order.index(name)
     }
-    bad = _uncommitted(ctx, upstream)
-    if bad:
-        what = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
-        raise io.UncommittedError(
-            f"stage {name} refuses to read upstream tables of {ctx.paths.root} that were "
-            f"published by a run that did not commit ({what}): the stage did not finish, so "
-            f"its tables may not belong together. Rerun {', '.join(bad)} first"
-        )
+    _refuse_uncommitted(
+        _uncommitted(ctx, upstream),
+        f"stage {name} refuses to read upstream tables of {ctx.paths.root} that were "
+        f"published by a run that did not commit",
+        "the stage did not finish, so its tables may not belong together",
+        "first",
+    )
 
 
 def _run_step(

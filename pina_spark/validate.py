@@ -209,6 +209,18 @@ def _split(tagged, table: str):
 
 
 # --------------------------------------------------------------------------- per table
+def _pair_rules():
+    """The row rules of an (instance_id, label_id) table: instance_labels and filter_pairs."""
+    from pyspark.sql import functions as F
+
+    return [
+        (F.col(io.CORRUPT).isNotNull(), "unparseable"),
+        (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
+        (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
+        (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
+    ]
+
+
 def validate_instances(raw, max_text_chars: int = MAX_TEXT_CHARS):
     """Tag the rows of a raw ``instances`` frame (as returned by ``io.read_input``).
 
@@ -279,15 +291,7 @@ def validate_instance_labels(raw, instances, labels):
     """
     from pyspark.sql import functions as F
 
-    tagged = _tag(
-        raw,
-        [
-            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-            (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
-            (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
-            (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
-        ],
-    )
+    tagged = _tag(raw, _pair_rules())
     tagged = _flag_unknown(tagged, instances, io.INSTANCE_ID, "unknown_instance")
     tagged = _flag_unknown(tagged, labels, io.LABEL_ID, "unknown_label")
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
@@ -340,15 +344,7 @@ def validate_filter_pairs(raw):
     """
     from pyspark.sql import functions as F
 
-    tagged = _tag(
-        raw,
-        [
-            (F.col(io.CORRUPT).isNotNull(), "unparseable"),
-            (_blank(F.col(io.INSTANCE_ID)) | _blank(F.col(io.LABEL_ID)), "missing_id"),
-            (_has_fffd(io.INSTANCE_ID, io.LABEL_ID), "invalid_utf8"),
-            (_bad_id(io.INSTANCE_ID, io.LABEL_ID), "invalid_id"),
-        ],
-    )
+    tagged = _tag(raw, _pair_rules())
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
 
 
