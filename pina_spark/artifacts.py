@@ -69,7 +69,7 @@ MODEL_CARD = "model_card.json"
 # --------------------------------------------------------------------------- layout
 def g_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
     """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
-    return f"{models_root.rstrip('/')}/{G_DIR}/{g_name(variant, fold)}"
+    return io.join(models_root, G_DIR, g_name(variant, fold))
 
 
 def g_name(variant: str, fold: Optional[int] = None) -> str:
@@ -80,13 +80,13 @@ def g_name(variant: str, fold: Optional[int] = None) -> str:
 
 def vectorizer_dir(models_root: str) -> str:
     """Folder of the saved ``PhiPre``: ``<models>/vectorizer``."""
-    return f"{models_root.rstrip('/')}/{VECTORIZER_DIR}"
+    return io.join(models_root, VECTORIZER_DIR)
 
 
 # --------------------------------------------------------------------------- driver side
 def require_models(spark, models_root: str) -> None:
     """Raise :class:`io.InputError` unless the models folder is complete (has ``_SUCCESS``)."""
-    marker = models_root.rstrip("/") + "/_SUCCESS"
+    marker = io.join(models_root, "_SUCCESS")
     if not io.path_exists(spark, marker):
         raise io.InputError(
             f"models folder {models_root} is missing or incomplete (no "
@@ -111,7 +111,7 @@ def read_output_nodes(model_uri: str):
     """``output_nodes.npy`` of the g folder ``model_uri`` (int64): output column -> node_index."""
     import numpy as np
 
-    uri = f"{model_uri.rstrip('/')}/{OUTPUT_NODES}"
+    uri = io.join(model_uri, OUTPUT_NODES)
     raw = io.read_bytes(uri)
     if raw is None:
         raise io.InputError(f"model artifact missing: {uri}")

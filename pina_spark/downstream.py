@@ -481,7 +481,7 @@ def _save_model(model, vec, label_ids, uri: str) -> None:
         json.dump([str(x) for x in label_ids], fh)
     if remote:
         io.copy_dir(local, uri)
-    io.write_bytes(uri.rstrip("/") + "/_SUCCESS", b"")
+    io.write_bytes(io.join(uri, "_SUCCESS"), b"")
 
 
 def _predictions_frame(variant, test_ids, cols_k, scores_k, label_ids):

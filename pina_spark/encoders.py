@@ -317,7 +317,9 @@ def load_encoder(
         raise ValueError(f"encoder spec: kind {kind!r} is not one of {list(ENCODER_KINDS)}")
     path = spec.get("path")
     if path is not None and base_dir is not None and "://" not in path and not os.path.isabs(path):
-        path = base_dir.rstrip("/") + "/" + path
+        from . import io
+
+        path = io.join(base_dir, path)
     max_length = int(spec.get("max_length", 64))
     if kind == "xtransformer":
         if path is None:

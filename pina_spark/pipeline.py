@@ -77,7 +77,7 @@ def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
 
 def models_run_root(cfg: PinaConfig) -> Optional[str]:
     """Root of the run whose models are reused (``run.models``), or ``None``."""
-    return cfg.run.models.rstrip("/") if cfg.run.models else None
+    return io.norm(cfg.run.models) if cfg.run.models else None
 
 
 def _models_root(cfg: PinaConfig, paths: io.RunPaths) -> str:
@@ -186,7 +186,7 @@ def _run_leased(
     result: Dict[str, str] = {}
     try:
         mroot = models_run_root(cfg)
-        if mroot and mroot != ctx.paths.root.rstrip("/"):
+        if mroot and mroot != io.norm(ctx.paths.root):
             if "graph" in stages:
                 log.warning(
                     "run.models is set but the graph stage is run too: its nodes index "
@@ -642,9 +642,9 @@ def _copy_side_files(spark, src: str, dst: str) -> None:
             ("part-", "_SUCCESS", ".", "_committed", "_started", io.VERSION_FILE)
         ):
             continue
-        data = io.read_bytes(src.rstrip("/") + "/" + name)
+        data = io.read_bytes(io.join(src, name))
         if data is not None:
-            io.write_bytes(dst.rstrip("/") + "/" + name, data)
+            io.write_bytes(io.join(dst, name), data)
 
 
 def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], Dict[str, Any]]:

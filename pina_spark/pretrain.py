@@ -511,7 +511,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(io.MODELS)
-    if ctx.models.rstrip("/") != dst.rstrip("/"):
+    if io.norm(ctx.models) != io.norm(dst):
         log.info("pretrain: run.models is set, reusing the models at %s (no training)", ctx.models)
         if not io.is_complete(spark, ctx.models):
             raise io.InputError(f"run.models: {ctx.models} is missing or incomplete (no _SUCCESS)")
@@ -886,13 +886,13 @@ def _publish_models(spark, local_dir: str, dst: str) -> None:
             master,
         )
     n = write_checksums(local_dir)
-    root = dst.rstrip("/")
+    root = io.norm(dst)
     if not root.endswith("/" + io.MODELS):
         raise ValueError(f"models destination {dst} is not <run root>/{io.MODELS}")
     staging = io.RunPaths(root[: -len(io.MODELS) - 1]).staging(io.MODELS)
     try:
         io.copy_dir(local_dir, staging)
-        io.write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
+        io.write_bytes(io.join(staging, "_SUCCESS"), b"")
         io.publish(spark, staging, dst)
     except BaseException:
         io.discard_staging(spark, staging)

@@ -35,7 +35,7 @@ LATEST = "latest"
 
 
 def pointer_uri(output: str) -> str:
-    return output.rstrip("/") + "/" + PROMOTED
+    return io.join(output, PROMOTED)
 
 
 def read_promoted(output: str) -> Optional[Dict[str, Any]]:
@@ -101,7 +101,7 @@ def consider(cfg: PinaConfig, run_root: str, metrics: Dict[str, Any]) -> Dict[st
     }
     if ok:
         pointer = {
-            "run": run_root.rstrip("/"),
+            "run": io.norm(run_root),
             "variant": ev.gate_variant,
             "metric": ev.gate_metric,
             "value": float(value),

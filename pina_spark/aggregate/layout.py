@@ -57,7 +57,7 @@ def write_meta(features_uri: str, dense_dim: int, sparse_dim: int, variants) -> 
         "widths": widths(dense_dim, sparse_dim, variants),
     }
     io.write_bytes(
-        features_uri.rstrip("/") + "/" + FEATURES_META,
+        io.join(features_uri, FEATURES_META),
         json.dumps(meta, indent=1, sort_keys=True).encode(),
     )
     return meta
@@ -65,7 +65,7 @@ def write_meta(features_uri: str, dense_dim: int, sparse_dim: int, variants) -> 
 
 def read_sparse_width(features_uri: str, variant: str) -> Optional[int]:
     """The sparse width of ``variant`` from :data:`FEATURES_META`, ``None`` when unknown."""
-    raw = io.read_bytes(features_uri.rstrip("/") + "/" + FEATURES_META)
+    raw = io.read_bytes(io.join(features_uri, FEATURES_META))
     if raw is None:
         return None
     w = json.loads(raw.decode()).get("widths", {}).get(variant)
@@ -82,7 +82,7 @@ def escape_partition_value(v: Optional[str]) -> str:
 
 def variant_dir(base: str, variant: str) -> str:
     """The folder of one variant under ``base`` (the published features or the staging)."""
-    return f"{base.rstrip('/')}/{io.VARIANT}={escape_partition_value(variant)}"
+    return io.join(base, f"{io.VARIANT}={escape_partition_value(variant)}")
 
 
 def partition_dir(base: str, variant: str, split: Optional[str]) -> str:

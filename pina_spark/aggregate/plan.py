@@ -344,7 +344,7 @@ def resolve_sparse_dim(
         return int(sparse_dim)
     if not models_uri:
         return None
-    root = models_uri.rstrip("/")
+    root = io.norm(models_uri)
     for rel in (f"{artifacts.VECTORIZER_DIR}/{artifacts.ENCODER_JSON}", artifacts.MODEL_CARD):
         try:
             raw = io.read_bytes(f"{root}/{rel}")

@@ -30,8 +30,8 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     n_inst, label_idx = _node_counts_arrow(
         ctx.paths.table(io.NODES), need_labels
     ) or _node_counts_spark(nodes_df(), need_labels)
-    own_models = ctx.paths.table(io.MODELS).rstrip("/")
-    models = ctx.models.rstrip("/")
+    own_models = io.norm(ctx.paths.table(io.MODELS))
+    models = io.norm(ctx.models)
     if models == own_models:
         return None, label_idx, n_inst
     if not models.endswith("/" + io.MODELS):

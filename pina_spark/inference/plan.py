@@ -246,7 +246,7 @@ def plan_neighbors(
     """
     cfg = ctx.cfg
     nb, inf = cfg.neighbors, cfg.inference
-    models = ctx.models_root.rstrip("/")
+    models = io.norm(ctx.models_root)
     artifacts.require_models(spark, models)
     if variants is None:
         variants = [v for v in VARIANTS if io.path_exists(spark, artifacts.g_dir(models, v))]
