@@ -110,15 +110,16 @@ def write_files(reduce, task: SinkTask):
         """Executor side (mapInArrow)."""
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
         from pyspark import TaskContext
+
+        from ..partfile import PartFile
 
         tc = TaskContext.get()
         if tc is None:
             raise RuntimeError("aggregate: the arrow writer runs inside a Spark task only")
         pid, attempt = tc.partitionId(), tc.attemptNumber()
         fs, base = io.pyarrow_fs(task.staging)
-        writers, counts = {}, {}
+        files: dict = {}
         try:
             for b in reduce(batches):
                 split = b.column(1)
@@ -129,44 +130,29 @@ def write_files(reduce, task: SinkTask):
                         [sub.column(i) for i in (0, 2, 3, 4, 5, 6)],
                         [sub.schema.names[i] for i in (0, 2, 3, 4, 5, 6)],
                     )
-                    if sv not in writers:
-                        d = layout.partition_dir(base, task.variant, sv)
-                        fs.create_dir(d, recursive=True)
-                        name = f"part-{pid:05d}.parquet"
-                        tmp = f"{d}/.{name}.attempt{attempt}.tmp"
-                        stream = fs.open_output_stream(tmp)
-                        w = pq.ParquetWriter(
-                            stream,
+                    if sv not in files:
+                        files[sv] = PartFile(
+                            fs,
+                            layout.partition_dir(base, task.variant, sv),
+                            f"part-{pid:05d}.parquet",
+                            attempt,
                             sub.schema,
-                            compression=task.codec,
+                            task.codec,
                             use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS],
                         )
-                        writers[sv] = (w, stream, tmp, f"{d}/{name}")
-                        counts[sv] = 0
-                    writers[sv][0].write_batch(sub)
-                    counts[sv] += sub.num_rows
-            done = []
-            for sv, (w, stream, tmp, final) in writers.items():
-                w.close()
-                stream.close()
-                fs.move(tmp, final)
-                done.append((sv, final))
-            writers = {}
+                    files[sv].write_batch(sub)
+            done = [(sv, f.commit(), f.rows) for sv, f in list(files.items())]
+            files = {}
         finally:
-            for w, stream, tmp, _ in writers.values():  # failed attempt: drop its tmp files
-                try:
-                    w.close()
-                    stream.close()
-                    fs.delete_file(tmp)
-                except Exception:
-                    pass
+            for f in files.values():  # failed attempt: drop its tmp files
+                f.abort()
         if done:
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array([task.variant] * len(done), pa.string()),
-                    pa.array([sv for sv, _ in done], pa.string()),
-                    pa.array([counts[sv] for sv, _ in done], pa.int64()),
-                    pa.array([p for _, p in done], pa.string()),
+                    pa.array([sv for sv, _, _ in done], pa.string()),
+                    pa.array([n for _, _, n in done], pa.int64()),
+                    pa.array([p for _, p, _ in done], pa.string()),
                 ],
                 ["variant", "split", "rows", "path"],
             )

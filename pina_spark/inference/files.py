@@ -127,27 +127,18 @@ def write_task_files(tables: Dict[str, Any], sink: Sink, task: int, attempt: int
     return one ``variant, rows, path`` record batch. A variant without rows still gets its
     (empty) file, so the table has a schema even with no rows."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from ..partfile import PartFile
 
     fs, base = io.pyarrow_fs(sink.uri)
     codec = io.parquet_codec(sink.compression)
     done = []
     for v, t in tables.items():
-        d = f"{base}/{io.VARIANT}={v}"
-        fs.create_dir(d, recursive=True)
-        name = f"part-{task:05d}.parquet"
-        tmp, final = f"{d}/.{name}.attempt{attempt}.tmp", f"{d}/{name}"
-        try:
-            with fs.open_output_stream(tmp) as stream:
-                pq.write_table(t.drop_columns([io.VARIANT]), stream, compression=codec)
-            fs.move(tmp, final)
-        except BaseException:
-            try:
-                fs.delete_file(tmp)
-            except Exception:
-                pass
-            raise
-        done.append((v, t.num_rows, final))
+        rows = t.drop_columns([io.VARIANT])
+        d, name = f"{base}/{io.VARIANT}={v}", f"part-{task:05d}.parquet"
+        with PartFile(fs, d, name, attempt, rows.schema, codec) as f:
+            f.write_table(rows)
+        done.append((v, t.num_rows, f.path))
     return pa.RecordBatch.from_arrays(
         [
             pa.array([x[0] for x in done], pa.string()),
