@@ -309,7 +309,7 @@ def main(argv=None):
         Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
         for j, (a, t) in enumerate(labels)
     ]
-    models = ctx.models
+    models = ctx.models_root
     results = []
     if "embed" not in stages:
         for rel in (io.NODES, io.EMBEDDINGS):
@@ -528,7 +528,7 @@ def time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, batch_size):
         ctx.paths.table(io.NODES),
         ctx.paths.table(io.EMBEDDINGS),
         gdir,
-        _phi_dim(ctx.models)[0],
+        _phi_dim(ctx.models_root)[0],
         cfg.neighbors.k,
         os.path.join(work, "ref_neighbors.parquet"),
         batch_size,

@@ -307,7 +307,7 @@ def _run_step(
         rows_out=rows,
         rows_per_s=rate,
         committed=commit["tables"],
-        models_version=io.table_version(ctx.models),
+        models_version=io.table_version(ctx.models_root),
     )
     log.info(
         "stage %s: done in %.1fs, rows out %s%s %s",
@@ -566,9 +566,9 @@ def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[io.RunPaths]:
 
 def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) -> Optional[str]:
     """Why the rows of ``base`` cannot be merged with rows computed now (``None`` when they
-    can): its ``stage`` ran with another version of the models than ``ctx.models`` (a retrain in
-    between), or recorded none (a run older than model versions)."""
-    now = io.table_version(ctx.models)
+    can): its ``stage`` ran with another version of the models than ``ctx.models_root`` (a
+    retrain in between), or recorded none (a run older than model versions)."""
+    now = io.table_version(ctx.models_root)
     entry = Manifest(base.manifest).stage(stage) or {}
     then = entry.get("models_version")
     if then is None and now is None:
@@ -576,7 +576,7 @@ def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) ->
     if then != now:
         return (
             f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
-            f", the models at {ctx.models} are version {now or 'unknown'} (retrained since)"
+            f", the models at {ctx.models_root} are version {now or 'unknown'} (retrained since)"
         )
     return None
 

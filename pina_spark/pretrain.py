@@ -511,11 +511,15 @@ def run_stage(ctx) -> Dict[str, Any]:
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(io.MODELS)
-    if io.norm(ctx.models) != io.norm(dst):
-        log.info("pretrain: run.models is set, reusing the models at %s (no training)", ctx.models)
-        if not io.is_complete(spark, ctx.models):
-            raise io.InputError(f"run.models: {ctx.models} is missing or incomplete (no _SUCCESS)")
-        return {"reused_models": ctx.models}
+    if io.norm(ctx.models_root) != io.norm(dst):
+        log.info(
+            "pretrain: run.models is set, reusing the models at %s (no training)", ctx.models_root
+        )
+        if not io.is_complete(spark, ctx.models_root):
+            raise io.InputError(
+                f"run.models: {ctx.models_root} is missing or incomplete (no _SUCCESS)"
+            )
+        return {"reused_models": ctx.models_root}
     pcfg, ncfg = cfg.pretrain, cfg.neighbors
     xcfg = pcfg.xlinear
     t_stage = time.time()

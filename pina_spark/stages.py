@@ -91,7 +91,3 @@ class StageContext:
     manifest: Manifest
     models_root: str
     selection: Optional[str] = None
-
-    @property
-    def models(self) -> str:
-        return self.models_root

@@ -123,7 +123,7 @@ def env(spark, tmp_path_factory):
     ctx = pipeline.make_context(spark, cfg)
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
 
-    models = ctx.models
+    models = ctx.models_root
     pcfg = config.PretrainConfig(
         tfidf={"ngram_range": [1, 1], "min_df_cnt": 0, "max_df_ratio": 1.0, "norm": "l2"}
     )

@@ -56,7 +56,7 @@ def stub_pretrain(ctx):
     CALLS.append(("pretrain", ctx.paths.root))
     if "pretrain" in FAIL:
         raise RuntimeError("pretrain failed on purpose")
-    d = io.local_path(ctx.models)
+    d = io.local_path(ctx.models_root)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "g.json"), "w") as fh:
         json.dump({"k": ctx.cfg.neighbors.k}, fh)
@@ -68,7 +68,7 @@ def stub_embed(ctx):
     from pyspark.sql import functions as F
 
     CALLS.append(("embed", ctx.paths.root))
-    assert os.path.exists(os.path.join(io.local_path(ctx.models), "_SUCCESS"))
+    assert os.path.exists(os.path.join(io.local_path(ctx.models_root), "_SUCCESS"))
     if "embed" in FAIL:
         raise RuntimeError("embed failed on purpose")
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)

@@ -116,7 +116,7 @@ def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
         nodes_uri=paths.table(io.NODES),
         selection=selection,
     )
-    sparse_dim = resolve_sparse_dim(ctx.models, None)
+    sparse_dim = resolve_sparse_dim(ctx.models_root, None)
     if sparse_dim is None:
-        log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models)
+        log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models_root)
     return inputs, sparse_dim

@@ -19,7 +19,7 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     (``nodes_df``: a function returning this run's ``nodes`` DataFrame, called only when
     needed).
 
-    When ``ctx.models`` is another run's models, g's output nodes are indices of THAT run's
+    When ``ctx.models_root`` is another run's models, g's output nodes are indices of THAT run's
     ``nodes``; they are remapped through ``(kind, node_id)`` into this run's ``nodes`` (the
     identity when the pipeline kept the models run's indices, as ``prepare_nodes_from_models``
     does); output nodes absent from this run's ``nodes`` are never returned.
@@ -31,7 +31,7 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
         ctx.paths.table(io.NODES), need_labels
     ) or _node_counts_spark(nodes_df(), need_labels)
     own_models = io.norm(ctx.paths.table(io.MODELS))
-    models = io.norm(ctx.models)
+    models = io.norm(ctx.models_root)
     if models == own_models:
         return None, label_idx, n_inst
     if not models.endswith("/" + io.MODELS):
