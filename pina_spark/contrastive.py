@@ -184,7 +184,7 @@ def fine_tune(
         from sentence_transformers import losses  # type: ignore[attr-defined,no-redef]
     from transformers import get_linear_schedule_with_warmup
 
-    from .encoders import _resolve_device
+    from .runtime import process_device
 
     if len(anchors) != len(positives):
         raise ValueError("fine_tune: anchors and positives differ in length")
@@ -194,7 +194,7 @@ def fine_tune(
             f"in-batch negatives need at least 2 (check the graph stage's "
             f"pretrain_edges, or use pretrain.encoder: minilm)"
         )
-    device = _resolve_device(ccfg.device)
+    device = process_device(ccfg.device)
     torch.manual_seed(int(ccfg.seed))
     model = SentenceTransformer(base_dir, device=device)
     model.max_seq_length = int(ccfg.max_length)

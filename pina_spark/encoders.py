@@ -34,6 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .runtime import process_device
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -75,16 +77,6 @@ def resolve_local(uri: str) -> str:
     from .runtime import local_model_dir
 
     return local_model_dir(uri, io.files_fingerprint(uri) or "")
-
-
-def _resolve_device(device: str) -> str:
-    if device not in ("cpu", "cuda", "auto") and not device.startswith("cuda:"):
-        raise ValueError(f"device: expected 'cpu', 'cuda', 'cuda:<n>' or 'auto', got {device!r}")
-    if device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def _nonempty(texts: Sequence[Optional[str]]) -> np.ndarray:
@@ -186,7 +178,7 @@ class MeanPoolEncoder(Encoder):
         self.kind = kind
         self.path = path
         self.max_length = int(max_length)
-        self.device = _resolve_device(device)
+        self.device = process_device(device)
         self.local_dir = local
         self._tok = AutoTokenizer.from_pretrained(local)
         self._model = AutoModel.from_pretrained(local).to(self.device).eval()
@@ -255,7 +247,7 @@ class XTransformerEncoder(Encoder):
         self.kind = "xtransformer"
         self.path = path
         self.max_length = int(max_length)
-        self.device = _resolve_device(device)
+        self.device = process_device(device)
         local = resolve_local(path)
         self.local_dir = local
         self._model = XTransformer.load(local)

@@ -56,6 +56,7 @@ __all__ = [
     "LoadStatsParam",
     "choose_device",
     "resolve_device",
+    "process_device",
     "task_threads",
     "get_model",
     "local_model_dir",
@@ -345,6 +346,27 @@ def task_threads(cfg_threads: int = 0, tc: Any = None) -> int:
             except Exception:
                 return 1
     return 1
+
+
+def process_device(device: str) -> str:
+    """Device of a process that owns no Spark task (the driver fine-tuning or encoding, an
+    encoder built by hand): ``cpu``, ``cuda``, ``cuda:<n>`` as given, ``auto`` -> ``cuda`` where
+    torch sees a GPU, else ``cpu``. Executor tasks use :func:`resolve_device` (the task's GPU).
+
+    >>> process_device("cuda:1")
+    'cuda:1'
+    >>> process_device("gpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: device: expected 'cpu', 'cuda', 'cuda:<n>' or 'auto', got 'gpu'
+    """
+    if device not in ("cpu", "cuda", "auto") and not device.startswith("cuda:"):
+        raise ValueError(f"device: expected 'cpu', 'cuda', 'cuda:<n>' or 'auto', got {device!r}")
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 def resolve_device(cfg_device: str = "auto", cfg_threads: int = 0) -> str:
