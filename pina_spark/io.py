@@ -19,6 +19,7 @@ Examples
 
 import logging
 import os
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -277,31 +278,34 @@ def _rename(spark, src: str, dst: str) -> None:
     """Rename ``src`` to ``dst``, refusing an existing ``dst`` (Hadoop's rename would move
     ``src`` *inside* an existing folder and nest one table in another). Local paths use
     ``os.rename``, which cannot replace a non-empty folder, so the refusal is atomic there."""
+    import errno
+
+    exists = IOError(
+        f"could not rename {src} -> {dst}: the destination exists (another "
+        f"writer published it; refusing to nest or overwrite)"
+    )
     if not is_remote(src) and not is_remote(dst):
         s, d = local_path(src), local_path(dst)
         os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
         if os.path.lexists(d):
-            raise IOError(
-                f"could not rename {src} -> {dst}: the destination exists (another "
-                f"writer published it; refusing to nest or overwrite)"
-            )
+            raise exists
         try:
             os.rename(s, d)
         except OSError as e:
+            # another writer renamed into place between the check and the rename
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and os.path.lexists(d):
+                raise exists from e
             raise IOError(f"could not rename {src} -> {dst}: {e}") from e
         return
     fs, s = _jfs(spark, src)
     _, d = _jfs(spark, dst)
     if fs.exists(d):
-        raise IOError(
-            f"could not rename {src} -> {dst}: the destination exists (another "
-            f"writer published it; refusing to nest or overwrite)"
-        )
+        raise exists
     parent = d.getParent()
     if parent is not None and not fs.exists(parent):
         fs.mkdirs(parent)
     if not fs.rename(s, d):
-        raise IOError(f"could not rename {src} -> {dst}")
+        raise exists if fs.exists(d) else IOError(f"could not rename {src} -> {dst}")
 
 
 def _version_info(uri: str) -> Optional[Dict[str, Any]]:
@@ -540,13 +544,24 @@ def write_table(
     return final
 
 
-def discard_staging(spark, staging: str) -> None:
-    """Remove a half-written staging folder (best effort: :func:`recover` removes it next run
-    otherwise)."""
-    try:
-        delete_path(spark, staging)
-    except Exception:  # pragma: no cover - best effort
-        log.warning("could not remove staging folder %s", staging)
+def discard_staging(spark, staging: str, settle_s: float = 1.0, max_rounds: int = 30) -> None:
+    """Remove a half-written staging folder after a failed write (best effort: :func:`recover`
+    removes it next run otherwise).
+
+    When a Spark job fails, its other running tasks are killed but may still be finishing (or
+    aborting their output) after the job has returned, and such a straggler recreates the
+    folder. So the folder is deleted until it stays absent for ``settle_s`` seconds (at most
+    ``max_rounds`` rounds)."""
+    for _ in range(max_rounds):
+        try:
+            delete_path(spark, staging)
+        except Exception:  # pragma: no cover - best effort
+            log.warning("could not remove staging folder %s", staging)
+            return
+        time.sleep(settle_s)
+        if not path_exists(spark, staging):
+            return
+    log.warning("staging folder %s keeps reappearing; recover removes it", staging)
 
 
 def collect_arrow(df):

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import platform
+import re
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional
@@ -93,6 +94,29 @@ class StepTimer:
         return {k: round(v, 3) for k, v in self._steps.items()}
 
 
+#: a line naming an exception, as Python tracebacks end (``pkg.mod.NameError: message``)
+_CAUSE_RE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Fault)\b: .*$", re.M)
+
+
+def stored_error(error: str, limit: int = 2000) -> str:
+    r"""An error as the manifest keeps it: secrets scrubbed, at most ``limit`` characters. A
+    longer one (a Spark job failure quotes whole JVM stack traces, longer on Spark 3.5) keeps its
+    head and then the exception lines found further down, so the Python cause raised in a task
+    (e.g. ``pina_spark.faults.InjectedFault: ...``) survives the cut.
+
+    >>> e = "Py4JJavaError: job aborted\n" + "\tat x.y\n" * 500 + "mod.BadThing" + "Error: why\n"
+    >>> stored_error(e, 200).splitlines()[-1]
+    'mod.BadThingError: why'
+    """
+    text = redact.scrub(error)
+    if len(text) <= limit:
+        return text
+    head = text[: limit // 2]
+    causes = [c for c in dict.fromkeys(_CAUSE_RE.findall(text)) if c not in head]
+    tail = "\n".join(causes)[-(limit - len(head) - 16) :]
+    return f"{head}\n... [cut] ...\n{tail}"[:limit]
+
+
 class Manifest:
     """JSON manifest, driver side. Every change is a read-modify-write of the file as it is now
     (under the run root's lease, :func:`pina_spark.io.acquire_lease`), so an entry written by
@@ -163,7 +187,7 @@ class Manifest:
 
     def mark_failed(self, name: str, error: str) -> None:
         self._update_stage(
-            name, lambda e: e.update({"status": "failed", "error": redact.scrub(error)[:2000]})
+            name, lambda e: e.update({"status": "failed", "error": stored_error(error)})
         )
 
     def record_stage(
@@ -207,7 +231,7 @@ class Manifest:
                 if h.get("run_id") == run_id:
                     h.update({"status": status, "result": dict(result), "finished": _now()})
                     if error:
-                        h["error"] = redact.scrub(error)[:2000]
+                        h["error"] = stored_error(error)
                     break
 
         self._update(change)
