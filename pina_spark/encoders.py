@@ -134,9 +134,16 @@ class Encoder:
     def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
         raise NotImplementedError
 
+    path: Optional[str] = None
+
     def spec(self) -> Dict[str, Any]:
         """The ``encoder.json`` entries describing this encoder."""
-        raise NotImplementedError
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "max_length": self.max_length,
+            "dense_dim": self.dim,
+        }
 
 
 class MeanPoolEncoder(Encoder):
@@ -212,14 +219,6 @@ class MeanPoolEncoder(Encoder):
                 out[s : s + len(pooled)] = pooled.float().cpu().numpy()
         return out
 
-    def spec(self) -> Dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "max_length": self.max_length,
-            "dense_dim": self.dim,
-        }
-
 
 class XTransformerEncoder(Encoder):
     """The text encoder of a fine-tuned PECOS XR-Transformer (``XTransformer.encode``).
@@ -271,14 +270,6 @@ class XTransformerEncoder(Encoder):
             max_pred_chunk=max(batch_size * 64, 1),
         )
         return np.asarray(emb, dtype=np.float32)
-
-    def spec(self) -> Dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "max_length": self.max_length,
-            "dense_dim": self.dim,
-        }
 
 
 def load_encoder(

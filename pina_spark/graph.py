@@ -443,22 +443,31 @@ def _xlogx(c):
     return F.when(c > 0, c * F.log(c)).otherwise(F.lit(0.0))
 
 
-def _llr(k11, k12, k21, k22):
-    """Mahout LogLikelihood.logLikelihoodRatio as a Spark expression (doubles)."""
-    from pyspark.sql import functions as F
+def _llr_parts(xlogx, k11, k12, k21, k22):
+    """Mahout LogLikelihood's row, column and matrix entropies over any arithmetic (Spark
+    columns or numpy arrays, with the matching ``xlogx``)."""
 
     def entropy(*ks):
         total = ks[0]
         for k in ks[1:]:
             total = total + k
-        out = _xlogx(total)
+        out = xlogx(total)
         for k in ks:
-            out = out - _xlogx(k)
+            out = out - xlogx(k)
         return out
 
-    row = entropy(k11 + k12, k21 + k22)
-    col = entropy(k11 + k21, k12 + k22)
-    mat = entropy(k11, k12, k21, k22)
+    return (
+        entropy(k11 + k12, k21 + k22),
+        entropy(k11 + k21, k12 + k22),
+        entropy(k11, k12, k21, k22),
+    )
+
+
+def _llr(k11, k12, k21, k22):
+    """Mahout LogLikelihood.logLikelihoodRatio as a Spark expression (doubles)."""
+    from pyspark.sql import functions as F
+
+    row, col, mat = _llr_parts(_xlogx, k11, k12, k21, k22)
     return F.when(row + col < mat, F.lit(0.0)).otherwise(F.lit(2.0) * (row + col - mat))
 
 
@@ -845,19 +854,7 @@ def _score_np(c, na, nb, big_n, measure: str):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(v > 0, v * np.log(np.where(v > 0, v, 1.0)), 0.0)
 
-    def entropy(*ks):
-        total = ks[0]
-        for k in ks[1:]:
-            total = total + k
-        out = xlogx(total)
-        for k in ks:
-            out = out - xlogx(k)
-        return out
-
-    k11, k12, k21, k22 = c, na - c, nb - c, big_n - na - nb + c
-    row = entropy(k11 + k12, k21 + k22)
-    col = entropy(k11 + k21, k12 + k22)
-    mat = entropy(k11, k12, k21, k22)
+    row, col, mat = _llr_parts(xlogx, c, na - c, nb - c, big_n - na - nb + c)
     return np.where(row + col < mat, 0.0, 2.0 * (row + col - mat))
 
 

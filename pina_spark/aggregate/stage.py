@@ -106,7 +106,7 @@ def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
     embeddings = io.read_table(spark, paths, io.EMBEDDINGS)
     neighbors = io.read_table(spark, paths, io.NEIGHBORS)
     selection = None
-    if getattr(ctx, "selection", None):
+    if ctx.selection:
         selection = spark.read.parquet(ctx.selection)
     inputs = AggregateInputs(
         nodes=nodes,
