@@ -348,7 +348,10 @@ class InferenceConfig(_Params):
             ``shuffle`` (the embedding rows are joined to the instance rows, shuffled and
             written by Spark) or ``auto`` (``files`` where pyarrow reads the tables on the
             executors -- local paths, ``s3://`` -- and the copy is within
-            ``aggregate.mmap_max_mb``; else ``shuffle``).
+            ``inference.mmap_max_mb``; else ``shuffle``).
+        mmap_max_mb: the largest embeddings copy (estimated MB) ``embeddings_via: auto`` maps
+            on each executor machine for the neighbours stage (the aggregate stage has its own
+            ``aggregate.mmap_max_mb``: each stage reads only its own section).
         g_mmap: load g in PECOS' memory-mapped form, compiled once per executor machine into
             its local dirs: the machine's Python workers share one copy of g's weights (page
             cache) instead of one each, and a worker's load takes milliseconds. ``false``:
@@ -360,6 +363,7 @@ class InferenceConfig(_Params):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     torch_threads: int = 0
     embeddings_via: Literal["auto", "files", "shuffle"] = "auto"
+    mmap_max_mb: int = 8192
     g_mmap: bool = True
 
 
@@ -386,6 +390,11 @@ class AggregateConfig(_Params):
             with pyarrow into the staging folder: the vectors never cross into the JVM),
             ``spark`` (the JVM Parquet writer) or ``auto`` (``arrow`` where pyarrow can write
             the staging folder -- local paths, ``s3://`` -- else ``spark``).
+        label_features: what a *label* neighbour contributes to V1: ``text`` (its
+            ``Phi_pre(label text)`` row), ``pifa`` (the normalised centroid of its train
+            instances' rows, computed out of fold with g's ``neighbors.folds``: a train instance
+            never aggregates a centroid that contains its own row) or ``text_pifa`` (the
+            normalised sum of both). See ``pina_spark/aggregate/labelfeatures.py``.
     """
 
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
@@ -395,6 +404,7 @@ class AggregateConfig(_Params):
     v1_weight: float = 1.0
     output_partitions: int = 0
     writer: Literal["auto", "arrow", "spark"] = "auto"
+    label_features: Literal["text", "pifa", "text_pifa"] = "text"
 
 
 @dc.dataclass(frozen=True)

@@ -118,16 +118,24 @@ def estimate_mb(stats: Dict[str, Any]) -> float:
     ) / 2**20
 
 
-def tables_key(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int) -> str:
+def tables_key(
+    embeddings_uri: str,
+    nodes_uri: str,
+    dense_dim: int,
+    sparse_dim: int,
+    extra_uri: Optional[str] = None,
+) -> str:
     """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
-    executor never serves a memory-mapped copy of an earlier version of the tables."""
+    executor never serves a memory-mapped copy of an earlier version of the tables.
+    ``extra_uri``: a table that adds both embeddings and nodes rows (the aggregate stage's
+    label features, :mod:`pina_spark.aggregate.labelfeatures`)."""
     import hashlib
 
     h = hashlib.sha1(
         f"{STORE_FORMAT}\x1f{embeddings_uri}\x1f{nodes_uri}\x1f{dense_dim}\x1f"
-        f"{sparse_dim}".encode()
+        f"{sparse_dim}\x1f{extra_uri or ''}".encode()
     )
-    for uri in (embeddings_uri, nodes_uri):
+    for uri in (embeddings_uri, nodes_uri) + ((extra_uri,) if extra_uri else ()):
         found = io.parquet_files(uri)
         if found is None:
             raise ValueError(
@@ -385,16 +393,17 @@ def _build(spec: Dict[str, Any], out: str) -> None:
 
     D, S = int(spec["dense_dim"]), int(spec["sparse_dim"])
     os.makedirs(out)
-    emb = io.parquet_files(spec["embeddings"])
-    nodes = io.parquet_files(spec["nodes"])
-    if emb is None or nodes is None:
+    extra = (spec.get("extra"),) if spec.get("extra") else ()
+    emb = [io.parquet_files(u) for u in (spec["embeddings"],) + extra]
+    nodes = [io.parquet_files(u) for u in (spec["nodes"],) + extra]
+    if any(x is None for x in emb + nodes):
         raise RuntimeError(
             f"embeddings store: cannot read {spec['embeddings']} / "
             f"{spec['nodes']} with pyarrow on this executor; set "
             f"aggregate.broadcast_via: spark / inference.embeddings_via: shuffle"
         )
     cols = [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
-    emb_files = [pq.ParquetFile(emb[0].open_input_file(fi.path)) for fi in emb[1]]
+    emb_files = [pq.ParquetFile(fs.open_input_file(fi.path)) for fs, fis in emb for fi in fis]
     n = sum(f.metadata.num_rows for f in emb_files)
     dense = np.lib.format.open_memmap(
         os.path.join(out, "dense.npy"), mode="w+", dtype=np.float32, shape=(n, D)
@@ -428,8 +437,8 @@ def _build(spec: Dict[str, Any], out: str) -> None:
     dense.flush()
     del dense
     tables = []
-    for fi in nodes[1]:
-        pf = pq.ParquetFile(nodes[0].open_input_file(fi.path))
+    for fs, fi in [(fs, fi) for fs, fis in nodes for fi in fis]:
+        pf = pq.ParquetFile(fs.open_input_file(fi.path))
         have = set(pf.schema_arrow.names)
         cols = [c for c in (io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT) if c in have]
         t = pf.read(columns=cols)

@@ -29,6 +29,17 @@ def fold_of(instance_id: str, folds: int) -> int:
     return min(int(fold_unit(instance_id) * folds), folds - 1)
 
 
+def fold_expr(id_col, folds: int):
+    """:func:`fold_of` as a Spark column expression of a string id column, computed in the JVM
+    (sha1, the same 12 hex digits, the same double arithmetic), so executors route rows by fold
+    without a Python UDF. ``tests/test_aggregate.py`` checks it against :func:`fold_of`."""
+    from pyspark.sql import functions as F
+
+    h = F.sha1(F.concat(F.lit("pina-fold\x1f"), id_col))
+    unit = F.conv(F.substring(h, 1, 12), 16, 10).cast("double") / float(16**12)
+    return F.least(F.floor(unit * float(folds)).cast("int"), F.lit(folds - 1))
+
+
 def fold_of_unit(units, folds: int):
     """:func:`fold_of` of many ids at once, from their :func:`fold_unit` values (numpy array);
     NaN (not a train instance) gives -1.

@@ -67,7 +67,10 @@ STAGES: Dict[str, StageSpec] = {
             (io.NEIGHBORS,),
         ),
         StageSpec(
-            "aggregate", "pina_spark.aggregate.stage:run_stage", ("aggregate",), (io.FEATURES,)
+            "aggregate",
+            "pina_spark.aggregate.stage:run_stage",
+            ("aggregate", "neighbors.folds"),  # label_features pifa: out of g's folds
+            (io.FEATURES,),
         ),
         StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
         StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),

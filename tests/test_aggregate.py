@@ -621,3 +621,139 @@ def test_choose_strategy_and_estimate():
         {"rows": 2**20, "dense_values": 2**20 * 384, "sparse_values": 2**20 * 20}
     )
     assert mb == pytest.approx(384 * 4 + 160 + 12)
+
+
+# --------------------------------------------------------------------------- label features
+def _pifa_case(n=400, n_lab=12, D=4, S=30, F=3, seed=5):
+    """Instances with labels and label neighbours: label 0 has a single train instance (its
+    out-of-fold centroid is empty for that instance's fold), label 11 has none."""
+    case = _hub_case(n=n, n_lab=n_lab, D=D, S=S, seed=seed)
+    rng = np.random.RandomState(seed)
+    pairs = set()
+    for i in range(n):
+        for j in rng.choice(np.arange(1, n_lab - 1), size=rng.randint(1, 4), replace=False):
+            pairs.add((i, n + int(j)))
+    pairs.add((7, n))  # label 0: instance 7 alone (train)
+    rows = {}
+    for i in range(n):  # neighbours: labels (some of them the instance's own) and instances
+        if i == 4:
+            continue
+        nb = [n + int(j) for j in rng.choice(n_lab, size=3, replace=False)] + [
+            int(x) for x in rng.choice(n, size=2, replace=False)
+        ]
+        w = rng.uniform(0.05, 1, size=5)
+        rows[i] = (nb, [float(x) for x in (w / w.sum()).astype(np.float32)])
+    rows[7] = ([n, n + 11, 8], [0.5, 0.25, 0.25])
+    case.nbrs = {"pina": rows}
+    case.pairs = sorted(pairs)
+    case.F = F
+    return case
+
+
+def _pifa_reference(case, mode, a):
+    """The features of ``pina`` with label features, from the definition: a label neighbour of
+    a train instance of fold f is the normalised sum of its train instances outside fold f
+    (of all of them for a test instance); ``text_pifa`` adds the label's own normalised row."""
+    from pina_spark.folds import fold_of
+
+    n, M, F = case.n_inst, case.M, case.F
+    E = case.E().toarray()
+
+    def unit(x):
+        s = np.sqrt((x * x).sum())
+        return x / s if s > 0 else x * 0
+
+    fold = [fold_of(case.inst_ids[i], F) if case.splits[i] == "train" else -1 for i in range(n)]
+    members = {
+        j: [i for i, jj in case.pairs if jj == j and case.splits[i] == "train"] for j in range(n, M)
+    }
+
+    def label_row(j, f):
+        c = unit(sum((E[i] for i in members[j] if f < 0 or fold[i] != f), np.zeros(E.shape[1])))
+        return unit(c + unit(E[j])) if mode == "text_pifa" else c
+
+    D, S = case.dense.shape[1], case.S
+    out = np.zeros((n, 2 * (D + S)))
+    for i in range(n):
+        v0 = unit(E[i])
+        nb, w = case.nbrs["pina"].get(i, ([], []))
+        v1 = sum(
+            (wt * (label_row(j, fold[i]) if j >= n else E[j]) for j, wt in zip(nb, w)),
+            np.zeros(E.shape[1]),
+        )
+        v1 = unit(v1)
+        v = np.concatenate([v0, a * v1])
+        v = unit(v)
+        W = D + S
+        out[i] = np.concatenate([v[:D], v[W : W + D], v[D:W], v[W + D :]])
+    return out
+
+
+@pytest.mark.parametrize("mode", ["pifa", "text_pifa"])
+def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
+    """aggregate.label_features pifa / text_pifa: every strategy and transport gives the
+    reference built from the definition (out-of-fold centroids for train rows, full ones for
+    test rows), the published neighbour ids are the labels' own, the scratch table is gone,
+    and vectorizer_only does not change."""
+    case = _pifa_case()
+    res = {}
+    for name, agg in [
+        ("files", {"strategy": "broadcast", "broadcast_via": "files"}),
+        ("spark", {"strategy": "broadcast", "broadcast_via": "spark"}),
+        ("shuffle", {"strategy": "shuffle"}),
+    ]:
+        root = tmp_path / name
+        il = pa.table(
+            {
+                io.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
+                io.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
+            }
+        )
+        _write(os.path.join(str(root), io.INSTANCE_LABELS), il)
+        stats, feats = _run(
+            spark,
+            case,
+            root,
+            agg["strategy"],
+            a=1.2,
+            extra={
+                "aggregate": dict(agg, v1_weight=1.2, label_features=mode),
+                "neighbors": {"folds": case.F},
+            },
+        )
+        assert stats["label_features"] == mode
+        assert stats["label_features_rows"] == (case.F + 1) * len(case.label_ids)
+        t = feats["pina"]
+        order = np.argsort(np.asarray(case.inst_ids))
+        X = _as_matrix(t, 2 * case.dense.shape[1], 2 * case.S).toarray()
+        R = _pifa_reference(case, mode, 1.2)[order]
+        assert np.abs(X - R).max() <= TOL, (name, np.abs(X - R).max())
+        ids = np.asarray(case.inst_ids + case.label_ids, dtype=object)
+        exp = [case.nbrs["pina"].get(int(i), ([], []))[0] for i in order]
+        assert t.column(io.NEIGHBOR_IDS).to_pylist() == [list(ids[e]) for e in exp]
+        ref0 = case.reference(1.2)[variants.VECTORIZER_ONLY][order].toarray()
+        X0 = _as_matrix(feats[variants.VECTORIZER_ONLY], case.dense.shape[1], case.S).toarray()
+        assert np.abs(X0 - ref0).max() <= TOL
+        left = os.listdir(os.path.join(str(root), io.STAGING))
+        assert not [x for x in left if "label_features" in x], left
+        res[name] = t
+    for other in ("spark", "shuffle"):
+        assert res["files"].column(io.DENSE).equals(res[other].column(io.DENSE)), other
+
+
+def test_label_features_differ_from_text_where_a_label_is_aggregated():
+    """The reference of ``pifa`` is not the reference of ``text`` on this case (so the test
+    above could fail), and an instance that is its label's only train row gets nothing from
+    that label's out-of-fold centroid."""
+    case = _pifa_case()
+    text = case.reference(1.2)["pina"].toarray()  # the features layout, as below
+    pifa = _pifa_reference(case, "pifa", 1.2)
+    assert np.abs(pifa - text).max() > 0.05
+    # instance 7: neighbours label 0 (only train row: 7 itself), label 11 (no train rows), 8
+    i7 = _pifa_reference(case, "pifa", 1.0)[7]
+    E = case.E().toarray()
+    D, S = case.dense.shape[1], case.S
+    v1 = np.concatenate([i7[D : 2 * D], i7[2 * D + S :]])
+    e8 = np.concatenate([E[8, :D], E[8, D:]])
+    e8 = e8 / np.sqrt((e8 * e8).sum())
+    np.testing.assert_allclose(v1 / np.sqrt((v1 * v1).sum()), e8, atol=1e-9)

@@ -11,7 +11,7 @@ the driver reads them and ships a Spark broadcast variable (one copy per Python 
 
 import dataclasses as dc
 import logging
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import embstore, faults, io
 from .. import variants as V
@@ -33,6 +33,7 @@ class FilesSource:
     dense_dim: int
     sparse_dim: int
     key: str
+    extra: Optional[str] = None
 
     def open(self) -> Dict[str, Any]:
         """Executor side: the memory-mapped store (cached per worker)."""
@@ -115,26 +116,29 @@ def _source(spark, inputs: AggregateInputs, plan: AggregatePlan):
     if plan.broadcast_via == "files":
         # choose_broadcast_via returns "files" only when both tables are given
         assert inputs.embeddings_uri is not None and inputs.nodes_uri is not None
-        e, n = inputs.embeddings_uri, inputs.nodes_uri
-        return FilesSource(e, n, D, S, embstore.tables_key(e, n, D, S))
+        e, n, x = inputs.embeddings_uri, inputs.nodes_uri, inputs.label_features_uri
+        return FilesSource(e, n, D, S, embstore.tables_key(e, n, D, S, x), x)
     emb_tbl = _read_arrow(
         inputs.embeddings,
-        inputs.embeddings_uri,
+        inputs.uris(inputs.embeddings_uri),
         [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
     )
-    ids_tbl = _read_arrow(inputs.nodes, inputs.nodes_uri, [io.NODE_INDEX, io.NODE_ID])
+    ids_tbl = _read_arrow(inputs.nodes, inputs.uris(inputs.nodes_uri), [io.NODE_INDEX, io.NODE_ID])
     payload = broadcast_payload(emb_tbl, ids_tbl, D, S)
     del emb_tbl, ids_tbl
     return SparkSource(spark.sparkContext.broadcast(payload))
 
 
-def _read_arrow(df, uri: Optional[str], columns: List[str]):
+def _read_arrow(df, uris: Tuple[str, ...], columns: List[str]):
     """Read ``columns`` of a table on the driver: pyarrow straight from the Parquet files when
-    ``uri`` is a readable file table (fast, multi-threaded), else through Spark."""
-    if uri:
-        dset = io.parquet_dataset(uri)
-        if dset is not None and all(c in dset.schema.names for c in columns):
-            return dset.to_table(columns=columns)
+    ``uris`` (the file tables ``df`` is the union of) are readable (fast, multi-threaded), else
+    through Spark."""
+    import pyarrow as pa
+
+    dsets = [io.parquet_dataset(u) for u in uris]
+    if dsets and all(d is not None and all(c in d.schema.names for c in columns) for d in dsets):
+        tables = [d.to_table(columns=columns) for d in dsets]
+        return pa.concat_tables([tables[0]] + [t.cast(tables[0].schema) for t in tables[1:]])
     return io.collect_arrow(df.select(*columns))
 
 

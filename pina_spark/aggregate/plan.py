@@ -54,6 +54,10 @@ class AggregateInputs:
         embeddings_uri, nodes_uri: where the two tables live, when they are file tables: the
             driver then sizes them from Parquet footers and reads them with pyarrow.
         selection: ``node_index`` of the instances to compute (incremental runs), else all.
+        label_features_uri: a table of extra rows that are both ``embeddings`` and ``nodes``
+            rows (the virtual label-feature rows of
+            :mod:`~pina_spark.aggregate.labelfeatures`; ``nodes`` and ``embeddings`` then
+            include them already), else ``None``.
     """
 
     nodes: Any
@@ -62,6 +66,14 @@ class AggregateInputs:
     embeddings_uri: Optional[str] = None
     nodes_uri: Optional[str] = None
     selection: Any = None
+    label_features_uri: Optional[str] = None
+
+    def uris(self, table_uri: Optional[str]) -> Tuple[str, ...]:
+        """The file tables behind ``embeddings`` (or ``nodes``): ``table_uri`` plus the label
+        features table; ``()`` when ``table_uri`` is not a file table."""
+        if not table_uri:
+            return ()
+        return (table_uri,) + ((self.label_features_uri,) if self.label_features_uri else ())
 
     def instances(self):
         """``instance_index, instance_id, split`` of the instance nodes (of the selection)."""
@@ -93,6 +105,7 @@ class AggregatePlan:
         variants: the ``features`` variants, the ``neighbors`` ones then ``vectorizer_only``.
         embeddings_mb: estimated in-memory size of the embeddings.
         partitions: partitions of the reduction (and files per variant and split).
+        label_features: ``aggregate.label_features`` (what a label neighbour contributes).
     """
 
     strategy: str
@@ -107,6 +120,7 @@ class AggregatePlan:
     variants: Tuple[str, ...]
     embeddings_mb: float
     partitions: int
+    label_features: str = "text"
 
     def to_dict(self) -> Dict[str, Any]:
         """The plan as the stage statistics record it (``broadcast_via`` only for
@@ -119,6 +133,7 @@ class AggregatePlan:
             "variants": list(self.variants),
             "embeddings_mb": self.embeddings_mb,
             "partitions": self.partitions,
+            "label_features": self.label_features,
         }
         if self.strategy == "broadcast":
             d["broadcast_via"] = self.broadcast_via
@@ -157,34 +172,10 @@ def plan_aggregate(
     a = float(agg_cfg.v1_weight)
     if not math.isfinite(a) or a < 0:
         raise ValueError(f"aggregate.v1_weight: {a!r} must be a finite number >= 0")
-    emb = inputs.embeddings
-    stats = embstore.footer_stats(inputs.embeddings_uri) if inputs.embeddings_uri else None
-    if stats is None:
-        stats = _embedding_stats_spark(emb)
-    dense_dim = stats.get("dense_dim")
-    if dense_dim is None:
-        dense_dim = _dense_dim(emb)
-    if stats["rows"] and dense_dim and stats["dense_values"] < stats["rows"] * dense_dim:
-        stats["dense_values"] = stats["rows"] * dense_dim  # null dense lists become zero rows
-    if sparse_dim is None:
-        mx = stats.get("max_index")
-        if mx is None:
-            mx = _embedding_stats_spark(emb)["max_index"]
-        sparse_dim = int(mx if mx is not None else -1) + 1
-        log.warning(
-            "aggregate: sparse dimension S unknown (no models/vectorizer/encoder.json "
-            "sparse_dim); using max sparse index + 1 = %d. Train and test features of "
-            "different runs may then disagree on S",
-            sparse_dim,
-        )
-    elif stats.get("max_index") is not None and stats["max_index"] >= sparse_dim:
-        raise ValueError(
-            f"embeddings: sparse index {stats['max_index']} >= sparse_dim "
-            f"{sparse_dim} (models/vectorizer/encoder.json and embeddings disagree)"
-        )
+    stats, dense_dim, sparse_dim = measure_embeddings(inputs, sparse_dim)
     size_mb = embstore.estimate_mb(stats)
     via, via_reason = choose_broadcast_via(
-        agg_cfg.broadcast_via, inputs.embeddings_uri, inputs.nodes_uri
+        agg_cfg.broadcast_via, inputs.embeddings_uri, inputs.nodes_uri, inputs.label_features_uri
     )
     limit_key = "mmap_max_mb" if via == "files" else "broadcast_max_mb"
     strategy, reason = choose_strategy(
@@ -217,9 +208,44 @@ def plan_aggregate(
         variants=tuple(variants) + (V.VECTORIZER_ONLY,),
         embeddings_mb=round(size_mb, 2),
         partitions=int(n_parts),
+        label_features=agg_cfg.label_features,
     )
     log.info("aggregate plan: %s", plan.to_dict())
     return plan
+
+
+def measure_embeddings(
+    inputs: AggregateInputs, sparse_dim: Optional[int]
+) -> Tuple[Dict[str, Any], int, int]:
+    """``(stats, D, S)`` of the embeddings (Parquet footers where pyarrow reads them, else one
+    Spark job): rows, dense and sparse values, max sparse index; S = ``sparse_dim`` when known
+    (checked against the max index), else max index + 1 (with a warning). Driver side."""
+    emb = inputs.embeddings
+    stats = _footer_stats(inputs.uris(inputs.embeddings_uri))
+    if stats is None:
+        stats = _embedding_stats_spark(emb)
+    dense_dim = stats.get("dense_dim")
+    if dense_dim is None:
+        dense_dim = _dense_dim(emb)
+    if stats["rows"] and dense_dim and stats["dense_values"] < stats["rows"] * dense_dim:
+        stats["dense_values"] = stats["rows"] * dense_dim  # null dense lists become zero rows
+    if sparse_dim is None:
+        mx = stats.get("max_index")
+        if mx is None:
+            mx = _embedding_stats_spark(emb)["max_index"]
+        sparse_dim = int(mx if mx is not None else -1) + 1
+        log.warning(
+            "aggregate: sparse dimension S unknown (no models/vectorizer/encoder.json "
+            "sparse_dim); using max sparse index + 1 = %d. Train and test features of "
+            "different runs may then disagree on S",
+            sparse_dim,
+        )
+    elif stats.get("max_index") is not None and stats["max_index"] >= sparse_dim:
+        raise ValueError(
+            f"embeddings: sparse index {stats['max_index']} >= sparse_dim "
+            f"{sparse_dim} (models/vectorizer/encoder.json and embeddings disagree)"
+        )
+    return stats, int(dense_dim), int(sparse_dim)
 
 
 # --------------------------------------------------------------------------- choosers
@@ -268,7 +294,10 @@ def choose_strategy(
 
 
 def choose_broadcast_via(
-    value: Optional[str], embeddings_uri: Optional[str], nodes_uri: Optional[str]
+    value: Optional[str],
+    embeddings_uri: Optional[str],
+    nodes_uri: Optional[str],
+    extra_uri: Optional[str] = None,
 ) -> Tuple[str, str]:
     """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
 
@@ -277,7 +306,8 @@ def choose_broadcast_via(
     workers (:func:`pina_spark.embstore.open_store`); nothing is collected on the driver.
     ``spark``: the driver reads them and ships a Spark broadcast variable (one copy per Python
     worker). ``auto`` takes ``files`` when pyarrow reaches both tables on the executors
-    (:func:`pina_spark.io.pyarrow_reaches`), else ``spark``.
+    (:func:`pina_spark.io.pyarrow_reaches`; and ``extra_uri``, the label features, when
+    given), else ``spark``.
 
     Examples
     --------
@@ -296,7 +326,9 @@ def choose_broadcast_via(
         )
     if value != "auto":
         return value, f"aggregate.broadcast_via={value}"
-    if io.pyarrow_reaches(embeddings_uri) and io.pyarrow_reaches(nodes_uri):
+    if all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, extra_uri) if u) and (
+        embeddings_uri and nodes_uri
+    ):
         return "files", "auto: the executors read the Parquet tables with pyarrow"
     return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
@@ -384,6 +416,26 @@ def neighbor_variants(neighbors) -> List[str]:
     return sorted(
         r[0] for r in neighbors.select(io.VARIANT).distinct().collect() if r[0] is not None
     )
+
+
+def _footer_stats(uris: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
+    """:func:`pina_spark.embstore.footer_stats` summed over tables (``None`` when any is not
+    readable from its footers)."""
+    if not uris:
+        return None
+    found = [embstore.footer_stats(u) for u in uris]
+    parts = [p for p in found if p is not None]
+    if len(parts) < len(found):
+        return None
+    dims = {p["dense_dim"] for p in parts if p["rows"]}
+    maxes = [p["max_index"] for p in parts if p["rows"]]
+    return {
+        "rows": sum(p["rows"] for p in parts),
+        "dense_values": sum(p["dense_values"] for p in parts),
+        "sparse_values": sum(p["sparse_values"] for p in parts),
+        "max_index": None if any(m is None for m in maxes) else max(maxes, default=-1),
+        "dense_dim": dims.pop() if len(dims) == 1 else None,
+    }
 
 
 def _embedding_stats_spark(emb) -> Dict[str, Any]:

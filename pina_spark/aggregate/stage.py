@@ -6,16 +6,23 @@ The job composes two choices of the plan: the strategy (:class:`BroadcastPath` o
 (:class:`ArrowSink` or :class:`SparkSink`: how the reducer's output is written).
 """
 
+import dataclasses as dc
 import logging
 import time
 from typing import Any, Dict, Optional, Tuple
 
 from .. import faults, io
 from .. import variants as V
-from . import layout
+from . import labelfeatures, layout
 from .broadcast import BroadcastPath
 from .kernels import ReduceTask
-from .plan import AggregateInputs, AggregatePlan, plan_aggregate, resolve_sparse_dim
+from .plan import (
+    AggregateInputs,
+    AggregatePlan,
+    measure_embeddings,
+    plan_aggregate,
+    resolve_sparse_dim,
+)
 from .shuffle import ShufflePath
 from .sink import make_sink
 
@@ -73,22 +80,31 @@ def run_stage(ctx) -> Dict[str, Any]:
     t0 = time.time()
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     inputs, sparse_dim = _inputs(ctx)
-    t_plan = time.time()
-    staging = paths.staging(io.FEATURES)
-    plan = plan_aggregate(spark, inputs, cfg.aggregate, staging, sparse_dim)
-    sink = make_sink(spark, plan.writer, staging)
-    df, path = build_features(spark, inputs, plan, sink, faults.fault_plan(cfg, "aggregate"))
-    plan_s = time.time() - t_plan
-    t1 = time.time()
+    lf_stats: Dict[str, Any] = {}
+    scratch = None
     try:
-        final = sink.publish(spark, df, paths)
+        if cfg.aggregate.label_features != "text":
+            inputs, scratch, lf_stats = _with_label_features(ctx, inputs, sparse_dim)
+        t_plan = time.time()
+        staging = paths.staging(io.FEATURES)
+        plan = plan_aggregate(spark, inputs, cfg.aggregate, staging, sparse_dim)
+        sink = make_sink(spark, plan.writer, staging)
+        df, path = build_features(spark, inputs, plan, sink, faults.fault_plan(cfg, "aggregate"))
+        plan_s = time.time() - t_plan
+        t1 = time.time()
+        try:
+            final = sink.publish(spark, df, paths)
+        finally:
+            path.release()
+        write_s = time.time() - t1
     finally:
-        path.release()
-    write_s = time.time() - t1
+        if scratch is not None:
+            io.delete_path(spark, scratch)
     meta = layout.write_meta(final, plan.dense_dim, plan.sparse_dim, plan.variants)
     counts = layout.partition_counts(spark, final)
     stats = dict(
         plan.to_dict(),
+        **lf_stats,
         plan_s=round(plan_s, 3),
         rows=counts,
         widths=meta["widths"],
@@ -97,6 +113,53 @@ def run_stage(ctx) -> Dict[str, Any]:
     )
     log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], plan.reason)
     return stats
+
+
+def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]):
+    """``aggregate.label_features`` ``pifa`` / ``text_pifa``: write the virtual label-feature
+    rows to a scratch folder of the run's staging area and return ``(inputs that aggregate
+    them, the scratch folder, statistics)``."""
+    from pyspark.sql import functions as F
+
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    t = time.time()
+    _, dense_dim, sparse_dim = measure_embeddings(inputs, sparse_dim)
+    scratch = paths.staging("aggregate_label_features")
+    try:
+        task = labelfeatures.build(
+            spark,
+            inputs.nodes,
+            inputs.embeddings,
+            io.read_table(spark, paths, io.INSTANCE_LABELS),
+            dict(
+                mode=cfg.aggregate.label_features,
+                folds=int(cfg.neighbors.folds),
+                dense_dim=dense_dim,
+                sparse_dim=sparse_dim,
+            ),
+            scratch,
+        )
+    except BaseException:
+        io.discard_staging(spark, scratch)
+        raise
+    extra = spark.read.parquet(scratch)
+    emb_cols = [io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES]
+    nodes = inputs.nodes.select(io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT).unionByName(
+        extra.select(io.NODE_INDEX, io.NODE_ID, io.KIND, F.lit(None).cast("string").alias(io.SPLIT))
+    )
+    augmented = dc.replace(
+        inputs,
+        nodes=nodes,
+        embeddings=inputs.embeddings.select(*emb_cols).unionByName(extra.select(*emb_cols)),
+        neighbors=labelfeatures.route_neighbors(inputs.nodes, inputs.neighbors, task),
+        label_features_uri=scratch,
+    )
+    stats = {
+        "label_features_rows": io.count_rows_arrow(scratch),
+        "label_features_s": round(time.time() - t, 2),
+    }
+    log.info("aggregate: label features %s", stats)
+    return augmented, scratch, stats
 
 
 def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:

@@ -204,9 +204,9 @@ def choose_embeddings_via(
     size_mb = embstore.estimate_mb(stats)
     if size_mb > mmap_max_mb:
         return "shuffle", (
-            f"auto: embeddings ~{size_mb:.1f} MB > aggregate.mmap_max_mb " f"{mmap_max_mb}"
+            f"auto: embeddings ~{size_mb:.1f} MB > inference.mmap_max_mb " f"{mmap_max_mb}"
         )
-    return "files", f"auto: embeddings ~{size_mb:.1f} MB <= aggregate.mmap_max_mb {mmap_max_mb}"
+    return "files", f"auto: embeddings ~{size_mb:.1f} MB <= inference.mmap_max_mb {mmap_max_mb}"
 
 
 def plan_embed(
@@ -282,7 +282,7 @@ def plan_neighbors(
     remap, label_idx, n_inst = node_maps(spark, ctx, nodes, nb.node_kinds != "both")
     emb_uri, nodes_uri = ctx.paths.table(io.EMBEDDINGS), ctx.paths.table(io.NODES)
     via, via_reason = choose_embeddings_via(
-        inf.embeddings_via, emb_uri, nodes_uri, cfg.aggregate.mmap_max_mb, ctx.selection or None
+        inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.selection or None
     )
     routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
     g_models: List[GModel] = []
