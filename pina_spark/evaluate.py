@@ -3,7 +3,9 @@
 Reads ``predictions`` (partitioned by ``variant``), ``nodes``, ``graph/instance_labels``, the
 optional ``input.filter_pairs`` table and, for the qualitative table, ``features`` (variant
 ``pina``: ``neighbor_ids`` / ``neighbor_weights``). Writes ``<root>/eval/metrics.json``,
-``<root>/eval/report.md``, ``<root>/eval/pk.png`` and ``<root>/eval/_SUCCESS`` (last).
+``<root>/eval/report.md``, ``<root>/eval/pk.png``, ``<root>/eval/pretrain.json`` (g's held-out
+report, from the models' card) and ``_SUCCESS``, into a staging folder published by the rename
+swap.
 
 Metric conventions (the paper's appendix; shared by every variant)
 ------------------------------------------------------------------
@@ -38,7 +40,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import io
+from . import artifacts, io
 from . import variants as V
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,8 @@ VARIANT_ORDER = V.ALL
 #: per-instance P@k of every variant on the scored test instances (``pina-spark compare``
 #: pairs two runs on it): columns ``variant``, ``instance_id``, ``P@1``, ``P@3``, ``P@5``
 PER_INSTANCE_FILE = "per_instance.parquet"
+#: g's held-out report, copied from the models' card (``eval/`` is written by this stage only)
+PRETRAIN_REPORT = "pretrain.json"
 
 
 def per_instance_parquet(
@@ -325,9 +329,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     from pyspark.sql import functions as F
 
-    eval_dir = paths.table(io.EVAL)
-    # the folder is shared with pretrain.json: remove only our completion marker first
-    io.delete_path(spark, eval_dir + "/_SUCCESS")
+    # eval/ is this stage's alone: written into a staging folder, published by the rename swap
+    final_dir = paths.table(io.EVAL)
+    eval_dir = paths.staging(io.EVAL)
 
     nodes = (
         io.read_table(spark, paths, io.NODES)
@@ -475,7 +479,15 @@ def run_stage(ctx) -> Dict[str, Any]:
     examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes)
     report = _report_markdown(metrics, ks, examples_md)
     io.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
+    held = _pretrain_report(ctx.models_root)
+    if held is not None:
+        io.write_bytes(eval_dir + "/" + PRETRAIN_REPORT, held)
     io.write_bytes(eval_dir + "/_SUCCESS", b"")
+    try:
+        io.publish(spark, eval_dir, final_dir)
+    except BaseException:
+        io.discard_staging(spark, eval_dir)
+        raise
     log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
     stats: Dict[str, Any] = {
         "variants": variants,
@@ -489,6 +501,18 @@ def run_stage(ctx) -> Dict[str, Any]:
     for v, m in out_variants.items():
         stats[f"{v}_P@1"] = round(m["P@1"], 6)
     return stats
+
+
+def _pretrain_report(models_root: str) -> Optional[bytes]:
+    """g's held-out P@k / R@k per variant (``pretrain_report`` of the models' card), as the
+    bytes of ``eval/pretrain.json``; ``None`` (logged) where the card has none."""
+    uri = io.join(models_root, artifacts.MODEL_CARD)
+    raw = io.read_bytes(uri)
+    rep = json.loads(raw).get("pretrain_report") if raw else None
+    if rep is None:
+        log.info("evaluate: no pretrain_report in %s; no %s", uri, PRETRAIN_REPORT)
+        return None
+    return json.dumps(rep, indent=1, sort_keys=True).encode("utf-8")
 
 
 def _read_train_stats(pred_uri: str) -> Dict[str, Dict[str, Any]]:

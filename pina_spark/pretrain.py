@@ -2,9 +2,10 @@
 
 Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes``, collected to
 the driver through Arrow (``_collect_as_arrow`` / Arrow-enabled ``toPandas``); training runs on
-the driver. Outputs: the models folder ``<run>/models/`` (its layout, saving and loading:
-:mod:`pina_spark.artifacts`; fold model f never saw fold f's instance rows) and
-``<run>/eval/pretrain.json``, g's held-out P@k / R@k per variant (also in ``model_card.json``).
+the driver. Output: the models folder ``<run>/models/`` (its layout, saving and loading:
+:mod:`pina_spark.artifacts`; fold model f never saw fold f's instance rows), whose
+``model_card.json`` holds g's held-out P@k / R@k per variant (``pretrain_report``; the evaluate
+stage publishes it as ``<run>/eval/pretrain.json``).
 
 Decisions (what the public reference gets wrong, and how it is done here)
 
@@ -85,10 +86,8 @@ __all__ = [
     "ranking_metrics",
     "exclude_self",
     "collect_arrow",
-    "PRETRAIN_REPORT",
 ]
 
-PRETRAIN_REPORT = "pretrain.json"
 FOLD_RULE = (
     "pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
     "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
@@ -619,17 +618,13 @@ def run_stage(ctx) -> Dict[str, Any]:
             json.dump(folds_doc, fh, indent=1, sort_keys=True)
         card["folds"] = folds_doc
         card["times_s"]["stage"] = round(time.time() - t_stage, 2)
-        card["pretrain_report"] = report
+        report["times_s"] = card["times_s"]
+        card["pretrain_report"] = report  # evaluate copies it to eval/pretrain.json
         with open(os.path.join(tmp, MODEL_CARD), "w") as fh:
             json.dump(card, fh, indent=1, sort_keys=True)
         _publish_models(spark, tmp, dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report["times_s"] = card["times_s"]
-    io.write_bytes(
-        paths.table(io.EVAL) + "/" + PRETRAIN_REPORT,
-        json.dumps(report, indent=1, sort_keys=True).encode("utf-8"),
-    )
     stats: Dict[str, Any] = {
         "variants": ",".join(variants),
         "input_rows": int(len(all_rows)),

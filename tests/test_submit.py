@@ -157,6 +157,23 @@ def test_demo_encoder_parity(demo_submit_run):
     assert "## Vectorizer train/test parity" in open(os.path.join(ev, "report.md")).read()
 
 
+def test_eval_is_published_whole_by_evaluate_alone(demo_submit_run):
+    """eval/ is written by the evaluate stage only, through a staging folder and the rename
+    swap (a version token inside, listed by evaluate's commit); g's held-out report in it is
+    the one of the models' card."""
+    res = demo_submit_run["results"].get("evaluate") or {}
+    if res.get("rc") != 0:
+        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    paths = io.RunPaths(demo_submit_run["output"])
+    ev = paths.table(io.EVAL)
+    card = json.load(open(os.path.join(paths.table(io.MODELS), "model_card.json")))
+    assert json.load(open(os.path.join(ev, "pretrain.json"))) == card["pretrain_report"]
+    assert set(card["pretrain_report"]["variants"]) == {"pina", "pina_naive"}
+    version = io.table_version(ev)
+    assert version and io.read_commit(paths, "evaluate")["tables"][io.EVAL] == version
+    assert io.read_commit(paths, "pretrain")["tables"].keys() == {io.MODELS}
+
+
 def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, spark):
     """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
     frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
