@@ -57,7 +57,7 @@ setup(
     long_description=open(os.path.join(HERE, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pina_spark", "pina_spark.*"]),
-    package_data={"pina_spark": ["conf/*.yaml"]},
+    package_data={"pina_spark": ["conf/*.yaml"], "pina_spark.datasets": ["demo_vocabulary.json"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require={

@@ -1,0 +1,107 @@
+"""Data sets in the input contract: the built-in demo generator and converters of the shared data.
+
+Modules: :mod:`.demo` (the generator; its vocabulary is package data), :mod:`.citeulike` and
+:mod:`.instacart` (the converters), :mod:`.common` (split rule, constants, writers).
+
+Every function here writes single Parquet files with pyarrow (no Spark needed) whose columns are
+exactly the input contract of :data:`pina_spark.io.INPUT_COLUMNS` (all strings except ``weight``):
+
+- ``instances``: ``instance_id, text, split`` (``split`` in ``train``/``test``)
+- ``labels``: ``label_id, text``
+- ``instance_labels``: ``instance_id, label_id``
+- ``events``: ``basket_id, item_id[, event_time]``
+
+Test splits are id-seeded (:func:`pina_spark.folds.in_sample_fraction`, 20 %), never random, so a
+rerun gives the same split. Every writer is idempotent: rerunning writes byte-identical files.
+
+Sources (``prepare_data``):
+
+``demo``
+    :func:`write_demo_data`: a synthetic shop (see its docstring for the generative story).
+``citeulike-t``
+    Articles are instances, ``instance_id`` = the article's 0-based line number in ``mult.dat`` as
+    a decimal string (``"0"``, ``"17"``; the same ids ``tag-item.dat`` and ``users.dat`` use).
+    Text rule: the article's bag of words from ``mult.dat`` over ``vocabulary.dat``, words ordered
+    by count descending (ties by vocabulary index ascending), each word repeated by its count and
+    joined by single spaces. This keeps term frequencies for tf-idf and puts the salient words
+    first for a truncated transformer. Split: test when
+    ``in_sample_fraction(instance_id, 0.2, "pina-test")``. Labels are tags: ``label_id`` = the
+    tag's 0-based line number in ``tags.dat`` as a string, text = the tag name with ``-`` and ``_``
+    replaced by spaces. ``instance_labels`` come from ``tag-item.dat`` (line number = tag id),
+    restricted to tags on at least ``min_tag_articles`` (5) distinct articles; the labels table
+    holds exactly those tags. Articles are all kept, also those with no words (empty text) or no
+    kept tag: the pipeline's validation quarantines what it must, and the counts are in
+    ``prepare_stats.json``. Events: ``basket_id`` = ``"u<user line>"``, ``item_id`` = article id
+    from ``users.dat``.
+``instacart``
+    Products of ``order_products_sample.csv`` are instances (``instance_id`` = ``product_id``
+    string, text = ``product_name`` from ``products.csv``), split by
+    ``in_sample_fraction(instance_id, 0.2, "pina-test")``. Events: ``basket_id`` = ``order_id``,
+    ``item_id`` = ``product_id``, ``event_time`` = ``"<user_id>:<order_number>"`` zero-padded so
+    that it sorts in order. No labels: use ``task.labels: graph``.
+
+Each ``prepare_data`` run also writes ``<output>/prepare_stats.json``: row counts and what was
+dropped and why.
+
+Examples
+--------
+>>> import tempfile
+>>> paths = write_demo_data(tempfile.mkdtemp())
+>>> sorted(paths)
+['events', 'instance_labels', 'instances', 'labels']
+"""
+
+from typing import Dict, Optional
+
+from .citeulike import citeulike_text, prepare_citeulike
+from .common import SOURCES, STATS_FILE, TEST_FRACTION, TEST_SALT
+from .demo import DEMO_TEST_SALT, demo_catalogue, prepare_demo, write_demo_data
+from .instacart import prepare_instacart
+
+__all__ = [
+    "write_demo_data",
+    "demo_catalogue",
+    "prepare_data",
+    "prepare_citeulike",
+    "prepare_instacart",
+    "citeulike_text",
+    "SOURCES",
+    "DEMO_TEST_SALT",
+    "TEST_SALT",
+    "TEST_FRACTION",
+    "STATS_FILE",
+]
+
+
+def prepare_data(source: str, input_dir: Optional[str], output_dir: str) -> Dict[str, str]:
+    """Write a data set in the input contract under ``output_dir`` (``pina-spark prepare-data``).
+
+    Parameters
+    ----------
+    source : str
+        ``demo``, ``instacart`` or ``citeulike-t`` (rules in the module docstring).
+    input_dir : str or None
+        Folder of the raw data set (not used for ``demo``).
+    output_dir : str
+        Output folder: Parquet files plus ``prepare_stats.json`` (row counts, what was dropped
+        and why).
+
+    Returns
+    -------
+    dict
+        Table name -> absolute Parquet path; usable as the config's ``input`` section as is
+        (instacart has ``instances`` and ``events`` only).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> sorted(prepare_data("demo", None, tempfile.mkdtemp()))
+    ['events', 'instance_labels', 'instances', 'labels']
+    """
+    if source == "demo":
+        return prepare_demo(output_dir)
+    if source == "citeulike-t":
+        return prepare_citeulike(input_dir, output_dir)[0]
+    if source == "instacart":
+        return prepare_instacart(input_dir, output_dir)[0]
+    raise ValueError(f"prepare_data: unknown source {source!r} (known: {', '.join(SOURCES)})")
