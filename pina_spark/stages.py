@@ -29,8 +29,9 @@ G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
 @dc.dataclass(frozen=True)
 class StageSpec:
     """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
-    output depends on, and the run-relative outputs that must be complete for it to count as
-    done."""
+    output depends on -- every setting the stage reads, its own section and the fields of
+    other sections it declares here -- and the run-relative outputs that must be complete for
+    it to count as done."""
 
     name: str
     target: str
@@ -54,7 +55,7 @@ STAGES: Dict[str, StageSpec] = {
         StageSpec(
             "pretrain",
             "pina_spark.pretrain:run_stage",
-            ("pretrain",) + G_TRAINING_FIELDS,
+            ("pretrain", "task.labels") + G_TRAINING_FIELDS,
             (io.MODELS,),
         ),
         StageSpec(
@@ -63,7 +64,7 @@ STAGES: Dict[str, StageSpec] = {
         StageSpec(
             "neighbors",
             "pina_spark.inference.neighbors:run_neighbors_stage",
-            ("neighbors", "inference"),
+            ("neighbors", "inference", "task.labels"),
             (io.NEIGHBORS,),
         ),
         StageSpec(
@@ -72,8 +73,20 @@ STAGES: Dict[str, StageSpec] = {
             ("aggregate", "neighbors.folds"),  # label_features pifa: out of g's folds
             (io.FEATURES,),
         ),
-        StageSpec("train", "pina_spark.downstream:run_stage", ("train",), (io.PREDICTIONS,)),
-        StageSpec("evaluate", "pina_spark.evaluate:run_stage", ("evaluate",), (io.EVAL,)),
+        StageSpec(
+            "train",
+            "pina_spark.downstream:run_stage",
+            # the baseline's tf-idf and the xtransformer model's encoder follow pretrain's
+            ("train", "pretrain.tfidf", "pretrain.encoder_path", "pretrain.max_length")
+            + ("pretrain.xtransformer",),
+            (io.PREDICTIONS,),
+        ),
+        StageSpec(
+            "evaluate",
+            "pina_spark.evaluate:run_stage",
+            ("evaluate", "input.filter_pairs", "side_info", "task.labels", "pretrain.encoder"),
+            (io.EVAL,),
+        ),
     ]
 }
 assert tuple(STAGES) == STAGE_NAMES
