@@ -30,6 +30,7 @@ Driver-side only: the feature matrices come from :func:`pina_spark.aggregate.fea
 (Arrow batches per partition, no per-row py4j) and PECOS runs on the driver.
 """
 
+import dataclasses as dc
 import json
 import logging
 import os
@@ -274,6 +275,30 @@ def _align(ids: List[str], X, wanted: List[str]):
 
 
 # --------------------------------------------------------------------------- stage
+@dc.dataclass(frozen=True, eq=False)
+class LabelProblem:
+    """The downstream problem, decided once on the driver from ``nodes`` and
+    ``graph/instance_labels``.
+
+    Attributes:
+        train, test: the instance rows (pandas, sorted by ``node_id``).
+        has_lab: per ``train`` row, whether it has a label (rows without are left out).
+        Y: the label matrix of the kept train rows (CSR, train rows x labels).
+        label_ids: the label space: label nodes with a train positive, by ``node_index``.
+        train_ids, test_ids, train_text, test_text: ids and texts in matrix order.
+    """
+
+    train: Any
+    test: Any
+    has_lab: Any
+    Y: Any
+    label_ids: Any
+    train_ids: List[str]
+    test_ids: List[str]
+    train_text: List[str]
+    test_text: List[str]
+
+
 def run_stage(ctx) -> Dict[str, Any]:
     """Train every configured variant on train, predict test, publish ``predictions``.
 
@@ -285,11 +310,50 @@ def run_stage(ctx) -> Dict[str, Any]:
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     tcfg = cfg.train
     if tcfg.model not in ("xlinear", "xtransformer"):
-        raise ConfigError(
-            f"train.model: {tcfg.model!r} is not one of ['xlinear', " f"'xtransformer']"
+        raise ConfigError(f"train.model: {tcfg.model!r} is not one of ['xlinear', 'xtransformer']")
+    prob = label_problem(spark, paths)
+    feat_uri = paths.table(io.FEATURES)
+    feat_ok = io.is_complete(spark, feat_uri)
+    models_dir = paths.table(io.MODELS) + "/" + DOWNSTREAM_DIR
+    stats: Dict[str, Any] = {
+        "n_train": len(prob.train_ids),
+        "n_test": len(prob.test_ids),
+        "n_labels_trained": len(prob.label_ids),
+        "variants": [],
+        "skipped": {},
+    }
+    per_variant: Dict[str, Dict[str, Any]] = {}
+    pred_frames = []
+    for variant in tcfg.variants:
+        if variant != V.BASELINE and (
+            not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant))
+        ):
+            reason = f"no features for variant {variant} in {feat_uri}"
+            log.warning("train: skipping variant %s: %s", variant, reason)
+            stats["skipped"][variant] = reason
+            continue
+        frame, per_variant[variant] = _train_variant(
+            spark, cfg, prob, variant, feat_uri, f"{models_dir}/{variant}"
         )
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+        pred_frames.append(frame)
+        stats["variants"].append(variant)
+        stats[f"{variant}_train_s"] = per_variant[variant]["train_s"]
+    if not pred_frames:
+        raise io.InputError(f"train: no variant could be trained (skipped: {stats['skipped']})")
+    _publish_predictions(spark, paths, pred_frames)
+    io.write_bytes(
+        paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
+        json.dumps(
+            {"variants": per_variant, "skipped": stats["skipped"], "model": tcfg.model}, indent=2
+        ).encode(),
+    )
+    return stats
+
+
+def label_problem(spark, paths) -> LabelProblem:
+    """The train/test rows, the label space and Y (:class:`LabelProblem`); an
+    :class:`io.InputError` when no instance is ``test`` or no train instance has a label."""
+    import pandas as pd
 
     nodes = (
         io.read_table(spark, paths, io.NODES)
@@ -306,10 +370,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         .select(io.INSTANCE_INDEX, io.LABEL_INDEX)
         .toPandas()
     )
-
     # label space: label nodes with >= 1 train positive, ordered by node_index
-    import pandas as pd
-
     train_idx = train[io.NODE_INDEX].astype("int64").to_numpy()
     il_tr = il[il[io.INSTANCE_INDEX].astype("int64").isin(train_idx)]
     lab_nodes = nodes[nodes[io.KIND] == io.KIND_LABEL].sort_values(io.NODE_INDEX)
@@ -320,7 +381,6 @@ def run_stage(ctx) -> Dict[str, Any]:
     ]
     if len(lab_nodes) == 0:
         raise io.InputError(f"{paths.table(io.INSTANCE_LABELS)}: no train instance has a label")
-    label_ids = np.array(lab_nodes[io.NODE_ID].tolist(), dtype=object)
     row_of = pd.Series(np.arange(len(train_idx)), index=train_idx)
     col_of = pd.Series(
         np.arange(len(lab_nodes)), index=lab_nodes[io.NODE_INDEX].astype("int64").to_numpy()
@@ -330,7 +390,6 @@ def run_stage(ctx) -> Dict[str, Any]:
     cols = col_of.loc[il_tr[io.LABEL_INDEX].astype("int64").to_numpy()].to_numpy()
     Y_all = label_matrix(rows, cols, len(train), len(lab_nodes))
     has_lab = np.asarray(Y_all.sum(axis=1)).ravel() > 0
-    Y = Y_all[has_lab]
     train_ids = [i for i, h in zip(train[io.NODE_ID].tolist(), has_lab) if h]
     test_ids = test[io.NODE_ID].tolist()
     log.info(
@@ -340,90 +399,83 @@ def run_stage(ctx) -> Dict[str, Any]:
         len(test_ids),
         len(lab_nodes),
     )
-
     text_of = dict(zip(inst[io.NODE_ID], inst[io.TEXT]))
-    train_text = [text_of.get(i) or "" for i in train_ids]
-    test_text = [text_of.get(i) or "" for i in test_ids]
-    feat_uri = paths.table(io.FEATURES)
-    feat_ok = io.is_complete(spark, feat_uri)
-    models_dir = paths.table(io.MODELS) + "/" + DOWNSTREAM_DIR
-    stats: Dict[str, Any] = {
-        "n_train": len(train_ids),
-        "n_test": len(test_ids),
-        "n_labels_trained": len(lab_nodes),
-        "variants": [],
-        "skipped": {},
+    return LabelProblem(
+        train=train,
+        test=test,
+        has_lab=has_lab,
+        Y=Y_all[has_lab],
+        label_ids=np.array(lab_nodes[io.NODE_ID].tolist(), dtype=object),
+        train_ids=train_ids,
+        test_ids=test_ids,
+        train_text=[text_of.get(i) or "" for i in train_ids],
+        test_text=[text_of.get(i) or "" for i in test_ids],
+    )
+
+
+def _train_variant(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str, model_uri: str):
+    """Fit one variant on the train rows, predict the test rows, save the model: ``(the
+    predictions frame, the variant's statistics)``."""
+    tcfg = cfg.train
+    t0 = time.time()
+    no_feat_rows: List[int] = []
+    vec = None
+    if variant == V.BASELINE:
+        X_tr, X_te, vec = _baseline_matrices(cfg, prob.train, prob.test, prob.has_lab)
+    else:
+        f_ids, f_X = _load_features(spark, feat_uri, variant)
+        X_tr, miss_tr = _align(f_ids, f_X, prob.train_ids)
+        X_te, miss_te = _align(f_ids, f_X, prob.test_ids)
+        have = set(f_ids)
+        no_feat_rows = [r for r, i in enumerate(prob.test_ids) if i not in have]
+        if miss_tr or miss_te:
+            log.warning(
+                "variant %s: %d train / %d test instances have no features (zero rows)",
+                variant,
+                miss_tr,
+                miss_te,
+            )
+    prep_s = time.time() - t0
+    t1 = time.time()
+    if tcfg.model == "xtransformer":
+        model = train_xtransformer(prob.train_text, X_tr, prob.Y, cfg)
+    else:
+        model = train_xlinear(X_tr, prob.Y, tcfg.xlinear)
+    train_s = time.time() - t1
+    t2 = time.time()
+    topk, beam = max(tcfg.topk, 1), max(tcfg.xlinear.beam_size, 1)
+    if tcfg.model == "xtransformer":
+        P = model.predict(prob.test_text, X_feat=X_te, only_topk=topk, beam_size=beam)
+    else:
+        P = model.predict(X_te, only_topk=topk, beam_size=beam)
+    cols_k, scores_k = topk_from_csr(P, tcfg.topk)
+    for r in no_feat_rows:  # no features for this test instance: no prediction
+        cols_k[r] = cols_k[r][:0]
+        scores_k[r] = scores_k[r][:0]
+    predict_s = time.time() - t2
+    _save_model(model, vec, prob.label_ids, model_uri)
+    frame = _predictions_frame(variant, prob.test_ids, cols_k, scores_k, prob.label_ids)
+    log.info(
+        "train: variant %s: %d features, train %.1fs, predict %.1fs",
+        variant,
+        X_tr.shape[1],
+        train_s,
+        predict_s,
+    )
+    return frame, {
+        "train_s": round(train_s, 3),
+        "predict_s": round(predict_s, 3),
+        "features_s": round(prep_s, 3),
+        "n_features": int(X_tr.shape[1]),
+        "n_labels_trained": len(prob.label_ids),
     }
-    per_variant: Dict[str, Dict[str, Any]] = {}
-    pred_frames = []
-    for variant in tcfg.variants:
-        t0 = time.time()
-        if variant == V.BASELINE:
-            X_tr, X_te, vec = _baseline_matrices(cfg, train, test, has_lab)
-            no_feat_rows: List[int] = []
-        else:
-            if not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant)):
-                reason = f"no features for variant {variant} in {feat_uri}"
-                log.warning("train: skipping variant %s: %s", variant, reason)
-                stats["skipped"][variant] = reason
-                continue
-            f_ids, f_X = _load_features(spark, feat_uri, variant)
-            X_tr, miss_tr = _align(f_ids, f_X, train_ids)
-            X_te, miss_te = _align(f_ids, f_X, test_ids)
-            have = set(f_ids)
-            no_feat_rows = [r for r, i in enumerate(test_ids) if i not in have]
-            if miss_tr or miss_te:
-                log.warning(
-                    "variant %s: %d train / %d test instances have no features (zero " "rows)",
-                    variant,
-                    miss_tr,
-                    miss_te,
-                )
-            vec = None
-        prep_s = time.time() - t0
-        t1 = time.time()
-        if tcfg.model == "xtransformer":
-            model = train_xtransformer(train_text, X_tr, Y, cfg)
-        else:
-            model = train_xlinear(X_tr, Y, tcfg.xlinear)
-        train_s = time.time() - t1
-        t2 = time.time()
-        if tcfg.model == "xtransformer":
-            P = model.predict(
-                test_text,
-                X_feat=X_te,
-                only_topk=max(tcfg.topk, 1),
-                beam_size=max(tcfg.xlinear.beam_size, 1),
-            )
-        else:
-            P = model.predict(
-                X_te, only_topk=max(tcfg.topk, 1), beam_size=max(tcfg.xlinear.beam_size, 1)
-            )
-        cols_k, scores_k = topk_from_csr(P, tcfg.topk)
-        for r in no_feat_rows:  # no features for this test instance: no prediction
-            cols_k[r] = cols_k[r][:0]
-            scores_k[r] = scores_k[r][:0]
-        predict_s = time.time() - t2
-        _save_model(model, vec, label_ids, f"{models_dir}/{variant}")
-        pred_frames.append(_predictions_frame(variant, test_ids, cols_k, scores_k, label_ids))
-        per_variant[variant] = {
-            "train_s": round(train_s, 3),
-            "predict_s": round(predict_s, 3),
-            "features_s": round(prep_s, 3),
-            "n_features": int(X_tr.shape[1]),
-            "n_labels_trained": len(lab_nodes),
-        }
-        stats["variants"].append(variant)
-        stats[f"{variant}_train_s"] = round(train_s, 3)
-        log.info(
-            "train: variant %s: %d features, train %.1fs, predict %.1fs",
-            variant,
-            X_tr.shape[1],
-            train_s,
-            predict_s,
-        )
-    if not pred_frames:
-        raise io.InputError(f"train: no variant could be trained (skipped: {stats['skipped']})")
+
+
+def _publish_predictions(spark, paths, pred_frames) -> None:
+    """Write and publish ``predictions`` (partitioned by ``variant``)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     pdf = pd.concat(pred_frames, ignore_index=True)
     schema = T.StructType(
@@ -439,13 +491,6 @@ def run_stage(ctx) -> Dict[str, Any]:
     io.write_table(
         df.repartition(n_part, F.col(io.VARIANT)), paths, io.PREDICTIONS, partition_by=(io.VARIANT,)
     )
-    io.write_bytes(
-        paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
-        json.dumps(
-            {"variants": per_variant, "skipped": stats["skipped"], "model": tcfg.model}, indent=2
-        ).encode(),
-    )
-    return stats
 
 
 def _baseline_matrices(cfg, train, test, has_lab):

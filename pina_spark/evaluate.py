@@ -327,28 +327,78 @@ def run_stage(ctx) -> Dict[str, Any]:
     {'variants': ['baseline', 'pina'], 'n_test': 500, ...}
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
-    from pyspark.sql import functions as F
-
+    nodes, test, n_train = _test_split(spark, paths)
+    test_ids = test[io.NODE_ID].tolist()
+    truths = _truths(spark, paths, nodes, test)
+    variants, preds = _predictions(spark, paths, test_ids)
+    n_filtered = 0
+    if cfg.input.filter_pairs:
+        preds, truths, n_filtered = _filter_pairs_input(
+            spark, cfg.input.filter_pairs, test_ids, preds, truths
+        )
+    ks = sorted(set(REPORTED_KS) | set(int(k) for k in cfg.evaluate.ks))
+    train_stats = _read_train_stats(paths.table(io.PREDICTIONS))
+    out_variants, per_inst, mask = score_variants(preds, truths, ks, train_stats)
+    n_scored = int(mask.sum()) if mask is not None else int(sum(1 for t in truths if t))
+    metrics: Dict[str, Any] = {
+        "variants": out_variants,
+        "significance": significance_table(per_inst),
+        "n_train": n_train,
+        "n_test": len(test_ids),
+        "n_labels": int((nodes[io.KIND] == io.KIND_LABEL).sum()),
+        "side_info": cfg.side_info,
+        "n_test_scored": n_scored,
+        "n_test_no_labels": len(test_ids) - n_scored,
+        "filter_pairs": cfg.input.filter_pairs,
+        "n_filter_pairs_on_test": n_filtered,
+        "ks": ks,
+        "skipped_variants": train_stats.get("_skipped", {}),
+        "empty_truth_policy": "excluded from P and R",
+    }
     # eval/ is this stage's alone: written into a staging folder, published by the rename swap
-    final_dir = paths.table(io.EVAL)
     eval_dir = paths.staging(io.EVAL)
+    try:
+        _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst, nodes)
+        io.publish(spark, eval_dir, paths.table(io.EVAL))
+    except BaseException:
+        io.discard_staging(spark, eval_dir)
+        raise
+    log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
+    stats: Dict[str, Any] = {
+        "variants": variants,
+        "n_test": len(test_ids),
+        "n_test_scored": n_scored,
+    }
+    if cfg.evaluate.promote:
+        from . import promotion
 
+        stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
+    for v, m in out_variants.items():
+        stats[f"{v}_P@1"] = round(m["P@1"], 6)
+    return stats
+
+
+def _test_split(spark, paths):
+    """``(nodes, test instances sorted by id, number of train instances)`` (pandas); an
+    :class:`io.InputError` when no instance is ``test``."""
     nodes = (
         io.read_table(spark, paths, io.NODES)
         .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT)
         .toPandas()
     )
     inst = nodes[nodes[io.KIND] == io.KIND_INSTANCE]
-    labels = nodes[nodes[io.KIND] == io.KIND_LABEL]
     test = inst[inst[io.SPLIT] == io.SPLIT_TEST].sort_values(io.NODE_ID)
-    n_train = int((inst[io.SPLIT] == io.SPLIT_TRAIN).sum())
-    test_ids = test[io.NODE_ID].tolist()
-    if not test_ids:
+    if not len(test):
         raise io.InputError(
-            f"{paths.table(io.NODES)}: no instance with split='test'; nothing to " f"evaluate"
+            f"{paths.table(io.NODES)}: no instance with split='test'; nothing to evaluate"
         )
+    return nodes, test, int((inst[io.SPLIT] == io.SPLIT_TRAIN).sum())
 
-    # ground truth of the test instances, as label node_ids
+
+def _truths(spark, paths, nodes, test) -> List[Set[str]]:
+    """The true labels (label ``node_id``) of every test instance, in ``test`` order."""
+    from pyspark.sql import functions as F
+
     il = io.read_table(spark, paths, io.INSTANCE_LABELS)
     test_idx = spark.createDataFrame(
         test[[io.NODE_INDEX]].rename(columns={io.NODE_INDEX: io.INSTANCE_INDEX})
@@ -358,10 +408,12 @@ def run_stage(ctx) -> Dict[str, Any]:
     truth_by_id: Dict[str, Set[str]] = {}
     for ii, li in zip(y[io.INSTANCE_INDEX].astype("int64"), y[io.LABEL_INDEX].astype("int64")):
         truth_by_id.setdefault(idx2id[ii], set()).add(idx2id[li])
-    truths = [truth_by_id.get(i, set()) for i in test_ids]
+    return [truth_by_id.get(i, set()) for i in test[io.NODE_ID]]
 
-    # predictions of every variant, aligned with test_ids
-    pred_uri = paths.table(io.PREDICTIONS)
+
+def _predictions(spark, paths, test_ids: List[str]):
+    """``(variants, {variant: predicted label ids per test instance})``, aligned with
+    ``test_ids`` (a missing prediction is an empty list, with a warning)."""
     preds_df = io.read_table(spark, paths, io.PREDICTIONS)
     variants = _ordered(r[0] for r in preds_df.select(io.VARIANT).distinct().collect())
     preds_pd = preds_df.select(io.VARIANT, io.INSTANCE_ID, io.LABEL_IDS, io.SCORES).toPandas()
@@ -378,38 +430,48 @@ def run_stage(ctx) -> Dict[str, Any]:
                 len(test_ids),
             )
         preds[v] = [list(by_id[i]) if i in by_id and by_id[i] is not None else [] for i in test_ids]
+    return variants, preds
 
-    # reciprocal-pair removal
-    n_filtered = 0
-    if cfg.input.filter_pairs:
-        fp = (
-            io.read_input(spark, cfg.input.filter_pairs, "filter_pairs")
-            .where(F.col(io.CORRUPT).isNull())
-            .select(io.INSTANCE_ID, io.LABEL_ID)
-            .dropna()
-        )
-        test_sdf = spark.createDataFrame([(i,) for i in test_ids], io.INSTANCE_ID + " string")
-        pairs = [(r[0], r[1]) for r in fp.join(F.broadcast(test_sdf), io.INSTANCE_ID).collect()]
-        n_filtered = len(pairs)
-        before = sum(len(t) for t in truths)
-        for v in variants:
-            preds[v], new_truths = filter_pairs(preds[v], truths, test_ids, pairs)
-        if not variants:
-            _, new_truths = filter_pairs([[]] * len(test_ids), truths, test_ids, pairs)
-        truths = new_truths
-        log.info(
-            "filter_pairs: %d pairs on test instances, %d true pairs removed",
-            n_filtered,
-            before - sum(len(t) for t in truths),
-        )
 
-    ks = sorted(set(REPORTED_KS) | set(int(k) for k in cfg.evaluate.ks))
-    train_stats = _read_train_stats(pred_uri)
+def _filter_pairs_input(spark, uri: str, test_ids, preds, truths):
+    """Reciprocal-pair removal with the ``input.filter_pairs`` table: ``(preds, truths,
+    pairs on test instances)``."""
+    from pyspark.sql import functions as F
+
+    fp = (
+        io.read_input(spark, uri, "filter_pairs")
+        .where(F.col(io.CORRUPT).isNull())
+        .select(io.INSTANCE_ID, io.LABEL_ID)
+        .dropna()
+    )
+    test_sdf = spark.createDataFrame([(i,) for i in test_ids], io.INSTANCE_ID + " string")
+    pairs = [(r[0], r[1]) for r in fp.join(F.broadcast(test_sdf), io.INSTANCE_ID).collect()]
+    before = sum(len(t) for t in truths)
+    new_truths = filter_pairs([[]] * len(test_ids), truths, test_ids, pairs)[1]
+    preds = {v: filter_pairs(p, truths, test_ids, pairs)[0] for v, p in preds.items()}
+    log.info(
+        "filter_pairs: %d pairs on test instances, %d true pairs removed",
+        len(pairs),
+        before - sum(len(t) for t in new_truths),
+    )
+    return preds, new_truths, len(pairs)
+
+
+def score_variants(preds, truths, ks: Sequence[int], train_stats: Dict[str, Any]):
+    """``(metrics per variant, per-instance P@k (TTEST_KS) per variant, scored mask)``: P@k and
+    R@k averaged over the test instances with labels, plus the train stage's timings.
+
+    Examples
+    --------
+    >>> m, per, mask = score_variants({"pina": [["a"], ["b"]]}, [{"a"}, set()], [1], {})
+    >>> m["pina"]["P@1"], mask.tolist()
+    (1.0, [True, False])
+    """
     out_variants: Dict[str, Dict[str, Any]] = {}
     per_inst: Dict[str, Dict[int, np.ndarray]] = {}
     mask = None
-    for v in variants:
-        P, R, mask = per_instance_precision_recall(preds[v], truths, ks)
+    for v, pv in preds.items():
+        P, R, mask = per_instance_precision_recall(pv, truths, ks)
         m: Dict[str, Any] = {}
         for k in ks:
             m[f"P@{k}"] = float(P[k][mask].mean()) if mask.any() else 0.0
@@ -420,42 +482,32 @@ def run_stage(ctx) -> Dict[str, Any]:
             if extra in train_stats.get(v, {}):
                 m[extra] = train_stats[v][extra]
         out_variants[v] = m
-        per_inst[v] = {k: P[k][mask] for k in TTEST_KS}
+        per_inst[v] = {k: P[k][mask] for k in TTEST_KS if k in P}
+    return out_variants, per_inst, mask
+
+
+def significance_table(per_inst: Dict[str, Dict[int, np.ndarray]]):
+    """Paired t-test p-values on P@1/3/5: every variant against ``baseline``, and whether the
+    neighbourhood adds anything over the vectorizer alone (``pina`` / ``pina_naive`` against
+    ``vectorizer_only``) and over g on B (``pina`` against ``pina_naive``)."""
     significance: Dict[str, Dict[str, Optional[float]]] = {}
-    if V.BASELINE in per_inst:
-        for v in variants:
-            if v == V.BASELINE:
-                continue
-            significance[f"{v}_vs_baseline"] = {
-                f"P@{k}": paired_ttest(per_inst[v][k], per_inst[V.BASELINE][k])["p"]
-                for k in TTEST_KS
-            }
-    # does the neighbourhood add anything over the pretrained vectorizer alone / over g on B?
-    for a, b in (
+    pairs = [(v, V.BASELINE) for v in per_inst if v != V.BASELINE]
+    pairs += [
         (V.PINA, V.VECTORIZER_ONLY),
         (V.PINA, V.PINA_NAIVE),
         (V.PINA_NAIVE, V.VECTORIZER_ONLY),
-    ):
+    ]
+    for a, b in pairs:
         if a in per_inst and b in per_inst:
             significance[f"{a}_vs_{b}"] = {
                 f"P@{k}": paired_ttest(per_inst[a][k], per_inst[b][k])["p"] for k in TTEST_KS
             }
-    n_scored = int(mask.sum()) if mask is not None else int(sum(1 for t in truths if t))
-    metrics: Dict[str, Any] = {
-        "variants": out_variants,
-        "significance": significance,
-        "n_train": n_train,
-        "n_test": len(test_ids),
-        "n_labels": int(len(labels)),
-        "side_info": cfg.side_info,
-        "n_test_scored": n_scored,
-        "n_test_no_labels": len(test_ids) - n_scored,
-        "filter_pairs": cfg.input.filter_pairs,
-        "n_filter_pairs_on_test": n_filtered,
-        "ks": ks,
-        "skipped_variants": train_stats.get("_skipped", {}),
-        "empty_truth_policy": "excluded from P and R",
-    }
+    return significance
+
+
+def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst, nodes) -> None:
+    """Every file of ``eval/`` into ``eval_dir`` (the staging folder), ``_SUCCESS`` last."""
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     if cfg.evaluate.parity_max_per_split > 0:
         from .parity import PARITY_JSON, measure_run
 
@@ -473,9 +525,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     )
     scored_ids = [i for i, t in zip(test_ids, truths) if t]
     io.write_bytes(eval_dir + "/" + PER_INSTANCE_FILE, per_instance_parquet(scored_ids, per_inst))
-
-    png = _plot_pk(metrics, ks)
-    io.write_bytes(eval_dir + "/pk.png", png)
+    io.write_bytes(eval_dir + "/pk.png", _plot_pk(metrics, ks))
     examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes)
     report = _report_markdown(metrics, ks, examples_md)
     io.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
@@ -483,24 +533,6 @@ def run_stage(ctx) -> Dict[str, Any]:
     if held is not None:
         io.write_bytes(eval_dir + "/" + PRETRAIN_REPORT, held)
     io.write_bytes(eval_dir + "/_SUCCESS", b"")
-    try:
-        io.publish(spark, eval_dir, final_dir)
-    except BaseException:
-        io.discard_staging(spark, eval_dir)
-        raise
-    log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
-    stats: Dict[str, Any] = {
-        "variants": variants,
-        "n_test": len(test_ids),
-        "n_test_scored": n_scored,
-    }
-    if cfg.evaluate.promote:
-        from . import promotion
-
-        stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
-    for v, m in out_variants.items():
-        stats[f"{v}_P@1"] = round(m["P@1"], 6)
-    return stats
 
 
 def _pretrain_report(models_root: str) -> Optional[bytes]:
