@@ -255,7 +255,6 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     # pina-spark tune: validation P@1 of `pina`
     ...
     """
-    from pyspark.sql import functions as F
 
     from .manifest import Manifest
 
@@ -279,41 +278,14 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         raise ConfigError(f"tune.metric: {metric!r} is not one of ['P@1', 'P@3', 'P@5']")
     t_all = time.time()
 
-    # ---- derived tables: the test rows are filtered out in the scan and never materialised
-    nodes = (
-        io.read_table(spark, src, io.NODES)
-        .where(
-            (F.col(io.KIND) == io.KIND_LABEL)
-            | ((F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN))
-        )
-        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT, io.SPLIT)
-    )
-    nodes_pdf = nodes.toPandas().sort_values(io.NODE_INDEX).reset_index(drop=True)
-    phase1_nodes, phase2_nodes, valid_ids = derive_validation_nodes(
-        nodes_pdf, cfg.task.validation_fraction
-    )
-    n_train_rows = int((nodes_pdf[io.KIND] == io.KIND_INSTANCE).sum()) - len(valid_ids)
-    if not valid_ids or n_train_rows <= 0:
-        raise ConfigError(
-            f"task.validation_fraction={cfg.task.validation_fraction} gives "
-            f"{len(valid_ids)} validation and {n_train_rows} train rows"
-        )
+    # derived tables: the test rows are filtered out in the scan and never materialised
+    phase1_nodes, phase2_nodes, valid_ids, n_train_rows = _work_tables(spark, cfg, src, work)
     log.info(
         "tune: %d train rows, %d validation rows, %d grid points",
         n_train_rows,
         len(valid_ids),
         len(points),
     )
-    keep = spark.createDataFrame(nodes_pdf[[io.NODE_INDEX]].astype("int64"))
-    keep_inst = keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX)
-    il = io.read_table(spark, src, io.INSTANCE_LABELS).join(
-        F.broadcast(keep_inst), io.INSTANCE_INDEX, "left_semi"
-    )
-    io.write_table(il, work, io.INSTANCE_LABELS)
-    emb = io.read_table(spark, src, io.EMBEDDINGS).join(
-        F.broadcast(keep), io.NODE_INDEX, "left_semi"
-    )
-    io.write_table(emb, work, io.EMBEDDINGS)
     nodes_schema = io.schema(io.NODES)
 
     def publish_nodes(pdf):
@@ -345,33 +317,63 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         for name in PHASE2:
             _run(ctx, name, pid)
             ran.append(name)
-        raw = io.read_bytes(work.table(io.EVAL) + "/metrics.json")
-        if raw is None:
-            raise IOError(f"tune point {pid}: {work.table(io.EVAL)}/metrics.json not written")
-        m = json.loads(raw)
-        io.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
-        io.write_bytes(
-            f"{tune_root}/points/{pid}/point.json",
-            json.dumps({"id": pid, "params": point}, default=str).encode(),
-        )
-        valid = {
-            v: {k: m["variants"][v].get(k) for k in ("P@1", "P@3", "P@5")} for v in m["variants"]
-        }
-        rows.append(
-            {
-                "id": pid,
-                "params": point,
-                "valid": valid,
-                "significance": m.get("significance", {}),
-                "n_valid_scored": m.get("n_test_scored"),
-                "stages_run": ran,
-                "seconds": round(time.time() - t0, 1),
-            }
-        )
-        log.info(
-            "tune point %s %s: %s", pid, point, {v: round(x["P@1"], 4) for v, x in valid.items()}
-        )
+        rows.append(_point_row(work, tune_root, pid, point, ran, t0))
 
+    results = _results(cfg, metric, points, rows, valid_ids, n_train_rows, models_root)
+    results["seconds"] = round(time.time() - t_all, 1)
+    table = results_markdown(results)
+    io.write_bytes(f"{tune_root}/results.json", json.dumps(results, indent=2, default=str).encode())
+    io.write_bytes(f"{tune_root}/results.md", (table + "\n").encode("utf-8"))
+    log.info(
+        "tune: %d points in %.1fs, best %s %s",
+        len(rows),
+        time.time() - t_all,
+        results["best"],
+        results["best_params"],
+    )
+    return table
+
+
+def _work_tables(spark, cfg: PinaConfig, src, work):
+    """Write the tune work folder's ``graph/instance_labels`` and ``embeddings`` (train and
+    label rows only: the test rows are filtered out in the scan and never materialised) and
+    return ``(phase-1 nodes, phase-2 nodes, validation ids, train rows)``."""
+    from pyspark.sql import functions as F
+
+    nodes = (
+        io.read_table(spark, src, io.NODES)
+        .where(
+            (F.col(io.KIND) == io.KIND_LABEL)
+            | ((F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN))
+        )
+        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT, io.SPLIT)
+    )
+    nodes_pdf = nodes.toPandas().sort_values(io.NODE_INDEX).reset_index(drop=True)
+    phase1_nodes, phase2_nodes, valid_ids = derive_validation_nodes(
+        nodes_pdf, cfg.task.validation_fraction
+    )
+    n_train_rows = int((nodes_pdf[io.KIND] == io.KIND_INSTANCE).sum()) - len(valid_ids)
+    if not valid_ids or n_train_rows <= 0:
+        raise ConfigError(
+            f"task.validation_fraction={cfg.task.validation_fraction} gives "
+            f"{len(valid_ids)} validation and {n_train_rows} train rows"
+        )
+    keep = spark.createDataFrame(nodes_pdf[[io.NODE_INDEX]].astype("int64"))
+    keep_inst = keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX)
+    il = io.read_table(spark, src, io.INSTANCE_LABELS).join(
+        F.broadcast(keep_inst), io.INSTANCE_INDEX, "left_semi"
+    )
+    io.write_table(il, work, io.INSTANCE_LABELS)
+    emb = io.read_table(spark, src, io.EMBEDDINGS).join(
+        F.broadcast(keep), io.NODE_INDEX, "left_semi"
+    )
+    io.write_table(emb, work, io.EMBEDDINGS)
+    return phase1_nodes, phase2_nodes, valid_ids, n_train_rows
+
+
+def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, models_root):
+    """The results document: every point's validation scores, the best point by ``metric`` of
+    ``pina`` (else the first variant), and the note on what the validation split means."""
     variant = V.PINA if any(V.PINA in r["valid"] for r in rows) else next(iter(rows[0]["valid"]))
     scored = [r for r in rows if r["valid"].get(variant, {}).get(metric) is not None]
     best = max(scored, key=lambda r: r["valid"][variant][metric])["id"] if scored else None
@@ -406,19 +408,33 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         "points": rows,
         "best": best,
         "best_params": next((r["params"] for r in rows if r["id"] == best), None),
-        "seconds": round(time.time() - t_all, 1),
     }
-    table = results_markdown(results)
-    io.write_bytes(f"{tune_root}/results.json", json.dumps(results, indent=2, default=str).encode())
-    io.write_bytes(f"{tune_root}/results.md", (table + "\n").encode("utf-8"))
-    log.info(
-        "tune: %d points in %.1fs, best %s %s",
-        len(rows),
-        time.time() - t_all,
-        best,
-        results["best_params"],
+    return results
+
+
+def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> Dict[str, Any]:
+    """Read a point's metrics from the work folder, keep them under ``tune/points/<id>/`` and
+    return its row of the results."""
+    raw = io.read_bytes(work.table(io.EVAL) + "/metrics.json")
+    if raw is None:
+        raise IOError(f"tune point {pid}: {work.table(io.EVAL)}/metrics.json not written")
+    m = json.loads(raw)
+    io.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
+    io.write_bytes(
+        f"{tune_root}/points/{pid}/point.json",
+        json.dumps({"id": pid, "params": point}, default=str).encode(),
     )
-    return table
+    valid = {v: {k: m["variants"][v].get(k) for k in ("P@1", "P@3", "P@5")} for v in m["variants"]}
+    log.info("tune point %s %s: %s", pid, point, {v: round(x["P@1"], 4) for v, x in valid.items()})
+    return {
+        "id": pid,
+        "params": point,
+        "valid": valid,
+        "significance": m.get("significance", {}),
+        "n_valid_scored": m.get("n_test_scored"),
+        "stages_run": ran,
+        "seconds": round(time.time() - t0, 1),
+    }
 
 
 def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
