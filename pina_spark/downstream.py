@@ -17,9 +17,10 @@ cannot be predicted by any variant). Train instances without labels are left out
 
 Outputs
 -------
-* ``<root>/models/downstream/<variant>/`` (PECOS ``xlinear/`` or ``xtransformer/``, plus
-  ``vectorizer/`` for baseline,
-  ``labels.json`` = column -> label node_id, ``_SUCCESS`` last),
+* ``<root>/downstream_models/<variant>/`` (PECOS ``xlinear/`` or ``xtransformer/``, plus
+  ``vectorizer/`` for baseline, ``labels.json`` = column -> label node_id), written into a
+  staging folder and published by the rename swap with ``predictions`` (the models folder
+  ``models/`` is pretrain's alone),
 * ``<root>/predictions`` partitioned by ``variant``: ``instance_id``, ``label_ids``
   (label node_ids, best first), ``scores``; one row per test instance (an empty list when the
   variant has no features for that instance), top ``train.topk``,
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 TRAIN_STATS_FILE = "_train_stats.json"  # same name as evaluate.TRAIN_STATS_FILE
-DOWNSTREAM_DIR = "downstream"
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -314,7 +314,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     prob = label_problem(spark, paths)
     feat_uri = paths.table(io.FEATURES)
     feat_ok = io.is_complete(spark, feat_uri)
-    models_dir = paths.table(io.MODELS) + "/" + DOWNSTREAM_DIR
+    models_dir = paths.staging(io.DOWNSTREAM_MODELS)
     stats: Dict[str, Any] = {
         "n_train": len(prob.train_ids),
         "n_test": len(prob.test_ids),
@@ -339,7 +339,10 @@ def run_stage(ctx) -> Dict[str, Any]:
         stats["variants"].append(variant)
         stats[f"{variant}_train_s"] = per_variant[variant]["train_s"]
     if not pred_frames:
+        io.discard_staging(spark, models_dir)
         raise io.InputError(f"train: no variant could be trained (skipped: {stats['skipped']})")
+    io.write_bytes(io.join(models_dir, "_SUCCESS"), b"")
+    io.publish(spark, models_dir, paths.table(io.DOWNSTREAM_MODELS))
     _publish_predictions(spark, paths, pred_frames)
     io.write_bytes(
         paths.table(io.PREDICTIONS) + "/" + TRAIN_STATS_FILE,
@@ -511,7 +514,8 @@ def _baseline_matrices(cfg, train, test, has_lab):
 
 
 def _save_model(model, vec, label_ids, uri: str) -> None:
-    """PECOS model (+ baseline vectorizer, label map) to ``uri``; ``_SUCCESS`` written last."""
+    """PECOS model (+ baseline vectorizer, label map) to ``uri`` (a variant's folder inside the
+    staging folder of ``downstream_models``); ``_SUCCESS`` written last."""
     remote = io.is_remote(uri)
     local = tempfile.mkdtemp(prefix="pina-downstream-") if remote else io.local_path(uri)
     if not remote and os.path.exists(local):

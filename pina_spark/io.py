@@ -81,6 +81,7 @@ EMBEDDINGS = "embeddings"
 NEIGHBORS = "neighbors"  # partitioned by variant
 FEATURES = "features"  # partitioned by variant, split
 PREDICTIONS = "predictions"  # partitioned by variant
+DOWNSTREAM_MODELS = "downstream_models"  # the train stage's PECOS models, one folder per variant
 EVAL = "eval"
 QUARANTINE = "quarantine"
 MANIFEST = "_manifest.json"

@@ -67,7 +67,7 @@ NODES_STEP = "nodes"
 
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
-NON_TABLE_OUTPUTS = (io.MODELS, io.EVAL)
+NON_TABLE_OUTPUTS = (io.MODELS, io.DOWNSTREAM_MODELS, io.EVAL)
 
 
 def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:

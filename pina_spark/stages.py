@@ -79,7 +79,7 @@ STAGES: Dict[str, StageSpec] = {
             # the baseline's tf-idf and the xtransformer model's encoder follow pretrain's
             ("train", "pretrain.tfidf", "pretrain.encoder_path", "pretrain.max_length")
             + ("pretrain.xtransformer",),
-            (io.PREDICTIONS,),
+            (io.PREDICTIONS, io.DOWNSTREAM_MODELS),
         ),
         StageSpec(
             "evaluate",

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 #: folders under a run root that hold no output tables (bookkeeping, models, scratch)
-NOT_TABLES = ("_staging", "_commits", "models", "_tmp", "_trash")
+NOT_TABLES = ("_staging", "_commits", "models", "downstream_models", "_tmp", "_trash")
 REL_TOL = 1e-4
 ABS_TOL = 1e-6
 

@@ -161,10 +161,10 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
         assert all(list(s) == sorted(s, reverse=True) for s in sub[io.SCORES])
         label_node_ids = {f"L{x:02d}" for x in range(12)}
         assert {lid for ls in sub[io.LABEL_IDS] for lid in ls} <= label_node_ids
-        mdir = io.local_path(paths.table("models/downstream/" + v))
+        mdir = io.local_path(paths.table("downstream_models/" + v))
         assert os.path.exists(os.path.join(mdir, "_SUCCESS"))
         assert os.path.isdir(os.path.join(mdir, "xlinear"))
-    assert os.path.isdir(io.local_path(paths.table("models/downstream/baseline/vectorizer")))
+    assert os.path.isdir(io.local_path(paths.table("downstream_models/baseline/vectorizer")))
     stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
     assert set(stats["variants"]) == {"baseline", "vectorizer_only", "pina_naive", "pina"}
     assert all(s["train_s"] >= 0 for s in stats["variants"].values())
@@ -246,7 +246,7 @@ def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
     run_pipeline(spark, cfg, ["train"])
     pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
     assert len(pred) == 2 * splits.count("test")
-    assert os.path.isdir(io.local_path(paths.table("models/downstream/pina/xtransformer")))
+    assert os.path.isdir(io.local_path(paths.table("downstream_models/pina/xtransformer")))
 
 
 def test_frame_to_csr_shapes_and_sorted_indices():
