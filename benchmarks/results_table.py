@@ -15,7 +15,8 @@ Encoder ablation (issue #18), one row per run and variant, from each run root's
 
     python benchmarks/results_table.py --ablation runs/citeulike-t runs/citeulike-t-contrastive
 
-Columns: encoder, variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) against
+Columns: encoder, label features (``aggregate.label_features`` of the run's last aggregate
+stage), variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) against
 vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive rows), fine-tuning
 seconds and pairs used, and the vectorizer's train - test parity
 gaps (cos_margin, P@1; ``pina_spark/parity.py``).
@@ -75,6 +76,8 @@ def ablation_rows(root):
     pairs = tune.get("pairs", tune.get("rows"))
     gap = parity.get("gap", {})
     held = _load(os.path.join(root, "eval", "pretrain.json")).get("variants", {})
+    agg = _load(os.path.join(root, "_manifest.json")).get("stages", {}).get("aggregate", {})
+    lf = agg.get("stats", {}).get("label_features", "text")
     v, sig = m["variants"], m.get("significance", {})
     base = v["baseline"]["P@1"]
     out = []
@@ -87,7 +90,7 @@ def ablation_rows(root):
         p_v = sig.get(f"{name}_vs_vectorizer_only", {}).get("P@1")
         g_p1 = held.get(name, {}).get("P@1")
         out.append(
-            f"| {os.path.basename(root.rstrip('/'))} | {enc} | {name} | "
+            f"| {os.path.basename(root.rstrip('/'))} | {enc} | {lf} | {name} | "
             f"{100 * x['P@1']:.2f} | {100 * x['P@3']:.2f} | {100 * x['P@5']:.2f} | {rel} | "
             f"{_p(p_b)} | {_p(p_v)} | {'—' if g_p1 is None else f'{100 * g_p1:.2f}'} | "
             f"{'—' if secs is None else f'{secs:.0f}'} | "
@@ -112,11 +115,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.ablation:
         print(
-            "| run | encoder | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline | p (P@1) | "
-            "p (P@1) vs vectorizer_only | g held-out P@1 | fine-tuning s | pairs | "
+            "| run | encoder | label features | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline "
+            "| p (P@1) | p (P@1) vs vectorizer_only | g held-out P@1 | fine-tuning s | pairs | "
             "parity gap cos_margin | parity gap P@1 |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for root in a.ablation:
             print("\n".join(ablation_rows(root)))
         return
