@@ -57,6 +57,7 @@ MIN_INSTANCES = 100
 MAX_LABELS = 5
 _BLOCK = 1024  # products or baskets per random block: the unit of determinism
 _POP_SIGMA = 1.8
+_BRAND_ZIPF = 0.6  # brand weight ~ rank ** -0.6: flat enough for distinct titles at 1M products
 _P_NO_BRAND, _P_ADJ, _P_TRIGGER, _P_VARIANT = 0.1, 0.85, 0.3, 0.8
 _P_MISSION = 0.35
 _MAX_TITLE_WORDS = 8
@@ -229,7 +230,7 @@ class _Shop:
         )
 
         # brands per department: the vocabulary's, then first word x last word recombinations
-        # (in a seeded order), Zipf-weighted by rank
+        # (in a seeded order), Zipf-weighted by rank (:data:`_BRAND_ZIPF`)
         all_last = list(dict.fromkeys(b.split(" ")[-1] for d in DEPARTMENTS for b in d[2]))
         brands: List[str] = []
         brand_dept: List[int] = []
@@ -247,7 +248,7 @@ class _Shop:
             extra = [extra[i] for i in rng.permutation(len(extra))]
             taken.update(extra)
             names = own + extra
-            z = 1.0 / np.arange(1, len(names) + 1)
+            z = np.arange(1, len(names) + 1) ** -_BRAND_ZIPF
             brand_p += list((1 - _P_NO_BRAND) * z / z.sum())
             brands += names
             brand_dept += [di] * len(names)
