@@ -10,6 +10,7 @@ Examples
 ``pina-spark demo --output runs/demo``
 ``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t \
 --output data/cul``
+``pina-spark prepare-data --source synthetic --instances 100000 --seed 1 --output data/syn100k``
 """
 
 import argparse
@@ -177,9 +178,20 @@ def _packaged_demo_config() -> str:
 def _cmd_prepare(args) -> int:
     from .datasets import prepare_data
 
-    paths = prepare_data(args.source, args.input, args.output)
+    paths = prepare_data(args.source, args.input, args.output, args.instances, args.seed)
     print(json.dumps(paths, indent=2))
     return 0
+
+
+def _check_prepare_args(p: argparse.ArgumentParser, args) -> None:
+    """Usage errors of ``prepare-data`` (exit 2): ``--instances`` is required for and only for
+    ``--source synthetic``, and so is ``--seed``."""
+    if args.source == "synthetic":
+        if args.instances is None:
+            p.error("--source synthetic needs --instances N (the number of products)")
+    elif args.instances is not None or args.seed is not None:
+        given = "--instances" if args.instances is not None else "--seed"
+        p.error(f"{given} is for --source synthetic only, not --source {args.source}")
 
 
 def _cmd_tune(args) -> int:
@@ -236,12 +248,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--stages")
     p.set_defaults(fn=_cmd_demo)
 
-    p = sub.add_parser("prepare-data", help="convert a shared data set to the input contract")
-    p.add_argument("--source", required=True, choices=["instacart", "citeulike-t", "demo"])
-    p.add_argument("--input", help="folder of the raw data set (not needed for demo)")
+    p = sub.add_parser(
+        "prepare-data",
+        help="convert a shared data set to the input contract, or generate one",
+    )
+    p.add_argument(
+        "--source", required=True, choices=["instacart", "citeulike-t", "demo", "synthetic"]
+    )
+    p.add_argument("--input", help="folder of the raw data set (not needed for demo, synthetic)")
+    p.add_argument("--instances", type=int, metavar="N", help="synthetic: number of products")
+    p.add_argument("--seed", type=int, metavar="S", help="synthetic: random seed (default 0)")
     p.add_argument("--output", required=True)
     add_log_level(p)
     p.set_defaults(fn=_cmd_prepare)
+    prepare_parser = p
 
     p = sub.add_parser("tune", help="grid over cheap stages on a validation split of train")
     add_config_args(p)
@@ -276,6 +296,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(fn=_cmd_compare)
 
     args = parser.parse_args(argv)
+    if args.cmd == "prepare-data":
+        _check_prepare_args(prepare_parser, args)
     setup_logging(getattr(args, "log_level", "INFO"))
     try:
         return args.fn(args)

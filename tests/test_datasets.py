@@ -79,26 +79,33 @@ def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
         assert _sha(demo[name]) == _sha(again[name]), name
 
 
-def test_demo_schema_is_exactly_the_input_contract(demo):
-    expected = {
-        "instances": [
-            (io.INSTANCE_ID, pa.string()),
-            (io.TEXT, pa.string()),
-            (io.SPLIT, pa.string()),
-        ],
-        "labels": [(io.LABEL_ID, pa.string()), (io.TEXT, pa.string())],
-        "instance_labels": [(io.INSTANCE_ID, pa.string()), (io.LABEL_ID, pa.string())],
-        "events": [
-            (io.BASKET_ID, pa.string()),
-            (io.ITEM_ID, pa.string()),
-            (io.EVENT_TIME, pa.string()),
-        ],
-    }
-    for name, cols in expected.items():
-        schema = pq.read_schema(demo[name])
+CONTRACT = {
+    "instances": [
+        (io.INSTANCE_ID, pa.string()),
+        (io.TEXT, pa.string()),
+        (io.SPLIT, pa.string()),
+    ],
+    "labels": [(io.LABEL_ID, pa.string()), (io.TEXT, pa.string())],
+    "instance_labels": [(io.INSTANCE_ID, pa.string()), (io.LABEL_ID, pa.string())],
+    "events": [
+        (io.BASKET_ID, pa.string()),
+        (io.ITEM_ID, pa.string()),
+        (io.EVENT_TIME, pa.string()),
+    ],
+}
+
+
+def _assert_contract(paths):
+    for name, cols in CONTRACT.items():
+        schema = pq.read_schema(paths[name])
         assert [(f.name, f.type) for f in schema] == cols, name
         required, optional = io.INPUT_COLUMNS[name]
         assert set(required) <= set(schema.names) <= set(required) | set(optional)
+        assert pq.ParquetFile(paths[name]).metadata.num_rows > 0, name
+
+
+def test_demo_schema_is_exactly_the_input_contract(demo):
+    _assert_contract(demo)
 
 
 def test_demo_tables_are_consistent_and_sized_for_a_quick_demo(demo_frames):
@@ -226,6 +233,166 @@ def test_citeulike_text_rule():
         == "cell cell cell protein protein protein gene rna"
     )
     assert datasets.citeulike_text([], vocab) == ""
+
+
+# --------------------------------------------------------------------------- synthetic
+SYN_N, SYN_SEED = 2000, 1
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    paths = datasets.prepare_data("synthetic", None, str(out), instances=SYN_N, seed=SYN_SEED)
+    stats = json.loads((out / datasets.STATS_FILE).read_text())
+    return paths, {k: _read(v) for k, v in paths.items()}, stats
+
+
+def _synthetic_in_process(out, **kw):
+    spec = datasets.SyntheticSpec(SYN_N, **{"seed": SYN_SEED, **kw})
+    return datasets.write_synthetic_data(str(out), spec)[0]
+
+
+def test_synthetic_schema_is_exactly_the_input_contract(synthetic):
+    paths, _, _ = synthetic
+    assert sorted(paths) == sorted(TABLES)
+    _assert_contract(paths)
+
+
+def test_synthetic_is_byte_identical_across_runs_and_processes(synthetic, tmp_path):
+    # a fresh interpreter with another hash seed: no dependence on set order, time or process
+    paths, _, _ = synthetic
+    code = (
+        "import json, sys; from pina_spark.datasets import prepare_data; "
+        f"print(json.dumps(prepare_data('synthetic', None, sys.argv[1], {SYN_N}, {SYN_SEED})))"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "again")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    again = json.loads(res.stdout.strip().splitlines()[-1])
+    for name in TABLES:
+        assert _sha(paths[name]) == _sha(again[name]), name
+    with open(os.path.join(os.path.dirname(paths["events"]), datasets.STATS_FILE)) as a:
+        with open(os.path.join(tmp_path / "again", datasets.STATS_FILE)) as b:
+            assert a.read() == b.read()
+
+
+def test_synthetic_another_seed_gives_other_data(synthetic, tmp_path):
+    paths, _, _ = synthetic
+    other = _synthetic_in_process(tmp_path, seed=SYN_SEED + 1)
+    for name in ("instances", "instance_labels", "events"):
+        assert _sha(paths[name]) != _sha(other[name]), name
+
+
+def test_synthetic_output_does_not_depend_on_the_chunk_size(synthetic, tmp_path):
+    """Memory is bounded by the chunk (one 1,024-row block here, against 50,000 by default),
+    and the bytes do not change: randomness is per fixed block, row groups have a fixed size."""
+    paths, _, _ = synthetic
+    small = _synthetic_in_process(tmp_path, chunk_size=1)
+    for name in TABLES:
+        assert _sha(paths[name]) == _sha(small[name]), name
+
+
+def test_synthetic_row_counts_and_references(synthetic):
+    paths, frames, stats = synthetic
+    inst, labels = frames["instances"], frames["labels"]
+    il, ev = frames["instance_labels"], frames["events"]
+    for df in frames.values():
+        assert not df.isna().any().any()
+    assert len(inst) == SYN_N and inst[io.INSTANCE_ID].is_unique
+    assert inst[io.INSTANCE_ID].tolist() == [f"p{i:04d}" for i in range(SYN_N)]
+    # events: the baskets stop at the one that reaches 50 x N, so 50 N <= events < 50 N + 20
+    assert 50 * SYN_N <= len(ev) < 50 * SYN_N + 20
+    # labels: N / 10 with unique texts (the vocabulary's ~150 plus ranked keyword labels)
+    assert len(labels) == SYN_N // 10
+    assert labels[io.LABEL_ID].is_unique and labels[io.TEXT].is_unique
+    # 1-5 labels per product, every id known, no duplicate pair
+    assert not il.duplicated().any()
+    per_inst = il.groupby(io.INSTANCE_ID).size()
+    assert set(per_inst.index) == set(inst[io.INSTANCE_ID])
+    assert per_inst.min() >= 1 and per_inst.max() <= 5 and 2 <= per_inst.mean() <= 4
+    assert set(il[io.LABEL_ID]) <= set(labels[io.LABEL_ID])
+    assert il[io.LABEL_ID].nunique() >= 0.95 * len(labels)  # labels are used
+    # baskets of 3-20 distinct known items, timestamps in order
+    assert set(ev[io.ITEM_ID]) <= set(inst[io.INSTANCE_ID])
+    assert not ev.duplicated([io.BASKET_ID, io.ITEM_ID]).any()
+    sizes = ev.groupby(io.BASKET_ID).size()
+    assert sizes.min() >= 3 and sizes.max() <= 20 and 8 <= sizes.mean() <= 12
+    times = pd.to_datetime(ev[io.EVENT_TIME], format="%Y-%m-%dT%H:%M:%S")
+    assert times.is_monotonic_increasing and ev[io.BASKET_ID].is_monotonic_increasing
+    # titles of 2-8 words, nearly all distinct
+    words = inst[io.TEXT].str.replace(",", "").str.split().str.len()
+    assert words.min() >= 2 and words.max() <= 8
+    assert inst[io.TEXT].nunique() >= 0.99 * SYN_N
+    # the split rule of every converter, and the statistics file agrees
+    expect = [
+        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else io.SPLIT_TRAIN
+        for i in inst[io.INSTANCE_ID]
+    ]
+    assert inst[io.SPLIT].tolist() == expect
+    assert stats["source"] == "synthetic" and stats["rules"]["seed"] == SYN_SEED
+    for name in TABLES:
+        assert stats[name]["rows"] == len(frames[name]), name
+    assert stats["events"]["baskets"] == len(sizes)
+    assert stats["instances"]["test"] == (inst[io.SPLIT] == io.SPLIT_TEST).sum()
+
+
+def test_synthetic_popularity_is_long_tailed(synthetic):
+    _, frames, stats = synthetic
+    counts = np.sort(frames["events"][io.ITEM_ID].value_counts().to_numpy())[::-1]
+    top = counts[: SYN_N // 100].sum() / counts.sum()
+    assert top > 0.08, top  # the top 1 % of items take > 8 x their uniform share of events
+    assert counts[0] > 50 * np.median(counts)
+    assert stats["events"]["top_1pct_items_event_share"] == pytest.approx(top, abs=1e-4)
+
+
+def test_synthetic_co_purchases_are_complementary(synthetic):
+    """Items bought together share a category (complement and mission baskets) far more often
+    than chance, and distinct co-bought pairs share labels far more often than random pairs."""
+    _, frames, _ = synthetic
+    ev = frames["events"]
+    cat = datasets.synthetic_catalogue(datasets.SyntheticSpec(SYN_N, seed=SYN_SEED)).category
+    ev = ev.assign(cat=cat[ev[io.ITEM_ID].str[1:].astype(int).to_numpy()])
+    per_cat = ev.groupby([io.BASKET_ID, "cat"]).size()
+    size = ev.groupby(io.BASKET_ID).size()
+    same = (per_cat * (per_cat - 1) / 2).sum() / (size * (size - 1) / 2).sum()
+    chance = float(((np.bincount(cat) / len(cat)) ** 2).sum())
+    assert same > 8 * chance, (same, chance)
+    il = frames["instance_labels"]
+    labs = {k: set(v) for k, v in il.groupby(io.INSTANCE_ID)[io.LABEL_ID]}
+    rng = np.random.RandomState(0)
+    ids = sorted(labs)
+    rand = [(ids[x], ids[y]) for x, y in rng.randint(len(ids), size=(20000, 2)) if x != y]
+    co = _co_bought_pairs(ev)
+    share_co = np.mean([bool(labs[a] & labs[b]) for a, b in co])
+    share_rand = np.mean([bool(labs[a] & labs[b]) for a, b in rand])
+    assert share_co > 4 * share_rand, (share_co, share_rand)
+
+
+def test_prepare_data_synthetic_usage_errors(tmp_path, capsys):
+    from pina_spark import cli
+
+    with pytest.raises(io.InputError, match="--instances N is required"):
+        datasets.prepare_data("synthetic", None, str(tmp_path))
+    with pytest.raises(io.InputError, match="synthetic only"):
+        datasets.prepare_data("demo", None, str(tmp_path), seed=3)
+    with pytest.raises(io.InputError, match="instances must be an integer >= 100"):
+        datasets.prepare_data("synthetic", None, str(tmp_path), instances=5)
+    for argv, msg in (
+        (["--source", "synthetic"], "--source synthetic needs --instances N"),
+        (["--source", "demo", "--instances", "10"], "--instances is for --source synthetic"),
+        (["--source", "instacart", "--seed", "1"], "--seed is for --source synthetic"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["prepare-data", *argv, "--output", str(tmp_path)])
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
+    assert not os.listdir(tmp_path)  # nothing was written
 
 
 # --------------------------------------------------------------------------- citeulike-t

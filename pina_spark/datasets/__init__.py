@@ -1,6 +1,7 @@
 """Data sets in the input contract: the built-in demo generator and converters of the shared data.
 
-Modules: :mod:`.demo` (the generator; its vocabulary is package data), :mod:`.citeulike` and
+Modules: :mod:`.demo` (the generator), :mod:`.synthetic` (the scale generator),
+:mod:`.vocabulary` (their shared shop vocabulary, package data), :mod:`.citeulike` and
 :mod:`.instacart` (the converters), :mod:`.common` (split rule, constants, writers).
 
 Every function here writes single Parquet files with pyarrow (no Spark needed) whose columns are
@@ -18,6 +19,17 @@ Sources (``prepare_data``):
 
 ``demo``
     :func:`write_demo_data`: a synthetic shop (see its docstring for the generative story).
+``synthetic``
+    :func:`write_synthetic_data` (``--instances N [--seed S]``): a shop of ``N`` products for
+    benchmarking at 10k to 1M+ products, streamed to Parquet in chunks; titles of 2-8 words
+    ("Harvest Valley Organic Granola, 12 oz"), log-normal (long-tailed) popularity, about
+    ``N / 10`` keyword labels (the demo's plus noun, adjective + noun, brand + noun and
+    brand + adjective + noun ones, ranked by expected product count), 1-5 labels per product
+    from its title or from the shopping missions it takes part in, and baskets of 3-20 items
+    (missions, complementary categories, hub items) until ``50 N`` events. ``instance_id`` =
+    ``p<row>`` zero-padded, ``label_id`` = ``L<index>``, ``basket_id`` = ``b<index>``; split
+    ``in_sample_fraction(instance_id, 0.2, "pina-test")``. Byte-identical for the same
+    ``(N, seed)``, whatever the chunk size (see :mod:`.synthetic`).
 ``citeulike-t``
     Articles are instances, ``instance_id`` = the article's 0-based line number in ``mult.dat`` as
     a decimal string (``"0"``, ``"17"``; the same ids ``tag-item.dat`` and ``users.dat`` use).
@@ -53,10 +65,17 @@ Examples
 
 from typing import Dict, Optional
 
+from ..io import InputError
 from .citeulike import citeulike_text, prepare_citeulike
 from .common import SOURCES, STATS_FILE, TEST_FRACTION, TEST_SALT
 from .demo import DEMO_TEST_SALT, demo_catalogue, prepare_demo, write_demo_data
 from .instacart import prepare_instacart
+from .synthetic import (
+    SyntheticSpec,
+    prepare_synthetic,
+    synthetic_catalogue,
+    write_synthetic_data,
+)
 
 __all__ = [
     "write_demo_data",
@@ -64,6 +83,10 @@ __all__ = [
     "prepare_data",
     "prepare_citeulike",
     "prepare_instacart",
+    "prepare_synthetic",
+    "write_synthetic_data",
+    "synthetic_catalogue",
+    "SyntheticSpec",
     "citeulike_text",
     "SOURCES",
     "DEMO_TEST_SALT",
@@ -73,18 +96,29 @@ __all__ = [
 ]
 
 
-def prepare_data(source: str, input_dir: Optional[str], output_dir: str) -> Dict[str, str]:
+def prepare_data(
+    source: str,
+    input_dir: Optional[str],
+    output_dir: str,
+    instances: Optional[int] = None,
+    seed: Optional[int] = None,
+) -> Dict[str, str]:
     """Write a data set in the input contract under ``output_dir`` (``pina-spark prepare-data``).
 
     Parameters
     ----------
     source : str
-        ``demo``, ``instacart`` or ``citeulike-t`` (rules in the module docstring).
+        ``demo``, ``instacart``, ``citeulike-t`` or ``synthetic`` (rules in the module
+        docstring).
     input_dir : str or None
-        Folder of the raw data set (not used for ``demo``).
+        Folder of the raw data set (not used for ``demo`` and ``synthetic``).
     output_dir : str
         Output folder: Parquet files plus ``prepare_stats.json`` (row counts, what was dropped
         and why).
+    instances : int or None
+        ``synthetic`` only, and required there: the number of products.
+    seed : int or None
+        ``synthetic`` only: the seed (default :data:`.synthetic.SYNTHETIC_SEED`).
 
     Returns
     -------
@@ -97,7 +131,26 @@ def prepare_data(source: str, input_dir: Optional[str], output_dir: str) -> Dict
     >>> import tempfile
     >>> sorted(prepare_data("demo", None, tempfile.mkdtemp()))
     ['events', 'instance_labels', 'instances', 'labels']
+    >>> prepare_data("demo", None, tempfile.mkdtemp(), instances=10)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.io.InputError: prepare-data --source demo: --instances and --seed are for ...
     """
+    if source not in SOURCES:
+        raise ValueError(f"prepare_data: unknown source {source!r} (known: {', '.join(SOURCES)})")
+    if source == "synthetic":
+        if instances is None:
+            raise InputError("prepare-data --source synthetic: --instances N is required")
+        try:
+            spec = SyntheticSpec(instances) if seed is None else SyntheticSpec(instances, seed)
+        except ValueError as e:
+            raise InputError(f"prepare-data --source synthetic: {e}") from None
+        return prepare_synthetic(output_dir, spec.instances, spec.seed)
+    if instances is not None or seed is not None:
+        raise InputError(
+            f"prepare-data --source {source}: --instances and --seed are for --source "
+            f"synthetic only"
+        )
     if source == "demo":
         return prepare_demo(output_dir)
     if source == "citeulike-t":

@@ -2,7 +2,6 @@
 :func:`write_demo_data` for the generative story). Its vocabulary (departments, categories,
 attributes, keyword labels, shopping missions) is package data, ``demo_vocabulary.json``."""
 
-import json
 import logging
 import os
 from typing import Any, Dict, List, Sequence, Tuple, Union
@@ -10,6 +9,14 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 from .. import io
 from ..folds import in_sample_fraction
 from .common import STATS_FILE, TEST_FRACTION, _write, _write_json
+from .vocabulary import (
+    CATEGORY_VARIANTS,
+    DEPARTMENTS,
+    HUB_CATEGORIES,
+    KEYWORD_LABELS,
+    MISSIONS,
+    title_case,
+)
 
 log = logging.getLogger(__name__)
 
@@ -17,24 +24,13 @@ DEMO_TEST_SALT = "pina-demo-test"
 DEMO_SEED = 20230723  # ICML 2023: a constant, never time or rand()
 
 
-def _vocabulary() -> Dict[str, Any]:
-    path = os.path.join(os.path.dirname(__file__), "demo_vocabulary.json")
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-_V = _vocabulary()
-# department -> (department label, brands, {category label: nouns},
-#                {attribute label: trigger adjectives}, neutral adjectives, variants)
-_DEPARTMENTS = [tuple(d) for d in _V["departments"]]
-# category-specific variants (otherwise the department's)
-_CATEGORY_VARIANTS: Dict[str, List[str]] = _V["category_variants"]
-# keyword labels across departments: label -> nouns that carry it (title-predictable)
-_KEYWORD_LABELS: Dict[str, List[str]] = _V["keyword_labels"]
-# shopping missions: context labels that only co-purchase reveals
-_MISSIONS = [tuple(m) for m in _V["missions"]]
-# categories whose most popular items are everyday "hub" items added to many baskets
-_HUB_CATEGORIES = tuple(_V["hub_categories"])
+# the shared shop vocabulary (package data), under the names this module has always used
+_DEPARTMENTS = DEPARTMENTS
+_CATEGORY_VARIANTS = CATEGORY_VARIANTS
+_KEYWORD_LABELS = KEYWORD_LABELS
+_MISSIONS = MISSIONS
+_HUB_CATEGORIES = HUB_CATEGORIES
+_title_case = title_case
 
 _DEMO_PRODUCTS = 2500
 _DEMO_BASKETS = 15000
@@ -162,12 +158,6 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
         pairs += [(iid, label_id[t]) for t in labs]
     pairs.sort()
     return products, labels, pairs
-
-
-def _title_case(s: str) -> str:
-    return " ".join(
-        w if (w[:1].isdigit() or w.isupper()) else w[:1].upper() + w[1:] for w in s.split(" ")
-    )
 
 
 def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str, str, str]]:
