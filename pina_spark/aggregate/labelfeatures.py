@@ -134,7 +134,8 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
         io.SPARSE_INDICES,
         io.SPARSE_VALUES,
     )
-    rows = members.join(vecs, _MEMBER).join(lab, io.LABEL_INDEX)
+    # left: a node without an embeddings row reads as zeros (its label still gets its rows)
+    rows = members.join(vecs, _MEMBER, "left").join(lab, io.LABEL_INDEX)
     n_parts = max(spark.sparkContext.defaultParallelism, 1)
     rows = rows.repartition(n_parts, io.LABEL_INDEX).sortWithinPartitions(
         io.LABEL_INDEX, _FOLD, _MEMBER
