@@ -1,0 +1,248 @@
+"""The whole pipeline against the number of products (issue #16 item 5).
+
+For every size N: ``pina-spark prepare-data --source synthetic --instances N --seed S`` (the
+scale generator, ~50 N co-purchase events, ~N/10 keyword labels with text), then ``pina-spark
+run`` on it in a fresh process (a fresh Spark application per size, ``local[T]``), with
+``task.labels: given``, ``side_info: label_text`` and otherwise the defaults. While the run
+lasts, the driver's resident memory (the ``pina-spark`` Python process plus its JVM, which in
+local mode also hosts the executors, so an upper bound of the driver's) is sampled from /proc
+every 0.5 s.
+
+What it reports per size, from the run's ``_manifest.json``: seconds per stage, the total,
+``encoded_rows`` (rows put through the text encoder: the pretrain stage's input rows, encoded on
+the driver, plus the embed stage's rows, encoded on the executors; the goal of issue #16 is
+``encoded_rows == nodes``), nodes, events, and the driver's peak RSS. The reference is the
+pipeline itself: time per 1,000 instances at each size against the smallest, so growth shows as
+a ratio (goal: at most 1.2x from 100k to 300k).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_pipeline.py --sizes 10000,100000,300000 \\
+        --json runs/bench_pipeline.json
+
+Writes ``{"results": [{"n", "nodes", "events", "stages": {stage: s}, "total_s", "encoded_rows",
+"driver_peak_rss_mb", ...}], "settings": {...}}``, a PNG beside the JSON (seconds per 1,000
+instances per stage against N, log x axis) and prints a Markdown table.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+STAGES = ("graph", "pretrain", "embed", "neighbors", "aggregate", "train", "evaluate")
+
+
+def _driver_rss_mb(pid: int) -> float:
+    """Resident MB of ``pid`` and its descendants (from /proc), leaving out the Python worker
+    processes (``pyspark.daemon`` and what it forks: the executors' side) and what is gone."""
+    children: dict = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as fh:
+                if b"pyspark.daemon" in fh.read():
+                    continue
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        todo += children.get(p, [])
+    return total / 2**20
+
+
+class _Sampler(threading.Thread):
+    """The peak of :func:`_driver_rss_mb` of a process while it runs."""
+
+    def __init__(self, pid: int, every_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.every_s, self.peak, self.stop = pid, every_s, 0.0, threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, _driver_rss_mb(self.pid))
+            self.stop.wait(self.every_s)
+
+
+def _config(data: str, out: str, threads: int, driver_memory: str) -> dict:
+    return {
+        "input": {
+            "instances": f"{data}/instances.parquet",
+            "labels": f"{data}/labels.parquet",
+            "instance_labels": f"{data}/instance_labels.parquet",
+            "events": f"{data}/events.parquet",
+        },
+        "output": out,
+        "side_info": "label_text",
+        "task": {"labels": "given"},
+        "spark": {
+            "master": f"local[{threads}]",
+            "conf": {"spark.driver.memory": driver_memory},
+        },
+    }
+
+
+def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str) -> dict:
+    """Generate N products, run the whole pipeline in a fresh process, read its manifest."""
+    import yaml
+
+    py = sys.executable
+    data = os.path.join(work, f"syn{n}")
+    t0 = time.time()
+    subprocess.run(
+        [py, "-m", "pina_spark.cli", "prepare-data", "--source", "synthetic"]
+        + ["--instances", str(n), "--seed", str(seed), "--output", data],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    gen_s = time.time() - t0
+    out = os.path.join(work, f"run{n}")
+    conf = os.path.join(work, f"syn{n}.yaml")
+    with open(conf, "w") as fh:
+        yaml.safe_dump(_config(data, out, threads, driver_memory), fh)
+    log_path = os.path.join(work, f"run{n}.log")
+    t1 = time.time()
+    with open(log_path, "w") as log_fh:
+        proc = subprocess.Popen(
+            [py, "-m", "pina_spark.cli", "run", "--config", conf], stdout=log_fh, stderr=log_fh
+        )
+        sampler = _Sampler(proc.pid)
+        sampler.start()
+        rc = proc.wait()
+        sampler.stop.set()
+        sampler.join()
+    wall_s = time.time() - t1
+    if rc != 0:
+        raise RuntimeError(f"pipeline at N={n} failed (rc {rc}); see {log_path}")
+    man = json.load(open(os.path.join(out, "_manifest.json")))
+    st = man["stages"]
+    stats = json.load(open(os.path.join(data, "prepare_stats.json")))
+    stages = {s: st[s]["duration_s"] for s in STAGES if s in st}
+    nodes = (st["graph"].get("rows_out") or {}).get("nodes")
+    encoded = int(st["pretrain"]["stats"].get("input_rows", 0)) + int(
+        st["embed"]["stats"].get("rows", 0)
+    )
+    return {
+        "n": n,
+        "nodes": nodes,
+        "events": stats.get("events", {}).get("rows"),
+        "labels": stats.get("labels", {}).get("rows"),
+        "stages": stages,
+        "total_s": round(sum(stages.values()), 2),
+        "wall_s": round(wall_s, 2),
+        "generate_s": round(gen_s, 2),
+        "encoded_rows": encoded,
+        "encoded_rows_driver": int(st["pretrain"]["stats"].get("input_rows", 0)),
+        "encoded_rows_executors": int(st["embed"]["stats"].get("rows", 0)),
+        "driver_peak_rss_mb": round(sampler.peak, 1),
+        "p_at_1": {
+            v: round(m["P@1"], 4)
+            for v, m in json.load(open(os.path.join(out, "eval", "metrics.json")))[
+                "variants"
+            ].items()
+        },
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+def plot(results, png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in results]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in STAGES:
+        ys = [1000.0 * r["stages"].get(s, 0.0) / r["n"] for r in results]
+        ax.plot(ns, ys, marker="o", label=s)
+    ax.plot(ns, [1000.0 * r["total_s"] / r["n"] for r in results], "k--", marker="s", label="total")
+    ax.set_xscale("log")
+    ax.set_xlabel("products N")
+    ax.set_ylabel("seconds per 1,000 products")
+    ax.set_title("pina-spark pipeline, local[2]")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def table(results) -> str:
+    head = "| N | nodes | events | " + " | ".join(STAGES) + " | total s | s / 1k | "
+    head += "encoded rows (driver + executors) | encoded / nodes | driver peak RSS MB |"
+    lines = [head, "|" + "---|" * (len(STAGES) + 8)]
+    for r in results:
+        lines.append(
+            f"| {r['n']:,} | {r['nodes']:,} | {r['events']:,} | "
+            + " | ".join(f"{r['stages'].get(s, 0):.1f}" for s in STAGES)
+            + f" | {r['total_s']:.1f} | {1000 * r['total_s'] / r['n']:.2f} | "
+            f"{r['encoded_rows']:,} ({r['encoded_rows_driver']:,} + "
+            f"{r['encoded_rows_executors']:,}) | {r['encoded_rows'] / r['nodes']:.2f} | "
+            f"{r['driver_peak_rss_mb']:.0f} |"
+        )
+    if len(results) > 1:
+        per = [r["total_s"] / r["n"] for r in results]
+        lines.append("")
+        lines.append(
+            "time per product, each size against the previous: "
+            + ", ".join(
+                f"{results[i]['n']:,}: x{per[i] / per[i - 1]:.2f}" for i in range(1, len(results))
+            )
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,300000")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--workdir", default=None, help="where data and runs go (default: a temp dir)")
+    ap.add_argument("--json", required=True)
+    a = ap.parse_args(argv)
+    work = a.workdir or tempfile.mkdtemp(prefix="pina-bench-pipeline-")
+    os.makedirs(work, exist_ok=True)
+    results = []
+    for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
+        results.append(run_size(n, a.seed, work, a.threads, a.driver_memory))
+        print(json.dumps(results[-1]), flush=True)
+        doc = {
+            "results": results,
+            "settings": {
+                "sizes": a.sizes,
+                "seed": a.seed,
+                "threads": a.threads,
+                "driver_memory": a.driver_memory,
+                "machine": platform.platform(),
+                "cpus": os.cpu_count(),
+                "workdir": work,
+            },
+        }
+        with open(a.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    plot(results, os.path.splitext(a.json)[0] + ".png")
+    print(f"`python benchmarks/bench_pipeline.py --sizes {a.sizes} --json {a.json}`\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
