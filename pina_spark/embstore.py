@@ -46,6 +46,7 @@ __all__ = [
     "dense_block",
     "sparse_parts",
     "check_sparse_range",
+    "concat_nullable",
     "node_lookup",
 ]
 
@@ -200,6 +201,24 @@ def sparse_parts(idx_arr, val_arr):
     ptr = np.zeros(li.size + 1, dtype=np.int64)
     np.cumsum(li, out=ptr[1:])
     return ptr, flat(idx_arr, np.int32), flat(val_arr, np.float32)
+
+
+def concat_nullable(tables):
+    """Concatenate Arrow tables with the same column names and types whose fields may differ in
+    nullability (a Spark-written table marks ``node_index`` not null, others do not).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> a = pa.table({"x": pa.array([1], pa.int64())},
+    ...              schema=pa.schema([pa.field("x", pa.int64(), nullable=False)]))
+    >>> concat_nullable([a, pa.table({"x": pa.array([2], pa.int64())})]).column(0).to_pylist()
+    [1, 2]
+    """
+    import pyarrow as pa
+
+    schema = pa.schema([f.with_nullable(True) for f in tables[0].schema])
+    return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
 
 
 def check_sparse_range(sp_idx, sparse_dim: int) -> None:
@@ -448,7 +467,7 @@ def _build(spec: Dict[str, Any], out: str) -> None:
         tables.append(t.select([io.NODE_INDEX, io.NODE_ID, io.KIND, io.SPLIT]))
         pf.close()
     ids_tbl = (
-        pa.concat_tables(tables)
+        concat_nullable(tables)
         if tables
         else pa.table(
             {

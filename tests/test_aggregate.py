@@ -59,6 +59,12 @@ class Case:
                 io.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string()),
             }
         )
+        # as Spark writes it: node_index and kind not null
+        nodes = nodes.cast(
+            pa.schema(
+                [f.with_nullable(f.name not in (io.NODE_INDEX, io.KIND)) for f in nodes.schema]
+            )
+        )
         _write(os.path.join(root, io.NODES), nodes)
         D = self.dense.shape[1]
         dense_ptr = np.arange(M + 1) * D

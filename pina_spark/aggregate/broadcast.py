@@ -133,12 +133,9 @@ def _read_arrow(df, uris: Tuple[str, ...], columns: List[str]):
     """Read ``columns`` of a table on the driver: pyarrow straight from the Parquet files when
     ``uris`` (the file tables ``df`` is the union of) are readable (fast, multi-threaded), else
     through Spark."""
-    import pyarrow as pa
-
     dsets = [io.parquet_dataset(u) for u in uris]
     if dsets and all(d is not None and all(c in d.schema.names for c in columns) for d in dsets):
-        tables = [d.to_table(columns=columns) for d in dsets]
-        return pa.concat_tables([tables[0]] + [t.cast(tables[0].schema) for t in tables[1:]])
+        return embstore.concat_nullable([d.to_table(columns=columns) for d in dsets])
     return io.collect_arrow(df.select(*columns))
 
 
