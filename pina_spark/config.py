@@ -395,6 +395,9 @@ class AggregateConfig(_Params):
             instances' rows, computed out of fold with g's ``neighbors.folds``: a train instance
             never aggregates a centroid that contains its own row) or ``text_pifa`` (the
             normalised sum of both). See ``pina_spark/aggregate/labelfeatures.py``.
+        label_features_max_nnz: the tf-idf entries a ``pifa`` / ``text_pifa`` label feature
+            keeps, its largest in magnitude (0 = all). A centroid of many rows holds most of
+            their vocabulary; uncapped, V1 of the features table grows with it.
     """
 
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
@@ -405,6 +408,10 @@ class AggregateConfig(_Params):
     output_partitions: int = 0
     writer: Literal["auto", "arrow", "spark"] = "auto"
     label_features: Literal["text", "pifa", "text_pifa"] = "text"
+    label_features_max_nnz: int = 100
+
+    def __post_init__(self):
+        _check_range("aggregate.label_features_max_nnz", self.label_features_max_nnz, 0, None)
 
 
 @dc.dataclass(frozen=True)

@@ -656,10 +656,12 @@ def _pifa_case(n=400, n_lab=12, D=4, S=30, F=3, seed=5):
     return case
 
 
-def _pifa_reference(case, mode, a):
+def _pifa_reference(case, mode, a, max_nnz=0):
     """The features of ``pina`` with label features, from the definition: a label neighbour of
     a train instance of fold f is the normalised sum of its train instances outside fold f
-    (of all of them for a test instance); ``text_pifa`` adds the label's own normalised row."""
+    (of all of them for a test instance); ``text_pifa`` adds the label's own normalised row;
+    then only the ``max_nnz`` largest tf-idf entries stay (ties: lower column) and the row is
+    normalised again."""
     from pina_spark.folds import fold_of
 
     n, M, F = case.n_inst, case.M, case.F
@@ -674,11 +676,18 @@ def _pifa_reference(case, mode, a):
         j: [i for i, jj in case.pairs if jj == j and case.splits[i] == "train"] for j in range(n, M)
     }
 
+    D, S = case.dense.shape[1], case.S
+
     def label_row(j, f):
         c = unit(sum((E[i] for i in members[j] if f < 0 or fold[i] != f), np.zeros(E.shape[1])))
-        return unit(c + unit(E[j])) if mode == "text_pifa" else c
+        c = unit(c + unit(E[j])) if mode == "text_pifa" else c
+        if max_nnz:
+            nz = [col for col in range(D, D + S) if c[col] != 0]
+            keep = sorted(nz, key=lambda col: (-abs(c[col]), col))[:max_nnz]
+            c = c.copy()
+            c[[col for col in nz if col not in keep]] = 0
+        return unit(c)
 
-    D, S = case.dense.shape[1], case.S
     out = np.zeros((n, 2 * (D + S)))
     for i in range(n):
         v0 = unit(E[i])
@@ -693,6 +702,11 @@ def _pifa_reference(case, mode, a):
         W = D + S
         out[i] = np.concatenate([v[:D], v[W : W + D], v[D:W], v[W + D :]])
     return out
+
+
+#: the tf-idf entries a label feature keeps in the tests: binding (centroids of this case hold
+#: nearly all S = 30 columns), so the reference checks the cap too
+CAP = 12
 
 
 @pytest.mark.parametrize("mode", ["pifa", "text_pifa"])
@@ -723,7 +737,9 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
             agg["strategy"],
             a=1.2,
             extra={
-                "aggregate": dict(agg, v1_weight=1.2, label_features=mode),
+                "aggregate": dict(
+                    agg, v1_weight=1.2, label_features=mode, label_features_max_nnz=CAP
+                ),
                 "neighbors": {"folds": case.F},
             },
         )
@@ -732,7 +748,7 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
         t = feats["pina"]
         order = np.argsort(np.asarray(case.inst_ids))
         X = _as_matrix(t, 2 * case.dense.shape[1], 2 * case.S).toarray()
-        R = _pifa_reference(case, mode, 1.2)[order]
+        R = _pifa_reference(case, mode, 1.2, CAP)[order]
         assert np.abs(X - R).max() <= TOL, (name, np.abs(X - R).max())
         ids = np.asarray(case.inst_ids + case.label_ids, dtype=object)
         exp = [case.nbrs["pina"].get(int(i), ([], []))[0] for i in order]
@@ -755,6 +771,8 @@ def test_label_features_differ_from_text_where_a_label_is_aggregated():
     text = case.reference(1.2)["pina"].toarray()  # the features layout, as below
     pifa = _pifa_reference(case, "pifa", 1.2)
     assert np.abs(pifa - text).max() > 0.05
+    capped = _pifa_reference(case, "pifa", 1.2, CAP)
+    assert np.abs(capped - pifa).max() > 0.01  # the cap binds on this case
     # instance 7: neighbours label 0 (only train row: 7 itself), label 11 (no train rows), 8
     i7 = _pifa_reference(case, "pifa", 1.0)[7]
     E = case.E().toarray()

@@ -214,16 +214,19 @@ def test_demo_outputs_match_the_golden_digest(demo_submit_run):
     assert not diffs, "\n".join(diffs)
 
 
-def test_neighbors_only_change_skips_pretrain(demo_submit_run):
-    """On the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate, train and
-    evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts unchanged).
-    Kept last in this file: it changes the shared demo run."""
+def test_neighbors_only_change_skips_pretrain(demo_submit_run, tmp_path):
+    """On a copy of the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate,
+    train and evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts
+    unchanged). A copy: the shared demo run stays as the other tests expect it."""
+    import shutil
     import subprocess
     import sys
 
     if demo_submit_run["error"]:
         pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
-    paths = io.RunPaths(demo_submit_run["output"])
+    copy = str(tmp_path / "demo-copy")
+    shutil.copytree(demo_submit_run["output"], copy, symlinks=True)  # copy2 keeps the mtimes
+    paths = io.RunPaths(copy)
     before = json.load(open(paths.manifest))["stages"]
     r = subprocess.run(
         [
@@ -235,6 +238,8 @@ def test_neighbors_only_change_skips_pretrain(demo_submit_run):
             demo_submit_run["config"],
             "--set",
             "neighbors.k=3",
+            "--set",
+            f"output={copy}",
             "--set",
             "spark.master=local[2]",
         ],

@@ -43,7 +43,15 @@ from ..arrowkit import arr, list_array
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODES", "CentroidTask", "build", "route_neighbors", "centroid_rows", "KIND_FEATURE"]
+__all__ = [
+    "MODES",
+    "CentroidTask",
+    "build",
+    "route_neighbors",
+    "centroid_rows",
+    "top_entries",
+    "KIND_FEATURE",
+]
 
 #: the values of ``aggregate.label_features``
 MODES = ("text", "pifa", "text_pifa")
@@ -64,6 +72,7 @@ class CentroidTask:
         dense_dim, sparse_dim: D and S of the embeddings.
         base: the first virtual node index (max node index + 1).
         labels: the label nodes' indices, sorted (a label's rank is its position).
+        max_nnz: tf-idf entries a label feature keeps (:func:`top_entries`; 0 = all).
     """
 
     mode: str
@@ -72,6 +81,7 @@ class CentroidTask:
     sparse_dim: int
     base: int
     labels: Any
+    max_nnz: int = 0
 
     def virtual(self, node, fold):
         """The node indices a neighbour row aggregates: a label node ``node[i]`` becomes the
@@ -93,8 +103,8 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     """Driver side: compute the virtual rows and write them to ``scratch`` (Parquet: ``node_index,
     node_id, kind, dense, sparse_indices, sparse_values``). Returns the task that numbers them.
 
-    ``task_args``: ``dict(mode=..., folds=..., dense_dim=..., sparse_dim=...)``. Members of a
-    label: its train instances (``graph/instance_labels`` rows whose instance is a ``train``
+    ``task_args``: ``dict(mode=..., folds=..., dense_dim=..., sparse_dim=..., max_nnz=...)``.
+    Members of a label: its train instances (``graph/instance_labels`` rows whose instance is a ``train``
     node) and the label's own row (used by ``text_pifa`` only).
     """
     import numpy as np
@@ -211,7 +221,8 @@ def centroid_rows(tbl, task: CentroidTask):
     Version f < F of a label: the normalised sum of its members outside fold f; version F: of
     all of them (``text_pifa``: plus the label's own normalised row, then normalised again).
     A label none of whose train rows is outside fold f gets a zero row there (``text_pifa``:
-    its text row), which contributes nothing to V1.
+    its text row), which contributes nothing to V1. The tf-idf part keeps its ``max_nnz``
+    largest entries, then the row is scaled to unit norm again.
     """
     import numpy as np
     import pyarrow as pa
@@ -250,9 +261,13 @@ def centroid_rows(tbl, task: CentroidTask):
     out.sort_indices()
     rank = np.searchsorted(task.labels, uniq)
     node = task.base + np.repeat(np.arange(Fn + 1), nl) * len(task.labels) + np.tile(rank, Fn + 1)
-    dense_out = np.zeros((out.shape[0], D), dtype=np.float32)
-    dense_out[:] = out[:, :D].toarray()
-    spm = out[:, D:].tocsr()
+    dense64 = out[:, :D].toarray()
+    spm = top_entries(out[:, D:].tocsr(), task.max_nnz)
+    # unit norm again over [dense ; kept tf-idf entries] (zero rows stay zero)
+    sq = (dense64 * dense64).sum(axis=1) + np.asarray(spm.multiply(spm).sum(axis=1)).ravel()
+    scale = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=sq > 0)
+    dense_out = (dense64 * scale[:, None]).astype(np.float32)
+    spm = (sp.diags(scale) @ spm).tocsr()
     spm.eliminate_zeros()
     label_ids = ids.take(pa.array(np.tile(first, Fn + 1)))
     m = out.shape[0]
@@ -267,6 +282,33 @@ def centroid_rows(tbl, task: CentroidTask):
         ],
         [io.NODE_INDEX, io.NODE_ID, io.KIND, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
     )
+
+
+def top_entries(M, k: int):
+    """The ``k`` entries of largest magnitude of every row of CSR ``M`` (ties: the lower column
+    first), indices sorted; ``k <= 0`` keeps all. A centroid of many tf-idf rows holds most of
+    the vocabulary its members use: the cap keeps V1 as sparse as a few instances' rows.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> top_entries(sp.csr_matrix([[0.1, -0.5, 0.3, 0.3]]), 2).toarray().tolist()
+    [[0.0, -0.5, 0.3, 0.0]]
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    M = M.tocsr()
+    M.sort_indices()
+    if k <= 0 or not M.nnz or np.diff(M.indptr).max() <= k:
+        return M
+    rows = np.repeat(np.arange(M.shape[0]), np.diff(M.indptr))
+    order = np.lexsort((M.indices, -np.abs(M.data), rows))
+    rank = np.arange(order.size) - M.indptr[rows[order]]
+    keep = np.sort(order[rank < k])
+    out = sp.csr_matrix((M.data[keep], (rows[keep], M.indices[keep])), shape=M.shape)
+    out.sort_indices()
+    return out
 
 
 def route_neighbors(nodes, neighbors, task: CentroidTask):

@@ -136,6 +136,7 @@ def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]
                 folds=int(cfg.neighbors.folds),
                 dense_dim=dense_dim,
                 sparse_dim=sparse_dim,
+                max_nnz=int(cfg.aggregate.label_features_max_nnz),
             ),
             scratch,
         )
