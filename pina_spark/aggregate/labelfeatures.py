@@ -104,8 +104,8 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     node_id, kind, dense, sparse_indices, sparse_values``). Returns the task that numbers them.
 
     ``task_args``: ``dict(mode=..., folds=..., dense_dim=..., sparse_dim=..., max_nnz=...)``.
-    Members of a label: its train instances (``graph/instance_labels`` rows whose instance is a ``train``
-    node) and the label's own row (used by ``text_pifa`` only).
+    Members of a label: its train instances (``graph/instance_labels`` rows whose instance is a
+    ``train`` node) and the label's own row (used by ``text_pifa`` only).
     """
     import numpy as np
     from pyspark.sql import functions as F
