@@ -8,29 +8,14 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from .. import io
 from ..folds import in_sample_fraction
+from . import vocabulary as vocab
 from .common import STATS_FILE, TEST_FRACTION, _write, _write_json
-from .vocabulary import (
-    CATEGORY_VARIANTS,
-    DEPARTMENTS,
-    HUB_CATEGORIES,
-    KEYWORD_LABELS,
-    MISSIONS,
-    title_case,
-)
 
 log = logging.getLogger(__name__)
 
 DEMO_TEST_SALT = "pina-demo-test"
 DEMO_SEED = 20230723  # ICML 2023: a constant, never time or rand()
 
-
-# the shared shop vocabulary (package data), under the names this module has always used
-_DEPARTMENTS = DEPARTMENTS
-_CATEGORY_VARIANTS = CATEGORY_VARIANTS
-_KEYWORD_LABELS = KEYWORD_LABELS
-_MISSIONS = MISSIONS
-_HUB_CATEGORIES = HUB_CATEGORIES
-_title_case = title_case
 
 _DEMO_PRODUCTS = 2500
 _DEMO_BASKETS = 15000
@@ -67,12 +52,12 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
 
     # ---- labels, in a fixed order
     label_defs: List[Tuple[str, str]] = []  # (text, kind)
-    for _, dept_label, _, cats, attrs, _, _ in _DEPARTMENTS:
+    for _, dept_label, _, cats, attrs, _, _ in vocab.DEPARTMENTS:
         label_defs.append((dept_label, "department"))
         label_defs += [(c, "category") for c in cats]
         label_defs += [(a, "attribute") for a in attrs]
-    label_defs += [(k, "keyword") for k in _KEYWORD_LABELS]
-    label_defs += [(m, "mission") for m, _ in _MISSIONS]
+    label_defs += [(k, "keyword") for k in vocab.KEYWORD_LABELS]
+    label_defs += [(m, "mission") for m, _ in vocab.MISSIONS]
     texts = [t for t, _ in label_defs]
     if len(set(texts)) != len(texts):  # pragma: no cover - guards edits of the vocabulary
         raise ValueError("demo label texts must be unique")
@@ -80,10 +65,10 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     labels = [{"label_id": label_id[t], "text": t, "kind": k} for t, k in label_defs]
 
     # ---- products
-    cat_list = [(dept, cat) for dept, _, _, cats, _, _, _ in _DEPARTMENTS for cat in cats]
-    dept_info = {d[0]: d for d in _DEPARTMENTS}
+    cat_list = [(dept, cat) for dept, _, _, cats, _, _, _ in vocab.DEPARTMENTS for cat in cats]
+    dept_info = {d[0]: d for d in vocab.DEPARTMENTS}
     kw_of_noun: Dict[str, List[str]] = {}
-    for kw, nouns in _KEYWORD_LABELS.items():
+    for kw, nouns in vocab.KEYWORD_LABELS.items():
         for n in nouns:
             kw_of_noun.setdefault(n, []).append(kw)
     cat_weights = rng.uniform(0.6, 1.4, size=len(cat_list))
@@ -103,9 +88,9 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
                 attr, adj = triggers[rng.randint(len(triggers))]
             else:
                 adj = neutral[rng.randint(len(neutral))]
-            vs = _CATEGORY_VARIANTS.get(cat, variants)
+            vs = vocab.CATEGORY_VARIANTS.get(cat, variants)
             variant = vs[rng.randint(len(vs))]
-            title = f"{brand} {_title_case(adj)} {_title_case(noun)}, {variant}"
+            title = f"{brand} {vocab.title_case(adj)} {vocab.title_case(noun)}, {variant}"
             if title not in seen:
                 break
         seen.add(title)
@@ -134,7 +119,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     by_cat: Dict[str, List[int]] = {}
     for j, p in enumerate(products):
         by_cat.setdefault(p["category"], []).append(j)
-    for mission, m_cats in _MISSIONS:
+    for mission, m_cats in vocab.MISSIONS:
         for c in m_cats:
             members = by_cat[c]
             take = rng.uniform(size=len(members)) < 0.35
@@ -186,10 +171,10 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
         dept_cats.setdefault(p["department"], [])
         if p["category"] not in dept_cats[p["department"]]:
             dept_cats[p["department"]].append(p["category"])
-    missions = [m for m, _ in _MISSIONS if m in by_mission]
-    mission_cats = {m: cs for m, cs in _MISSIONS}
+    missions = [m for m, _ in vocab.MISSIONS if m in by_mission]
+    mission_cats = {m: cs for m, cs in vocab.MISSIONS}
     hub_pool = sorted(
-        (j for c in _HUB_CATEGORIES for j in by_cat.get(c, [])), key=lambda j: (-pop[j], j)
+        (j for c in vocab.HUB_CATEGORIES for j in by_cat.get(c, [])), key=lambda j: (-pop[j], j)
     )[:30]
     glob_p = pop / pop.sum()
 
