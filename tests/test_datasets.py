@@ -57,6 +57,21 @@ def test_demo_returns_absolute_paths_of_the_four_tables(demo):
         assert os.path.basename(path) == f"{name}.parquet"
 
 
+def _paths_from_fresh_interpreter(code: str, out: str):
+    """Run ``code`` (which prints the written paths as JSON) with ``out`` as its argument in a
+    fresh interpreter with another hash seed; return the paths it printed."""
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-c", code, out],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
     # a second run in a fresh interpreter with another hash seed: no dependence on set order,
     # time or process state
@@ -65,16 +80,7 @@ def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
         "import json, sys; from pina_spark.datasets import write_demo_data; "
         "print(json.dumps(write_demo_data(sys.argv[1])))"
     )
-    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
-    res = subprocess.run(
-        [sys.executable, "-c", code, out2],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    again = json.loads(res.stdout.strip().splitlines()[-1])
+    again = _paths_from_fresh_interpreter(code, out2)
     for name in TABLES:
         assert _sha(demo[name]) == _sha(again[name]), name
 
@@ -265,16 +271,7 @@ def test_synthetic_is_byte_identical_across_runs_and_processes(synthetic, tmp_pa
         "import json, sys; from pina_spark.datasets import prepare_data; "
         f"print(json.dumps(prepare_data('synthetic', None, sys.argv[1], {SYN_N}, {SYN_SEED})))"
     )
-    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=ROOT)
-    res = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "again")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    again = json.loads(res.stdout.strip().splitlines()[-1])
+    again = _paths_from_fresh_interpreter(code, str(tmp_path / "again"))
     for name in TABLES:
         assert _sha(paths[name]) == _sha(again[name]), name
     with open(os.path.join(os.path.dirname(paths["events"]), datasets.STATS_FILE)) as a:
