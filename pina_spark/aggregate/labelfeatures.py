@@ -110,8 +110,6 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     import numpy as np
     from pyspark.sql import functions as F
 
-    from ..folds import fold_expr
-
     lab = nodes.where(F.col(io.KIND) == io.KIND_LABEL).select(
         F.col(io.NODE_INDEX).cast("long").alias(io.LABEL_INDEX),
         F.col(io.NODE_ID).alias("_label_id"),
@@ -121,12 +119,7 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     mx = nodes.select(F.max(F.col(io.NODE_INDEX).cast("long"))).first()[0]
     task = CentroidTask(base=int(mx if mx is not None else -1) + 1, labels=labels, **task_args)
     folds = int(task.folds)
-    train = nodes.where(
-        (F.col(io.KIND) == io.KIND_INSTANCE) & (F.col(io.SPLIT) == io.SPLIT_TRAIN)
-    ).select(
-        F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX),
-        fold_expr(F.col(io.NODE_ID), folds).alias(_FOLD),
-    )
+    train = instance_folds(nodes, folds).where(F.col(_FOLD) >= 0)
     members = instance_labels.select(
         F.col(io.INSTANCE_INDEX).cast("long"), F.col(io.LABEL_INDEX).cast("long")
     ).join(train, io.INSTANCE_INDEX)
@@ -168,6 +161,23 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
         scratch,
     )
     return task
+
+
+def instance_folds(nodes, folds: int):
+    """``instance_index, _fold`` of every instance node: its fold of g
+    (:func:`pina_spark.folds.fold_expr`) for a ``train`` instance, -1 for the others (they
+    aggregate the centroids of all train rows)."""
+    from pyspark.sql import functions as F
+
+    from ..folds import fold_expr
+
+    return nodes.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
+        F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX),
+        F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_expr(F.col(io.NODE_ID), folds))
+        .otherwise(F.lit(-1))
+        .cast("int")
+        .alias(_FOLD),
+    )
 
 
 def _schema() -> str:
@@ -317,15 +327,7 @@ def route_neighbors(nodes, neighbors, task: CentroidTask):
     instance's fold for a train instance, all train rows otherwise)."""
     from pyspark.sql import functions as F
 
-    from ..folds import fold_expr
-
-    inst = nodes.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
-        F.col(io.NODE_INDEX).cast("long").alias(io.INSTANCE_INDEX),
-        F.when(F.col(io.SPLIT) == io.SPLIT_TRAIN, fold_expr(F.col(io.NODE_ID), task.folds))
-        .otherwise(F.lit(-1))
-        .cast("int")
-        .alias(_FOLD),
-    )
+    inst = instance_folds(nodes, task.folds)
     nb = neighbors.select(
         io.VARIANT, F.col(io.INSTANCE_INDEX).cast("long"), io.NEIGHBOR, io.SCORE
     ).join(inst, io.INSTANCE_INDEX, "left")

@@ -326,9 +326,8 @@ def choose_broadcast_via(
         )
     if value != "auto":
         return value, f"aggregate.broadcast_via={value}"
-    if all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, extra_uri) if u) and (
-        embeddings_uri and nodes_uri
-    ):
+    tables = (embeddings_uri, nodes_uri) + ((extra_uri,) if extra_uri else ())
+    if all(io.pyarrow_reaches(u) for u in tables):
         return "files", "auto: the executors read the Parquet tables with pyarrow"
     return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
