@@ -128,8 +128,8 @@ def generate(root, n, seed=0):
             wr.close()
     for rel in (io.NODES, io.EMBEDDINGS, io.NEIGHBORS):
         _touch(os.path.join(root, rel))
-    os.makedirs(os.path.join(root, io.MODELS, "vectorizer"), exist_ok=True)
-    with open(os.path.join(root, io.MODELS, "vectorizer", "encoder.json"), "w") as fh:
+    os.makedirs(os.path.join(root, io.VECTORIZER), exist_ok=True)
+    with open(os.path.join(root, io.VECTORIZER, "encoder.json"), "w") as fh:
         json.dump({"dense_dim": D_DENSE, "sparse_dim": S_DIM}, fh)
 
 

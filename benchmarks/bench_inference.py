@@ -331,7 +331,9 @@ def main(argv=None):
         _sync_threads(THREADS)
         t0 = time.time()
         phi = PhiPre.fit([r.text for r in rows if r.split != "test"], cfg.pretrain)
-        phi.save(f"{models}/vectorizer")
+        phi.save(artifacts.vectorizer_dir(models))
+        open(f"{artifacts.vectorizer_dir(models)}/_SUCCESS", "w").close()
+        os.makedirs(models, exist_ok=True)
         with open(f"{models}/folds.json", "w") as fh:
             json.dump({"folds": 0, "train_mode": "in_sample"}, fh)
         open(f"{models}/_SUCCESS", "w").close()
@@ -443,7 +445,7 @@ def time_embed(ctx, models, work, batch_size):
     _sync_threads(THREADS)
     n_ref, dt_ref = reference_embed(
         ctx.paths.table(io.NODES),
-        f"{models}/vectorizer",
+        artifacts.vectorizer_dir(models),
         os.path.join(work, "ref_embeddings.parquet"),
         batch_size,
     )
@@ -468,7 +470,7 @@ def _result(stage, st, spark_s, n_ref, dt_ref):
 
 
 def _phi_dim(models):
-    with open(f"{models}/vectorizer/encoder.json") as fh:
+    with open(f"{artifacts.vectorizer_dir(models)}/encoder.json") as fh:
         spec = json.load(fh)
     return int(spec["dense_dim"]), int(spec["sparse_dim"])
 

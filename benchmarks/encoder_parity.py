@@ -35,8 +35,7 @@ def main(argv=None) -> int:
         "--max-length",
         type=int,
         default=None,
-        help="minilm's max_length (default: the run's, from "
-        "models/vectorizer/encoder.json, else 64)",
+        help="minilm's max_length (default: the run's, from " "vectorizer/encoder.json, else 64)",
     )
     p.add_argument("--json", default=None)
     p.add_argument(
@@ -55,10 +54,10 @@ def main(argv=None) -> int:
 
     encoder = None
     if args.encoder == "minilm":
-        from pina_spark.artifacts import ENCODER_JSON, VECTORIZER_DIR
+        from pina_spark.artifacts import ENCODER_JSON, vectorizer_dir
         from pina_spark.encoders import load_encoder
 
-        spec_path = os.path.join(args.root, "models", VECTORIZER_DIR, ENCODER_JSON)
+        spec_path = os.path.join(vectorizer_dir(os.path.join(args.root, "models")), ENCODER_JSON)
         max_length = args.max_length or (
             json.load(open(spec_path)).get("max_length", 64) if os.path.exists(spec_path) else 64
         )

@@ -73,7 +73,10 @@ def main(argv=None):
     )
     print("|---|---|---|---|---|---|---|---|")
     for root in a.runs:
-        enc = json.load(open(os.path.join(root, "models", "vectorizer", "encoder.json")))
+        vec = os.path.join(root, "vectorizer")  # runs before the stage split: models/vectorizer
+        if not os.path.isdir(vec):
+            vec = os.path.join(root, "models", "vectorizer")
+        enc = json.load(open(os.path.join(vec, "encoder.json")))
         D, S = int(enc["dense_dim"]), int(enc["sparse_dim"])
         man = json.load(open(os.path.join(root, "_manifest.json")))
         lf = man["stages"]["aggregate"]["stats"].get("label_features", "text")

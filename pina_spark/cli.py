@@ -237,7 +237,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     add_config_args(p)
     p.add_argument(
         "--stages",
-        help="comma list of graph,pretrain,embed,neighbors,aggregate,"
+        help="comma list of graph,vectorizer,embed,pretrain,neighbors,aggregate,"
         "train,evaluate (default: all)",
     )
     p.set_defaults(fn=_cmd_run)

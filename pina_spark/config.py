@@ -53,7 +53,16 @@ __all__ = [
 ]
 
 SIDE_INFO = ("label_text", "i2i", "both", "naive")
-STAGE_NAMES = ("graph", "pretrain", "embed", "neighbors", "aggregate", "train", "evaluate")
+STAGE_NAMES = (
+    "graph",
+    "vectorizer",
+    "embed",
+    "pretrain",
+    "neighbors",
+    "aggregate",
+    "train",
+    "evaluate",
+)
 
 
 class ConfigError(ValueError):
@@ -261,7 +270,6 @@ class PretrainConfig(_Params):
         encoder_path: local folder or URI of the encoder (``hf``; the starting point of
             ``xtransformer`` and ``contrastive``).
         max_length: tokenizer truncation length.
-        encode_batch_size: rows per encoder forward pass on the driver.
         tfidf: kwargs of PECOS ``Preprocessor`` tf-idf vectorizer.
         xlinear: parameters of g when it is XR-Linear.
         xtransformer: extra XR-Transformer train parameters (PECOS keys), e.g. ``num_train_epochs``.
@@ -271,10 +279,16 @@ class PretrainConfig(_Params):
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
 
+    #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
+    REMOVED: typing.ClassVar[Dict[str, str]] = {
+        "encode_batch_size": "the driver no longer encodes the pretraining rows; the embed "
+        "stage encodes every node once, on the executors, in batches of inference.batch_size "
+        "(delete the key)",
+    }
+
     encoder: Literal["minilm", "hf", "xtransformer", "contrastive"] = "minilm"
     encoder_path: Optional[str] = None
     max_length: int = 64
-    encode_batch_size: int = 128
     tfidf: Dict[str, Any] = dc.field(
         default_factory=lambda: {
             "ngram_range": [1, 2],
@@ -881,6 +895,10 @@ def _build(cls, data: Dict[str, Any], source: str, prefix: str):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or '<top>'}: expected a mapping")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dc.fields(cls)}
+    removed = {k: why for k, why in getattr(cls, "REMOVED", {}).items() if k in data}
+    if removed:
+        k, why = sorted(removed.items())[0]
+        raise ConfigError(f"{source}: '{prefix + k}' was removed: {why}")
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(

@@ -10,10 +10,10 @@ Resume
     A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
     outputs are complete on storage (``_SUCCESS``); ``run.force`` (``--force``) redoes everything.
     The fingerprint of a stage hashes: the input files (path, size, mtime), ``run.models`` (and
-    the models run's pretrain entry), the config sections of the stage, and the manifest entries
-    (fingerprint + finish time) of every stage before it. So a stage that is redone invalidates
-    every later stage, whichever subset of stages a command names (``jobs/<stage>.py`` steps and
-    ``pina-spark run`` agree).
+    the models run's vectorizer and pretrain entries), the config sections of the stage, and the
+    manifest entries (fingerprint + finish time) of every stage before it. So a stage that is
+    redone invalidates every later stage, whichever subset of stages a command names
+    (``jobs/<stage>.py`` steps and ``pina-spark run`` agree).
 
 Run dates
     With ``run.run_date`` every output goes under ``<output>/run_date=<date>/`` (its own manifest
@@ -67,7 +67,7 @@ NODES_STEP = "nodes"
 
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
-NON_TABLE_OUTPUTS = (io.MODELS, io.DOWNSTREAM_MODELS, io.EVAL)
+NON_TABLE_OUTPUTS = (io.VECTORIZER, io.MODELS, io.DOWNSTREAM_MODELS, io.EVAL)
 
 
 def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
@@ -307,7 +307,7 @@ def _run_step(
         rows_out=rows,
         rows_per_s=rate,
         committed=commit["tables"],
-        models_version=io.table_version(ctx.models_root),
+        models_version=models_version(ctx, name),
     )
     log.info(
         "stage %s: done in %.1fs, rows out %s%s %s",
@@ -363,8 +363,25 @@ def _models_token(cfg: PinaConfig) -> str:
     root = models_run_root(cfg)
     if not root:
         return ""
-    e = Manifest(io.RunPaths(root).manifest).stage("pretrain") or {}
-    return f"{root}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}"
+    m = Manifest(io.RunPaths(root).manifest)
+    parts = [root]
+    for st in ("vectorizer", "pretrain"):  # the stages that wrote the reused model folders
+        e = m.stage(st) or {}
+        parts.append(f"{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+    return ":".join(parts)
+
+
+def models_version(ctx: StageContext, stage: str) -> Optional[str]:
+    """Version of the model folder ``stage``'s outputs are computed with (its
+    :attr:`StageSpec.model_folder`: the vectorizer for embed, g's models after), or ``None``."""
+    from .artifacts import vectorizer_dir
+
+    folder = STAGES[stage].model_folder if stage in STAGES else None
+    if folder == io.VECTORIZER:
+        return io.table_version(vectorizer_dir(ctx.models_root))
+    if folder == io.MODELS:
+        return io.table_version(ctx.models_root)
+    return None
 
 
 def _hash(s: str) -> str:
@@ -566,9 +583,9 @@ def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[io.RunPaths]:
 
 def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) -> Optional[str]:
     """Why the rows of ``base`` cannot be merged with rows computed now (``None`` when they
-    can): its ``stage`` ran with another version of the models than ``ctx.models_root`` (a
-    retrain in between), or recorded none (a run older than model versions)."""
-    now = io.table_version(ctx.models_root)
+    can): its ``stage`` ran with another version of the model folder it reads (the vectorizer
+    or g's models: a retrain in between), or recorded none (a run older than model versions)."""
+    now = models_version(ctx, stage)
     entry = Manifest(base.manifest).stage(stage) or {}
     then = entry.get("models_version")
     if then is None and now is None:
@@ -576,7 +593,7 @@ def _base_used_other_models(ctx: StageContext, base: io.RunPaths, stage: str) ->
     if then != now:
         return (
             f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
-            f", the models at {ctx.models_root} are version {now or 'unknown'} (retrained since)"
+            f", the models of {ctx.models_root} are version {now or 'unknown'} (retrained since)"
         )
     return None
 

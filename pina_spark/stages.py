@@ -6,7 +6,7 @@ entry point ``run_stage(ctx) -> dict`` receives. The orchestrators (:mod:`pina_s
 Examples
 --------
 >>> list(STAGES)
-['graph', 'pretrain', 'embed', 'neighbors', 'aggregate', 'train', 'evaluate']
+['graph', 'vectorizer', 'embed', 'pretrain', 'neighbors', 'aggregate', 'train', 'evaluate']
 >>> STAGES["aggregate"].target
 'pina_spark.aggregate.stage:run_stage'
 """
@@ -37,6 +37,10 @@ class StageSpec:
     target: str
     sections: Tuple[str, ...]
     outputs: Tuple[str, ...]
+    #: the model folder (``io.VECTORIZER`` or ``io.MODELS``) the outputs are computed with; its
+    #: version is recorded with the stage, so an incremental run never merges rows computed
+    #: with two versions of it
+    model_folder: Optional[str] = None
 
     def load(self) -> Callable[["StageContext"], Dict[str, Any]]:
         mod, fn = self.target.split(":")
@@ -52,6 +56,20 @@ STAGES: Dict[str, StageSpec] = {
             ("input", "side_info", "task", "graph", "quality"),
             (io.NODES, io.PRETRAIN_EDGES, io.INSTANCE_LABELS),
         ),
+        # B_pre's rows decide the tf-idf and the fine-tuning pairs (leave_self_out, twins)
+        StageSpec(
+            "vectorizer",
+            "pina_spark.vectorizer_stage:run_stage",
+            ("pretrain", "task.labels") + G_TRAINING_FIELDS,
+            (io.VECTORIZER,),
+        ),
+        StageSpec(
+            "embed",
+            "pina_spark.inference.embed:run_embed_stage",
+            ("inference",),
+            (io.EMBEDDINGS,),
+            io.VECTORIZER,
+        ),
         StageSpec(
             "pretrain",
             "pina_spark.pretrain:run_stage",
@@ -59,19 +77,18 @@ STAGES: Dict[str, StageSpec] = {
             (io.MODELS,),
         ),
         StageSpec(
-            "embed", "pina_spark.inference.embed:run_embed_stage", ("inference",), (io.EMBEDDINGS,)
-        ),
-        StageSpec(
             "neighbors",
             "pina_spark.inference.neighbors:run_neighbors_stage",
             ("neighbors", "inference", "task.labels"),
             (io.NEIGHBORS,),
+            io.MODELS,
         ),
         StageSpec(
             "aggregate",
             "pina_spark.aggregate.stage:run_stage",
             ("aggregate", "neighbors.folds"),  # label_features pifa: out of g's folds
             (io.FEATURES,),
+            io.MODELS,
         ),
         StageSpec(
             "train",

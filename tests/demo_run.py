@@ -16,8 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: stage -> its spark-submit entry point, in pipeline order
 JOBS = {
     "graph": "graph.py",
-    "pretrain": "pretrain.py",
+    "vectorizer": "vectorizer.py",
     "embed": "embed.py",
+    "pretrain": "pretrain.py",
     "neighbors": "predict_neighbors.py",
     "aggregate": "aggregate.py",
     "train": "train.py",

@@ -183,8 +183,8 @@ def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True, writer="aut
     root = str(tmp)
     case.write(root)
     if S_meta:
-        os.makedirs(os.path.join(root, io.MODELS, "vectorizer"), exist_ok=True)
-        with open(os.path.join(root, io.MODELS, "vectorizer", "encoder.json"), "w") as fh:
+        os.makedirs(os.path.join(root, io.VECTORIZER), exist_ok=True)
+        with open(os.path.join(root, io.VECTORIZER, "encoder.json"), "w") as fh:
             json.dump({"sparse_dim": case.S, "dense_dim": case.dense.shape[1]}, fh)
     conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a, "writer": writer}}
     conf.update(extra or {})

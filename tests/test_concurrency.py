@@ -492,11 +492,11 @@ def _models_tag(models_dir):
 
 
 def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path, monkeypatch):
-    from pina_spark import pretrain
+    from pina_spark import artifacts
 
     paths = io.RunPaths(str(tmp_path / "r"))
     dst = paths.table(io.MODELS)
-    pretrain._publish_models(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
+    artifacts.publish(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
     assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
     real_copy = io.copy_dir
 
@@ -508,7 +508,7 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
 
     monkeypatch.setattr(io, "copy_dir", copy_then_crash)
     with pytest.raises(OSError, match="disk full"):
-        pretrain._publish_models(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
+        artifacts.publish(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
     monkeypatch.undo()
     assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
     # a crash during the swap itself (after the old version was moved aside)
@@ -521,10 +521,10 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
 
     monkeypatch.setattr(io, "_rename", rename)
     with pytest.raises(OSError, match="between the two renames"):
-        pretrain._publish_models(spark, _fake_models(str(tmp_path / "m3"), "v3"), dst)
+        artifacts.publish(spark, _fake_models(str(tmp_path / "m3"), "v3"), dst)
     monkeypatch.undo()
     assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
-    pretrain._publish_models(spark, _fake_models(str(tmp_path / "m4"), "v4"), dst)
+    artifacts.publish(spark, _fake_models(str(tmp_path / "m4"), "v4"), dst)
     assert _models_tag(dst) == "v4"
     assert not os.path.exists(os.path.join(paths.root, io.STAGING)) or not os.listdir(
         os.path.join(paths.root, io.STAGING)
@@ -579,11 +579,12 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     recomputes every node and says why."""
     import dataclasses as dc
 
-    models_run = io.RunPaths(str(tmp_path / "models_run"))
-    dst = models_run.table(io.MODELS)
-    from pina_spark import pretrain
+    from pina_spark import artifacts
 
-    pretrain._publish_models(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
+    models_run = io.RunPaths(str(tmp_path / "models_run"))
+    # embed reads the vectorizer: a retrain republishes it (and g's models after it)
+    dst = models_run.table(io.VECTORIZER)
+    artifacts.publish(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
     v1 = io.table_version(dst)
     nodes = spark.createDataFrame(
         [(i, "instance", f"n{i}", f"text {i}", "train") for i in range(6)], io.schema(io.NODES)
@@ -609,7 +610,7 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     st = pipeline.run_incremental(ctx, spec, inc)
     assert st["selected"] == 0 and _CALLS == []
     # retrain, then day D: full recompute with the reason
-    pretrain._publish_models(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
+    artifacts.publish(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
     assert io.table_version(dst) != v1
     _CALLS.clear()
     st = pipeline.run_incremental(ctx, spec, inc)

@@ -237,3 +237,10 @@ def test_shipped_configs_load():
     # GPU requests are per step (conf/emr/steps-gpu.json): a key here would fill the CPU steps
     assert not [k for k in gpu.spark.conf if "resource.gpu" in k]
     assert gpu.inference.device == "auto"
+
+
+def test_a_removed_key_says_why_and_what_replaces_it():
+    """``pretrain.encode_batch_size`` went with the driver-side encoding: an old config gets an
+    error naming the key and the setting that replaced it, not a bare "unknown key"."""
+    with pytest.raises(ConfigError, match=r"'pretrain.encode_batch_size' was removed.*inference"):
+        config_from_dict({"output": "/tmp/r", "pretrain": {"encode_batch_size": 64}})

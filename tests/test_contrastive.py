@@ -122,10 +122,9 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     from safetensors.numpy import load_file
 
     from pina_spark.encoders import minilm_path
-    from pina_spark.pretrain import run_stage
     from pina_spark.vectorizer import PhiPre
 
-    from test_pretrain import TFIDF, _citeulike_graph, _ctx, _write_graph
+    from test_pretrain import TFIDF, _citeulike_graph, _ctx, _write_graph, stage1
 
     torch.set_num_threads(2)
     nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)
@@ -135,7 +134,6 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
             "pretrain": {
                 "encoder": "contrastive",
                 "max_length": 24,
-                "encode_batch_size": 32,
                 "tfidf": TFIDF,
                 "holdout_fraction": 0.0,
                 "contrastive": TINY,
@@ -146,10 +144,10 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     )
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
-    stats = run_stage(ctx)
+    stats = stage1(ctx)
     assert stats["encoder"] == "contrastive"
     models = ctx.paths.table(io.MODELS)
-    vec = os.path.join(models, "vectorizer")
+    vec = ctx.paths.table(io.VECTORIZER)
     spec = json.load(open(os.path.join(vec, "encoder.json")))
     assert spec["kind"] == "contrastive" and spec["path"] == "encoder"
     card = json.load(open(os.path.join(models, "model_card.json")))["contrastive"]
@@ -191,9 +189,8 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
     test row from the inputs leaves the fine-tuned encoder's weights bit for bit unchanged."""
     import torch
 
-    from pina_spark import graph
+    from pina_spark import graph, vectorizer_stage
     from pina_spark.pipeline import make_context
-    from pina_spark.pretrain import run_stage
 
     from test_graph import _leak_inputs
 
@@ -221,10 +218,10 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
         )
         ctx = make_context(spark, cfg)
         graph.run_stage(ctx)
-        run_stage(ctx)
-        models = ctx.paths.table(io.MODELS)
-        weights[drop] = _weights(os.path.join(models, "vectorizer"))
-        cards[drop] = json.load(open(os.path.join(models, "model_card.json")))["contrastive"]
+        vectorizer_stage.run_stage(ctx)  # the fine-tune; g and the embeddings do not matter here
+        vec = ctx.paths.table(io.VECTORIZER)
+        weights[drop] = _weights(vec)
+        cards[drop] = json.load(open(os.path.join(vec, "vectorizer_card.json")))["contrastive"]
     assert cards[False]["pairs"] == cards[True]["pairs"] > 8
     assert cards[False]["candidates"] == cards[True]["candidates"]
     assert weights[False].keys() == weights[True].keys()
@@ -239,12 +236,13 @@ def test_candidates_skip_self_twins_and_the_heldout_items():
     left out."""
     import pandas as pd
 
+    from pina_spark.bpre import Nodes
+    from pina_spark.finetune import contrastive_candidates
     from pina_spark.folds import is_heldout
-    from pina_spark.pretrain import _Nodes, contrastive_candidates
 
     from test_pretrain import _graph_labels_problem
 
-    nodes = _Nodes(
+    nodes = Nodes(
         pd.DataFrame(
             {
                 io.NODE_INDEX: [0, 1, 2, 3, 4, 5],

@@ -93,6 +93,9 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
     assert m.stage("aggregate")["stats"]["selected"] >= len(changed_ids) + 3
     full_emb = Manifest(p_full.manifest).stage("embed")["stats"]["rows"]
     assert m.stage("embed")["stats"]["selected"] < full_emb
+    # and the text encoder ran on exactly those rows (the full recompute: on every node)
+    assert m.stage("embed")["stats"]["encoded_rows"] == len(changed_ids) + 3
+    assert Manifest(p_full.manifest).stage("embed")["stats"]["encoded_rows"] == full_emb
 
     # the new products got features, split 'new'
     feats = io.read_table(spark, p_inc, io.FEATURES)

@@ -128,7 +128,10 @@ def env(spark, tmp_path_factory):
         tfidf={"ngram_range": [1, 1], "min_df_cnt": 0, "max_df_ratio": 1.0, "norm": "l2"}
     )
     phi = PhiPre.fit([r.text for r in rows if r.split != "test"], pcfg)
-    phi.save(f"{models}/vectorizer")
+    vec = artifacts.vectorizer_dir(models)
+    phi.save(vec)
+    open(f"{vec}/_SUCCESS", "w").close()
+    os.makedirs(models, exist_ok=True)
     open(f"{models}/folds.json", "w").write(json.dumps({"folds": F, "rule": "folds.fold_of"}))
     open(f"{models}/_SUCCESS", "w").close()
 
@@ -288,7 +291,7 @@ def test_embeddings_identical_across_partitionings(env, spark):
     ctx = env["ctx"]
     nodes = io.read_table(spark, ctx.paths, io.NODES)
     n = len(env["rows"])
-    vec = f"{env['models']}/vectorizer"
+    vec = artifacts.vectorizer_dir(env["models"])
     results = []
     for parts in (1, 3):
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
@@ -721,7 +724,7 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     ]
     paths = io.RunPaths(str(tmp_path / "twins"))
     io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
-    for rel in (io.EMBEDDINGS, io.MODELS):
+    for rel in (io.EMBEDDINGS, io.VECTORIZER, io.MODELS):
         shutil.copytree(io.local_path(base.paths.table(rel)), io.local_path(paths.table(rel)))
     for labels, excluded in (("given", False), ("graph", True)):
         c = _with(
@@ -778,9 +781,16 @@ def test_topk_ties_by_node_index_and_exclusions():
 
 
 # --------------------------------------------------------------------------- failures
+def _copy_models(env, root) -> str:
+    """A copy of the run's two model folders (vectorizer and g's) under ``root``; returns the
+    copy's models folder."""
+    for rel in (io.VECTORIZER, io.MODELS):
+        shutil.copytree(io.local_path(env["ctx"].paths.table(rel)), os.path.join(root, rel))
+    return os.path.join(str(root), io.MODELS)
+
+
 def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
-    models = str(tmp_path / "other" / "models")
-    shutil.copytree(env["models"], models)
+    models = _copy_models(env, tmp_path / "other")
     bad = artifacts.g_dir(models, "pina_naive", None)
     for p in glob.glob(os.path.join(bad, "**", "*.npz"), recursive=True):
         open(p, "wb").write(b"not a numpy archive")
@@ -792,14 +802,16 @@ def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
 
 
 def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
-    models = str(tmp_path / "copy" / "models")
-    shutil.copytree(env["models"], models)
+    models = _copy_models(env, tmp_path / "copy")
     shutil.rmtree(artifacts.g_dir(models, "pina", 1))
     ctx = dc.replace(env["ctx"], models_root=models)
     with pytest.raises(io.InputError, match="g/pina/fold=1"):
         inference.neighbors_frame(spark, ctx)
-    os.remove(f"{models}/vectorizer/encoder.json")
+    os.remove(f"{artifacts.vectorizer_dir(models)}/encoder.json")
     with pytest.raises(io.InputError, match="vectorizer/encoder.json"):
+        inference.run_embed_stage(ctx)
+    os.remove(f"{artifacts.vectorizer_dir(models)}/_SUCCESS")
+    with pytest.raises(io.InputError, match="vectorizer.*_SUCCESS"):
         inference.run_embed_stage(ctx)
     os.remove(f"{models}/_SUCCESS")
     with pytest.raises(io.InputError, match="_SUCCESS"):

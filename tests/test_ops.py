@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from pina_spark import io, pipeline
+from pina_spark import artifacts, io, pipeline
 from pina_spark.config import config_from_dict
 from pina_spark.manifest import Manifest
 
@@ -52,23 +52,34 @@ def stub_graph(ctx):
     return {"instances": n, "labels": 2}
 
 
-def stub_pretrain(ctx):
-    CALLS.append(("pretrain", ctx.paths.root))
-    if "pretrain" in FAIL:
-        raise RuntimeError("pretrain failed on purpose")
-    d = io.local_path(ctx.models_root)
+def _stub_model_folder(stage, uri, doc):
+    CALLS.append((stage, os.path.dirname(io.local_path(uri))))
+    if stage in FAIL:
+        raise RuntimeError(f"{stage} failed on purpose")
+    d = io.local_path(uri)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "g.json"), "w") as fh:
-        json.dump({"k": ctx.cfg.neighbors.k}, fh)
+    with open(os.path.join(d, "stub.json"), "w") as fh:
+        json.dump(doc, fh)
     open(os.path.join(d, "_SUCCESS"), "w").close()
-    return {"g": "stub"}
+    return {stage: "stub"}
+
+
+def stub_vectorizer(ctx):
+    return _stub_model_folder("vectorizer", artifacts.vectorizer_dir(ctx.models_root), {})
+
+
+def stub_pretrain(ctx):
+    # g is trained from the embeddings, so they exist by now
+    assert os.path.exists(os.path.join(io.local_path(ctx.paths.table(io.EMBEDDINGS)), "_SUCCESS"))
+    return _stub_model_folder("pretrain", ctx.models_root, {"k": ctx.cfg.neighbors.k})
 
 
 def stub_embed(ctx):
     from pyspark.sql import functions as F
 
     CALLS.append(("embed", ctx.paths.root))
-    assert os.path.exists(os.path.join(io.local_path(ctx.models_root), "_SUCCESS"))
+    vec = artifacts.vectorizer_dir(ctx.models_root)
+    assert os.path.exists(os.path.join(io.local_path(vec), "_SUCCESS"))
     if "embed" in FAIL:
         raise RuntimeError("embed failed on purpose")
     nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
@@ -152,7 +163,7 @@ def stubs(monkeypatch):
     specs = {}
     for name, spec in pipeline.STAGES.items():
         specs[name] = pipeline.StageSpec(
-            name, f"{__name__}:stub_{name}", spec.sections, spec.outputs
+            name, f"{__name__}:stub_{name}", spec.sections, spec.outputs, spec.model_folder
         )
     monkeypatch.setattr(pipeline, "STAGES", specs)
     CALLS.clear()
@@ -178,7 +189,7 @@ def count(spark, uri):
     return spark.read.parquet(uri).count()
 
 
-TO_FEATURES = ["graph", "pretrain", "embed", "neighbors", "aggregate"]
+TO_FEATURES = ["graph", "vectorizer", "embed", "pretrain", "neighbors", "aggregate"]
 INST_A = [
     ("a", "red apple", "train"),
     ("b", "green pear", "train"),
@@ -239,21 +250,21 @@ def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
     paths = io.RunPaths(cfg.output)
     m = Manifest(paths.manifest)
     assert m.stage("graph")["status"] == "complete"
-    assert m.stage("pretrain")["status"] == "complete"
+    assert m.stage("vectorizer")["status"] == "complete"
     assert m.stage("embed")["status"] == "failed"
     assert "embed failed on purpose" in m.stage("embed")["error"]
     assert m.data["history"][-1]["status"] == "failed"
     graph_version = m.stage("graph")["version"]
-    pretrain_finished = m.stage("pretrain")["finished"]
+    vectorizer_finished = m.stage("vectorizer")["finished"]
 
     FAIL.clear()
     CALLS.clear()
     result = pipeline.run_pipeline(spark, cfg)
-    assert result["graph"] == "skipped" and result["pretrain"] == "skipped"
-    assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate", "train", "evaluate"]
+    assert result["graph"] == "skipped" and result["vectorizer"] == "skipped"
+    assert [c[0] for c in CALLS] == list(pipeline.STAGES)[2:]  # from embed on
     m = Manifest(paths.manifest)
     assert m.stage("graph")["version"] == graph_version
-    assert m.stage("pretrain")["finished"] == pretrain_finished
+    assert m.stage("vectorizer")["finished"] == vectorizer_finished
     assert m.stage("graph")["runs"] == 1
     assert all(m.stage(s)["status"] == "complete" for s in pipeline.STAGES)
     assert m.data["history"][-1]["status"] == "complete"
@@ -263,7 +274,7 @@ def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
     assert set(
         pipeline.run_pipeline(spark, cfg.replace(run=cfg.run.__class__(force=True))).values()
     ) == {"ran"}
-    assert len(CALLS) == 7
+    assert len(CALLS) == 8
 
 
 def test_changed_config_redoes_that_stage_and_later_ones(spark, tmp_path, stubs):
@@ -282,29 +293,29 @@ def test_changed_config_redoes_that_stage_and_later_ones(spark, tmp_path, stubs)
 def test_missing_output_is_redone_even_if_manifest_says_complete(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
-    pipeline.run_pipeline(spark, cfg, ["graph", "pretrain", "embed"])
+    pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
     io.delete_path(spark, io.RunPaths(cfg.output).table(io.EMBEDDINGS))
-    result = pipeline.run_pipeline(spark, cfg, ["graph", "pretrain", "embed"])
-    assert result == {"graph": "skipped", "pretrain": "skipped", "embed": "ran"}
+    result = pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
+    assert result == {"graph": "skipped", "vectorizer": "skipped", "embed": "ran"}
 
 
 def test_manifest_records_progress_versions_and_config(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
-    pipeline.run_pipeline(spark, cfg, ["graph", "pretrain", "embed"])
+    pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
     data = json.loads(open(io.RunPaths(cfg.output).manifest).read())
     g = data["stages"]["graph"]
     assert g["rows_out"] == {io.NODES: 7, io.PRETRAIN_EDGES: 5, io.INSTANCE_LABELS: 5}
     assert g["rows_per_s"] > 0 and g["duration_s"] >= 0
     assert g["stats"] == {"instances": 5, "labels": 2}
     assert "started" in g and "finished" in g and len(g["fingerprint"]) == 16
-    assert data["stages"]["pretrain"]["rows_out"] == {}  # a model folder, not a table
+    assert data["stages"]["vectorizer"]["rows_out"] == {}  # a model folder, not a table
     assert data["stages"]["embed"]["rows_out"] == {io.EMBEDDINGS: 7}
     assert data["libraries"]["pyspark"] and data["libraries"]["python"]
     assert data["config"]["input"]["instances"] == a
     h = data["history"][-1]
-    assert h["stages"] == ["graph", "pretrain", "embed"] and h["status"] == "complete"
-    assert h["result"] == {"graph": "ran", "pretrain": "ran", "embed": "ran"}
+    assert h["stages"] == ["graph", "vectorizer", "embed"] and h["status"] == "complete"
+    assert h["result"] == {"graph": "ran", "vectorizer": "ran", "embed": "ran"}
 
 
 def test_progress_is_logged(spark, tmp_path, stubs, caplog):
@@ -375,7 +386,7 @@ def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, s
     )
     result = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
     assert result == {"nodes": "ran", "embed": "ran", "neighbors": "ran", "aggregate": "ran"}
-    assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate"]  # no graph/pretrain
+    assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate"]  # nothing trained
     paths = io.RunPaths(cfg.output, "2026-11-22")
     assert not os.path.exists(paths.table(io.MODELS))
     nodes = {

@@ -22,17 +22,15 @@ from pina_spark.artifacts import (
     load_g,
     read_output_nodes,
     save_g,
+    vectorizer_dir,
 )
+from pina_spark.bpre import Nodes, build_y, row_folds, variant_problem
 from pina_spark.config import config_from_dict
 from pina_spark.folds import fold_of, is_heldout
 from pina_spark.pretrain import (
-    _Nodes,
-    _variant_problem,
-    build_y,
     exclude_self,
     predict_g,
     ranking_metrics,
-    row_folds,
     run_stage,
     train_g,
 )
@@ -141,6 +139,17 @@ def _ctx(spark, cfg):
     return pipeline.make_context(spark, cfg)
 
 
+def stage1(ctx):
+    """Stage 1 as the pipeline runs it: fit the vectorizer, embed every node on the executors,
+    train g from the ``embeddings`` table; returns the pretrain stage's statistics."""
+    from pina_spark import vectorizer_stage
+    from pina_spark.inference.embed import run_embed_stage
+
+    vectorizer_stage.run_stage(ctx)
+    run_embed_stage(ctx)
+    return run_stage(ctx)
+
+
 @pytest.fixture(scope="module")
 def citeulike_run(spark, citeulike_dir, tmp_path_factory):
     """One pretraining run on the small citeulike graph (minilm encoder, out_of_fold F=2)."""
@@ -155,18 +164,18 @@ def citeulike_run(spark, citeulike_dir, tmp_path_factory):
             "pretrain": {
                 "encoder": "minilm",
                 "max_length": 32,
-                "encode_batch_size": 64,
                 "tfidf": TFIDF,
                 "holdout_fraction": HOLDOUT,
                 "dense_weight": 0.5,
                 "xlinear": {"nr_splits": 8, "max_leaf_size": 50, "topk": 20},
             },
             "neighbors": {"train_mode": "out_of_fold", "folds": FOLDS, "leave_self_out": True},
+            "inference": {"batch_size": 64, "rows_per_task": 400},
         }
     )
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
-    stats = run_stage(ctx)
+    stats = stage1(ctx)
     return {
         "cfg": cfg,
         "ctx": ctx,
@@ -217,7 +226,7 @@ def _graph_labels_problem(twins):
             io.BLOCK: "x",
         }
     )
-    return _variant_problem(epdf, "pina", _Nodes(nodes), True, twins=twins)
+    return variant_problem(epdf, "pina", Nodes(nodes), True, twins=twins)
 
 
 def test_graph_labels_twins_leave_folds_together():
@@ -301,6 +310,28 @@ def test_stage_artifacts_and_card(citeulike_run):
     assert set(rep["variants"]) == {"pina", "pina_naive"} and rep["times_s"]["stage"] > 0
 
 
+def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulike_run):
+    """g is trained on X read from the ``embeddings`` table (encoded once, on the executors,
+    in the embed stage's batches): on this real sample it equals Phi_pre of the pretraining
+    rows' texts encoded directly on the driver, the old design, within 1e-5, row by row in
+    the same node order. The driver encoded nothing in the run."""
+    from pina_spark import bpre
+    from pina_spark.pretrain import features_from_embeddings
+
+    ctx = citeulike_run["ctx"]
+    nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
+    phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
+    X_tab = features_from_embeddings(spark, ctx.paths, rows, phi.dense_dim, phi.sparse_dim)
+    texts = [str(t or "") for t in nodes.text[nodes.pos(rows)]]
+    X_dir = phi.features(texts, batch_size=64)  # the embed stage's: inference.batch_size
+    assert X_tab.shape == X_dir.shape == (len(rows), phi.dense_dim + phi.sparse_dim)
+    diff = abs(X_tab - X_dir)
+    assert diff.max() <= 1e-5, diff.max()
+    # the sparse (tf-idf) block is exactly the same, and no row is empty in one and not the other
+    assert (X_tab[:, phi.dense_dim :] != X_dir[:, phi.dense_dim :]).nnz == 0
+    assert citeulike_run["stats"]["encoded_rows"] == 0
+
+
 def test_heldout_p1_beats_popularity(citeulike_run):
     """g's held-out P@1 (reported by the stage) vs predicting the most popular tag."""
     nodes, edges = citeulike_run["nodes"], citeulike_run["edges"]
@@ -361,7 +392,7 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
 def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
     """Batch Phi_pre rows of instance AND label nodes == each node vectorised alone by the encoder
     and the tf-idf, then weighted and normalised by hand."""
-    phi = PhiPre.load(os.path.join(citeulike_run["models"], "vectorizer"))
+    phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
     nodes = citeulike_run["nodes"]
     sample = nodes[::97][:12] + [n for n in nodes if n[1] == io.KIND_LABEL][:4]
     texts = [n[3] for n in sample]
@@ -380,7 +411,7 @@ def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
 def test_saved_models_reload_and_align(citeulike_run):
     """Vectorizer + g reload (predict-only) from models/ and give the stage's scores back."""
     models = citeulike_run["models"]
-    phi = PhiPre.load(os.path.join(models, "vectorizer"))
+    phi = PhiPre.load(vectorizer_dir(models))
     nodes = citeulike_run["nodes"]
     sample = [n for n in nodes if n[1] == io.KIND_INSTANCE][:40]
     X = phi.features([n[3] for n in sample])
@@ -432,7 +463,6 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
             "pretrain": {
                 "encoder": "xtransformer",
                 "max_length": 16,
-                "encode_batch_size": 32,
                 "tfidf": TFIDF,
                 "holdout_fraction": 0.0,
                 "xtransformer": {
@@ -448,9 +478,9 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     )
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
-    stats = run_stage(ctx)
+    stats = stage1(ctx)
     models = ctx.paths.table(io.MODELS)
-    vec = os.path.join(models, "vectorizer")
+    vec = vectorizer_dir(models)
     spec = json.load(open(os.path.join(vec, "encoder.json")))
     assert spec["kind"] == "xtransformer" and spec["path"] == "encoder"
     assert os.path.isdir(os.path.join(vec, "encoder", "text_encoder"))

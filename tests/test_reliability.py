@@ -31,12 +31,13 @@ from pina_spark.manifest import Manifest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_YAML = os.path.join(ROOT, "pina_spark", "conf", "demo.yaml")
 SAMPLE_FRACTION = 0.3
-STAGES = ("graph", "pretrain", "embed", "neighbors", "aggregate")
+STAGES = ("graph", "vectorizer", "embed", "pretrain", "neighbors", "aggregate")
 FAULT_STAGES = ("graph", "embed", "neighbors", "aggregate")
 MODULES = {
     "graph": "pina_spark.graph",
-    "pretrain": "pina_spark.pretrain",
+    "vectorizer": "pina_spark.vectorizer_stage",
     "embed": "pina_spark.inference.embed",
+    "pretrain": "pina_spark.pretrain",
     "neighbors": "pina_spark.inference.neighbors",
     "aggregate": "pina_spark.aggregate",
     "datasets": "pina_spark.datasets",
@@ -150,7 +151,7 @@ def _run(spark, cfg, stages, force=True):
 @pytest.fixture(scope="module")
 def run_a(spark, sample_inputs, tmp_path_factory):
     """The clean reference run (shuffle partitions 2, rows_per_task 1000)."""
-    _require("graph", "pretrain", "embed", "aggregate")
+    _require("graph", "vectorizer", "pretrain", "embed", "aggregate")
     out = tmp_path_factory.mktemp("run_a") / "out"
     cfg = _cfg(out, sample_inputs, ["inference.rows_per_task=1000"])
     spark.conf.set("spark.sql.shuffle.partitions", "2")
@@ -275,7 +276,7 @@ def test_fault_injection_with_retries_gives_identical_output(spark, run_a, tmp_p
 
 # --------------------------------------------------------------------------- resource faults
 def _model_files(root, sub):
-    d = os.path.join(root, io.MODELS, sub)
+    d = os.path.join(root, sub)
     out = []
     for dp, _, fs in os.walk(d):
         out += [os.path.join(dp, f) for f in fs if not f.startswith(".") and f != "_SUCCESS"]
@@ -285,7 +286,9 @@ def _model_files(root, sub):
 def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "corrupt_g", ["inference.rows_per_task=1000"])
     files = [
-        f for f in _model_files(cfg.output, "g/pina/full") if not f.endswith("output_nodes.npy")
+        f
+        for f in _model_files(cfg.output, io.MODELS + "/g/pina/full")
+        if not f.endswith("output_nodes.npy")
     ]
     assert files, "no g model files found"
     for f in files:
@@ -298,7 +301,7 @@ def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_p
 
 def test_missing_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "missing_vec", ["inference.rows_per_task=1000"])
-    vec = os.path.join(cfg.output, io.MODELS, "vectorizer")
+    vec = os.path.join(cfg.output, io.VECTORIZER)
     assert os.path.isdir(vec)
     shutil.rmtree(vec)
     with pytest.raises(Exception) as e:
@@ -308,7 +311,7 @@ def test_missing_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_pa
 
 def test_corrupt_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "corrupt_vec", ["inference.rows_per_task=1000"])
-    files = [f for f in _model_files(cfg.output, "vectorizer") if not f.endswith(".json")]
+    files = [f for f in _model_files(cfg.output, io.VECTORIZER) if not f.endswith(".json")]
     assert files, "no vectorizer files found"
     for f in files:
         with open(f, "wb") as fh:

@@ -33,7 +33,7 @@ def _run(root, p1_pina, ids, p1_per_instance, quarantined=3):
                     }
                 },
             },
-            "pretrain": {"status": "complete", "duration_s": 30.0},
+            "vectorizer": {"status": "complete", "duration_s": 30.0},
             "embed": {"status": "failed", "error": "OSError: disk full"},
             "evaluate": {"status": "complete", "duration_s": 2.0},
         },
@@ -72,7 +72,7 @@ def test_status_shows_stages_rows_quarantine_and_failures(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| graph " in out and "12.5s" in out and "nodes=120" in out
     assert "stage embed failed: OSError: disk full" in out
-    assert "not run: neighbors, aggregate, train" in out
+    assert "not run: pretrain, neighbors, aggregate, train" in out
     assert "empty_text=3" in out and "| instances " in out
     assert "| pina " in out and "0.5000" in out
 

@@ -172,13 +172,14 @@ def test_eval_is_published_whole_by_evaluate_alone(demo_submit_run):
     version = io.table_version(ev)
     assert version and io.read_commit(paths, "evaluate")["tables"][io.EVAL] == version
     assert io.read_commit(paths, "pretrain")["tables"].keys() == {io.MODELS}
+    assert io.read_commit(paths, "vectorizer")["tables"].keys() == {io.VECTORIZER}
 
 
 def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, spark):
     """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
     frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
     frozen-encoder reference that benchmarks/encoder_parity.py puts beside a fine-tuned run)."""
-    from pina_spark.artifacts import ENCODER_JSON, VECTORIZER_DIR
+    from pina_spark.artifacts import ENCODER_JSON
     from pina_spark.encoders import load_encoder
     from pina_spark.parity import measure_run
 
@@ -187,7 +188,7 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
         pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
     out = demo_submit_run["output"]
     ran = json.load(open(os.path.join(io.RunPaths(out).table(io.EVAL), "encoder_parity.json")))
-    spec = json.load(open(os.path.join(out, "models", VECTORIZER_DIR, ENCODER_JSON)))
+    spec = json.load(open(os.path.join(io.RunPaths(out).table(io.VECTORIZER), ENCODER_JSON)))
     enc = load_encoder({"kind": "minilm", "path": None, "max_length": spec["max_length"]})
     again = measure_run(spark, io.RunPaths(out), ran["sample"]["max_per_split"], encoder=enc)
     assert (
@@ -251,15 +252,16 @@ def test_neighbors_only_change_skips_pretrain(demo_submit_run, tmp_path):
     report = json.loads(r.stdout[r.stdout.index("{") :])
     assert report["stages"] == {
         "graph": "skipped",
-        "pretrain": "skipped",
+        "vectorizer": "skipped",
         "embed": "skipped",
+        "pretrain": "skipped",
         "neighbors": "ran",
         "aggregate": "ran",
         "train": "ran",
         "evaluate": "ran",
     }
     after = json.load(open(paths.manifest))["stages"]
-    for stage in ("graph", "pretrain", "embed"):
+    for stage in ("graph", "vectorizer", "embed", "pretrain"):
         assert after[stage]["runs"] == before[stage]["runs"], stage
     for stage in ("neighbors", "aggregate", "train", "evaluate"):
         assert after[stage]["runs"] == before[stage]["runs"] + 1, stage

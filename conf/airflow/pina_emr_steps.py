@@ -12,8 +12,9 @@ from typing import Dict, List, Sequence
 #: stage -> (job script, driver memory), in pipeline order
 STAGES = {
     "graph": ("graph.py", "8g"),
-    "pretrain": ("pretrain.py", "24g"),
+    "vectorizer": ("vectorizer.py", "24g"),
     "embed": ("embed.py", "8g"),
+    "pretrain": ("pretrain.py", "24g"),
     "neighbors": ("predict_neighbors.py", "8g"),
     "aggregate": ("aggregate.py", "8g"),
     "train": ("train.py", "24g"),

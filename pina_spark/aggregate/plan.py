@@ -361,7 +361,8 @@ def resolve_sparse_dim(
     models_uri: Optional[str] = None, sparse_dim: Optional[int] = None
 ) -> Optional[int]:
     """The tf-idf dimension S: ``sparse_dim`` when given, else ``sparse_dim`` of
-    ``<models>/vectorizer/encoder.json`` (or of ``<models>/model_card.json``), else ``None``
+    the vectorizer's ``encoder.json`` (:func:`artifacts.vectorizer_dir` of ``models_uri``; or of
+    ``<models>/model_card.json``), else ``None``
     (the caller then falls back to max index + 1). Driver side.
 
     Examples
@@ -376,18 +377,21 @@ def resolve_sparse_dim(
     if not models_uri:
         return None
     root = io.norm(models_uri)
-    for rel in (f"{artifacts.VECTORIZER_DIR}/{artifacts.ENCODER_JSON}", artifacts.MODEL_CARD):
+    for uri in (
+        io.join(artifacts.vectorizer_dir(root), artifacts.ENCODER_JSON),
+        io.join(root, artifacts.MODEL_CARD),
+    ):
         try:
-            raw = io.read_bytes(f"{root}/{rel}")
+            raw = io.read_bytes(uri)
         except Exception as e:  # unreachable storage: fall back, but say so
-            log.warning("aggregate: could not read %s/%s: %s", root, rel, e)
+            log.warning("aggregate: could not read %s: %s", uri, e)
             raw = None
         if raw is None:
             continue
         try:
             spec = json.loads(raw.decode("utf-8"))
         except ValueError:
-            log.warning("aggregate: %s/%s is not valid JSON", root, rel)
+            log.warning("aggregate: %s is not valid JSON", uri)
             continue
         for d in (spec, spec.get("vectorizer") if isinstance(spec, dict) else None):
             if isinstance(d, dict) and d.get("sparse_dim") is not None:

@@ -182,5 +182,5 @@ def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
     )
     sparse_dim = resolve_sparse_dim(ctx.models_root, None)
     if sparse_dim is None:
-        log.warning("aggregate: no sparse_dim in %s/vectorizer/encoder.json", ctx.models_root)
+        log.warning("aggregate: no sparse_dim in the vectorizer of %s", ctx.models_root)
     return inputs, sparse_dim

@@ -180,7 +180,7 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     Returns
     -------
     dict
-        ``rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
+        ``rows``, ``encoded_rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
         ``worker_processes``, ``max_loads_per_worker_model``, ``loads_per_worker``.
 
     Examples
@@ -189,10 +189,7 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     1200
     """
     spark, cfg = ctx.spark, ctx.cfg
-    artifacts.require_models(spark, ctx.models_root)
-    vec_uri = artifacts.vectorizer_dir(ctx.models_root)
-    if not io.path_exists(spark, f"{vec_uri}/{artifacts.ENCODER_JSON}"):
-        raise io.InputError(f"model artifact missing: {vec_uri}/{artifacts.ENCODER_JSON}")
+    vec_uri = artifacts.require_vectorizer(spark, ctx.models_root)
     nodes = io.read_table(spark, ctx.paths, io.NODES).select(io.NODE_INDEX, io.TEXT)
     n = nodes.count()
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
@@ -208,6 +205,9 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     stats: Dict[str, Any] = {
         "rows": n,
         "rows_written": int(counters.get("rows|embed", 0)),
+        # rows put through the vectorizer (the only stage that encodes; with --incremental, the
+        # new and changed nodes only)
+        "encoded_rows": int(counters.get("rows|embed", 0)),
         "partitions": plan.partitions,
         "seconds": round(dt, 3),
         "rows_per_s": round(n / dt, 2) if dt else None,
