@@ -275,6 +275,9 @@ class PretrainConfig(_Params):
         xtransformer: extra XR-Transformer train parameters (PECOS keys), e.g. ``num_train_epochs``.
         contrastive: fine-tuning budget and loss of ``encoder: contrastive``.
         holdout_fraction: share of B_pre input rows held out (by hash) to report g's P@k/R@k.
+        train_on: where g's independent fits (held-out evaluation, full, one per fold, per
+            variant) run: ``driver`` (one after another), ``executors`` (one Spark task each, on
+            the task's cores) or ``auto`` (executors on a cluster, the driver in local mode).
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
@@ -304,6 +307,7 @@ class PretrainConfig(_Params):
     contrastive: ContrastiveConfig = dc.field(default_factory=ContrastiveConfig)
     holdout_fraction: float = 0.1
     dense_weight: float = 0.5
+    train_on: Literal["auto", "driver", "executors"] = "auto"
 
     def __post_init__(self):
         _check_range("pretrain.holdout_fraction", self.holdout_fraction, 0.0, 1.0, hi_open=True)

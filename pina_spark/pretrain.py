@@ -63,185 +63,23 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict
 
 import numpy as np
 
-from . import artifacts, bpre, io, redact
-from .artifacts import FOLDS_JSON, MODEL_CARD, g_dir, save_g
+from . import artifacts, bpre, gtrain, io, redact
+from .artifacts import FOLDS_JSON, MODEL_CARD
 from .folds import is_heldout
-from .progress import heartbeat
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "run_stage",
-    "train_g",
-    "predict_g",
-    "ranking_metrics",
-    "exclude_self",
-    "features_from_embeddings",
-]
+__all__ = ["run_stage", "features_from_embeddings"]
 
 FOLD_RULE = (
     "pina_spark.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
     "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
     "input rows only (label rows are in every fold model)"
 )
-P_KS = (1, 3, 5)
-R_KS = (1, 3, 5, 10)
-
-
-# --------------------------------------------------------------------------- training blocks
-def exclude_self(
-    pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: Optional[np.ndarray] = None
-):
-    """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]`` (and the
-    column of ``twin_nodes[r]`` when given and >= 0: the item's label node, task.labels: graph).
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp
-    >>> P = sp.csr_matrix(np.array([[0.9, 0.5], [0.2, 0.8]]))
-    >>> exclude_self(P, np.array([10, 11]), np.array([10, 12])).toarray().tolist()
-    [[0.0, 0.5], [0.2, 0.8]]
-    """
-    import scipy.sparse as sp
-
-    pred = sp.csr_matrix(pred, copy=True)
-    for nodes_r in (row_nodes, twin_nodes):
-        if nodes_r is None or not len(output_nodes):
-            continue
-        nodes_r = np.asarray(nodes_r, dtype=np.int64)
-        pos = np.searchsorted(output_nodes, nodes_r)
-        pos = np.minimum(pos, len(output_nodes) - 1)
-        hit = (output_nodes[pos] == nodes_r) & (nodes_r >= 0)
-        for r in np.flatnonzero(hit):
-            s, e = pred.indptr[r], pred.indptr[r + 1]
-            pred.data[s:e][pred.indices[s:e] == pos[r]] = 0.0
-    pred.eliminate_zeros()
-    return pred
-
-
-def ranking_metrics(
-    pred, truth, p_ks: Sequence[int] = P_KS, r_ks: Sequence[int] = R_KS
-) -> Dict[str, float]:
-    """Mean P@k and R@k of score matrix ``pred`` against binary ``truth`` (same shape), over
-    rows with at least one positive. Ties: score desc, column asc.
-
-    Examples
-    --------
-    >>> import scipy.sparse as sp
-    >>> P = sp.csr_matrix(np.array([[0.9, 0.5, 0.0], [0.1, 0.2, 0.3]]))
-    >>> T = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 0]]))
-    >>> m = ranking_metrics(P, T, (1,), (1, 3))
-    >>> m["P@1"], m["R@3"], m["rows"]
-    (0.5, 1.0, 2)
-    """
-    import scipy.sparse as sp
-
-    pred = sp.csr_matrix(pred)
-    truth = sp.csr_matrix(truth)
-    truth.eliminate_zeros()
-    kmax = max(list(p_ks) + list(r_ks))
-    hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
-    npos = []
-    for r in range(pred.shape[0]):
-        pos = set(truth.indices[truth.indptr[r] : truth.indptr[r + 1]].tolist())
-        if not pos:
-            continue
-        s, e = pred.indptr[r], pred.indptr[r + 1]
-        idx, val = pred.indices[s:e], pred.data[s:e]
-        order = np.lexsort((idx, -val))[:kmax]
-        top = idx[order]
-        hit = np.array([t in pos for t in top], dtype=np.float64)
-        for k in hits:
-            hits[k].append(hit[:k].sum())
-        npos.append(len(pos))
-    out: Dict[str, float] = {"rows": len(npos)}
-    if not npos:
-        return out
-    npos_a = np.array(npos, dtype=np.float64)
-    for k in p_ks:
-        out[f"P@{k}"] = round(float(np.mean(np.array(hits[k]) / k)), 6)
-    for k in r_ks:
-        out[f"R@{k}"] = round(float(np.mean(np.array(hits[k]) / npos_a)), 6)
-    return out
-
-
-def train_g(X, Y, xcfg, what: str = "g"):
-    """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
-
-    Parameters
-    ----------
-    X : csr_matrix float32
-        Phi_pre features of the training rows (sorted indices).
-    Y : csr_matrix float32
-        Training rows x output nodes.
-    xcfg : config.XLinearConfig
-        nr_splits, max_leaf_size, seed, Cp, Cn, threshold, solver_type, beam_size, topk,
-        post_processor.
-    what : str
-        Name used in the progress log.
-
-    Examples
-    --------
-    >>> model = train_g(X, Y, cfg.pretrain.xlinear)  # doctest: +SKIP
-    """
-    import scipy.sparse as sp
-    from pecos.xmc import Indexer, LabelEmbeddingFactory
-    from pecos.xmc.xlinear.model import XLinearModel
-
-    X = sp.csr_matrix(X, dtype=np.float32)
-    X.sort_indices()
-    Y = sp.csr_matrix(Y, dtype=np.float32)
-    Y.sort_indices()
-    if X.shape[0] != Y.shape[0]:
-        raise ValueError(f"train_g: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
-    with heartbeat(
-        f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
-        f"({Y.nnz} positives, {X.shape[1]} features)"
-    ):
-        label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
-        chain = Indexer.gen(
-            label_feat,
-            indexer_type="hierarchicalkmeans",
-            nr_splits=int(xcfg.nr_splits),
-            max_leaf_size=int(xcfg.max_leaf_size),
-            seed=int(xcfg.seed),
-        )
-        model = XLinearModel.train(
-            X,
-            Y.tocsc(),
-            C=chain,
-            Cp=float(xcfg.Cp),
-            Cn=float(xcfg.Cn),
-            threshold=float(xcfg.threshold),
-            solver_type=str(xcfg.solver_type),
-            beam_size=int(xcfg.beam_size),
-            only_topk=int(xcfg.topk),
-            post_processor=str(xcfg.post_processor),
-        )
-    return model
-
-
-def predict_g(model, X, xcfg, topk: Optional[int] = None):
-    """Scores of g on X (csr rows x outputs) with the configured beam/post-processor.
-
-    Examples
-    --------
-    >>> P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)  # doctest: +SKIP
-    """
-    import scipy.sparse as sp
-
-    X = sp.csr_matrix(X, dtype=np.float32)
-    X.sort_indices()
-    return model.predict(
-        X,
-        beam_size=int(xcfg.beam_size),
-        only_topk=int(topk if topk is not None else xcfg.topk),
-        post_processor=str(xcfg.post_processor),
-    )
 
 
 # --------------------------------------------------------------------------- X from embeddings
@@ -368,16 +206,51 @@ def run_stage(ctx) -> Dict[str, Any]:
             X_all.nnz,
         )
         out_of_fold = ncfg.train_mode == "out_of_fold"
-        F = int(ncfg.folds)
+        F = int(ncfg.folds) if out_of_fold else 0
+        where = _train_on(spark, pcfg.train_on)
+        bundles, fits = {}, []
         for v in variants:
             pb = problems[v]
-            X = X_all[np.searchsorted(all_rows, pb["rows"])]
-            card["variants"][v] = _train_variant(
-                v, pb, X, xcfg, pcfg, F if out_of_fold else 0, tmp, report
+            fold = bpre.row_folds(pb["entity"], F) if F else np.zeros(len(pb["rows"]), np.int64)
+            out = np.array(
+                [
+                    e is not None
+                    and pcfg.holdout_fraction > 0
+                    and is_heldout(e, pcfg.holdout_fraction)
+                    for e in pb["entity"]
+                ],
+                dtype=bool,
             )
+            X = X_all[np.searchsorted(all_rows, pb["rows"])]
+            bundles[v] = gtrain.make_bundle(pb, X, fold, out)
+            fits += gtrain.plan_fits(v, gtrain.has_heldout(bundles[v]), F)
+        t0 = time.time()
+        log.info(
+            "pretrain: %d fits of g on the %s (pretrain.train_on %s)",
+            len(fits),
+            where,
+            pcfg.train_on,
+        )
+        if where == "executors":
+            scratch = paths.staging("pretrain-fits")
+            try:
+                results = gtrain.fits_on_executors(spark, bundles, fits, xcfg, scratch, tmp)
+            finally:
+                io.delete_path(spark, scratch)
+        else:
+            results = [gtrain.run_fit(f, bundles[f.variant], xcfg, tmp) for f in fits]
+        card["times_s"]["fits"] = round(time.time() - t0, 2)
+        card["fits_on"] = where
+        for v in variants:
+            mine = [r for r, f in zip(results, fits) if f.variant == v]
+            card["variants"][v] = gtrain.variant_card(problems[v]["stats"], mine, F)
+            if "heldout_eval" in card["variants"][v]:
+                ev = card["variants"][v]["heldout_eval"]
+                report["variants"][v] = ev
+                log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
         folds_doc = {
             "train_mode": ncfg.train_mode,
-            "folds": F if out_of_fold else 0,
+            "folds": F,
             "rule": FOLD_RULE,
             "leave_self_out": ncfg.leave_self_out,
             "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
@@ -421,108 +294,10 @@ def run_stage(ctx) -> Dict[str, Any]:
     return stats
 
 
-def _train_variant(
-    v: str, pb: Dict[str, Any], X, xcfg, pcfg, F: int, tmp: str, report: Dict[str, Any]
-) -> Dict[str, Any]:
-    rows, cols, Y, is_inst = pb["rows"], pb["cols"], pb["Y"], pb["is_inst"]
-    entity, twin = pb["entity"], pb["twin_col"]
-    vcard: Dict[str, Any] = dict(pb["stats"])
-    # held-out evaluation (model not saved): the held-out instance rows, and (task.labels:
-    # graph) the label rows of the same items, are left out of the evaluation model
-    if pcfg.holdout_fraction > 0:
-        out = np.array(
-            [e is not None and is_heldout(e, pcfg.holdout_fraction) for e in entity], dtype=bool
-        )
-        held = is_inst & out
-        if held.any() and (~held).any():
-            t0 = time.time()
-            m = train_g(X[~out], Y[~out], xcfg, what=f"g[{v}/holdout-eval]")
-            train_s = time.time() - t0
-            with tempfile.TemporaryDirectory() as d:
-                size = save_g(m, cols, d)
-            kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
-            pred = exclude_self(
-                predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)), rows[held], cols, twin[held]
-            )
-            truth = exclude_self(Y[held], rows[held], cols, twin[held])
-            ev = ranking_metrics(pred, truth)
-            ev.update(
-                {
-                    "heldout_rows": int(held.sum()),
-                    "train_rows": int((~out).sum()),
-                    "heldout_twin_label_rows": int((out & ~is_inst).sum()),
-                    "train_s": round(train_s, 2),
-                    "model_size_bytes": size,
-                }
-            )
-            log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
-            vcard["heldout_eval"] = ev
-            report["variants"][v] = ev
-    # full model: every input row
-    full_dir = g_dir(tmp, v)
-    t0 = time.time()
-    m = train_g(X, Y, xcfg, what=f"g[{v}/full]")
-    secs = time.time() - t0
-    size = save_g(
-        m,
-        cols,
-        full_dir,
-        train_rows=rows,
-        info={
-            "variant": v,
-            "fold": None,
-            "rows": int(len(rows)),
-            "output_nodes": int(len(cols)),
-            "positives": int(Y.nnz),
-            "train_s": round(secs, 2),
-        },
-    )
-    vcard["full"] = {"train_s": round(secs, 2), "size_bytes": size, "rows": int(len(rows))}
-    # fold models
-    if F:
-        fold = bpre.row_folds(entity, F)
-        fcards, t_f = [], time.time()
-        for f in range(F):
-            keep = fold != f
-            t0 = time.time()
-            m = train_g(X[keep], Y[keep], xcfg, what=f"g[{v}/fold={f}/{F}]")
-            secs = time.time() - t0
-            d = g_dir(tmp, v, f)
-            size = save_g(
-                m,
-                cols,
-                d,
-                train_rows=rows[keep],
-                info={
-                    "variant": v,
-                    "fold": f,
-                    "folds": F,
-                    "rows": int(keep.sum()),
-                    "excluded_instance_rows": int((~keep & is_inst).sum()),
-                    "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
-                    "output_nodes": int(len(cols)),
-                    "train_s": round(secs, 2),
-                },
-            )
-            fcards.append(
-                {
-                    "fold": f,
-                    "rows": int(keep.sum()),
-                    "excluded_instance_rows": int((~keep & is_inst).sum()),
-                    "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
-                    "train_s": round(secs, 2),
-                    "size_bytes": size,
-                }
-            )
-        vcard["folds"] = fcards
-        vcard["folds_train_s"] = round(time.time() - t_f, 2)
-        vcard["folds_size_bytes"] = int(sum(c["size_bytes"] for c in fcards))
-        log.info(
-            "g[%s]: %d fold models in %.1fs (%.1f MB), full model %.1fs",
-            v,
-            F,
-            vcard["folds_train_s"],
-            vcard["folds_size_bytes"] / 1e6,
-            vcard["full"]["train_s"],
-        )
-    return vcard
+def _train_on(spark, value: str) -> str:
+    """Where g's fits run: ``driver`` or ``executors`` (``auto``: executors on a cluster, the
+    driver in local mode, whose executors share the driver's cores)."""
+    if value != "auto":
+        return value
+    master = str(spark.sparkContext.master or "")
+    return "driver" if master.startswith("local") else "executors"

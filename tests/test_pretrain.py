@@ -27,13 +27,8 @@ from pina_spark.artifacts import (
 from pina_spark.bpre import Nodes, build_y, row_folds, variant_problem
 from pina_spark.config import config_from_dict
 from pina_spark.folds import fold_of, is_heldout
-from pina_spark.pretrain import (
-    exclude_self,
-    predict_g,
-    ranking_metrics,
-    run_stage,
-    train_g,
-)
+from pina_spark.gtrain import exclude_self, predict_g, ranking_metrics, train_g
+from pina_spark.pretrain import run_stage
 from pina_spark.vectorizer import PhiPre
 
 N_ARTICLES = 1000
@@ -168,6 +163,9 @@ def citeulike_run(spark, citeulike_dir, tmp_path_factory):
                 "holdout_fraction": HOLDOUT,
                 "dense_weight": 0.5,
                 "xlinear": {"nr_splits": 8, "max_leaf_size": 50, "topk": 20},
+                # g's fits as Spark tasks (auto picks the driver in local mode): the stage's
+                # executor path, checked against the driver's loop below
+                "train_on": "executors",
             },
             "neighbors": {"train_mode": "out_of_fold", "folds": FOLDS, "leave_self_out": True},
             "inference": {"batch_size": 64, "rows_per_task": 400},
@@ -292,6 +290,7 @@ def test_save_load_predict_only_identical_scores(tmp_path):
 # --------------------------------------------------------------------------- the stage
 def test_stage_artifacts_and_card(citeulike_run):
     models = citeulike_run["models"]
+    assert json.load(open(os.path.join(models, "model_card.json")))["fits_on"] == "executors"
     assert os.path.exists(os.path.join(models, "_SUCCESS"))
     for v in ("pina", "pina_naive"):
         assert os.path.isdir(g_dir(models, v))
@@ -330,6 +329,54 @@ def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulik
     # the sparse (tf-idf) block is exactly the same, and no row is empty in one and not the other
     assert (X_tab[:, phi.dense_dim :] != X_dir[:, phi.dense_dim :]).nnz == 0
     assert citeulike_run["stats"]["encoded_rows"] == 0
+
+
+def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_path):
+    """g's fits as Spark tasks (``pretrain.train_on: executors``: one fit per task, inputs read
+    from a bundle file, models copied back) save the same models and the same held-out report
+    as the driver's loop over the same plan, on this real sample."""
+    from pina_spark import bpre, gtrain
+    from pina_spark.pretrain import features_from_embeddings
+
+    ctx = citeulike_run["ctx"]
+    nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
+    pb = problems["pina_naive"]
+    phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
+    X = features_from_embeddings(spark, ctx.paths, pb["rows"], phi.dense_dim, phi.sparse_dim)
+    out = np.array([e is not None and is_heldout(e, HOLDOUT) for e in pb["entity"]])
+    b = gtrain.make_bundle(pb, X, bpre.row_folds(pb["entity"], FOLDS), out)
+    fits = gtrain.plan_fits("pina_naive", gtrain.has_heldout(b), FOLDS)
+    assert [f.kind for f in fits] == ["heldout", "full"] + ["fold"] * FOLDS
+    xcfg = ctx.cfg.pretrain.xlinear
+    drv, exe = str(tmp_path / "driver"), str(tmp_path / "executors")
+    on_driver = [gtrain.run_fit(f, b, xcfg, drv) for f in fits]
+    on_tasks = gtrain.fits_on_executors(
+        spark, {"pina_naive": b}, fits, xcfg, str(tmp_path / "scratch"), exe
+    )
+
+    def no_times(card):  # seconds differ, and so do the sizes of the g_info.json holding them
+        drop = ("train_s", "size_bytes", "model_size_bytes")
+        flat = {k: v for k, v in card.items() if k not in drop}
+        if "heldout_eval" in card:
+            flat["heldout_eval"] = {k: v for k, v in card["heldout_eval"].items() if k not in drop}
+        return flat
+
+    assert [no_times(c) for c in on_tasks] == [no_times(c) for c in on_driver]
+    sample = X[:300]
+    for f in fits[1:]:
+        a = load_g(g_dir(drv, "pina_naive", f.fold))
+        c = load_g(g_dir(exe, "pina_naive", f.fold))
+        pa, pc = predict_g(a, sample, xcfg), predict_g(c, sample, xcfg)
+        assert (pa != pc).nnz == 0, f.name
+        assert np.array_equal(
+            np.load(os.path.join(g_dir(exe, "pina_naive", f.fold), TRAIN_ROWS)),
+            np.load(os.path.join(g_dir(drv, "pina_naive", f.fold), TRAIN_ROWS)),
+        )
+    # the stage ran its fits as tasks: the driver's loop reproduces its published report
+    card = json.load(open(os.path.join(citeulike_run["models"], "model_card.json")))
+    assert (
+        on_driver[0]["heldout_eval"]["P@1"] == card["variants"]["pina_naive"]["heldout_eval"]["P@1"]
+    )
 
 
 def test_heldout_p1_beats_popularity(citeulike_run):
