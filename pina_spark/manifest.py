@@ -43,14 +43,15 @@ def _now_us() -> str:
 _LIBS = ("pyspark", "pyarrow", "numpy", "scipy", "pandas", "libpecos", "torch", "transformers")
 
 
-def library_versions() -> Dict[str, Optional[str]]:
-    """Installed versions of the stack (``None`` for a missing package)."""
+def library_versions(names=_LIBS) -> Dict[str, Optional[str]]:
+    """Installed versions of ``names`` (default: the stack) and of Python (``None`` for a
+    missing package): the run manifest's ``libraries`` and the model cards' ``versions``."""
     try:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
         return {}
     out: Dict[str, Optional[str]] = {"python": platform.python_version()}
-    for name in _LIBS:
+    for name in names:
         try:
             out[name] = version(name)
         except PackageNotFoundError:

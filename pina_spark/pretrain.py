@@ -70,6 +70,7 @@ import numpy as np
 from . import artifacts, bpre, gtrain, io, redact
 from .artifacts import FOLDS_JSON, MODEL_CARD
 from .folds import is_heldout
+from .manifest import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     card: Dict[str, Any] = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "variants": {},
-        "versions": artifacts.library_versions(),
+        "versions": library_versions(artifacts.MODEL_LIBS),
         "config": redact.redact_config(
             {
                 "pretrain": pcfg.to_dict(),
@@ -180,11 +181,9 @@ def run_stage(ctx) -> Dict[str, Any]:
         else "off: Y = B_pre as given",
         # the vectorizer's card, as fitted by the vectorizer stage (fine-tuning included)
         **{k: vcard[k] for k in ("vectorizer", "contrastive", "xtransformer") if k in vcard},
-        "times_s": dict(
-            vcard.get("times_s", {}), vectorizer_stage=vcard.get("times_s", {}).get("stage")
-        ),
+        "times_s": dict(vcard.get("times_s", {})),
     }
-    card["times_s"].pop("stage", None)
+    card["times_s"]["vectorizer_stage"] = card["times_s"].pop("stage", None)
     report: Dict[str, Any] = {
         "variants": {},
         "holdout_fraction": pcfg.holdout_fraction,

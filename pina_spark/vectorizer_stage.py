@@ -35,6 +35,7 @@ import time
 from typing import Any, Dict
 
 from . import artifacts, bpre, finetune, io, redact
+from .manifest import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(all_rows)]]
     card: Dict[str, Any] = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "versions": artifacts.library_versions(),
+        "versions": library_versions(artifacts.MODEL_LIBS),
         "config": redact.redact_config({"pretrain": pcfg.to_dict()}),
         "times_s": {},
     }
@@ -73,11 +74,11 @@ def run_stage(ctx) -> Dict[str, Any]:
             encoder, enc_dir, card["xtransformer"] = finetune.fine_tune_xtransformer(
                 pre, problems, nodes, pcfg, os.path.join(work, "xtransformer")
             )
-            card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         elif pcfg.encoder == "contrastive":
             encoder, enc_dir, card["contrastive"] = finetune.fine_tune_contrastive(
                 problems, nodes, pcfg, os.path.join(work, "contrastive"), cfg.task.labels_are_items
             )
+        if encoder is not None:
             card["times_s"]["fine_tune"] = round(time.time() - t0, 2)
         phi = PhiPre.fit(texts, pcfg, encoder=encoder, encoder_dir=enc_dir, preprocessor=pre)
         phi.save(tmp)
@@ -100,10 +101,9 @@ def run_stage(ctx) -> Dict[str, Any]:
         "encoded_rows": 0,  # the embed stage encodes; fine-tuning trains on pairs, not rows
         "seconds": round(time.time() - t_stage, 1),
     }
-    for k in ("contrastive", "xtransformer"):
-        if k in card:
-            stats[f"{k}_pairs" if k == "contrastive" else f"{k}_rows"] = card[k].get(
-                "pairs" if k == "contrastive" else "rows"
-            )
+    if "contrastive" in card:
+        stats["contrastive_pairs"] = card["contrastive"].get("pairs")
+    if "xtransformer" in card:
+        stats["xtransformer_rows"] = card["xtransformer"].get("rows")
     log.info("vectorizer done: %s", stats)
     return stats
