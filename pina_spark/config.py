@@ -282,6 +282,22 @@ class PretrainConfig(_Params):
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
 
+    #: the settings the vectorizer stage reads: tf-idf, encoder, fine-tuning (``holdout_fraction``:
+    #: g's held-out items never become fine-tuning pairs); ``xlinear`` too, with ``encoder:
+    #: xtransformer`` only (the ranker of its fine-tuning; see :data:`pina_spark.stages.STAGES`)
+    VECTORIZER: typing.ClassVar[Tuple[str, ...]] = (
+        "encoder",
+        "encoder_path",
+        "max_length",
+        "tfidf",
+        "xtransformer",
+        "contrastive",
+        "holdout_fraction",
+        "dense_weight",
+    )
+    #: the settings that decide how g is trained (the pretrain stage); ``train_on`` only decides
+    #: where its fits run (the same models either way), so no stage depends on it
+    G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("xlinear", "holdout_fraction")
     #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
     REMOVED: typing.ClassVar[Dict[str, str]] = {
         "encode_batch_size": "the driver no longer encodes the pretraining rows; the embed "

@@ -204,7 +204,11 @@ def _run_leased(
                     run_id,
                 )
         for spec in plan(cfg, stages):
-            fp = _hash(base + cfg.fingerprint(*spec.sections) + _upstream_token(ctx, spec.name))
+            fp = _hash(
+                base
+                + cfg.fingerprint(*spec.fingerprint_sections(cfg))
+                + _upstream_token(ctx, spec.name)
+            )
             if cfg.run.incremental and spec.name in INCREMENTAL:
                 fn = _incremental_runner(spec)
             else:

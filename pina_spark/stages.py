@@ -16,7 +16,7 @@ import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import io
-from .config import STAGE_NAMES, NeighborsConfig, PinaConfig
+from .config import STAGE_NAMES, NeighborsConfig, PinaConfig, PretrainConfig
 from .manifest import Manifest
 
 __all__ = ["STAGES", "StageSpec", "StageContext", "G_TRAINING_FIELDS"]
@@ -24,6 +24,15 @@ __all__ = ["STAGES", "StageSpec", "StageContext", "G_TRAINING_FIELDS"]
 #: the ``neighbors`` settings that decide how g is trained (so pretrain depends on them); the
 #: other ``neighbors`` settings (k, weighting, ...) only change prediction
 G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
+#: the ``pretrain`` settings of the vectorizer stage, and those of g (the pretrain stage)
+VECTORIZER_FIELDS = tuple(f"pretrain.{k}" for k in PretrainConfig.VECTORIZER)
+G_FIELDS = tuple(f"pretrain.{k}" for k in PretrainConfig.G_TRAINING)
+
+
+def _xtransformer_ranker(cfg: PinaConfig) -> Tuple[str, ...]:
+    """``encoder: xtransformer`` fine-tunes with an XR-Transformer whose ranker is configured by
+    ``pretrain.xlinear``; no other encoder reads it."""
+    return ("pretrain.xlinear",) if cfg.pretrain.encoder == "xtransformer" else ()
 
 
 @dc.dataclass(frozen=True)
@@ -41,6 +50,23 @@ class StageSpec:
     #: version is recorded with the stage, so an incremental run never merges rows computed
     #: with two versions of it
     model_folder: Optional[str] = None
+    #: fields the output depends on for some configurations only (``cfg -> fields``)
+    sections_if: Optional[Callable[[PinaConfig], Tuple[str, ...]]] = None
+
+    def fingerprint_sections(self, cfg: PinaConfig) -> Tuple[str, ...]:
+        """The sections and fields whose values make this stage's fingerprint under ``cfg``.
+
+        Examples
+        --------
+        >>> from pina_spark.config import config_from_dict
+        >>> xt = config_from_dict({"output": "/r", "pretrain": {"encoder": "xtransformer"}})
+        >>> "pretrain.xlinear" in STAGES["vectorizer"].fingerprint_sections(xt)
+        True
+        >>> "pretrain.xlinear" in STAGES["vectorizer"].fingerprint_sections(
+        ...     config_from_dict({"output": "/r"}))
+        False
+        """
+        return self.sections + (self.sections_if(cfg) if self.sections_if else ())
 
     def load(self) -> Callable[["StageContext"], Dict[str, Any]]:
         mod, fn = self.target.split(":")
@@ -56,12 +82,14 @@ STAGES: Dict[str, StageSpec] = {
             ("input", "side_info", "task", "graph", "quality"),
             (io.NODES, io.PRETRAIN_EDGES, io.INSTANCE_LABELS),
         ),
-        # B_pre's rows decide the tf-idf and the fine-tuning pairs (leave_self_out, twins)
+        # B_pre's rows decide the tf-idf and the fine-tuning pairs (leave_self_out, twins); g's
+        # settings (xlinear but for xtransformer, folds, train_on) do not reach it or embed
         StageSpec(
             "vectorizer",
             "pina_spark.vectorizer_stage:run_stage",
-            ("pretrain", "task.labels") + G_TRAINING_FIELDS,
+            VECTORIZER_FIELDS + ("task.labels", "neighbors.leave_self_out"),
             (io.VECTORIZER,),
+            sections_if=_xtransformer_ranker,
         ),
         StageSpec(
             "embed",
@@ -73,7 +101,7 @@ STAGES: Dict[str, StageSpec] = {
         StageSpec(
             "pretrain",
             "pina_spark.pretrain:run_stage",
-            ("pretrain", "task.labels") + G_TRAINING_FIELDS,
+            G_FIELDS + ("task.labels",) + G_TRAINING_FIELDS,
             (io.MODELS,),
         ),
         StageSpec(

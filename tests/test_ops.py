@@ -6,6 +6,7 @@ published tables through pina_spark.io) registered by monkeypatching ``pipeline.
 tests do not depend on the other stage modules.
 """
 
+import dataclasses as dc
 import json
 import os
 
@@ -162,9 +163,7 @@ def stub_evaluate(ctx):
 def stubs(monkeypatch):
     specs = {}
     for name, spec in pipeline.STAGES.items():
-        specs[name] = pipeline.StageSpec(
-            name, f"{__name__}:stub_{name}", spec.sections, spec.outputs, spec.model_folder
-        )
+        specs[name] = dc.replace(spec, target=f"{__name__}:stub_{name}")
     monkeypatch.setattr(pipeline, "STAGES", specs)
     CALLS.clear()
     FAIL.clear()
@@ -288,6 +287,40 @@ def test_changed_config_redoes_that_stage_and_later_ones(spark, tmp_path, stubs)
     assert [c[0] for c in CALLS] == ["aggregate", "train", "evaluate"]
     # running one stage alone (as a jobs/<stage>.py step does) agrees with the full run
     assert pipeline.run_pipeline(spark, cfg2, ["embed"]) == {"embed": "skipped"}
+
+
+def test_g_settings_do_not_rerun_the_vectorizer_or_embed(spark, tmp_path, stubs):
+    """Stage 1 is split so that a change to g (its tree, folds, where its fits run) keeps the
+    vectorizer and the embeddings, the expensive part; a vectorizer setting reruns both, and so
+    does g's tree for the one encoder whose fine-tuning uses it (xtransformer)."""
+    a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
+    cfg = make_cfg(tmp_path, a)
+    pipeline.run_pipeline(spark, cfg, TO_FEATURES)
+
+    def rerun(**sections):
+        d = cfg.to_dict()
+        for sec, val in sections.items():
+            d[sec] = {**d[sec], **val}
+        c = config_from_dict(d)
+        CALLS.clear()
+        result = pipeline.run_pipeline(spark, c, TO_FEATURES)
+        pipeline.run_pipeline(spark, cfg, TO_FEATURES)  # back to the reference run
+        return [k for k, v in result.items() if v == "ran"]
+
+    after_g = ["pretrain", "neighbors", "aggregate"]
+    assert rerun(pretrain={"xlinear": {**cfg.pretrain.xlinear.to_dict(), "nr_splits": 4}}) == (
+        after_g
+    )
+    assert rerun(neighbors={"folds": 3}) == after_g
+    assert rerun(pretrain={"train_on": "executors"}) == []  # the same models either way
+    assert rerun(pretrain={"tfidf": {"min_df_cnt": 1}}) == TO_FEATURES[1:]
+    xt = config_from_dict({**cfg.to_dict(), "pretrain": {"encoder": "xtransformer"}})
+    pipeline.run_pipeline(spark, xt, TO_FEATURES)
+    d = xt.to_dict()
+    d["pretrain"]["xlinear"]["nr_splits"] = 4
+    CALLS.clear()
+    result = pipeline.run_pipeline(spark, config_from_dict(d), TO_FEATURES)
+    assert [k for k, v in result.items() if v == "ran"] == TO_FEATURES[1:]
 
 
 def test_missing_output_is_redone_even_if_manifest_says_complete(spark, tmp_path, stubs):
