@@ -151,13 +151,15 @@ class GraphConfig(_Params):
         measure: edge score: ``count`` | ``jaccard`` | ``pmi`` | ``llr`` (Dunning's log-likelihood
             ratio as in Mahout).
         min_score: optional threshold on the measure (applied after ``min_count``).
-        strategy: how pairs are counted (the same edges either way): ``broadcast`` (the driver
-            collects the (basket, item) rows as Arrow, codes and caps them once, every task
-            gets the basket x item matrix and counts the pairs of its own range of items with
-            a sparse product; no shuffle), ``shuffle`` (per-partition pair counts merged by a
+        strategy: how pairs are counted (the same edges either way): ``broadcast`` (the events
+            are validated on their way to the driver in one pass and arrive as Arrow; the driver
+            codes and caps the (basket, item) rows once, every task gets the basket x item
+            matrix and counts the pairs of its own range of items with a sparse product; no
+            shuffle), ``shuffle`` (validation and per-partition pair counts in Spark, merged by a
             Spark aggregation; for logs that do not fit the driver) or ``auto`` (``broadcast``
             up to ``broadcast_max_events`` events, else ``shuffle``).
-        broadcast_max_events: the ``auto`` limit (validated events) of ``broadcast``.
+        broadcast_max_events: the ``auto`` limit of ``broadcast`` (event rows read, before
+            validation).
     """
 
     min_count: int = 2

@@ -36,16 +36,18 @@ Pair counting (``graph.strategy``, decided once on the driver: :func:`pair_plan`
 --------------------------------------------------------------------------------
 Both strategies give the same edges (tests/test_graph.py checks both against brute force).
 
-* ``broadcast`` (``auto`` up to ``graph.broadcast_max_events`` validated events): the driver
-  collects the (basket, item) rows once as Arrow, codes items by sorted id, drops duplicate
-  rows, applies the cap (hashing only the rows of baskets over the cap) and builds the basket x
-  item incidence matrix X (CSR) with n_a and N (:func:`basket_matrix`). One Spark job of
+* ``broadcast`` (``auto`` up to ``graph.broadcast_max_events`` input events): the events are
+  validated on their way to the driver, in one pass (:mod:`pina_spark.collected_events`: read by
+  pyarrow where it reaches Parquet input, else one Spark collect; the row rules, unknown items
+  and duplicates on the driver), and the driver codes items by sorted id, drops duplicate rows,
+  applies the cap (hashing only the rows of baskets over the cap) and builds the basket x item
+  incidence matrix X (CSR) with n_a and N (:func:`basket_matrix`). One Spark job of
   ``defaultParallelism`` tasks gets X as a broadcast; task t counts the pairs (a, b), a < b, of
-  its contiguous range of item codes (ranges of about equal work) as ``X[:, lo:hi].T @
-  X[:, lo:]`` (scipy's sparse product accumulates each row in a dense buffer: no sort of the
-  pair occurrences), keeps ``count >= min_count`` and scores them in numpy. No shuffle; only
-  thresholded edges leave the tasks. The train-only graph is built from the same collected
-  rows (train items kept before the cap), not from a second pass over the events.
+  its contiguous range of item codes (ranges of about equal work) as ``X[:, lo:hi].T @ X[:,
+  lo:]`` (scipy's sparse product accumulates each row in a dense buffer: no sort of the pair
+  occurrences), keeps ``count >= min_count`` and scores them in numpy. No shuffle; only
+  thresholded edges leave the tasks. The train-only graph is built from the same collected rows
+  (train items kept before the cap), not from a second pass over the events.
 * ``shuffle``: :func:`capped_baskets` (a window per basket), per-partition pair counts
   (:func:`co_counts`, numpy) merged by a Spark aggregation, scores by joins
   (:func:`_score`). For logs that do not fit the driver.
@@ -1061,6 +1063,7 @@ def _degree_stats(spark, uri: str) -> Tuple[int, Dict[str, float]]:
 
 
 def _build_graphs(
+    spark,
     events,
     instances,
     graph_cfg,
@@ -1075,11 +1078,12 @@ def _build_graphs(
     train instance, their basket stats); ``None, None`` for the last two without
     ``need_train``. Frames are lazy except what the steps materialise. With ``broadcast`` the
     (basket, item) rows are collected once and both graphs come from them; ``tasks`` receives
-    their :class:`PairTask` (all items first)."""
+    their :class:`PairTask` (all items first). ``events``: with ``broadcast`` the clean rows
+    already on the driver (a pyarrow Table, :mod:`pina_spark.collected_events`), else a
+    DataFrame."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    spark = events.sparkSession
     train_only = False
     if need_train:
         with timer.step("train.items"):
@@ -1089,8 +1093,8 @@ def _build_graphs(
     )
     out: List[Any] = []
     if gplan.strategy == "broadcast":
-        with timer.step("i2i.collect_events"):
-            tbl = io.collect_arrow(events.select(io.BASKET_ID, io.ITEM_ID))
+        tbl = events.select([io.BASKET_ID, io.ITEM_ID])
+        with timer.step("train.collect_ids"):
             keep = io.collect_arrow(train_ids).column(0) if train_only else None
         for prefix, k in [("", None)] + ([("train.", keep)] if train_only else []):
             with timer.step(prefix + "i2i.basket_matrix"):
@@ -1137,11 +1141,31 @@ def run_stage(ctx) -> Dict[str, Any]:
     persisted: List[Any] = []
     stats: Dict[str, Any] = {}
     in_stats: Dict[str, Any] = {}
-    tables, quarantine = validate.validate_inputs(spark, cfg, in_stats, persisted, timer)
+    raw = validate.read_inputs(spark, cfg)
+    rows_in: Dict[str, int] = {}
+    gplan: Optional[PairPlan] = None
+    if "events" in raw:  # the pair plan decides how the events are validated, too
+        with timer.step("events.rows_in"):
+            rows_in["events"] = raw["events"].count()
+        gplan = pair_plan(spark, cfg.graph, rows_in["events"])
+        stats["pair_plan"] = dc.asdict(gplan)
+        log.info("graph stage: pair counting %s", gplan)
+    tables, quarantine = validate.validate_inputs(
+        spark,
+        cfg,
+        in_stats,
+        persisted,
+        timer,
+        raw=raw,
+        rows_in=rows_in,
+        collect_events=gplan is not None and gplan.strategy == "broadcast",
+    )
     stats["inputs"] = in_stats
     for name, q in quarantine.items():
         with timer.step(f"quarantine.{name}"):
-            written = io.write_quarantine(q, paths, name, in_stats[name]["rows_quarantined"])
+            written = io.write_quarantine(
+                q, paths, name, in_stats[name]["rows_quarantined"], spark=spark
+            )
         if written != in_stats[name]["reasons"]:
             raise validate.ValidationInvariantError(
                 f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}"
@@ -1158,13 +1182,20 @@ def run_stage(ctx) -> Dict[str, Any]:
     events = tables.get("events")
     i2i_all = i2i_train = None
     if events is not None:
+        assert gplan is not None
         need_train = cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph"
-        gplan = pair_plan(spark, cfg.graph, in_stats["events"]["rows_used"])
-        stats["pair_plan"] = dc.asdict(gplan)
-        log.info("graph stage: pair counting %s", gplan)
         pair_tasks: List[PairTask] = []
         built = _build_graphs(
-            events, instances, cfg.graph, gplan, plan, need_train, persisted, timer, pair_tasks
+            spark,
+            events,
+            instances,
+            cfg.graph,
+            gplan,
+            plan,
+            need_train,
+            persisted,
+            timer,
+            pair_tasks,
         )
         edges, stats["baskets"] = built[0], built[1]
         with timer.step("i2i.publish"):

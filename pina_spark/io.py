@@ -804,41 +804,62 @@ def _footer_has_contract(uri: str, contract) -> bool:
 
 
 def write_quarantine(
-    df, paths: RunPaths, table: str, n_rows: Optional[int] = None
+    df, paths: RunPaths, table: str, n_rows: Optional[int] = None, spark=None
 ) -> Dict[str, int]:
     """Publish quarantined rows of input ``table`` (with a ``reason`` column) under
     ``quarantine/<table>`` and return counts per reason, counted on the published table
     (:func:`group_counts`; always written, even when empty). ``n_rows=0`` (known to the
     caller): where pyarrow reaches the run root, the empty table is written by the driver
-    (one Parquet file with the schema, ``_SUCCESS``, same publish) instead of a Spark job."""
+    (one Parquet file with the schema, ``_SUCCESS``, same publish) instead of a Spark job.
+    ``df`` may also be a pyarrow Table (rows validated on the driver,
+    :mod:`pina_spark.collected_events`; ``spark`` then required): written by
+    :func:`write_arrow`."""
+    import pyarrow as pa
+
     rel = f"{QUARANTINE}/{table}"
-    if n_rows == 0 and pyarrow_reaches(paths.root):
-        _write_empty(df, paths, rel)
+    if isinstance(df, pa.Table):
+        write_arrow(spark, df, paths, rel)
+    elif n_rows == 0 and pyarrow_reaches(paths.root):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        spark = df.sparkSession
+        write_arrow(spark, pa.Table.from_batches([], schema=to_arrow_schema(df.schema)), paths, rel)
         return {}
-    write_table(df, paths, rel)
-    counts = group_counts(df.sparkSession, paths.table(rel), [REASON])
+    else:
+        spark = df.sparkSession
+        write_table(df, paths, rel)
+    counts = group_counts(spark, paths.table(rel), [REASON])
     return {r[REASON]: int(r["count"]) for r in counts.to_pylist()}
 
 
-def _write_empty(df, paths: RunPaths, rel: str) -> None:
-    """Publish an empty table with ``df``'s schema at ``rel`` without a Spark job."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
+def write_arrow(spark, tbl, paths: RunPaths, rel: str) -> str:
+    """Publish a pyarrow Table held by the driver at ``paths.table(rel)``, same staging and
+    publish as :func:`write_table`: one Parquet file written by pyarrow where pyarrow reaches
+    the run root, else through Spark (``createDataFrame`` from pandas).
 
-    spark = df.sparkSession
+    Examples
+    --------
+    >>> write_arrow(spark, pa.table({"a": [1]}), paths, "quarantine/x")   # doctest: +SKIP
+    """
+    if not pyarrow_reaches(paths.root):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        df = spark.createDataFrame(tbl.to_pandas(), schema=from_arrow_schema(tbl.schema))
+        return write_table(df, paths, rel)
+    import pyarrow.parquet as pq
+
     staging = paths.staging(rel)
     try:
         fs, root = pyarrow_fs(staging)
         fs.create_dir(root, recursive=True)
-        schema = to_arrow_schema(df.schema)
-        with fs.open_output_stream(f"{root}/part-00000.parquet") as fh:
-            pq.write_table(pa.Table.from_batches([], schema=schema), fh)
+        with fs.open_output_stream(f"{root}/part-00000.zstd.parquet") as fh:
+            pq.write_table(tbl, fh, compression="zstd")
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, paths.table(rel))
     except BaseException:
         discard_staging(spark, staging)
         raise
+    return paths.table(rel)
 
 
 def group_counts(spark, uri: str, cols: Sequence[str]):
@@ -879,6 +900,36 @@ def _format_of(uri: str) -> str:
 
 
 CORRUPT = "_corrupt_record"
+
+
+def read_input_arrow(uri: str, table: str):
+    """The rows of a Parquet input table as a pyarrow Table read by the driver (contract
+    columns, absent optional ones as nulls, plus a null ``_corrupt_record``: what
+    :func:`read_input` gives), or ``None`` when the input is not Parquet or pyarrow does not
+    reach it (then read it with Spark). Call :func:`read_input` first: it checks the columns
+    and their types.
+
+    Examples
+    --------
+    >>> read_input_arrow("events.csv", "events") is None
+    True
+    """
+    if _format_of(uri) != "parquet" or not pyarrow_reaches(uri):
+        return None
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    dset = parquet_dataset(uri)
+    if dset is None:
+        return None
+    full = to_arrow_schema(schema(table))
+    present = set(dset.schema.names)
+    tbl = dset.to_table(columns=[f.name for f in full if f.name in present])
+    cols = [
+        tbl.column(f.name).cast(f.type) if f.name in present else pa.nulls(tbl.num_rows, f.type)
+        for f in full
+    ]
+    return pa.table(cols + [pa.nulls(tbl.num_rows, pa.string())], names=[*full.names, CORRUPT])
 
 
 def read_input(spark, uri: str, table: str):

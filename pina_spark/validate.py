@@ -72,7 +72,10 @@ from . import io
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "read_inputs",
     "validate_inputs",
+    "reason_counts",
+    "tag_event_rows",
     "required_tables",
     "ValidationInvariantError",
     "check_quality",
@@ -297,19 +300,20 @@ def validate_instance_labels(raw, instances, labels):
     return _flag_duplicates(tagged, [io.INSTANCE_ID, io.LABEL_ID], [F.lit(1)], "duplicate_pair")
 
 
-def validate_events(raw, instances):
-    """Tag ``events`` rows against the clean ``instances`` frame.
+def tag_event_rows(raw):
+    """The row rules of ``events`` (every reason but ``unknown_item`` and ``duplicate_event``,
+    which need other rows): the raw frame plus ``reason``. Shared by :func:`validate_events` and
+    the driver-side pass of :mod:`pina_spark.collected_events`.
 
     Examples
     --------
-    >>> validate_events(io.read_input(spark, "events.csv", "events"),
-    ...                 clean_instances)  # doctest: +SKIP
+    >>> tag_event_rows(io.read_input(spark, "events.csv", "events"))  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
 
     w = F.col(io.WEIGHT)
     bad_weight = w.isNotNull() & (F.isnan(w) | (w == float("inf")) | (w == float("-inf")) | (w < 0))
-    tagged = _tag(
+    return _tag(
         raw,
         [
             (F.col(io.CORRUPT).isNotNull(), "unparseable"),
@@ -320,8 +324,20 @@ def validate_events(raw, instances):
             (bad_weight, "invalid_weight"),
         ],
     )
+
+
+def validate_events(raw, instances):
+    """Tag ``events`` rows against the clean ``instances`` frame.
+
+    Examples
+    --------
+    >>> validate_events(io.read_input(spark, "events.csv", "events"),
+    ...                 clean_instances)  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
     tagged = _flag_unknown(
-        tagged,
+        tag_event_rows(raw),
         instances.select(F.col(io.INSTANCE_ID).alias(io.ITEM_ID)),
         io.ITEM_ID,
         "unknown_item",
@@ -329,7 +345,7 @@ def validate_events(raw, instances):
     return _flag_duplicates(
         tagged,
         [io.BASKET_ID, io.ITEM_ID],
-        [F.col(io.EVENT_TIME).asc_nulls_last(), w.asc_nulls_last()],
+        [F.col(io.EVENT_TIME).asc_nulls_last(), F.col(io.WEIGHT).asc_nulls_last()],
         "duplicate_event",
     )
 
@@ -366,12 +382,50 @@ def required_tables(cfg) -> Tuple[str, ...]:
     return tuple(need)
 
 
+def read_inputs(spark, cfg) -> Dict[str, Any]:
+    """The raw frames of every configured input table (:func:`pina_spark.io.read_input`), after
+    checking that the tables the config needs are configured.
+
+    Raises
+    ------
+    pina_spark.io.InputError
+        a required input not configured, a missing path, a missing column or a wrong type.
+
+    Examples
+    --------
+    >>> sorted(read_inputs(spark, cfg))                                  # doctest: +SKIP
+    ['instance_labels', 'instances', 'labels']
+    """
+    inp = cfg.input
+    for name in required_tables(cfg):
+        if not getattr(inp, name):
+            why = (
+                "task.labels=given"
+                if name in ("labels", "instance_labels")
+                else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
+            )
+            raise io.InputError(f"input.{name}: required ({why}) but not configured")
+    if cfg.task.labels == "graph" and (inp.labels or inp.instance_labels):
+        log.warning(
+            "task.labels=graph: input.labels / input.instance_labels are validated but "
+            "not used (labels come from the co-purchase graph)"
+        )
+    return {
+        name: io.read_input(spark, getattr(inp, name), name)
+        for name in TABLE_ORDER
+        if getattr(inp, name)
+    }
+
+
 def validate_inputs(
     spark,
     cfg,
     stats: Optional[Dict[str, Any]] = None,
     persisted: Optional[List[Any]] = None,
     timer=None,
+    raw: Optional[Dict[str, Any]] = None,
+    rows_in: Optional[Dict[str, int]] = None,
+    collect_events: bool = False,
 ):
     """Read and validate every configured input table.
 
@@ -387,6 +441,15 @@ def validate_inputs(
         done (the returned frames are computed from them).
     timer : pina_spark.manifest.StepTimer, optional
         Records one step ``validate.<table>`` per table (read, tag, count).
+    raw : dict, optional
+        The frames of :func:`read_inputs` when the caller has read them already.
+    rows_in : dict, optional
+        Row counts of raw tables the caller has counted already (not counted again).
+    collect_events : bool
+        Validate ``events`` in one pass that brings them to the driver as Arrow
+        (:mod:`pina_spark.collected_events`, for the ``broadcast`` pair plan, which needs them
+        there anyway): ``tables["events"]`` and ``quarantine["events"]`` are then pyarrow
+        Tables. Same reasons, same kept rows as the Spark path.
 
     Returns
     -------
@@ -409,25 +472,7 @@ def validate_inputs(
     >>> st["events"]["reasons"]                                          # doctest: +SKIP
     {'unknown_item': 3, 'duplicate_event': 1}
     """
-    inp = cfg.input
-    for name in required_tables(cfg):
-        if not getattr(inp, name):
-            why = (
-                "task.labels=given"
-                if name in ("labels", "instance_labels")
-                else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
-            )
-            raise io.InputError(f"input.{name}: required ({why}) but not configured")
-    if cfg.task.labels == "graph" and (inp.labels or inp.instance_labels):
-        log.warning(
-            "task.labels=graph: input.labels / input.instance_labels are validated but "
-            "not used (labels come from the co-purchase graph)"
-        )
-    raw = {}
-    for name in TABLE_ORDER:
-        uri = getattr(inp, name)
-        if uri:
-            raw[name] = io.read_input(spark, uri, name)
+    raw = read_inputs(spark, cfg) if raw is None else raw
     tables: Dict[str, Any] = {}
     quarantine: Dict[str, Any] = {}
     counts: Dict[str, Dict[str, Any]] = {}
@@ -435,15 +480,31 @@ def validate_inputs(
         if name not in raw:
             continue
         with timer.step(f"validate.{name}") if timer is not None else _no_timer():
+            uri = getattr(cfg.input, name)
+            n_in = (rows_in or {}).get(name)
+            n_in = raw[name].count() if n_in is None else int(n_in)
+            if n_in == 0:
+                raise io.InputError(
+                    f"input.{name}: {uri} has no rows (an empty input table is an error)"
+                )
+            if name == "events" and collect_events:
+                from . import collected_events
+
+                tables[name], quarantine[name], counts[name] = collected_events.validate_events(
+                    raw[name], tables["instances"], n_in, uri
+                )
+                _log_counts(name, counts[name])
+                continue
             _validate_one(
                 name,
                 raw,
                 tables,
                 quarantine,
                 counts,
-                getattr(inp, name),
+                uri,
                 persisted,
                 cfg.quality.max_text_chars,
+                n_in,
             )
     if stats is not None:
         stats.update(counts)
@@ -521,7 +582,7 @@ def _no_timer():
     return contextlib.nullcontext()
 
 
-def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_text_chars):
+def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_text_chars, rows_in):
     """Tag, persist and count one table (fills ``tables``, ``quarantine``, ``counts``)."""
     from pyspark import StorageLevel
 
@@ -540,9 +601,18 @@ def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_tex
     tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
     if persisted is not None:
         persisted.append(tagged)
-    counts[name] = _count(raw[name], tagged, name, uri)
+    from pyspark.sql import functions as F
+
+    by_reason = {
+        r[io.REASON]: int(r["n"])
+        for r in tagged.groupBy(io.REASON).agg(F.count(F.lit(1)).alias("n")).collect()
+    }
+    counts[name] = reason_counts(name, uri, rows_in, by_reason)
     tables[name], quarantine[name] = _split(tagged, name)
-    c = counts[name]
+    _log_counts(name, counts[name])
+
+
+def _log_counts(name: str, c: Dict[str, Any]) -> None:
     log.info(
         "input %s: %d rows in, %d used, %d quarantined %s",
         name,
@@ -553,17 +623,22 @@ def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_tex
     )
 
 
-def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:
-    """Counts per reason and the rows-in = used + quarantined invariant."""
-    from pyspark.sql import functions as F
+def reason_counts(
+    table: str, uri: str, rows_in: int, by_reason: Dict[Optional[str], int]
+) -> Dict[str, Any]:
+    """The manifest counts of one table from its rows per reason (``None``: used), checking
+    the rows-in = used + quarantined invariant.
 
-    rows_in = raw.count()
-    if rows_in == 0:
-        raise io.InputError(f"input.{table}: {uri} has no rows (an empty input table is an error)")
-    by_reason = {
-        r[io.REASON]: int(r["n"])
-        for r in tagged.groupBy(io.REASON).agg(F.count(F.lit(1)).alias("n")).collect()
-    }
+    Examples
+    --------
+    >>> reason_counts("events", "e.csv", 3, {None: 2, "unknown_item": 1})["rows_used"]
+    2
+    >>> reason_counts("events", "e.csv", 4, {None: 2, "unknown_item": 1})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.validate.ValidationInvariantError: input.events: 4 rows in but 2 used + 1 ...
+    """
+    by_reason = dict(by_reason)
     used = by_reason.pop(None, 0)
     quarantined = sum(by_reason.values())
     if used + quarantined != rows_in:
@@ -572,8 +647,8 @@ def _count(raw, tagged, table: str, uri: str) -> Dict[str, Any]:
             f"= {used + quarantined} ({uri})"
         )
     return {
-        "rows_in": rows_in,
-        "rows_used": used,
-        "rows_quarantined": quarantined,
+        "rows_in": int(rows_in),
+        "rows_used": int(used),
+        "rows_quarantined": int(quarantined),
         "reasons": dict(sorted(by_reason.items())),
     }

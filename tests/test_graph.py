@@ -422,8 +422,9 @@ def test_run_stage_given_labels(spark, tmp_path):
         "validate.events",
     } <= set(steps)
     for step in (
+        "events.rows_in",
         "quarantine.events",
-        "i2i.collect_events",
+        "train.collect_ids",
         "i2i.basket_matrix",
         "i2i.publish",
         "nodes.publish",

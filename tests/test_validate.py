@@ -187,6 +187,181 @@ def test_events_reasons(validated):
     assert dup.event_time == "2024-01-02"
 
 
+def _event_rows(tbl_or_df):
+    cols = ["basket_id", "item_id", "event_time", "weight", io.CORRUPT, io.REASON]
+    if hasattr(tbl_or_df, "to_pylist"):
+        rows = tbl_or_df.to_pylist()
+    else:
+        rows = [r.asDict() for r in tbl_or_df.collect()]
+    return sorted(tuple(repr(r.get(c)) for c in cols) for r in rows)
+
+
+def test_events_validated_on_collection_equal_the_spark_path(spark, tmp_path, base_files):
+    """The broadcast plan's one pass (collected_events) keeps and quarantines exactly the rows
+    of the Spark path, with the same reasons: every rule, and duplicates ordered by event_time
+    (nulls last) then weight (nulls last), on the fixed cases and on 600 seeded random rows."""
+    import random
+
+    rnd = random.Random(7)
+    rows = [
+        ["f1", "i1", None, "1"],  # null time loses to any time
+        ["f1", "i1", "2024-05-01", "3"],
+        ["f1", "i1", "2024-05-01", "2"],  # same time: smaller weight kept
+        ["f1", "i2", "t", None],  # null weight loses to 0
+        ["f1", "i2", "t", "0"],
+        ["f1", "i3", "t", "1"],  # identical rows: one kept
+        ["f1", "i3", "t", "1"],
+        ["f1", "i3", "t", "1"],
+        ["b2", "i9", "t", "1"],  # unknown
+        ["b2", "i1", "t", "-2"],  # invalid weight, not a duplicate candidate
+        ["b2", "i1", "t", "heavy"],  # unparseable
+        [" ", "i1", "t", "1"],
+    ]
+    items = ["i1", "i2", "i3", "i7", "i9", "", None]
+    for _ in range(600):
+        rows.append(
+            [
+                rnd.choice(["b1", "b2", "b3", "b4", None]),
+                rnd.choice(items),
+                rnd.choice(["2024-01-01", "2024-01-02", "t", None]),
+                rnd.choice(["1", "2", "0.5", None, "NaN", "-1"]),
+            ]
+        )
+    ev = _csv(tmp_path / "events.csv", ["basket_id", "item_id", "event_time", "weight"], rows)
+    cfg = _cfg(tmp_path, **base_files, events=ev)
+    raw = validate.read_inputs(spark, cfg)
+    st_spark, st_arrow = {}, {}
+    t_spark, q_spark = validate.validate_inputs(spark, cfg, st_spark, raw=raw)
+    t_arrow, q_arrow = validate.validate_inputs(
+        spark, cfg, st_arrow, raw=raw, rows_in={"events": len(rows)}, collect_events=True
+    )
+    _check_adds_up(st_arrow)
+    assert st_arrow == st_spark
+    reasons = st_arrow["events"]["reasons"]
+    assert reasons["duplicate_event"] > 100 and reasons["unknown_item"] > 10, reasons
+    assert {"unparseable", "invalid_weight", "missing_basket", "missing_item"} <= set(reasons)
+    assert _event_rows(q_arrow["events"]) == _event_rows(q_spark["events"])
+    clean_a = sorted(tuple(repr(v) for v in r.values()) for r in t_arrow["events"].to_pylist())
+    clean_s = sorted(
+        tuple(repr(v) for v in r.asDict().values()) for r in t_spark["events"].collect()
+    )
+    assert clean_a == clean_s
+    kept = {(r["basket_id"], r["item_id"]): r for r in t_arrow["events"].to_pylist()}
+    assert (kept["f1", "i1"]["event_time"], kept["f1", "i1"]["weight"]) == ("2024-05-01", 2.0)
+    assert kept["f1", "i2"]["weight"] == 0.0
+
+
+def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
+    """collected_events.tag_rows (RE2, pyarrow) gives the reason Spark SQL's rules (Java regex)
+    give, for ids made of every kind of character the rules name."""
+    import pyarrow as pa
+
+    from pina_spark import collected_events
+
+    odd = [
+        "",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r",
+        "\x00",
+        "\x7f",
+        "\x85",
+        "\xa0",
+        "\u1680",
+        "\u2000",
+        "\u2007",
+        "\u200a",
+        "\u200b",
+        "\u200e",
+        "\u2028",
+        "\u2029",
+        "\u202f",
+        "\u205f",
+        "\u3000",
+        "\ufeff",
+        "\u00ad",
+        "\u061c",
+        "\u180e",
+        "\ufffd",
+        "\u00e9",
+        "\u4e2d",
+        "\U0001f600",
+    ]
+    ids = [None] + odd + [f"a{c}b" for c in odd] + [f"{c}x" for c in odd] + ["a b", "ok"]
+    rows = []
+    for k, v in enumerate(ids):
+        rows.append((v, "i1", None, 1.0, None))  # basket id
+        rows.append(("b", v, "t" if k % 2 else None, None, None))  # item id
+    rows += [
+        ("b", "i", "\ufffd", 1.0, None),
+        ("b", "i", None, float("nan"), None),
+        ("b", "i", None, float("inf"), None),
+        ("b", "i", None, float("-inf"), None),
+        ("b", "i", None, -0.5, None),
+        ("b", "i", None, 0.0, None),
+        ("b", "i", None, 1.0, "raw,line"),
+        ("", "", None, -1.0, "raw"),
+    ]
+    schema = "basket_id string, item_id string, event_time string, weight double, " + (
+        "_corrupt_record string"
+    )
+    df = spark.createDataFrame(rows, schema)
+    want = [r[io.REASON] for r in validate.tag_event_rows(df).collect()]
+    tbl = pa.table(
+        {
+            n: pa.array([r[k] for r in rows], t)
+            for k, (n, t) in enumerate(
+                [
+                    ("basket_id", pa.string()),
+                    ("item_id", pa.string()),
+                    ("event_time", pa.string()),
+                    ("weight", pa.float64()),
+                    ("_corrupt_record", pa.string()),
+                ]
+            )
+        }
+    )
+    got = collected_events.tag_rows(tbl).column(io.REASON).to_pylist()
+    diff = [(rows[k], want[k], got[k]) for k in range(len(rows)) if want[k] != got[k]]
+    assert not diff, diff
+    assert {"missing_basket", "missing_item", "invalid_id", "invalid_utf8"} <= set(want)
+    assert {"invalid_weight", "unparseable", None} <= set(want)
+
+
+def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
+    """io.read_input_arrow (the driver's pyarrow read of the collected path) gives the rows and
+    types io.read_input gives: absent optional column as nulls, an integer weight as double, a
+    null _corrupt_record; a folder of part files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "events"
+    d.mkdir()
+    for k in range(2):
+        pq.write_table(
+            pa.table(
+                {
+                    "basket_id": [f"b{k}", f"b{k}", None],
+                    "item_id": ["i1", "i2\u00a0", "i3"],
+                    "weight": pa.array([1, None, 3], pa.int64()),
+                    "extra": [1, 2, 3],
+                }
+            ),
+            str(d / f"part-{k}.parquet"),
+        )
+    (d / "_SUCCESS").write_text("")
+    raw = io.read_input(spark, str(d), "events")
+    by_spark = io.collect_arrow(raw)
+    by_arrow = io.read_input_arrow(str(d), "events")
+    assert by_arrow.schema.names == by_spark.schema.names
+    assert by_arrow.schema.types == by_spark.schema.types
+    key = [(c, "ascending") for c in ("basket_id", "item_id")]
+    assert by_arrow.sort_by(key).to_pylist() == by_spark.sort_by(key).to_pylist()
+    assert by_arrow.num_rows == 6 and by_arrow.column("event_time").null_count == 6
+
+
 def test_filter_pairs(validated):
     tables, _, stats = validated
     assert stats["filter_pairs"]["reasons"] == {"duplicate_pair": 1, "missing_id": 1}
@@ -290,11 +465,19 @@ def test_invariant_violation_raises(spark):
         [("a", "t", "train", None)],
         "instance_id string, text string, split string, " "_corrupt_record string",
     )
+
+    def by_reason(df):
+        return {
+            r[io.REASON]: r["n"]
+            for r in df.groupBy(io.REASON).count().toDF(io.REASON, "n").collect()
+        }
+
     tagged = validate.validate_instances(raw)
-    assert validate._count(raw, tagged, "instances", "mem")["rows_used"] == 1
+    n_in = raw.count()
+    assert validate.reason_counts("instances", "mem", n_in, by_reason(tagged))["rows_used"] == 1
     doubled = tagged.unionByName(tagged.withColumn(io.REASON, F.lit("missing_text")))
     with pytest.raises(validate.ValidationInvariantError, match="1 rows in but 1 used"):
-        validate._count(raw, doubled, "instances", "mem")
+        validate.reason_counts("instances", "mem", n_in, by_reason(doubled))
 
 
 def test_dedup_is_order_independent(spark):
