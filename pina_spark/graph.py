@@ -572,8 +572,7 @@ def i2i_edges(events, graph_cfg, fault_plan=None, capped=None, plan: Optional["P
     if plan.strategy == "broadcast":
         tbl = io.collect_arrow(events.select(io.BASKET_ID, io.ITEM_ID))
         m, _ = basket_matrix(tbl, graph_cfg.max_basket_size)
-        pairs, _ = _broadcast_pairs(events.sparkSession, m, graph_cfg, fault_plan, plan.tasks)
-        return _finish_pairs(pairs, graph_cfg)
+        return _broadcast_edges(events.sparkSession, m, graph_cfg, fault_plan, plan.tasks)[0]
     return _finish_pairs(_shuffle_pairs(events, graph_cfg, fault_plan, capped), graph_cfg)
 
 
@@ -749,6 +748,10 @@ class PairTask:
         fault_plan: ``faults.fault_plan(cfg, "graph")``.
         seconds: Spark accumulator of the tasks' compute seconds (pair counting, scoring and
             threshold, summed over tasks; read on the driver after the job).
+        directed: the task writes both directions (``src_id, dst_id, ...``) itself, so that the
+            pairs are counted once (a union of two projections of the task's output would run
+            the tasks twice); only without ``top_n`` / ``max_degree``, which rank undirected
+            pairs.
     """
 
     matrix: Any
@@ -757,12 +760,29 @@ class PairTask:
     measure: str
     fault_plan: Optional[tuple] = None
     seconds: Any = None
+    directed: bool = False
 
 
-def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int):
-    """(``_item_a, _item_b, count, score`` with ``count >= min_count``, its :class:`PairTask`):
-    one Spark job of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle.
-    The caller may ``unpersist()`` ``task.matrix`` once the frame was written."""
+def _broadcast_edges(spark, matrix, graph_cfg, fault_plan, tasks: int):
+    """(the i2i edges as :func:`i2i_edges` returns them, the :class:`PairTask`) with the
+    ``broadcast`` strategy. Without ``top_n`` / ``max_degree`` the tasks write both directions
+    (counted once); with them, the undirected pairs go through :func:`_finish_pairs`."""
+    from pyspark.sql import functions as F
+
+    directed = graph_cfg.top_n is None and graph_cfg.max_degree is None
+    pairs, task = _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks, directed)
+    if not directed:
+        return _finish_pairs(pairs, graph_cfg), task
+    if graph_cfg.min_score is not None:
+        pairs = pairs.filter(F.col(io.SCORE) >= graph_cfg.min_score)
+    return pairs, task
+
+
+def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int, directed: bool = False):
+    """(``_item_a, _item_b, count, score`` with ``count >= min_count``, or with ``directed``
+    both directions as ``src_id, dst_id, count, score``; its :class:`PairTask`): one Spark job
+    of up to ``tasks`` tasks over a broadcast basket x item matrix, no shuffle. The caller may
+    ``unpersist()`` ``task.matrix`` once the frame was written."""
     if graph_cfg.measure not in ("count", "jaccard", "pmi", "llr"):
         raise ValueError(
             f"graph.measure: unknown measure {graph_cfg.measure!r} "
@@ -777,11 +797,13 @@ def _broadcast_pairs(spark, matrix, graph_cfg, fault_plan, tasks: int):
         graph_cfg.measure,
         fault_plan,
         sc.accumulator(0.0),
+        directed,
     )
     n = len(bounds) - 1
+    a, b = (io.SRC_ID, io.DST_ID) if directed else (_ITEM_A, _ITEM_B)
     return spark.range(0, n, 1, n).mapInArrow(
         _make_range_counter(task),
-        f"{_ITEM_A} string, {_ITEM_B} string, {io.COUNT} long, {io.SCORE} double",
+        f"{a} string, {b} string, {io.COUNT} long, {io.SCORE} double",
     ), task
 
 
@@ -825,17 +847,19 @@ def _make_range_counter(task: PairTask):
                     big_n,
                     task.measure,
                 )
-                out = pa.RecordBatch.from_arrays(
-                    [
-                        items.take(pa.array(a)),
-                        items.take(pa.array(b)),
-                        pa.array(cnt),
-                        pa.array(score, pa.float64()),
-                    ],
-                    [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE],
-                )
+                ids_a, ids_b = items.take(pa.array(a)), items.take(pa.array(b))
+                cnt_s = [pa.array(cnt), pa.array(score, pa.float64())]
+                if task.directed:
+                    names = [io.SRC_ID, io.DST_ID, io.COUNT, io.SCORE]
+                    outs = [
+                        pa.RecordBatch.from_arrays([ids_a, ids_b, *cnt_s], names),
+                        pa.RecordBatch.from_arrays([ids_b, ids_a, *cnt_s], names),
+                    ]
+                else:
+                    names = [_ITEM_A, _ITEM_B, io.COUNT, io.SCORE]
+                    outs = [pa.RecordBatch.from_arrays([ids_a, ids_b, *cnt_s], names)]
                 task.seconds.add(time.perf_counter() - t0)
-                yield out
+                yield from outs
                 t0 = time.perf_counter()
 
     return count_range
@@ -1099,10 +1123,10 @@ def _build_graphs(
         for prefix, k in [("", None)] + ([("train.", keep)] if train_only else []):
             with timer.step(prefix + "i2i.basket_matrix"):
                 m, st = basket_matrix(tbl, graph_cfg.max_basket_size, keep_items=k)
-            pairs, task = _broadcast_pairs(spark, m, graph_cfg, fault_plan, gplan.tasks)
+            edges, task = _broadcast_edges(spark, m, graph_cfg, fault_plan, gplan.tasks)
             persisted.append(task.matrix)
             tasks.append(task)
-            out += [_finish_pairs(pairs, graph_cfg), st]
+            out += [edges, st]
     else:
         train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
         for prefix, ev in [("", events)] + ([("train.", train_events)] if train_only else []):
