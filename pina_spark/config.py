@@ -459,12 +459,23 @@ class TrainConfig(_Params):
         model: ``xlinear`` or ``xtransformer`` (GPU clusters).
         xlinear: downstream XR-Linear parameters.
         topk: labels kept per test instance in ``<output>/predictions``.
+        train_on: where the variants' models (independent of each other) are trained:
+            ``executors`` (one Spark task per variant, PECOS on the task's ``spark.task.cpus``
+            threads, the model written to the run's folder by the task), ``driver`` (one after
+            another) or ``auto`` (executors on a cluster, the driver in local mode, whose
+            executors share the driver's cores). ``model: xtransformer`` always trains on the
+            driver. The models and predictions are the same either way.
     """
 
     variants: List[str] = dc.field(default_factory=lambda: list(V.ALL))
     model: Literal["xlinear", "xtransformer"] = "xlinear"
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     topk: int = 10
+    train_on: Literal["auto", "driver", "executors"] = "auto"
+
+    #: the settings that decide the train stage's outputs (``train_on`` only decides where the
+    #: models are trained, so it reruns nothing)
+    MODEL: typing.ClassVar[Tuple[str, ...]] = ("variants", "model", "xlinear", "topk")
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in V.ALL]

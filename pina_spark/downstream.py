@@ -27,8 +27,11 @@ Outputs
 * ``<root>/predictions/_train_stats.json``: ``{"variants": {v: {"train_s": .., "predict_s": ..,
   ...}}, "skipped": {v: reason}}`` (read by the evaluate stage).
 
-Driver-side only: the feature matrices come from :func:`pina_spark.aggregate.features_to_csr`
-(Arrow batches per partition, no per-row py4j) and PECOS runs on the driver.
+The feature matrices are built on the driver (:func:`pina_spark.aggregate.features_to_csr`:
+Arrow batches per partition, no per-row py4j). The variants' models are independent of each
+other: ``train.train_on`` (``auto``: executors on a cluster) trains them as Spark tasks, one per
+variant (:mod:`pina_spark.downstream_tasks`), or one after another on the driver; same models,
+same predictions.
 """
 
 import dataclasses as dc
@@ -41,7 +44,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from . import io
+from . import io, runtime
 from . import variants as V
 from .aggregate import features_to_csr
 from .aggregate.layout import variant_dir
@@ -84,9 +87,10 @@ def label_matrix(rows: Sequence[int], cols: Sequence[int], n_rows: int, n_cols: 
     return Y
 
 
-def train_xlinear(X, Y, xcfg):
+def train_xlinear(X, Y, xcfg, threads: int = -1):
     """Train PECOS XR-Linear (PIFA label embedding + hierarchical k-means tree) with the
-    parameters of a :class:`~pina_spark.config.XLinearConfig`."""
+    parameters of a :class:`~pina_spark.config.XLinearConfig` on ``threads`` threads (-1: every
+    core of the machine; a Spark task passes its own)."""
     from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
 
@@ -110,7 +114,22 @@ def train_xlinear(X, Y, xcfg):
         beam_size=xcfg.beam_size,
         only_topk=xcfg.topk,
         post_processor=xcfg.post_processor,
+        threads=int(threads),
     )
+
+
+def fit_predict_xlinear(X_tr, Y, X_te, tcfg, threads: int = -1):
+    """Train XR-Linear on (X_tr, Y) and predict X_te: ``(model, cols_k, scores_k, train_s,
+    predict_s)`` (top ``tcfg.topk`` per test row). The driver and the executor path both call
+    it, so both give the same model."""
+    t0 = time.time()
+    model = train_xlinear(X_tr, Y, tcfg.xlinear, threads=threads)
+    t1 = time.time()
+    P = model.predict(
+        X_te, only_topk=max(tcfg.topk, 1), beam_size=max(tcfg.xlinear.beam_size, 1), threads=threads
+    )
+    cols_k, scores_k = topk_from_csr(P, tcfg.topk)
+    return model, cols_k, scores_k, t1 - t0, time.time() - t1
 
 
 def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
@@ -324,6 +343,9 @@ def run_stage(ctx) -> Dict[str, Any]:
     }
     per_variant: Dict[str, Dict[str, Any]] = {}
     pred_frames = []
+    where = "driver" if tcfg.model == "xtransformer" else runtime.fits_where(spark, tcfg.train_on)
+    stats["train_on"] = where
+    inputs: Dict[str, VariantInputs] = {}
     for variant in tcfg.variants:
         if variant != V.BASELINE and (
             not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant))
@@ -332,11 +354,27 @@ def run_stage(ctx) -> Dict[str, Any]:
             log.warning("train: skipping variant %s: %s", variant, reason)
             stats["skipped"][variant] = reason
             continue
-        frame, per_variant[variant] = _train_variant(
-            spark, cfg, prob, variant, feat_uri, f"{models_dir}/{variant}"
-        )
-        pred_frames.append(frame)
+        inp = variant_inputs(spark, cfg, prob, variant, feat_uri)
+        if where == "driver":  # one at a time: only one variant's matrices held at once
+            frame, per_variant[variant] = _train_variant(
+                spark, cfg, prob, variant, inp, f"{models_dir}/{variant}"
+            )
+            pred_frames.append(frame)
+        else:
+            inputs[variant] = inp
         stats["variants"].append(variant)
+    if inputs:
+        from . import downstream_tasks
+
+        log.info(
+            "train: %d variants as Spark tasks (train.train_on %s)", len(inputs), tcfg.train_on
+        )
+        for variant, (frame, st) in downstream_tasks.fit_on_executors(
+            spark, cfg, prob, inputs, models_dir, paths.staging("train-fits")
+        ).items():
+            pred_frames.append(frame)
+            per_variant[variant] = st
+    for variant in stats["variants"]:
         stats[f"{variant}_train_s"] = per_variant[variant]["train_s"]
     if not pred_frames:
         io.discard_staging(spark, models_dir)
@@ -416,10 +454,27 @@ def label_problem(spark, paths) -> LabelProblem:
     )
 
 
-def _train_variant(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str, model_uri: str):
-    """Fit one variant on the train rows, predict the test rows, save the model: ``(the
-    predictions frame, the variant's statistics)``."""
-    tcfg = cfg.train
+@dc.dataclass(frozen=True)
+class VariantInputs:
+    """One variant's matrices, decided on the driver.
+
+    Attributes:
+        X_tr, X_te: features of the train rows with labels and of the test rows (CSR).
+        vec: the baseline's fitted tf-idf (``None`` for the other variants).
+        no_feat_rows: test rows without features (no prediction for them).
+        prep_s: seconds spent building them.
+    """
+
+    X_tr: Any
+    X_te: Any
+    vec: Any
+    no_feat_rows: Tuple[int, ...]
+    prep_s: float
+
+
+def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) -> VariantInputs:
+    """The :class:`VariantInputs` of one variant (tf-idf for the baseline, else the
+    ``features`` table)."""
     t0 = time.time()
     no_feat_rows: List[int] = []
     vec = None
@@ -438,38 +493,51 @@ def _train_variant(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str, 
                 miss_tr,
                 miss_te,
             )
-    prep_s = time.time() - t0
-    t1 = time.time()
+    return VariantInputs(X_tr, X_te, vec, tuple(no_feat_rows), time.time() - t0)
+
+
+def _train_variant(spark, cfg, prob: LabelProblem, variant: str, inp: VariantInputs, model_uri):
+    """Fit one variant on the driver, predict the test rows, save the model: ``(the
+    predictions frame, the variant's statistics)``."""
+    tcfg = cfg.train
     if tcfg.model == "xtransformer":
-        model = train_xtransformer(prob.train_text, X_tr, prob.Y, cfg)
+        t1 = time.time()
+        model = train_xtransformer(prob.train_text, inp.X_tr, prob.Y, cfg)
+        train_s = time.time() - t1
+        t2 = time.time()
+        topk, beam = max(tcfg.topk, 1), max(tcfg.xlinear.beam_size, 1)
+        P = model.predict(prob.test_text, X_feat=inp.X_te, only_topk=topk, beam_size=beam)
+        cols_k, scores_k = topk_from_csr(P, tcfg.topk)
+        predict_s = time.time() - t2
     else:
-        model = train_xlinear(X_tr, prob.Y, tcfg.xlinear)
-    train_s = time.time() - t1
-    t2 = time.time()
-    topk, beam = max(tcfg.topk, 1), max(tcfg.xlinear.beam_size, 1)
-    if tcfg.model == "xtransformer":
-        P = model.predict(prob.test_text, X_feat=X_te, only_topk=topk, beam_size=beam)
-    else:
-        P = model.predict(X_te, only_topk=topk, beam_size=beam)
-    cols_k, scores_k = topk_from_csr(P, tcfg.topk)
-    for r in no_feat_rows:  # no features for this test instance: no prediction
+        model, cols_k, scores_k, train_s, predict_s = fit_predict_xlinear(
+            inp.X_tr, prob.Y, inp.X_te, tcfg
+        )
+    save_model(model, inp.vec, prob.label_ids, model_uri)
+    return variant_result(prob, variant, inp, cols_k, scores_k, train_s, predict_s)
+
+
+def variant_result(
+    prob: LabelProblem, variant: str, inp: VariantInputs, cols_k, scores_k, train_s, predict_s
+):
+    """``(the predictions frame, the variant's statistics)`` of a fitted variant (the driver
+    and the executor path alike)."""
+    for r in inp.no_feat_rows:  # no features for this test instance: no prediction
         cols_k[r] = cols_k[r][:0]
         scores_k[r] = scores_k[r][:0]
-    predict_s = time.time() - t2
-    _save_model(model, vec, prob.label_ids, model_uri)
     frame = _predictions_frame(variant, prob.test_ids, cols_k, scores_k, prob.label_ids)
     log.info(
         "train: variant %s: %d features, train %.1fs, predict %.1fs",
         variant,
-        X_tr.shape[1],
+        inp.X_tr.shape[1],
         train_s,
         predict_s,
     )
     return frame, {
         "train_s": round(train_s, 3),
         "predict_s": round(predict_s, 3),
-        "features_s": round(prep_s, 3),
-        "n_features": int(X_tr.shape[1]),
+        "features_s": round(inp.prep_s, 3),
+        "n_features": int(inp.X_tr.shape[1]),
         "n_labels_trained": len(prob.label_ids),
     }
 
@@ -513,9 +581,16 @@ def _baseline_matrices(cfg, train, test, has_lab):
     return X_tr, X_te, vec
 
 
-def _save_model(model, vec, label_ids, uri: str) -> None:
+def save_model(model, vec, label_ids, uri: str) -> None:
     """PECOS model (+ baseline vectorizer, label map) to ``uri`` (a variant's folder inside the
     staging folder of ``downstream_models``); ``_SUCCESS`` written last."""
+    start_model_dir(vec, label_ids, uri)
+    save_pecos(model, uri)
+
+
+def start_model_dir(vec, label_ids, uri: str) -> None:
+    """A fresh variant folder at ``uri`` with the label map (+ the baseline's vectorizer):
+    everything of the folder but the PECOS model (:func:`save_pecos`)."""
     remote = io.is_remote(uri)
     local = tempfile.mkdtemp(prefix="pina-downstream-") if remote else io.local_path(uri)
     if not remote and os.path.exists(local):
@@ -523,13 +598,24 @@ def _save_model(model, vec, label_ids, uri: str) -> None:
 
         shutil.rmtree(local)
     os.makedirs(local, exist_ok=True)
-    model.save(os.path.join(local, type(model).__name__.lower().replace("model", "")))
     if vec is not None:
         vec.save(os.path.join(local, "vectorizer"))
     with open(os.path.join(local, "labels.json"), "w") as fh:
         json.dump([str(x) for x in label_ids], fh)
     if remote:
         io.copy_dir(local, uri)
+
+
+def save_pecos(model, uri: str) -> None:
+    """The PECOS model into the variant folder ``uri`` (``xlinear/`` or ``xtransformer/``), then
+    ``_SUCCESS``; driver or executor side."""
+    name = type(model).__name__.lower().replace("model", "")
+    if io.is_remote(uri):
+        with tempfile.TemporaryDirectory(prefix="pina-downstream-") as local:
+            model.save(os.path.join(local, name))
+            io.copy_dir(os.path.join(local, name), io.join(uri, name))
+    else:
+        model.save(os.path.join(io.local_path(uri), name))
     io.write_bytes(io.join(uri, "_SUCCESS"), b"")
 
 

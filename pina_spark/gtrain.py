@@ -24,7 +24,6 @@ Examples
 """
 
 import dataclasses as dc
-import io as _pyio
 import json
 import logging
 import os
@@ -34,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import io
+from . import io, npz, runtime
 from .artifacts import g_dir, g_name, save_g
 from .progress import heartbeat
 
@@ -278,34 +277,14 @@ def save_bundle(b: Dict[str, Any]) -> bytes:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     arrays = {k: v for k, v in b.items() if k not in ("X", "Y")}
-    for m in ("X", "Y"):
-        M = b[m].tocsr()
-        arrays.update(
-            {
-                f"{m}_data": M.data.astype(np.float32),
-                f"{m}_indices": M.indices,
-                f"{m}_indptr": M.indptr,
-                f"{m}_shape": np.asarray(M.shape, dtype=np.int64),
-            }
-        )
-    buf = _pyio.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
+    return npz.dumps({"X": b["X"], "Y": b["Y"]}, arrays)
 
 
 def load_bundle(raw: bytes) -> Dict[str, Any]:
     """The bundle :func:`save_bundle` wrote."""
-    import scipy.sparse as sp
-
-    z = np.load(_pyio.BytesIO(raw), allow_pickle=False)
-    b: Dict[str, Any] = {k: z[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
-    for m in ("X", "Y"):
-        M = sp.csr_matrix(
-            (z[f"{m}_data"], z[f"{m}_indices"], z[f"{m}_indptr"]),
-            shape=tuple(int(x) for x in z[f"{m}_shape"]),
-        )
-        M.sort_indices()
-        b[m] = M
+    mats, arrays = npz.loads(raw, ["X", "Y"])
+    b: Dict[str, Any] = {k: arrays[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
+    b.update(mats)
     return b
 
 
@@ -425,35 +404,23 @@ class FitTask:
     xlinear: Dict[str, Any]
 
 
-def _fit_partition(tasks: Sequence[FitTask]):
-    """Driver side: the executor function of the fit tasks (row ``i`` -> ``tasks[i]``)."""
+def _fit_work(tasks: Sequence[FitTask]):
+    """Driver side: the executor function of the fit tasks (``i`` -> ``tasks[i]``)."""
 
-    def run(batches):
-        import pandas as pd
-
-        from . import runtime
+    def work(i: int, threads: int) -> Dict[str, Any]:
         from .config import XLinearConfig
 
-        tc = runtime.require_executor("fit_partition")
-        threads = runtime.task_threads(0, tc)
-        for pdf in batches:
-            out = []
-            for i in pdf["i"].tolist():
-                t = tasks[int(i)]
-                raw = io.read_bytes(t.bundle)
-                if raw is None:
-                    raise io.InputError(f"fit {t.fit.name}: its inputs {t.bundle} are missing")
-                b = load_bundle(raw)
-                xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
-                with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
-                    card = run_fit(t.fit, b, xcfg, d, threads=threads)
-                    if t.fit.kind != "heldout":
-                        src = g_dir(d, t.fit.variant, t.fit.fold)
-                        io.copy_dir(src, g_dir(t.out, t.fit.variant, t.fit.fold))
-                out.append({"i": int(i), "card": json.dumps(card, sort_keys=True)})
-            yield pd.DataFrame(out, columns=["i", "card"])
+        t = tasks[i]
+        b = load_bundle(io.read_inputs_of(t.bundle, f"fit {t.fit.name}"))
+        xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
+        with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
+            card = run_fit(t.fit, b, xcfg, d, threads=threads)
+            if t.fit.kind != "heldout":
+                src = g_dir(d, t.fit.variant, t.fit.fold)
+                io.copy_dir(src, g_dir(t.out, t.fit.variant, t.fit.fold))
+        return {"card": json.dumps(card, sort_keys=True)}
 
-    return run
+    return work
 
 
 def fits_on_executors(
@@ -474,12 +441,8 @@ def fits_on_executors(
             FitTask(f, f"{scratch}/inputs/{f.variant}.npz", f"{scratch}/models", xcfg.to_dict())
             for f in fits
         ]
-        n = len(tasks)
-        df = spark.range(0, n, 1, n).withColumnRenamed("id", "i")  # one fit per task
-        rows = df.mapInPandas(_fit_partition(tasks), "i long, card string").collect()
-    cards = {int(r["i"]): json.loads(r["card"]) for r in rows}
-    if sorted(cards) != list(range(len(tasks))):
-        raise RuntimeError(f"fit tasks returned {len(cards)} of {len(tasks)} results")
+        rows = runtime.one_task_each(spark, len(tasks), _fit_work(tasks), "card string")
+    cards = {i: json.loads(r["card"]) for i, r in rows.items()}
     for f in fits:
         if f.kind != "heldout":
             dst = g_dir(models_dir, f.variant, f.fold)

@@ -1129,6 +1129,23 @@ def write_bytes(uri: str, data: bytes) -> None:
     os.replace(tmp, p)
 
 
+def read_inputs_of(uri: str, what: str) -> bytes:
+    """The bytes a task was handed at ``uri`` (:func:`read_bytes`), or an :class:`InputError`
+    naming ``what`` when they are gone (e.g. the scratch folder was removed by a rerun).
+
+    Examples
+    --------
+    >>> read_inputs_of("/nonexistent/x.npz", "fit g[pina/full]")
+    Traceback (most recent call last):
+    ...
+    pina_spark.io.InputError: fit g[pina/full]: its inputs /nonexistent/x.npz are missing
+    """
+    raw = read_bytes(uri)
+    if raw is None:
+        raise InputError(f"{what}: its inputs {uri} are missing")
+    return raw
+
+
 def read_bytes(uri: str) -> Optional[bytes]:
     """Read a small file; ``None`` when it does not exist."""
     if is_remote(uri):

@@ -67,7 +67,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from . import artifacts, bpre, gtrain, io, redact
+from . import artifacts, bpre, gtrain, io, redact, runtime
 from .artifacts import FOLDS_JSON, MODEL_CARD
 from .folds import is_heldout
 from .manifest import library_versions
@@ -206,7 +206,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         )
         out_of_fold = ncfg.train_mode == "out_of_fold"
         F = int(ncfg.folds) if out_of_fold else 0
-        where = _train_on(spark, pcfg.train_on)
+        where = runtime.fits_where(spark, pcfg.train_on)
         bundles, fits = {}, []
         for v in variants:
             pb = problems[v]
@@ -291,12 +291,3 @@ def run_stage(ctx) -> Dict[str, Any]:
         {k: v for k, v in stats.items() if k != "detail"},
     )
     return stats
-
-
-def _train_on(spark, value: str) -> str:
-    """Where g's fits run: ``driver`` or ``executors`` (``auto``: executors on a cluster, the
-    driver in local mode, whose executors share the driver's cores)."""
-    if value != "auto":
-        return value
-    master = str(spark.sparkContext.master or "")
-    return "driver" if master.startswith("local") else "executors"

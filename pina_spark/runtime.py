@@ -327,6 +327,49 @@ def task_slots(spark) -> int:
     return max(1, cores // cpus)
 
 
+def one_task_each(spark, n: int, work: Callable[[int, int], Dict[str, Any]], schema: str):
+    """Run ``work(i, threads)`` for ``i`` in ``range(n)``, one Spark task each (independent
+    model fits); ``threads`` is the task's ``spark.task.cpus``. ``work`` returns the row of
+    ``schema`` without ``i``. Returns ``{i: Row}``, checked complete.
+
+    Examples
+    --------
+    >>> one_task_each(spark, 2, lambda i, t: {"sq": i * i}, "sq long")[1]["sq"]  # doctest: +SKIP
+    1
+    """
+
+    def run(batches):
+        import pandas as pd
+
+        tc = require_executor("one_task_each")
+        threads = task_threads(0, tc)
+        for pdf in batches:
+            rows = [{"i": int(i), **work(int(i), threads)} for i in pdf["i"].tolist()]
+            yield pd.DataFrame(rows, columns=["i"] + [c.split()[0] for c in schema.split(",")])
+
+    df = spark.range(0, n, 1, max(n, 1)).withColumnRenamed("id", "i")
+    got = {int(r["i"]): r for r in df.mapInPandas(run, f"i long, {schema}").collect()}
+    if sorted(got) != list(range(n)):
+        raise RuntimeError(f"{n} tasks returned {len(got)} results")
+    return got
+
+
+def fits_where(spark, value: str) -> str:
+    """Where independent model fits run (``pretrain.train_on``, ``train.train_on``): ``driver``
+    or ``executors``; ``auto`` is executors on a cluster and the driver in local mode, whose
+    executors share the driver's cores.
+
+    Examples
+    --------
+    >>> fits_where(None, "driver")
+    'driver'
+    """
+    if value != "auto":
+        return value
+    master = str(spark.sparkContext.master or "")
+    return "driver" if master.startswith("local") else "executors"
+
+
 def task_threads(cfg_threads: int = 0, tc: Any = None) -> int:
     """Threads a task may use: ``cfg_threads`` when > 0, else ``spark.task.cpus``.
 

@@ -16,7 +16,7 @@ import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import io
-from .config import STAGE_NAMES, NeighborsConfig, PinaConfig, PretrainConfig
+from .config import STAGE_NAMES, NeighborsConfig, PinaConfig, PretrainConfig, TrainConfig
 from .manifest import Manifest
 
 __all__ = ["STAGES", "StageSpec", "StageContext", "G_TRAINING_FIELDS"]
@@ -27,6 +27,7 @@ G_TRAINING_FIELDS = tuple(f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING)
 #: the ``pretrain`` settings of the vectorizer stage, and those of g (the pretrain stage)
 VECTORIZER_FIELDS = tuple(f"pretrain.{k}" for k in PretrainConfig.VECTORIZER)
 G_FIELDS = tuple(f"pretrain.{k}" for k in PretrainConfig.G_TRAINING)
+TRAIN_FIELDS = tuple(f"train.{k}" for k in TrainConfig.MODEL)
 
 
 def _xtransformer_ranker(cfg: PinaConfig) -> Tuple[str, ...]:
@@ -122,7 +123,8 @@ STAGES: Dict[str, StageSpec] = {
             "train",
             "pina_spark.downstream:run_stage",
             # the baseline's tf-idf and the xtransformer model's encoder follow pretrain's
-            ("train", "pretrain.tfidf", "pretrain.encoder_path", "pretrain.max_length")
+            TRAIN_FIELDS
+            + ("pretrain.tfidf", "pretrain.encoder_path", "pretrain.max_length")
             + ("pretrain.xtransformer",),
             (io.PREDICTIONS, io.DOWNSTREAM_MODELS),
         ),

@@ -170,6 +170,53 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
     assert all(s["train_s"] >= 0 for s in stats["variants"].values())
 
 
+def test_variants_trained_as_spark_tasks_equal_the_driver_path(spark, trained, tmp_path):
+    """train.train_on executors: one Spark task per variant gives the predictions and model
+    folders of the driver path; train_on reruns nothing (it is not in the fingerprint)."""
+    import shutil
+
+    from pina_spark import downstream
+    from pina_spark.pipeline import make_context, run_pipeline
+
+    cfg, paths, *_ = trained
+    root2 = str(tmp_path / "run")
+    shutil.copytree(io.local_path(paths.root), root2)
+    cfg2 = small_cfg(root2, train={"train_on": "executors"})
+    assert run_pipeline(spark, cfg2, ["train"]) == {"train": "skipped"}  # same outputs
+    stats = downstream.run_stage(make_context(spark, cfg2))
+    assert stats["train_on"] == "executors"
+    paths2 = make_context(spark, cfg2).paths
+
+    def preds(p):
+        df = io.read_table(spark, p, io.PREDICTIONS).toPandas()
+        return sorted(
+            (
+                r[io.VARIANT],
+                r[io.INSTANCE_ID],
+                tuple(r[io.LABEL_IDS]),
+                tuple(np.round(r[io.SCORES], 5)),
+            )
+            for _, r in df.iterrows()
+        )
+
+    assert preds(paths2) == preds(paths)
+    for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
+        a = io.local_path(paths.table("downstream_models/" + v))
+        b = io.local_path(paths2.table("downstream_models/" + v))
+        files_a = sorted(
+            os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs
+        )
+        files_b = sorted(
+            os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs
+        )
+        assert files_b == files_a, v
+        for f in ("labels.json",):  # the models themselves: same predictions, above
+            if f in files_a:
+                with open(os.path.join(a, f), "rb") as fa, open(os.path.join(b, f), "rb") as fb:
+                    assert fa.read() == fb.read(), (v, f)
+    assert not os.path.exists(io.local_path(paths2.staging("train-fits")))
+
+
 def test_evaluate_writes_metrics_report_plot(spark, trained):
     cfg, paths, inst_ids, splits, truth, _ = trained
     ev = io.local_path(paths.table(io.EVAL))

@@ -1,0 +1,54 @@
+"""Numpy ``.npz`` bytes of sparse matrices and arrays (no pickles): the inputs the driver hands
+to model-fitting Spark tasks (:mod:`pina_spark.gtrain`, :mod:`pina_spark.downstream_tasks`).
+
+Examples
+--------
+>>> import numpy as np, scipy.sparse as sp
+>>> raw = dumps({"X": sp.csr_matrix(np.eye(2, dtype=np.float32))}, {"ids": np.arange(2)})
+>>> mats, arrays = loads(raw, ["X"])
+>>> mats["X"].toarray().tolist(), arrays["ids"].tolist()
+([[1.0, 0.0], [0.0, 1.0]], [0, 1])
+"""
+
+import io as _pyio
+from typing import Any, Dict, Sequence, Tuple
+
+import numpy as np
+
+__all__ = ["dumps", "loads"]
+
+
+def dumps(matrices: Dict[str, Any], arrays: Dict[str, Any]) -> bytes:
+    """One ``.npz`` of CSR ``matrices`` (float32 data) and plain ``arrays``."""
+    out = dict(arrays)
+    for name, m in matrices.items():
+        M = m.tocsr()
+        out.update(
+            {
+                f"{name}_data": M.data.astype(np.float32),
+                f"{name}_indices": M.indices,
+                f"{name}_indptr": M.indptr,
+                f"{name}_shape": np.asarray(M.shape, dtype=np.int64),
+            }
+        )
+    buf = _pyio.BytesIO()
+    np.savez(buf, **out)
+    return buf.getvalue()
+
+
+def loads(raw: bytes, matrices: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(matrices, arrays)`` of :func:`dumps`' bytes; ``matrices`` names the CSR ones (their
+    indices sorted)."""
+    import scipy.sparse as sp
+
+    z = np.load(_pyio.BytesIO(raw), allow_pickle=False)
+    mats = {}
+    for name in matrices:
+        M = sp.csr_matrix(
+            (z[f"{name}_data"], z[f"{name}_indices"], z[f"{name}_indptr"]),
+            shape=tuple(int(x) for x in z[f"{name}_shape"]),
+        )
+        M.sort_indices()
+        mats[name] = M
+    parts = {f"{n}_{k}" for n in matrices for k in ("data", "indices", "indptr", "shape")}
+    return mats, {k: z[k] for k in z.files if k not in parts}
