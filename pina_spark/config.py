@@ -274,7 +274,10 @@ class PretrainConfig(_Params):
         max_length: tokenizer truncation length.
         tfidf: kwargs of PECOS ``Preprocessor`` tf-idf vectorizer.
         xlinear: parameters of g when it is XR-Linear.
-        xtransformer: extra XR-Transformer train parameters (PECOS keys), e.g. ``num_train_epochs``.
+        xtransformer: extra XR-Transformer train parameters (PECOS keys), e.g. ``num_train_epochs``;
+            ``max_match_clusters`` (default 32768: every level of the label tree is
+            fine-tuned, as PECOS does; ``nr_splits`` fine-tunes the coarsest level only, 3x
+            cheaper and measured worse, RESULTS.md).
         contrastive: fine-tuning budget and loss of ``encoder: contrastive``.
         holdout_fraction: share of B_pre input rows held out (by hash) to report g's P@k/R@k.
         train_on: where g's independent fits (held-out evaluation, full, one per fold, per
