@@ -9,8 +9,19 @@ sum of absolute values and the sum of squares of its values, compared with a rel
 Floating-point sums tolerate the last-bit differences of a reordered reduction or another CPU;
 anything derived discretely from them (neighbour ids, ranks, counts, metrics) must be identical.
 
-Regenerate the committed digest ONLY for a change that is meant to change outputs, and say so in
-the commit message::
+Near ties and the CPU. g's scores tie closely enough for a few demo instances that another CPU's
+floating-point kernels (SIMD width, BLAS code path) can order two neighbours the other way:
+the same code gave ``pina_naive`` P@1 94.85 on the machine that made a digest and 94.64 on an
+AMD EPYC, with the embeddings and every graph table bit-identical. The digest therefore records
+the machine it was made on (:func:`machine`). On that machine the comparison is exact as above;
+on another one, the discrete columns derived from g's or the downstream model's scores
+(:data:`SCORE_DERIVED`) may differ, their float sums must agree within
+:data:`OTHER_MACHINE_REL_TOL` and every metric within :data:`OTHER_MACHINE_METRIC_TOL` (two
+scored demo instances); everything upstream of the scores (every graph table, the embeddings,
+the row counts and schemas) stays exact.
+
+Regenerate the committed digest ONLY for a change that is meant to change outputs (or to record
+the machine CI runs on), and say so in the commit message::
 
     pina-spark demo --output /tmp/demo
     python tests/golden.py /tmp/demo/run > tests/golden/demo_digest.json
@@ -39,6 +50,26 @@ import pyarrow.dataset as ds
 NOT_TABLES = ("_staging", "_commits", "models", "downstream_models", "_tmp", "_trash")
 REL_TOL = 1e-4
 ABS_TOL = 1e-6
+#: tables whose columns are derived from scores (neighbour ranks, predicted labels, metrics)
+SCORE_DERIVED = ("neighbors", "features", "predictions", "eval")
+OTHER_MACHINE_REL_TOL = 1e-3
+OTHER_MACHINE_METRIC_TOL = 0.005
+
+
+def machine() -> Dict[str, str]:
+    """The CPU a digest is made on: model name and a hash of its feature flags (/proc/cpuinfo)."""
+    model, flags = "", ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = val.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = " ".join(sorted(val.split()))
+    except OSError:
+        pass
+    return {"cpu": model, "flags": hashlib.sha256(flags.encode()).hexdigest()[:16]}
 
 
 def _tables(run_dir: str) -> List[str]:
@@ -109,15 +140,14 @@ def run_digest(run_dir: str) -> Dict[str, Any]:
     return {
         "tables": {rel: table_digest(os.path.join(run_dir, rel)) for rel in _tables(run_dir)},
         "metrics": scores,
+        "machine": machine(),
     }
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-
-
 def compare_digests(expected: Dict[str, Any], actual: Dict[str, Any]) -> List[str]:
-    """Every difference, one line each; empty when the outputs match."""
+    """Every difference, one line each; empty when the outputs match (see the module docstring
+    for a digest made on another machine)."""
+    same_machine = expected.get("machine") == actual.get("machine")
     diffs = []
     for rel in sorted(set(expected["tables"]) | set(actual["tables"])):
         e, a = expected["tables"].get(rel), actual["tables"].get(rel)
@@ -127,19 +157,32 @@ def compare_digests(expected: Dict[str, Any], actual: Dict[str, Any]) -> List[st
         if e is None:
             diffs.append(f"table {rel}: not in the golden digest")
             continue
+        derived = not same_machine and rel.split("/")[0] in SCORE_DERIVED
         for key in ("rows", "schema"):
             if e[key] != a[key]:
                 diffs.append(f"table {rel}: {key} {e[key]!r} != {a[key]!r}")
         for col in sorted(set(e["exact"]) | set(a["exact"])):
-            if e["exact"].get(col) != a["exact"].get(col):
+            if e["exact"].get(col) != a["exact"].get(col) and not (
+                derived and col in e["exact"] and col in a["exact"]
+            ):
                 diffs.append(f"table {rel}: column {col} differs")
+        tol = OTHER_MACHINE_REL_TOL if derived else REL_TOL
         for col in sorted(set(e["float"]) | set(a["float"])):
             ev, av = e["float"].get(col), a["float"].get(col)
-            if ev is None or av is None or not all(map(_close, ev, av)):
+            ok = ev is not None and av is not None
+            if not ok or not all(
+                math.isclose(x, y, rel_tol=tol, abs_tol=ABS_TOL) for x, y in zip(ev, av)
+            ):
                 diffs.append(f"table {rel}: float column {col} sums {ev} != {av}")
     for variant in sorted(set(expected["metrics"]) | set(actual["metrics"])):
         em, am = expected["metrics"].get(variant, {}), actual["metrics"].get(variant, {})
-        if em != am:
+        if same_machine:
+            ok = em == am
+        else:
+            ok = set(em) == set(am) and all(
+                abs(em[k] - am[k]) <= OTHER_MACHINE_METRIC_TOL for k in em
+            )
+        if not ok:
             diffs.append(f"metrics {variant}: {em} != {am}")
     return diffs
 
