@@ -42,21 +42,34 @@ from . import io, validate
 
 log = logging.getLogger(__name__)
 
-__all__ = ["validate_events", "tag_rows", "flag_duplicates", "flag_unknown_items"]
+__all__ = [
+    "validate_events",
+    "tag_rows",
+    "flag_duplicates",
+    "flag_unknown_items",
+    "flag_unknown",
+    "blank",
+    "has_fffd",
+    "bad_id",
+    "with_reason",
+    "encode_ids",
+    "per_value",
+    "split_by_reason",
+]
 
 DUPLICATE = "duplicate_event"
 UNKNOWN = "unknown_item"
 
 
-def validate_events(raw, instances, rows_in: int, uri: str) -> Tuple[Any, Any, Dict[str, Any]]:
+def validate_events(raw, instance_ids, rows_in: int, uri: str) -> Tuple[Any, Any, Dict[str, Any]]:
     """Validate the raw ``events`` frame in one pass and collect it.
 
     Parameters
     ----------
     raw : DataFrame
         ``io.read_input(..., "events")``.
-    instances : DataFrame
-        Clean instance rows (their ids are collected).
+    instance_ids : pyarrow.Array
+        The ids of the clean instance rows.
     rows_in : int
         Rows of ``raw`` (counted by the caller).
     uri : str
@@ -69,25 +82,13 @@ def validate_events(raw, instances, rows_in: int, uri: str) -> Tuple[Any, Any, D
         other rows with ``_corrupt_record`` and ``reason``; ``counts`` as
         :func:`pina_spark.validate.validate_inputs` records them.
     """
-    import pyarrow.compute as pc
-
     cols = [f.name for f in io.schema("events").fields]
     tbl = io.read_input_arrow(uri, "events")  # Parquet the driver reaches: no Spark job
     if tbl is None:
         tbl = io.collect_arrow(raw.select(*cols, io.CORRUPT))
-    tbl = tag_rows(tbl)
-    ids = io.collect_arrow(instances.select(io.INSTANCE_ID)).column(0).combine_chunks()
-    tbl = flag_duplicates(flag_unknown_items(tbl, ids))
-    reason = tbl.column(io.REASON)
-    by_reason: Dict[Any, int] = {None: reason.null_count}
-    for vc in pc.value_counts(reason.combine_chunks()).to_pylist():
-        if vc["values"] is not None:
-            by_reason[vc["values"]] = int(vc["counts"])
-    counts = validate.reason_counts("events", uri, rows_in, by_reason)
-    bad = pc.is_valid(reason)
-    quarantine = tbl.filter(bad).select([*cols, io.CORRUPT, io.REASON])
-    clean = tbl.filter(pc.invert(bad)).select(cols)
-    return clean, quarantine, counts
+    enc = encode_ids(tbl)
+    tbl = flag_duplicates(flag_unknown_items(tag_rows(tbl, enc), instance_ids), enc)
+    return split_by_reason(tbl, "events", rows_in, uri)
 
 
 #: RE2 (pyarrow) forms of :data:`pina_spark.validate.BLANK_CHARS` (Java's ``(?U)\\s`` is the
@@ -97,10 +98,87 @@ BLANK_ONLY = r"^[\p{Z}\p{Cc}\p{Cf}]*$"
 BAD_ID = r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{00A0}\x{1680}\x{2000}-\x{200A}\x{202F}\x{205F}\x{3000}]"
 
 
-def tag_rows(tbl):
+def column(tbl, name):
+    """One column of ``tbl`` as a single array."""
+    return tbl.column(name).combine_chunks()
+
+
+def blank(c):
+    """Null, empty, or only white space / control / format characters: the Spark rule
+    ``validate._blank`` (Java ``(?U)\\s``, ``\\p{Z}``, ``\\p{Cc}``, ``\\p{Cf}``) in RE2."""
+    import pyarrow.compute as pc
+
+    return pc.or_(pc.is_null(c), pc.fill_null(pc.match_substring_regex(c, BLANK_ONLY), True))
+
+
+def any_of(tbl, names, test):
+    """Rows where ``test`` holds for any of the columns ``names`` (null counts as false)."""
+    import pyarrow.compute as pc
+
+    out = None
+    for n in names:
+        one = pc.fill_null(test(column(tbl, n)), False)
+        out = one if out is None else pc.or_(out, one)
+    return out
+
+
+def has_fffd(tbl, names):
+    """Rows holding U+FFFD (what Spark's text readers put for bytes that are not UTF-8) in any
+    of ``names``: the rule ``validate._has_fffd``."""
+    import pyarrow.compute as pc
+
+    return any_of(tbl, names, lambda c: pc.match_substring(c, validate.REPLACEMENT_CHAR))
+
+
+def bad_id(tbl, names):
+    """Rows whose ids in ``names`` hold a character no id may hold: ``validate._bad_id``."""
+    import pyarrow.compute as pc
+
+    return any_of(tbl, names, lambda c: pc.match_substring_regex(c, BAD_ID))
+
+
+def with_reason(tbl, rules):
+    """``tbl`` plus ``reason``: the name of the first ``(mask, name)`` of ``rules`` that holds,
+    else null (``validate._tag``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    reason = pa.nulls(tbl.num_rows, pa.string())
+    for mask, name in reversed(rules):  # the first rule that holds wins
+        reason = pc.if_else(mask, pa.scalar(name, pa.string()), reason)
+    return tbl.append_column(io.REASON, reason)
+
+
+def encode_ids(tbl) -> Dict[str, Any]:
+    """``basket_id`` and ``item_id`` dictionary-encoded once (an id repeats on every row of its
+    basket, or of its item): the row rules test each distinct id once
+    (:func:`per_value`) and :func:`flag_duplicates` uses the codes."""
+    import pyarrow.compute as pc
+
+    return {n: pc.dictionary_encode(column(tbl, n)) for n in (io.BASKET_ID, io.ITEM_ID)}
+
+
+def per_value(enc, test, if_null: bool):
+    """The boolean ``test`` of a dictionary-encoded column, evaluated once per distinct value
+    and spread back to the rows (``if_null`` on null rows).
+
+    Examples
+    --------
+    >>> import pyarrow as pa, pyarrow.compute as pc
+    >>> enc = pc.dictionary_encode(pa.array(["a", " ", "a", None]))
+    >>> per_value(enc, blank, True).to_pylist()
+    [False, True, False, True]
+    """
+    import pyarrow.compute as pc
+
+    return pc.fill_null(test(enc.dictionary).take(enc.indices), if_null)
+
+
+def tag_rows(tbl, enc=None):
     """The row rules of :func:`pina_spark.validate.tag_event_rows`, in the same order, in
-    pyarrow: ``tbl`` (the contract columns and ``_corrupt_record``) plus ``reason``.
-    ``tests/test_validate.py`` checks both give the same reason on every kind of character.
+    pyarrow: ``tbl`` (the contract columns and ``_corrupt_record``) plus ``reason``; ``enc``:
+    :func:`encode_ids` of ``tbl`` when the caller has it. ``tests/test_validate.py`` checks both
+    give the same reason on every kind of character.
 
     Examples
     --------
@@ -114,43 +192,48 @@ def tag_rows(tbl):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def col(name):
-        return tbl.column(name).combine_chunks()
+    enc = encode_ids(tbl) if enc is None else enc
+    ids = (io.BASKET_ID, io.ITEM_ID)
 
-    def blank(name):
-        c = col(name)
-        return pc.or_(pc.is_null(c), pc.fill_null(pc.match_substring_regex(c, BLANK_ONLY), True))
+    def on_ids(test):
+        return pc.or_(*(per_value(enc[n], test, False) for n in ids))
 
-    def any_of(names, test):
-        out = None
-        for n in names:
-            one = pc.fill_null(test(col(n)), False)
-            out = one if out is None else pc.or_(out, one)
-        return out
-
-    w = col(io.WEIGHT).cast(pa.float64())
+    w = column(tbl, io.WEIGHT).cast(pa.float64())
     bad_weight = pc.fill_null(pc.or_(pc.or_(pc.is_nan(w), pc.is_inf(w)), pc.less(w, 0.0)), False)
-    rules = [
-        (pc.is_valid(col(io.CORRUPT)), "unparseable"),
-        (blank(io.BASKET_ID), "missing_basket"),
-        (blank(io.ITEM_ID), "missing_item"),
-        (
-            any_of(
-                (io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME),
-                lambda c: pc.match_substring(c, validate.REPLACEMENT_CHAR),
+    fffd = has_fffd(tbl, (io.EVENT_TIME,))
+    return with_reason(
+        tbl,
+        [
+            (pc.is_valid(column(tbl, io.CORRUPT)), "unparseable"),
+            (per_value(enc[io.BASKET_ID], blank, True), "missing_basket"),
+            (per_value(enc[io.ITEM_ID], blank, True), "missing_item"),
+            (
+                pc.or_(on_ids(lambda c: pc.match_substring(c, validate.REPLACEMENT_CHAR)), fffd),
+                "invalid_utf8",
             ),
-            "invalid_utf8",
-        ),
-        (
-            any_of((io.BASKET_ID, io.ITEM_ID), lambda c: pc.match_substring_regex(c, BAD_ID)),
-            "invalid_id",
-        ),
-        (bad_weight, "invalid_weight"),
-    ]
-    reason = pa.nulls(tbl.num_rows, pa.string())
-    for mask, name in reversed(rules):  # the first rule that holds wins
-        reason = pc.if_else(mask, pa.scalar(name, pa.string()), reason)
-    return tbl.append_column(io.REASON, reason)
+            (on_ids(lambda c: pc.match_substring_regex(c, BAD_ID)), "invalid_id"),
+            (bad_weight, "invalid_weight"),
+        ],
+    )
+
+
+def split_by_reason(tbl, table: str, rows_in: int, uri: str):
+    """``(clean, quarantine, counts)`` of a tagged table: the clean rows with the contract
+    columns of ``table``, the others with ``_corrupt_record`` and ``reason``, and the counts
+    of :func:`pina_spark.validate.reason_counts` (rows in = used + quarantined checked)."""
+    import pyarrow.compute as pc
+
+    cols = [f.name for f in io.schema(table).fields]
+    reason = tbl.column(io.REASON)
+    by_reason: Dict[Any, int] = {None: reason.null_count}
+    for vc in pc.value_counts(reason.combine_chunks()).to_pylist():
+        if vc["values"] is not None:
+            by_reason[vc["values"]] = int(vc["counts"])
+    counts = validate.reason_counts(table, uri, rows_in, by_reason)
+    bad = pc.is_valid(reason)
+    quarantine = tbl.filter(bad).select([*cols, io.CORRUPT, io.REASON])
+    clean = tbl.filter(pc.invert(bad)).select(cols)
+    return clean, quarantine, counts
 
 
 def flag_unknown_items(tbl, instance_ids):
@@ -164,21 +247,28 @@ def flag_unknown_items(tbl, instance_ids):
     >>> flag_unknown_items(t, pa.array(["a"])).column("reason").to_pylist()
     [None, 'unknown_item', 'missing_item']
     """
+    return flag_unknown(tbl, io.ITEM_ID, instance_ids, UNKNOWN)
+
+
+def flag_unknown(tbl, col: str, known_ids, reason: str):
+    """``tbl`` with ``reason`` on the rows still valid whose ``col`` is not in ``known_ids``
+    (a pyarrow array): ``validate._flag_unknown`` in pyarrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    reason = tbl.column(io.REASON)
-    known = pc.is_in(tbl.column(io.ITEM_ID), value_set=instance_ids)
-    unknown = pc.and_(pc.is_null(reason), pc.invert(known))
-    flagged = pc.if_else(unknown, pa.scalar(UNKNOWN, pa.string()), reason.cast(pa.string()))
+    current = tbl.column(io.REASON)
+    known = pc.is_in(tbl.column(col), value_set=known_ids)
+    unknown = pc.and_(pc.is_null(current), pc.invert(known))
+    flagged = pc.if_else(unknown, pa.scalar(reason, pa.string()), current.cast(pa.string()))
     return tbl.set_column(tbl.schema.get_field_index(io.REASON), io.REASON, flagged)
 
 
-def flag_duplicates(tbl):
+def flag_duplicates(tbl, enc=None):
     """``tbl`` with ``reason = duplicate_event`` on every valid row but the first of its
     (basket_id, item_id) among the valid rows, first by ``event_time`` (nulls last), then
     ``weight`` (nulls last): the order of :func:`pina_spark.validate.validate_events`. Rows tied
-    on all four columns are identical, so which of them is kept does not matter."""
+    on all four columns are identical, so which of them is kept does not matter. ``enc``:
+    :func:`encode_ids` of ``tbl`` when the caller has it."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -190,6 +280,9 @@ def flag_duplicates(tbl):
     every = len(rows) == tbl.num_rows  # the usual case: no copy of the columns
 
     def codes(name):
+        if enc is not None:  # valid rows have both ids: no null code
+            c = enc[name].indices
+            return (c if every else c.take(rows)).to_numpy(zero_copy_only=False).astype(np.int64)
         c = tbl.column(name)
         return _codes(c if every else c.take(rows))
 
@@ -199,7 +292,9 @@ def flag_duplicates(tbl):
     same = s[1:] == s[:-1]
     if not same.any():
         return tbl
-    repeated = np.isin(key, s[1:][same])
+    # a hash lookup (numpy's isin sorts key and set together: ~15x slower here)
+    repeated = pc.is_in(pa.array(key), value_set=pa.array(np.unique(s[1:][same])))
+    repeated = repeated.to_numpy(zero_copy_only=False)
     dup = rows[repeated]  # valid rows whose (basket, item) is repeated
     dkey = key[repeated]
     t = pc.rank(

@@ -67,6 +67,15 @@ one instance. B_pre only uses train instances and the labels carried by train in
 leaves ``graph/pretrain_edges`` unchanged as (node_id, node_id) pairs (tests/test_graph.py proves
 it).
 
+Small inputs on the driver
+--------------------------
+``instances``, ``labels`` and ``instance_labels`` of at most
+:data:`pina_spark.validate.DRIVER_MAX_ROWS` rows are validated on the driver in one pyarrow pass
+(:mod:`pina_spark.collected_tables`); with labels given, ``nodes``, ``graph/instance_labels``
+and (``side_info`` ``label_text`` / ``naive``) ``graph/pretrain_edges`` are then built there
+with numpy (:mod:`pina_spark.collected_graph`), by the definitions below, and written by
+pyarrow. Same tables as the Spark path (tests/test_graph.py); no Spark job per table.
+
 Node indices (:func:`assign_node_indices`)
 ------------------------------------------
 Instances sorted by id get ``0..n-1``, then labels sorted by id. The global rank is computed
@@ -101,7 +110,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import faults, io, validate
+from . import collected_graph, faults, io, validate
 from . import variants as V
 from .manifest import StepTimer
 
@@ -1165,15 +1174,22 @@ def run_stage(ctx) -> Dict[str, Any]:
     persisted: List[Any] = []
     stats: Dict[str, Any] = {}
     in_stats: Dict[str, Any] = {}
-    raw = validate.read_inputs(spark, cfg)
+    with timer.step("inputs.read"):  # paths, columns and types of every input (no rows)
+        raw = validate.read_inputs(spark, cfg)
     rows_in: Dict[str, int] = {}
     gplan: Optional[PairPlan] = None
     if "events" in raw:  # the pair plan decides how the events are validated, too
         with timer.step("events.rows_in"):
-            rows_in["events"] = raw["events"].count()
+            rows_in["events"] = validate.count_input(raw["events"], cfg.input.events)
         gplan = pair_plan(spark, cfg.graph, rows_in["events"])
         stats["pair_plan"] = dc.asdict(gplan)
         log.info("graph stage: pair counting %s", gplan)
+    with timer.step("driver_tables.rows_in"):
+        on_driver = validate.driver_tables(spark, cfg, raw, rows_in)
+    if gplan is not None and gplan.strategy == "broadcast":
+        on_driver += ("events",)
+    stats["validated_on_driver"] = list(on_driver)
+    clean_arrow: Dict[str, Any] = {}
     tables, quarantine = validate.validate_inputs(
         spark,
         cfg,
@@ -1182,7 +1198,8 @@ def run_stage(ctx) -> Dict[str, Any]:
         timer,
         raw=raw,
         rows_in=rows_in,
-        collect_events=gplan is not None and gplan.strategy == "broadcast",
+        on_driver=on_driver,
+        clean_arrow=clean_arrow,
     )
     stats["inputs"] = in_stats
     for name, q in quarantine.items():
@@ -1255,15 +1272,23 @@ def run_stage(ctx) -> Dict[str, Any]:
                 )
     else:
         labels, il = tables["labels"], tables["instance_labels"]
+    # labels given and every table on the driver: nodes, instance_labels and (without the i2i
+    # graph) B_pre are built there too (collected_graph), else by Spark
+    on_arrow = cfg.task.labels == "given" and set(validate.DRIVER_TABLES) <= set(clean_arrow)
+    stats["built_on_driver"] = on_arrow
     with timer.step("nodes.publish"):
-        n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
-        io.write_table(
-            assign_node_indices(
-                instances, labels, persisted, (in_stats["instances"]["rows_used"], n_lab)
-            ),
-            paths,
-            io.NODES,
-        )
+        if on_arrow:
+            nodes_a = collected_graph.nodes_table(clean_arrow["instances"], clean_arrow["labels"])
+            io.write_arrow(spark, nodes_a, paths, io.NODES)
+        else:
+            n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
+            io.write_table(
+                assign_node_indices(
+                    instances, labels, persisted, (in_stats["instances"]["rows_used"], n_lab)
+                ),
+                paths,
+                io.NODES,
+            )
     nodes = io.read_table(spark, paths, io.NODES)
     with timer.step("nodes.count"):
         kinds = {
@@ -1279,11 +1304,19 @@ def run_stage(ctx) -> Dict[str, Any]:
             "graph stage: no label nodes (task.labels=%s); B_pre has no B block", cfg.task.labels
         )
     with timer.step("instance_labels.publish"):
-        io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
+        if on_arrow:
+            il_a = collected_graph.index_instance_labels(nodes_a, clean_arrow["instance_labels"])
+            io.write_arrow(spark, il_a, paths, io.INSTANCE_LABELS)
+        else:
+            io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
     il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
     with timer.step("pretrain_edges.publish"):
-        pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
-        io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
+        if on_arrow and cfg.side_info in collected_graph.SIDE_INFO:
+            pe_a = collected_graph.pretrain_edges(nodes_a, il_a, cfg.side_info)
+            io.write_arrow(spark, pe_a, paths, io.PRETRAIN_EDGES, partition_by=io.VARIANT)
+        else:
+            pe = pretrain_edges(nodes, il_idx, i2i_train, cfg.side_info, cfg.task.labels)
+            io.write_table(pe, paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
     with timer.step("counts"):
         n_il = io.count_rows_arrow(paths.table(io.INSTANCE_LABELS))
         stats["instance_labels"] = il_idx.count() if n_il is None else n_il

@@ -588,6 +588,26 @@ def collect_arrow(df):
     return pa.Table.from_batches([], schema=to_arrow_schema(df.schema))
 
 
+def frame_from_arrow(spark, tbl, table: str):
+    """A DataFrame of a pyarrow Table held by the driver, with the explicit schema of
+    ``table`` (the reverse of :func:`collect_arrow`): from the Arrow table itself on Spark >= 4,
+    through pandas with Arrow on Spark 3.5.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> frame_from_arrow(spark, pa.table({"label_id": ["l"], "text": ["t"]}), "labels").count()
+    1
+    """
+    import pyspark
+
+    sch = schema(table)
+    tbl = tbl.select(sch.names)
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        return spark.createDataFrame(tbl, schema=sch)
+    return spark.createDataFrame(tbl.to_pandas(), schema=sch)
+
+
 def parquet_dataset(uri: str):
     """pyarrow dataset of a Parquet folder (local path or pyarrow.fs URI), or ``None``
     (driver side: importing ``pyarrow.dataset`` costs ~0.3 s in a fresh Python worker; executors
@@ -832,28 +852,42 @@ def write_quarantine(
     return {r[REASON]: int(r["count"]) for r in counts.to_pylist()}
 
 
-def write_arrow(spark, tbl, paths: RunPaths, rel: str) -> str:
+def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[str] = None) -> str:
     """Publish a pyarrow Table held by the driver at ``paths.table(rel)``, same staging and
-    publish as :func:`write_table`: one Parquet file written by pyarrow where pyarrow reaches
-    the run root, else through Spark (``createDataFrame`` from pandas).
+    publish as :func:`write_table`: one Parquet file (one per value of ``partition_by``, in
+    ``<column>=<value>/`` folders without the column, as Spark lays out a partitioned table)
+    written by pyarrow where pyarrow reaches the run root, else through Spark
+    (``createDataFrame`` from pandas).
 
     Examples
     --------
     >>> write_arrow(spark, pa.table({"a": [1]}), paths, "quarantine/x")   # doctest: +SKIP
     """
+    parts = [partition_by] if partition_by else []
     if not pyarrow_reaches(paths.root):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         df = spark.createDataFrame(tbl.to_pandas(), schema=from_arrow_schema(tbl.schema))
-        return write_table(df, paths, rel)
+        return write_table(df, paths, rel, partition_by=parts)
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     staging = paths.staging(rel)
     try:
         fs, root = pyarrow_fs(staging)
-        fs.create_dir(root, recursive=True)
-        with fs.open_output_stream(f"{root}/part-00000.zstd.parquet") as fh:
-            pq.write_table(tbl, fh, compression="zstd")
+        if partition_by:
+            rest = [c for c in tbl.column_names if c != partition_by]
+            key = tbl.column(partition_by)
+            files = [
+                (f"{root}/{partition_by}={v}", tbl.filter(pc.equal(key, v)).select(rest))
+                for v in sorted(pc.unique(key).to_pylist())
+            ]
+        else:
+            files = [(root, tbl)]
+        for folder, part in files:
+            fs.create_dir(folder, recursive=True)
+            with fs.open_output_stream(f"{folder}/part-00000.zstd.parquet") as fh:
+                pq.write_table(part, fh, compression="zstd")
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, paths.table(rel))
     except BaseException:
@@ -902,6 +936,18 @@ def _format_of(uri: str) -> str:
 CORRUPT = "_corrupt_record"
 
 
+def arrow_readable(uri: str) -> bool:
+    """Whether the driver reads the input at ``uri`` with pyarrow: Parquet that pyarrow
+    reaches (:func:`pyarrow_reaches`).
+
+    Examples
+    --------
+    >>> arrow_readable("data/events.parquet"), arrow_readable("data/events.csv")
+    (True, False)
+    """
+    return _format_of(uri) == "parquet" and pyarrow_reaches(uri)
+
+
 def read_input_arrow(uri: str, table: str):
     """The rows of a Parquet input table as a pyarrow Table read by the driver (contract
     columns, absent optional ones as nulls, plus a null ``_corrupt_record``: what
@@ -914,7 +960,7 @@ def read_input_arrow(uri: str, table: str):
     >>> read_input_arrow("events.csv", "events") is None
     True
     """
-    if _format_of(uri) != "parquet" or not pyarrow_reaches(uri):
+    if not arrow_readable(uri):
         return None
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema

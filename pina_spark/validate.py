@@ -54,6 +54,13 @@ stage counts them). Event weights are validated but the co-purchase count is a c
 Invariant, checked in code for every table: ``rows_in == rows_used + rows_quarantined``;
 a violation raises :class:`ValidationInvariantError`.
 
+Where the rules run (one implementation of each rule per engine, same reasons and same kept rows,
+tested on the same rows): Spark SQL by default; on the driver in pyarrow for the tables the
+caller names in ``on_driver``. The graph stage names ``instances``, ``labels`` and
+``instance_labels`` when they have at most :data:`DRIVER_MAX_ROWS` rows (:func:`driver_tables`,
+:mod:`pina_spark.collected_tables`: no Spark job per table) and ``events`` under the
+``broadcast`` pair plan (:mod:`pina_spark.collected_events`).
+
 Examples
 --------
 >>> from pina_spark.config import config_from_dict
@@ -65,7 +72,7 @@ Examples
 """
 
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import io
 
@@ -74,6 +81,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "read_inputs",
     "validate_inputs",
+    "driver_tables",
+    "count_input",
     "reason_counts",
     "tag_event_rows",
     "required_tables",
@@ -125,6 +134,13 @@ BLANK_CHARS = r"(?U)[\s\p{Z}\p{Cc}\p{Cf}]"
 BAD_ID_CHARS = r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}[\p{Zs}&&[^ ]]]"
 #: default of ``quality.max_text_chars``
 MAX_TEXT_CHARS = 100_000
+#: tables that may be validated on the driver in one pyarrow pass
+#: (:mod:`pina_spark.collected_tables`)
+DRIVER_TABLES = ("instances", "labels", "instance_labels")
+#: up to this many rows (counted from the Parquet footers where pyarrow reaches the input, else
+#: by Spark) a table of :data:`DRIVER_TABLES` is validated on the driver: same reasons, same kept
+#: rows as the Spark path, without its per-table jobs; larger tables stay with Spark
+DRIVER_MAX_ROWS = 2_000_000
 
 
 def _blank(col):
@@ -425,7 +441,8 @@ def validate_inputs(
     timer=None,
     raw: Optional[Dict[str, Any]] = None,
     rows_in: Optional[Dict[str, int]] = None,
-    collect_events: bool = False,
+    on_driver: Sequence[str] = (),
+    clean_arrow: Optional[Dict[str, Any]] = None,
 ):
     """Read and validate every configured input table.
 
@@ -445,11 +462,16 @@ def validate_inputs(
         The frames of :func:`read_inputs` when the caller has read them already.
     rows_in : dict, optional
         Row counts of raw tables the caller has counted already (not counted again).
-    collect_events : bool
-        Validate ``events`` in one pass that brings them to the driver as Arrow
+    on_driver : sequence of str
+        Tables validated on the driver in one pyarrow pass (:func:`driver_tables` decides
+        which), same reasons and same kept rows as the Spark path. ``events``
         (:mod:`pina_spark.collected_events`, for the ``broadcast`` pair plan, which needs them
         there anyway): ``tables["events"]`` and ``quarantine["events"]`` are then pyarrow
-        Tables. Same reasons, same kept rows as the Spark path.
+        Tables. ``instances``, ``labels``, ``instance_labels``
+        (:mod:`pina_spark.collected_tables`): ``quarantine[name]`` is a pyarrow Table and
+        ``tables[name]`` a DataFrame of the driver's clean rows.
+    clean_arrow : dict, optional
+        Receives the clean rows of the tables validated on the driver as pyarrow Tables.
 
     Returns
     -------
@@ -476,6 +498,7 @@ def validate_inputs(
     tables: Dict[str, Any] = {}
     quarantine: Dict[str, Any] = {}
     counts: Dict[str, Dict[str, Any]] = {}
+    clean_ids: Dict[str, Any] = {}  # clean ids as pyarrow arrays, where the driver has them
     for name in TABLE_ORDER:
         if name not in raw:
             continue
@@ -487,25 +510,47 @@ def validate_inputs(
                 raise io.InputError(
                     f"input.{name}: {uri} has no rows (an empty input table is an error)"
                 )
-            if name == "events" and collect_events:
+            if name == "instance_labels" and "labels" not in tables:
+                raise io.InputError("input.instance_labels given without input.labels")
+            if name not in on_driver:
+                _validate_one(
+                    name,
+                    raw,
+                    tables,
+                    quarantine,
+                    counts,
+                    uri,
+                    persisted,
+                    cfg.quality.max_text_chars,
+                    n_in,
+                )
+            elif name == "events":
                 from . import collected_events
 
                 tables[name], quarantine[name], counts[name] = collected_events.validate_events(
-                    raw[name], tables["instances"], n_in, uri
+                    raw[name], _clean_ids(tables, clean_ids, "instances"), n_in, uri
                 )
-                _log_counts(name, counts[name])
-                continue
-            _validate_one(
-                name,
-                raw,
-                tables,
-                quarantine,
-                counts,
-                uri,
-                persisted,
-                cfg.quality.max_text_chars,
-                n_in,
-            )
+            else:
+                from . import collected_tables
+
+                clean, quarantine[name], counts[name] = collected_tables.validate_table(
+                    name,
+                    _driver_rows(raw[name], uri, name),
+                    n_in,
+                    uri,
+                    cfg.quality.max_text_chars,
+                    {
+                        t: _clean_ids(tables, clean_ids, t)
+                        for t in ("instances", "labels")
+                        if name == "instance_labels"
+                    },
+                )
+                if name in _ID_COLUMN:
+                    clean_ids[name] = clean.column(_ID_COLUMN[name]).combine_chunks()
+                if clean_arrow is not None:
+                    clean_arrow[name] = clean
+                tables[name] = io.frame_from_arrow(spark, clean, name)
+            _log_counts(name, counts[name])
     if stats is not None:
         stats.update(counts)
     return tables, quarantine
@@ -576,6 +621,64 @@ def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -
         )
 
 
+def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> Tuple[str, ...]:
+    """Which of :data:`DRIVER_TABLES` are validated on the driver (decided once, before any is
+    read): those of at most :data:`DRIVER_MAX_ROWS` rows. Their row counts come from the Parquet
+    footers where pyarrow reaches the input (no Spark job), else from one Spark count; both are
+    put in ``rows_in`` so validation does not count again.
+
+    Examples
+    --------
+    >>> driver_tables(spark, cfg, read_inputs(spark, cfg), {})           # doctest: +SKIP
+    ('instances', 'labels', 'instance_labels')
+    """
+    out = []
+    for name in DRIVER_TABLES:
+        if name not in raw:
+            continue
+        if name not in rows_in:
+            rows_in[name] = count_input(raw[name], getattr(cfg.input, name))
+        if rows_in[name] <= DRIVER_MAX_ROWS:
+            out.append(name)
+    return tuple(out)
+
+
+def count_input(raw, uri: str) -> int:
+    """Rows of a raw input table: from the Parquet footers where pyarrow reaches the input (no
+    Spark job), else ``raw.count()``.
+
+    Examples
+    --------
+    >>> count_input(read_inputs(spark, cfg)["events"], cfg.input.events)  # doctest: +SKIP
+    97222
+    """
+    n = io.count_rows_arrow(uri) if io.arrow_readable(uri) else None
+    return raw.count() if n is None else n
+
+
+def _driver_rows(raw, uri: str, name: str):
+    """The raw rows of ``name`` on the driver as pyarrow (contract columns, ``_corrupt_record``):
+    read by pyarrow where it reaches the Parquet input, else one Spark collect."""
+    tbl = io.read_input_arrow(uri, name)
+    if tbl is None:
+        cols = [f.name for f in io.schema(name).fields]
+        tbl = io.collect_arrow(raw.select(*cols, io.CORRUPT))
+    return tbl
+
+
+#: the id column of the tables whose clean ids other tables are checked against
+_ID_COLUMN = {"instances": io.INSTANCE_ID, "labels": io.LABEL_ID}
+
+
+def _clean_ids(tables: Dict[str, Any], clean_ids: Dict[str, Any], name: str):
+    """The clean ids of ``name`` (``instances`` or ``labels``) as a pyarrow array: the driver's
+    when it validated the table, else one Spark collect."""
+    if name not in clean_ids:
+        df = tables[name].select(_ID_COLUMN[name])
+        clean_ids[name] = io.collect_arrow(df).column(0).combine_chunks()
+    return clean_ids[name]
+
+
 def _no_timer():
     import contextlib
 
@@ -591,8 +694,6 @@ def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_tex
     elif name == "labels":
         tagged = validate_labels(raw[name], max_text_chars)
     elif name == "instance_labels":
-        if "labels" not in tables:
-            raise io.InputError("input.instance_labels given without input.labels")
         tagged = validate_instance_labels(raw[name], tables["instances"], tables["labels"])
     elif name == "events":
         tagged = validate_events(raw[name], tables["instances"])
@@ -609,7 +710,6 @@ def _validate_one(name, raw, tables, quarantine, counts, uri, persisted, max_tex
     }
     counts[name] = reason_counts(name, uri, rows_in, by_reason)
     tables[name], quarantine[name] = _split(tagged, name)
-    _log_counts(name, counts[name])
 
 
 def _log_counts(name: str, c: Dict[str, Any]) -> None:

@@ -582,3 +582,66 @@ def test_graph_labels_empty_graph_is_a_clear_error(spark, tmp_path):
     paths = io.RunPaths(cfg.output)
     assert io.is_complete(spark, paths.table(f"{io.QUARANTINE}/events"))
     assert not io.is_complete(spark, paths.table(io.NODES))
+
+
+def _table_rows(spark, paths, rel):
+    df = io.read_table(spark, paths, rel)
+    cols = sorted(df.columns)
+    types = [f"{c}:{df.schema[c].dataType.simpleString()}" for c in cols]
+    return types, sorted(tuple(r[c] for c in cols) for r in df.collect())
+
+
+@pytest.mark.parametrize("side_info", ["label_text", "naive", "both"])
+def test_tables_built_on_the_driver_equal_the_spark_path(spark, tmp_path, monkeypatch, side_info):
+    """With the inputs validated on the driver (collected_tables) and labels given, nodes,
+    graph/instance_labels and B_pre (label_text, naive; both keeps Spark's B_pre, with the
+    driver's nodes) are built by collected_graph; the published tables equal the Spark path's
+    row for row, ids ordered by their UTF-8 bytes ('Z' < 'a' < 'é' < '中')."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pina_spark import validate
+
+    rnd = random.Random(5)
+    ids = [f"{p}{k}" for p in ("Z", "a", "\u00e9", "\u4e2d", "i") for k in range(12)]
+    inst = [(i, f"text {i}", rnd.choice(["train", "train", "test", None])) for i in ids]
+    inst.append(("bad", "", "train"))  # quarantined
+    labs = [(f"L{k}", f"label {k}") for k in range(9)] + [("\u00e9l", "accent"), ("Al", "A")]
+    pairs = {(rnd.choice(ids + ["nope"]), rnd.choice([lab for lab, _ in labs])) for _ in range(150)}
+    events = [(f"b{rnd.randrange(40)}", rnd.choice(ids)) for _ in range(400)]
+    d = tmp_path / "in"
+    d.mkdir()
+    files = {}
+    for name, cols, rows in (
+        ("instances", ["instance_id", "text", "split"], inst),
+        ("labels", ["label_id", "text"], labs),
+        ("instance_labels", ["instance_id", "label_id"], sorted(pairs)),
+        ("events", ["basket_id", "item_id"], events),
+    ):
+        files[name] = str(d / f"{name}.parquet")
+        pq.write_table(pa.table({c: [r[k] for r in rows] for k, c in enumerate(cols)}), files[name])
+    got = {}
+    for mode in ("driver", "spark"):
+        if mode == "spark":
+            monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 0)
+        cfg = config_from_dict(
+            {
+                "output": str(tmp_path / mode),
+                "side_info": side_info,
+                "graph": {"min_count": 2},
+                "input": files,
+            }
+        )
+        ctx, stats = _run(spark, cfg)
+        assert stats["built_on_driver"] is (mode == "driver")
+        got[mode] = {
+            rel: _table_rows(spark, ctx.paths, rel)
+            for rel in (io.NODES, io.INSTANCE_LABELS, io.PRETRAIN_EDGES)
+        }
+        got[mode]["stats"] = {k: stats[k] for k in ("nodes", "instance_labels", "pretrain_edges")}
+    assert got["driver"] == got["spark"]
+    nodes = got["driver"][io.NODES][1]
+    assert [r[1] for r in sorted(nodes, key=lambda r: r[2])][:3] == ["Z0", "Z1", "Z10"]
+    assert got["driver"]["stats"]["pretrain_edges"]["pina"]["B"] > 20

@@ -233,7 +233,7 @@ def test_events_validated_on_collection_equal_the_spark_path(spark, tmp_path, ba
     st_spark, st_arrow = {}, {}
     t_spark, q_spark = validate.validate_inputs(spark, cfg, st_spark, raw=raw)
     t_arrow, q_arrow = validate.validate_inputs(
-        spark, cfg, st_arrow, raw=raw, rows_in={"events": len(rows)}, collect_events=True
+        spark, cfg, st_arrow, raw=raw, rows_in={"events": len(rows)}, on_driver=("events",)
     )
     _check_adds_up(st_arrow)
     assert st_arrow == st_spark
@@ -328,6 +328,105 @@ def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
     assert not diff, diff
     assert {"missing_basket", "missing_item", "invalid_id", "invalid_utf8"} <= set(want)
     assert {"invalid_weight", "unparseable", None} <= set(want)
+
+
+#: ids and texts made of every kind of character the rules name (blank, bad id, U+FFFD)
+_ODD = ["", " ", "\t", "\x00", "\x85", "\xa0", "\u2007", "\u200b", "\u2028", "\u3000", "\ufeff"]
+_ODD += ["\u00ad", "\ufffd", "\u00e9", "\u4e2d", "\U0001f600"]
+
+
+def _small_table_rows(rnd):
+    """Seeded rows for instances, labels and instance_labels: every rule, repeated ids with
+    texts and splits that order differently (bytes: 'Z' < 'a' < 'é'), odd characters."""
+    odd_ids = [None] + [f"x{c}" for c in _ODD] + [c for c in _ODD]
+    ids = [f"i{k}" for k in range(40)]
+    texts = ["a", "Z", "b c", "\u00e9t\u00e9", "x" * 30, "", " ", None, "t\ufffd", "\u200b"]
+    inst = [
+        [rnd.choice(ids), rnd.choice(texts), rnd.choice(["train", "test", None, " ", "dev"])]
+        for _ in range(300)
+    ]
+    inst += [[v, "text", "train"] for v in odd_ids] + [["i0", "t", "tr\ufffd"]]
+    labs = [[rnd.choice([f"l{k}" for k in range(15)]), rnd.choice(texts)] for _ in range(80)]
+    labs += [[v, "label"] for v in odd_ids]
+    pairs = [
+        [rnd.choice(ids + ["i99", None]), rnd.choice([f"l{k}" for k in range(16)] + [" "])]
+        for _ in range(400)
+    ]
+    pairs += [[v, "l1"] for v in odd_ids] + [["i1", v] for v in odd_ids]
+    return inst, labs, pairs
+
+
+def _rows(tbl_or_df, cols):
+    rows = (
+        tbl_or_df.to_pylist()
+        if hasattr(tbl_or_df, "to_pylist")
+        else [r.asDict() for r in tbl_or_df.collect()]
+    )
+    return sorted(tuple(repr(r.get(c)) for c in cols) for r in rows)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_path, fmt):
+    """collected_tables (instances, labels, instance_labels in one pyarrow pass on the driver)
+    keeps and quarantines exactly the rows of the Spark path, with the same reasons and counts:
+    every rule, duplicates kept by text then split (bytes order, nulls last), odd characters,
+    read by a Spark collect (CSV) or by pyarrow (Parquet)."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    inst, labs, pairs = _small_table_rows(random.Random(11))
+    heads = {
+        "instances": ["instance_id", "text", "split"],
+        "labels": ["label_id", "text"],
+        "instance_labels": ["instance_id", "label_id"],
+    }
+    files = {}
+    for name, rows in zip(heads, (inst, labs, pairs)):
+        if fmt == "csv":
+            files[name] = _csv(tmp_path / f"{name}.csv", heads[name], rows)
+        else:
+            files[name] = str(tmp_path / f"{name}.parquet")
+            cols = list(zip(*rows))
+            pq.write_table(
+                pa.table({h: pa.array(c, pa.string()) for h, c in zip(heads[name], cols)}),
+                files[name],
+            )
+    cfg = _cfg(tmp_path, **files, _extra={"quality": {"max_text_chars": 20}})
+    raw = validate.read_inputs(spark, cfg)
+    rows_in = {}
+    on_driver = validate.driver_tables(spark, cfg, raw, rows_in)
+    assert on_driver == validate.DRIVER_TABLES
+    assert rows_in == {"instances": len(inst), "labels": len(labs), "instance_labels": len(pairs)}
+    st_spark, st_arrow = {}, {}
+    t_spark, q_spark = validate.validate_inputs(spark, cfg, st_spark, raw=raw)
+    t_arrow, q_arrow = validate.validate_inputs(
+        spark, cfg, st_arrow, raw=raw, rows_in=rows_in, on_driver=on_driver
+    )
+    _check_adds_up(st_arrow)
+    assert st_arrow == st_spark
+    seen = set().union(*(st_arrow[n]["reasons"] for n in heads))
+    assert {"missing_id", "invalid_id", "invalid_utf8", "missing_text", "text_too_long"} <= seen
+    assert {"invalid_split", "duplicate_id", "unknown_instance", "unknown_label"} <= seen
+    assert st_arrow["instance_labels"]["reasons"]["duplicate_pair"] > 20
+    assert st_arrow["instances"]["reasons"]["duplicate_id"] > 40
+    for name in heads:
+        cols = [f.name for f in io.schema(name).fields]
+        assert _rows(t_arrow[name], cols) == _rows(t_spark[name], cols), name
+        qcols = cols + [io.CORRUPT, io.REASON]
+        assert _rows(q_arrow[name], qcols) == _rows(q_spark[name], qcols), name
+        assert t_arrow[name].schema == t_spark[name].schema, name
+
+
+def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files, monkeypatch):
+    """A table over DRIVER_MAX_ROWS stays with the Spark path."""
+    cfg = _cfg(tmp_path, **base_files)
+    raw = validate.read_inputs(spark, cfg)
+    monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 6)
+    rows_in = {}
+    assert validate.driver_tables(spark, cfg, raw, rows_in) == ("labels",)
+    assert rows_in == {"instances": 10, "labels": 5, "instance_labels": 9}
 
 
 def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
