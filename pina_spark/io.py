@@ -638,6 +638,23 @@ def count_rows_arrow(uri: str) -> Optional[int]:
         return None
 
 
+def parquet_size(uri: str) -> Optional[Tuple[int, int]]:
+    """(rows, uncompressed bytes) of a Parquet table from its footers, driver side (``None``
+    when pyarrow does not read it here)."""
+    dset = parquet_dataset(uri)
+    if dset is None:
+        return None
+    try:
+        rows = size = 0
+        for f in dset.get_fragments():
+            md = f.metadata
+            rows += md.num_rows
+            size += sum(md.row_group(k).total_byte_size for k in range(md.num_row_groups))
+        return int(rows), int(size)
+    except Exception:
+        return None
+
+
 def pyarrow_reaches(uri: Optional[str]) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
     ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""

@@ -141,6 +141,9 @@ DRIVER_TABLES = ("instances", "labels", "instance_labels")
 #: by Spark) a table of :data:`DRIVER_TABLES` is validated on the driver: same reasons, same kept
 #: rows as the Spark path, without its per-table jobs; larger tables stay with Spark
 DRIVER_MAX_ROWS = 2_000_000
+#: ... and at most this many bytes of values (uncompressed, from the Parquet footers; characters
+#: of the string columns for other formats): 2M rows of long texts stay with Spark
+DRIVER_MAX_BYTES = 1 << 30
 
 
 def _blank(col):
@@ -623,9 +626,10 @@ def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -
 
 def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> Tuple[str, ...]:
     """Which of :data:`DRIVER_TABLES` are validated on the driver (decided once, before any is
-    read): those of at most :data:`DRIVER_MAX_ROWS` rows. Their row counts come from the Parquet
-    footers where pyarrow reaches the input (no Spark job), else from one Spark count; both are
-    put in ``rows_in`` so validation does not count again.
+    read): those of at most :data:`DRIVER_MAX_ROWS` rows and :data:`DRIVER_MAX_BYTES` bytes of
+    values. Rows and bytes come from the Parquet footers where pyarrow reaches the input (no
+    Spark job), else from one Spark aggregation (rows and characters of the string columns);
+    the rows are put in ``rows_in`` so validation does not count again.
 
     Examples
     --------
@@ -636,11 +640,27 @@ def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> T
     for name in DRIVER_TABLES:
         if name not in raw:
             continue
-        if name not in rows_in:
-            rows_in[name] = count_input(raw[name], getattr(cfg.input, name))
-        if rows_in[name] <= DRIVER_MAX_ROWS:
+        uri = getattr(cfg.input, name)
+        size = io.parquet_size(uri) if io.arrow_readable(uri) else None
+        if size is None:
+            size = _spark_size(raw[name])
+        rows_in[name] = size[0]
+        if size[0] <= DRIVER_MAX_ROWS and size[1] <= DRIVER_MAX_BYTES:
             out.append(name)
+        else:
+            log.info("input %s: %d rows, %d bytes: validated by Spark", name, *size)
     return tuple(out)
+
+
+def _spark_size(raw) -> Tuple[int, int]:
+    """(rows, characters of the string columns) of a raw input frame: one Spark job."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    strings = [f.name for f in raw.schema.fields if isinstance(f.dataType, T.StringType)]
+    chars = sum((F.coalesce(F.length(F.col(c)), F.lit(0)) for c in strings), F.lit(0))
+    r = raw.agg(F.count(F.lit(1)).alias("n"), F.sum(chars).alias("b")).first()
+    return int(r["n"]), int(r["b"] or 0)
 
 
 def count_input(raw, uri: str) -> int:

@@ -420,13 +420,30 @@ def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_pa
 
 
 def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files, monkeypatch):
-    """A table over DRIVER_MAX_ROWS stays with the Spark path."""
+    """A table over DRIVER_MAX_ROWS rows or DRIVER_MAX_BYTES bytes stays with the Spark path;
+    rows and bytes from one Spark job (CSV) or from the Parquet footers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     cfg = _cfg(tmp_path, **base_files)
     raw = validate.read_inputs(spark, cfg)
     monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 6)
     rows_in = {}
     assert validate.driver_tables(spark, cfg, raw, rows_in) == ("labels",)
     assert rows_in == {"instances": 10, "labels": 5, "instance_labels": 9}
+    monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 100)
+    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", 30)  # labels 27 characters, pairs 34
+    assert validate.driver_tables(spark, cfg, raw, {}) == ("labels",)
+    lab = str(tmp_path / "labels.parquet")
+    pq.write_table(pa.table({"label_id": ["l1", "l2"], "text": ["x" * 30, "y" * 30]}), lab)
+    cfg = _cfg(tmp_path, **{**base_files, "labels": lab})
+    raw = validate.read_inputs(spark, cfg)
+    rows, size = io.parquet_size(lab)
+    assert rows == 2 and size > 60
+    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", size)
+    assert "labels" in validate.driver_tables(spark, cfg, raw, {})
+    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", size - 1)
+    assert "labels" not in validate.driver_tables(spark, cfg, raw, {})
 
 
 def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
