@@ -70,7 +70,8 @@ it).
 Small inputs on the driver
 --------------------------
 ``instances``, ``labels`` and ``instance_labels`` of at most
-:data:`pina_spark.validate.DRIVER_MAX_ROWS` rows are validated on the driver in one pyarrow pass
+:data:`pina_spark.validate.DRIVER_MAX_ROWS` rows (and ``DRIVER_MAX_BYTES``) are validated on the
+driver in one pyarrow pass
 (:mod:`pina_spark.collected_tables`); with labels given, ``nodes``, ``graph/instance_labels``
 and (``side_info`` ``label_text`` / ``naive``) ``graph/pretrain_edges`` are then built there
 with numpy (:mod:`pina_spark.collected_graph`), by the definitions below, and written by

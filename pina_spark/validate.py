@@ -57,7 +57,8 @@ a violation raises :class:`ValidationInvariantError`.
 Where the rules run (one implementation of each rule per engine, same reasons and same kept rows,
 tested on the same rows): Spark SQL by default; on the driver in pyarrow for the tables the
 caller names in ``on_driver``. The graph stage names ``instances``, ``labels`` and
-``instance_labels`` when they have at most :data:`DRIVER_MAX_ROWS` rows (:func:`driver_tables`,
+``instance_labels`` when they have at most :data:`DRIVER_MAX_ROWS` rows and
+:data:`DRIVER_MAX_BYTES` bytes (:func:`driver_tables`,
 :mod:`pina_spark.collected_tables`: no Spark job per table) and ``events`` under the
 ``broadcast`` pair plan (:mod:`pina_spark.collected_events`).
 
