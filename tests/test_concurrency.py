@@ -448,14 +448,17 @@ def test_crash_after_nodes_is_published_makes_embed_refuse(spark, tmp_path, monk
     paths = io.RunPaths(cfg.output)
     committed = io.read_commit(paths, "graph")["tables"]
     assert committed[io.NODES] == io.table_version(paths.table(io.NODES))
-    real = io.write_table
 
-    def dies_after_nodes(df, p, rel, *a, **k):
-        if rel == io.INSTANCE_LABELS:
-            raise SystemExit("driver killed after nodes was published")
-        return real(df, p, rel, *a, **k)
+    def dies_after_nodes(real):  # Spark's writer, or the driver's for small inputs
+        def write(*a, **k):
+            if io.INSTANCE_LABELS in a:
+                raise SystemExit("driver killed after nodes was published")
+            return real(*a, **k)
 
-    monkeypatch.setattr(io, "write_table", dies_after_nodes)
+        return write
+
+    monkeypatch.setattr(io, "write_table", dies_after_nodes(io.write_table))
+    monkeypatch.setattr(io, "write_arrow", dies_after_nodes(io.write_arrow))
     with pytest.raises(SystemExit):
         pipeline.run_pipeline(spark, cfg, ["graph"], force=True)
     monkeypatch.undo()
