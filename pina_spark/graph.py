@@ -1122,8 +1122,12 @@ def _build_graphs(
     if need_train:
         with timer.step("train.items"):
             train_only = instances.filter(F.col(io.SPLIT) != io.SPLIT_TRAIN).limit(1).count() > 0
-    train_ids = instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN).select(
-        F.col(io.INSTANCE_ID).alias(io.ITEM_ID)
+    train_ids = (
+        instances.filter(F.col(io.SPLIT) == io.SPLIT_TRAIN).select(
+            F.col(io.INSTANCE_ID).alias(io.ITEM_ID)
+        )
+        if train_only
+        else None
     )
     out: List[Any] = []
     if gplan.strategy == "broadcast":
@@ -1138,8 +1142,10 @@ def _build_graphs(
             tasks.append(task)
             out += [edges, st]
     else:
-        train_events = events.join(train_ids, io.ITEM_ID, "left_semi")
-        for prefix, ev in [("", events)] + ([("train.", train_events)] if train_only else []):
+        parts = [("", events)]
+        if train_only:
+            parts.append(("train.", events.join(train_ids, io.ITEM_ID, "left_semi")))
+        for prefix, ev in parts:
             with timer.step(prefix + "i2i.capped_baskets"):
                 capped = capped_baskets(ev, graph_cfg.max_basket_size).persist(
                     StorageLevel.MEMORY_AND_DISK
@@ -1219,7 +1225,14 @@ def run_stage(ctx) -> Dict[str, Any]:
             f"{paths.table(io.QUARANTINE + '/instances')}"
         )
     validate.check_quality(in_stats, cfg.quality, paths.table(io.QUARANTINE))
-    instances = tables["instances"]
+
+    def frame(name: str):
+        """The clean rows of an input table as a DataFrame (made from the driver's rows on
+        first use: the driver path of the graph tables needs none)."""
+        if name not in tables:
+            tables[name] = io.frame_from_arrow(spark, clean_arrow[name], name)
+        return tables[name]
+
     plan = faults.fault_plan(cfg, "graph")
     events = tables.get("events")
     i2i_all = i2i_train = None
@@ -1230,7 +1243,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         built = _build_graphs(
             spark,
             events,
-            instances,
+            frame("instances") if need_train or gplan.strategy != "broadcast" else None,
             cfg.graph,
             gplan,
             plan,
@@ -1260,7 +1273,7 @@ def run_stage(ctx) -> Dict[str, Any]:
             )
     if cfg.task.labels == "graph":
         with timer.step("graph_labels"):
-            labels, il = graph_labels(instances, i2i_all, i2i_train)
+            labels, il = graph_labels(frame("instances"), i2i_all, i2i_train)
             if labels.limit(1).count() == 0:
                 g = cfg.graph
                 raise io.InputError(
@@ -1272,7 +1285,7 @@ def run_stage(ctx) -> Dict[str, Any]:
                     f"otherwise"
                 )
     else:
-        labels, il = tables["labels"], tables["instance_labels"]
+        labels = il = None  # the given tables: frame("labels"), frame("instance_labels")
     # labels given and every table on the driver: nodes, instance_labels and (without the i2i
     # graph) B_pre are built there too (collected_graph), else by Spark
     on_arrow = cfg.task.labels == "given" and set(validate.DRIVER_TABLES) <= set(clean_arrow)
@@ -1285,7 +1298,10 @@ def run_stage(ctx) -> Dict[str, Any]:
             n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
             io.write_table(
                 assign_node_indices(
-                    instances, labels, persisted, (in_stats["instances"]["rows_used"], n_lab)
+                    frame("instances"),
+                    frame("labels") if labels is None else labels,
+                    persisted,
+                    (in_stats["instances"]["rows_used"], n_lab),
                 ),
                 paths,
                 io.NODES,
@@ -1309,6 +1325,7 @@ def run_stage(ctx) -> Dict[str, Any]:
             il_a = collected_graph.index_instance_labels(nodes_a, clean_arrow["instance_labels"])
             io.write_arrow(spark, il_a, paths, io.INSTANCE_LABELS)
         else:
+            il = frame("instance_labels") if il is None else il
             io.write_table(index_instance_labels(nodes, il), paths, io.INSTANCE_LABELS)
     il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
     with timer.step("pretrain_edges.publish"):

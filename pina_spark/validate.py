@@ -475,7 +475,8 @@ def validate_inputs(
         (:mod:`pina_spark.collected_tables`): ``quarantine[name]`` is a pyarrow Table and
         ``tables[name]`` a DataFrame of the driver's clean rows.
     clean_arrow : dict, optional
-        Receives the clean rows of the tables validated on the driver as pyarrow Tables.
+        Receives the clean rows of the tables validated on the driver as pyarrow Tables; those
+        tables are then not in ``tables`` (no DataFrame is made for them here).
 
     Returns
     -------
@@ -503,6 +504,7 @@ def validate_inputs(
     quarantine: Dict[str, Any] = {}
     counts: Dict[str, Dict[str, Any]] = {}
     clean_ids: Dict[str, Any] = {}  # clean ids as pyarrow arrays, where the driver has them
+    driver_clean: Dict[str, Any] = {}  # clean rows of the tables validated on the driver
     for name in TABLE_ORDER:
         if name not in raw:
             continue
@@ -514,9 +516,12 @@ def validate_inputs(
                 raise io.InputError(
                     f"input.{name}: {uri} has no rows (an empty input table is an error)"
                 )
-            if name == "instance_labels" and "labels" not in tables:
+            if name == "instance_labels" and "labels" not in raw:
                 raise io.InputError("input.instance_labels given without input.labels")
             if name not in on_driver:
+                for dep in _DEPENDS_ON.get(name, ()):  # a frame of a table the driver validated
+                    if dep not in tables and dep in driver_clean:
+                        tables[dep] = io.frame_from_arrow(spark, driver_clean[dep], dep)
                 _validate_one(
                     name,
                     raw,
@@ -551,9 +556,11 @@ def validate_inputs(
                 )
                 if name in _ID_COLUMN:
                     clean_ids[name] = clean.column(_ID_COLUMN[name]).combine_chunks()
-                if clean_arrow is not None:
+                driver_clean[name] = clean
+                if clean_arrow is not None:  # the caller makes a frame where it needs one
                     clean_arrow[name] = clean
-                tables[name] = io.frame_from_arrow(spark, clean, name)
+                else:
+                    tables[name] = io.frame_from_arrow(spark, clean, name)
             _log_counts(name, counts[name])
     if stats is not None:
         stats.update(counts)
@@ -687,6 +694,8 @@ def _driver_rows(raw, uri: str, name: str):
     return tbl
 
 
+#: the clean tables the Spark rules of a table join against
+_DEPENDS_ON = {"instance_labels": ("instances", "labels"), "events": ("instances",)}
 #: the id column of the tables whose clean ids other tables are checked against
 _ID_COLUMN = {"instances": io.INSTANCE_ID, "labels": io.LABEL_ID}
 
