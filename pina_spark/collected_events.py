@@ -51,6 +51,8 @@ __all__ = [
     "blank",
     "has_fffd",
     "bad_id",
+    "fffd",
+    "bad_chars",
     "with_reason",
     "encode_ids",
     "per_value",
@@ -122,19 +124,28 @@ def any_of(tbl, names, test):
     return out
 
 
-def has_fffd(tbl, names):
-    """Rows holding U+FFFD (what Spark's text readers put for bytes that are not UTF-8) in any
-    of ``names``: the rule ``validate._has_fffd``."""
+def fffd(c):
+    """Values holding U+FFFD (what Spark's text readers put for bytes that are not UTF-8)."""
     import pyarrow.compute as pc
 
-    return any_of(tbl, names, lambda c: pc.match_substring(c, validate.REPLACEMENT_CHAR))
+    return pc.match_substring(c, validate.REPLACEMENT_CHAR)
+
+
+def bad_chars(c):
+    """Values holding a character no id may hold (:data:`BAD_ID`)."""
+    import pyarrow.compute as pc
+
+    return pc.match_substring_regex(c, BAD_ID)
+
+
+def has_fffd(tbl, names):
+    """Rows holding U+FFFD in any of ``names``: the rule ``validate._has_fffd``."""
+    return any_of(tbl, names, fffd)
 
 
 def bad_id(tbl, names):
     """Rows whose ids in ``names`` hold a character no id may hold: ``validate._bad_id``."""
-    import pyarrow.compute as pc
-
-    return any_of(tbl, names, lambda c: pc.match_substring_regex(c, BAD_ID))
+    return any_of(tbl, names, bad_chars)
 
 
 def with_reason(tbl, rules):
@@ -200,7 +211,7 @@ def tag_rows(tbl, enc=None):
 
     w = column(tbl, io.WEIGHT).cast(pa.float64())
     bad_weight = pc.fill_null(pc.or_(pc.or_(pc.is_nan(w), pc.is_inf(w)), pc.less(w, 0.0)), False)
-    fffd = has_fffd(tbl, (io.EVENT_TIME,))
+    fffd_time = has_fffd(tbl, (io.EVENT_TIME,))
     return with_reason(
         tbl,
         [
@@ -208,10 +219,10 @@ def tag_rows(tbl, enc=None):
             (per_value(enc[io.BASKET_ID], blank, True), "missing_basket"),
             (per_value(enc[io.ITEM_ID], blank, True), "missing_item"),
             (
-                pc.or_(on_ids(lambda c: pc.match_substring(c, validate.REPLACEMENT_CHAR)), fffd),
+                pc.or_(on_ids(fffd), fffd_time),
                 "invalid_utf8",
             ),
-            (on_ids(lambda c: pc.match_substring_regex(c, BAD_ID)), "invalid_id"),
+            (on_ids(bad_chars), "invalid_id"),
             (bad_weight, "invalid_weight"),
         ],
     )
