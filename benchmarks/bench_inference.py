@@ -18,7 +18,8 @@ would have after it):
 
 * ``embed``: :func:`pina_spark.inference.embed.run_embed_stage` (``nodes`` Parquet -> published
   ``embeddings``), against: pyarrow read of ``nodes`` -> ``PhiPre.load`` -> ``transform`` in
-  blocks of ``batch_size`` -> pyarrow Parquet write, with torch / tf-idf on 2 threads.
+  one call (the encoder sorts every text by length, then batches of ``batch_size``) -> pyarrow
+  Parquet write, with torch / tf-idf on 2 threads.
 * ``neighbors``: :func:`pina_spark.inference.neighbors.run_neighbors_stage` (``nodes`` +
   ``embeddings`` -> published ``neighbors``), against: pyarrow read of ``nodes`` and
   ``embeddings`` -> PECOS predict-only load -> X, predict, top-K and weights in blocks ->
@@ -26,12 +27,12 @@ would have after it):
 
 rows/s = rows processed / wall seconds; ratio = spark / reference (>= 0.9 is the goal).
 
-``--repeat N`` (neighbours only; the stage takes seconds, so one measurement is at the mercy of
-the machine's noise): N measurements, each in a fresh Spark application (new Python workers:
-no g, embeddings copy or task order kept from an earlier measurement; the workers first import
-what the embed stage imports), each followed by the reference; the result holds the median
-Spark and reference seconds (ratio = ratio of the medians) and every measurement under
-``repeats``.
+``--repeat N`` (each stage; one measurement is at the mercy of the machine's noise): N
+measurements, each in a fresh Spark application (new Python workers: no vectorizer, g,
+embeddings copy or task order kept from an earlier measurement; for the neighbours the workers
+first import what the embed stage imports), each followed by the reference; the result holds
+the median Spark and reference seconds (ratio = ratio of the medians) and every measurement
+under ``repeats``.
 
 Usage::
 
@@ -166,22 +167,22 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     phi.tfidf_threads = THREADS
     idx = tbl.column(io.NODE_INDEX).to_numpy()
     texts = tbl.column(io.TEXT).to_pylist()
-    writer = None
-    for s in range(0, len(texts), batch_size):
-        dense, sparse = phi.transform(texts[s : s + batch_size], batch_size=batch_size)
-        n, d = dense.shape
-        rb = pa.RecordBatch.from_arrays(
-            [
-                pa.array(idx[s : s + n]),
-                list_array(np.full(n, d), dense.ravel(), pa.float32()),
-                list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
-                list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
-            ],
-            names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
-        )
-        if writer is None:
-            writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
-        writer.write_batch(rb)
+    # one call over every text: the encoder sorts them all by length before cutting batches,
+    # the best batching a single process can do (the stage sorts within windows of a few
+    # batches, which keep its encoder calls independent of the partitioning)
+    dense, sparse = phi.transform(texts, batch_size=batch_size)
+    n, d = dense.shape
+    rb = pa.RecordBatch.from_arrays(
+        [
+            pa.array(idx[:n]),
+            list_array(np.full(n, d), dense.ravel(), pa.float32()),
+            list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
+            list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
+        ],
+        names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
+    )
+    writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
+    writer.write_batch(rb)
     writer.close()
     return len(texts), time.time() - t0
 
@@ -251,7 +252,7 @@ def main(argv=None):
         "--repeat",
         type=int,
         default=5,
-        help="neighbours: measurements (each in a fresh Spark application, each "
+        help="measurements per stage (each in a fresh Spark application, each "
         "followed by the reference); the medians are reported",
     )
     ap.add_argument(
@@ -344,7 +345,23 @@ def main(argv=None):
             phi.sparse_dim,
         )
         del phi
-        results.append(time_embed(ctx, models, work, args.batch_size))
+        runs = []
+        for rep in range(args.repeat):
+            if rep:  # a fresh application: no vectorizer kept in the workers from the last one
+                spark.stop()
+                spark = get_spark(cfg.spark, spark_conf)
+                ctx = pipeline.make_context(spark, cfg)
+                spark.range(100).selectExpr("sum(id)").collect()
+            runs.append(time_embed(ctx, models, work, args.batch_size))
+            log.info(
+                "embed measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
+                rep + 1,
+                args.repeat,
+                runs[-1]["spark_s"],
+                runs[-1]["reference_s"],
+                runs[-1]["ratio"],
+            )
+        results.append(_median_result(runs))
     gdir = artifacts.g_dir(models, "pina")
     if "neighbors" in stages:
         if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):

@@ -3,10 +3,13 @@
 For every size N: ``pina-spark prepare-data --source synthetic --instances N --seed S`` (the
 scale generator, ~50 N co-purchase events, ~N/10 keyword labels with text), then ``pina-spark
 run`` on it in a fresh process (a fresh Spark application per size, ``local[T]``), with
-``task.labels: given``, ``side_info: label_text`` and otherwise the defaults. While the run
-lasts, the driver's resident memory (the ``pina-spark`` Python process plus its JVM, which in
-local mode also hosts the executors, so an upper bound of the driver's) is sampled from /proc
-every 0.5 s.
+``task.labels: given``, ``side_info: label_text`` and otherwise the defaults (``--set KEY=VALUE``
+overrides any of them, e.g. ``--set pretrain.train_on=executors``, what ``auto`` picks on a
+cluster). While the run lasts, the driver's resident memory is sampled from /proc every 0.5 s:
+the ``pina-spark`` Python process and its JVM, apart (in local mode the JVM also hosts the
+executors' threads, so its figure is an upper bound of a cluster driver's JVM; the executors'
+Python workers are left out), with the peak of each per stage (``peak_rss_mb_by_stage``, from
+the stages' start and end times in the manifest).
 
 What it reports per size, from the run's ``_manifest.json``: seconds per stage, the total,
 ``encoded_rows`` (rows put through the text encoder, the sum of every stage's ``encoded_rows``
@@ -21,8 +24,9 @@ Usage::
         --json runs/bench_pipeline.json
 
 Writes ``{"results": [{"n", "nodes", "events", "stages": {stage: s}, "total_s", "encoded_rows",
-"driver_peak_rss_mb", ...}], "settings": {...}}``, a PNG beside the JSON (seconds per 1,000
-instances per stage against N, log x axis) and prints a Markdown table.
+"driver_peak_rss_mb", "driver_python_peak_rss_mb", "driver_jvm_peak_rss_mb",
+"peak_rss_mb_by_stage", "g_fits", ...}], "settings": {...}}``, a PNG beside the JSON (seconds
+per 1,000 instances per stage against N, log x axis) and prints a Markdown table.
 """
 
 import argparse
@@ -43,9 +47,11 @@ from pina_spark.stages import STAGES as _STAGE_SPECS  # noqa: E402
 STAGES = tuple(_STAGE_SPECS)
 
 
-def _driver_rss_mb(pid: int) -> float:
-    """Resident MB of ``pid`` and its descendants (from /proc), leaving out the Python worker
-    processes (``pyspark.daemon`` and what it forks: the executors' side) and what is gone."""
+def _driver_rss_mb(pid: int) -> tuple:
+    """Resident MB of ``pid`` itself (the driver's Python) and of its descendants (its JVM,
+    which in local mode also hosts the executors' threads), from /proc, leaving out the Python
+    worker processes (``pyspark.daemon`` and what it forks: the executors' side) and what is
+    gone."""
     children: dict = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -56,7 +62,7 @@ def _driver_rss_mb(pid: int) -> float:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [pid]
+    own, rest, todo = 0, 0, [pid]
     page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         p = todo.pop()
@@ -65,24 +71,79 @@ def _driver_rss_mb(pid: int) -> float:
                 if b"pyspark.daemon" in fh.read():
                     continue
             with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * page
+                rss = int(fh.read().split()[1]) * page
         except (OSError, IndexError, ValueError):
             continue
+        if p == pid:
+            own += rss
+        else:
+            rest += rss
         todo += children.get(p, [])
-    return total / 2**20
+    return own / 2**20, rest / 2**20
 
 
 class _Sampler(threading.Thread):
-    """The peak of :func:`_driver_rss_mb` of a process while it runs."""
+    """Samples :func:`_driver_rss_mb` of a process while it runs: ``series`` holds
+    ``(unix time, python MB, jvm MB)``."""
 
     def __init__(self, pid: int, every_s: float = 0.5):
         super().__init__(daemon=True)
-        self.pid, self.every_s, self.peak, self.stop = pid, every_s, 0.0, threading.Event()
+        self.pid, self.every_s, self.stop = pid, every_s, threading.Event()
+        self.series: list = []
 
     def run(self):
         while not self.stop.is_set():
-            self.peak = max(self.peak, _driver_rss_mb(self.pid))
+            self.series.append((time.time(), *_driver_rss_mb(self.pid)))
             self.stop.wait(self.every_s)
+
+    @property
+    def peak(self) -> float:
+        return max((py + jvm for _, py, jvm in self.series), default=0.0)
+
+
+def _stamp(iso: str) -> float:
+    from datetime import datetime, timezone
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+
+
+def peaks_by_stage(series, stages_meta: dict) -> dict:
+    """Per stage of the manifest (its ``started`` / ``finished`` times), the peak resident MB
+    of the driver's Python and of its JVM sampled while it ran.
+
+    >>> peaks_by_stage([(10.0, 1.0, 2.0), (11.0, 5.0, 1.0), (20.0, 9.0, 9.0)],
+    ...     {"a": {"started": "1970-01-01T00:00:09Z", "finished": "1970-01-01T00:00:12Z"}})
+    {'a': {'python_mb': 5.0, 'jvm_mb': 2.0}}
+    """
+    out = {}
+    for s, e in stages_meta.items():
+        if not e.get("started") or not e.get("finished"):
+            continue
+        a, b = _stamp(e["started"]), _stamp(e["finished"]) + 1.0
+        inside = [(py, jvm) for t, py, jvm in series if a <= t <= b]
+        if inside:
+            out[s] = {
+                "python_mb": round(max(p for p, _ in inside), 1),
+                "jvm_mb": round(max(j for _, j in inside), 1),
+            }
+    return out
+
+
+def _set(doc: dict, dotted: str) -> None:
+    """Apply one ``KEY=VALUE`` override (dotted key, YAML value) to the run's config.
+
+    >>> d = {"a": {"b": 1}}; _set(d, "a.c=executors"); _set(d, "x.y=2"); d
+    {'a': {'b': 1, 'c': 'executors'}, 'x': {'y': 2}}
+    """
+    import yaml
+
+    key, _, value = dotted.partition("=")
+    if not key or not _:
+        raise SystemExit(f"--set wants KEY=VALUE, got {dotted!r}")
+    *parents, leaf = key.split(".")
+    for k in parents:
+        doc = doc.setdefault(k, {})
+    doc[leaf] = yaml.safe_load(value)
 
 
 def _config(data: str, out: str, threads: int, driver_memory: str) -> dict:
@@ -103,7 +164,7 @@ def _config(data: str, out: str, threads: int, driver_memory: str) -> dict:
     }
 
 
-def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str) -> dict:
+def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str, sets=()) -> dict:
     """Generate N products, run the whole pipeline in a fresh process, read its manifest."""
     import yaml
 
@@ -119,8 +180,11 @@ def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str) -> 
     gen_s = time.time() - t0
     out = os.path.join(work, f"run{n}")
     conf = os.path.join(work, f"syn{n}.yaml")
+    doc = _config(data, out, threads, driver_memory)
+    for kv in sets:
+        _set(doc, kv)
     with open(conf, "w") as fh:
-        yaml.safe_dump(_config(data, out, threads, driver_memory), fh)
+        yaml.safe_dump(doc, fh)
     log_path = os.path.join(work, f"run{n}.log")
     t1 = time.time()
     with open(log_path, "w") as log_fh:
@@ -168,6 +232,17 @@ def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str) -> 
         "encoded_rows_driver": driver_rows,
         "encoded_rows_executors": exec_rows,
         "driver_peak_rss_mb": round(sampler.peak, 1),
+        "driver_python_peak_rss_mb": round(max((p for _, p, _ in sampler.series), default=0), 1),
+        "driver_jvm_peak_rss_mb": round(max((j for _, _, j in sampler.series), default=0), 1),
+        "peak_rss_mb_by_stage": peaks_by_stage(sampler.series, st),
+        # each variant's full g: rows, seconds per step and per level of its label tree
+        "g_fits": {
+            v: {"rows": d["full"].get("rows"), **d["full"].get("steps_s", {})}
+            for v, d in (st.get("pretrain", {}).get("stats", {}).get("detail", {}))
+            .get("variants", {})
+            .items()
+            if "full" in d
+        },
         "p_at_1": {
             v: round(m["P@1"], 4)
             for v, m in json.load(open(os.path.join(out, "eval", "metrics.json")))[
@@ -201,7 +276,8 @@ def plot(results, png: str) -> None:
 
 def table(results) -> str:
     head = "| N | nodes | events | " + " | ".join(STAGES) + " | total s | s / 1k | "
-    head += "encoded rows (driver + executors) | encoded / nodes | driver peak RSS MB |"
+    head += "encoded rows (driver + executors) | encoded / nodes | "
+    head += "driver peak RSS MB (peaks of Python / JVM) |"
     lines = [head, "|" + "---|" * (len(STAGES) + 8)]
     for r in results:
         lines.append(
@@ -210,7 +286,8 @@ def table(results) -> str:
             + f" | {r['total_s']:.1f} | {1000 * r['total_s'] / r['n']:.2f} | "
             f"{r['encoded_rows']:,} ({r['encoded_rows_driver']:,} + "
             f"{r['encoded_rows_executors']:,}) | {r['encoded_rows'] / r['nodes']:.2f} | "
-            f"{r['driver_peak_rss_mb']:.0f} |"
+            f"{r['driver_peak_rss_mb']:.0f} ({r.get('driver_python_peak_rss_mb', 0):.0f} / "
+            f"{r.get('driver_jvm_peak_rss_mb', 0):.0f}) |"
         )
     if len(results) > 1:
         per = [r["total_s"] / r["n"] for r in results]
@@ -230,6 +307,13 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every size's run (dotted key, YAML value), repeatable",
+    )
     ap.add_argument("--workdir", default=None, help="where data and runs go (default: a temp dir)")
     ap.add_argument("--json", required=True)
     a = ap.parse_args(argv)
@@ -237,7 +321,7 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     results = []
     for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
-        results.append(run_size(n, a.seed, work, a.threads, a.driver_memory))
+        results.append(run_size(n, a.seed, work, a.threads, a.driver_memory, a.set))
         print(json.dumps(results[-1]), flush=True)
         doc = {
             "results": results,
@@ -246,6 +330,7 @@ def main(argv=None):
                 "seed": a.seed,
                 "threads": a.threads,
                 "driver_memory": a.driver_memory,
+                "sets": a.set,
                 "machine": platform.platform(),
                 "cpus": os.cpu_count(),
                 "workdir": work,

@@ -345,32 +345,33 @@ def run_stage(ctx) -> Dict[str, Any]:
     pred_frames = []
     where = "driver" if tcfg.model == "xtransformer" else runtime.fits_where(spark, tcfg.train_on)
     stats["train_on"] = where
-    inputs: Dict[str, VariantInputs] = {}
-    for variant in tcfg.variants:
-        if variant != V.BASELINE and (
-            not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant))
-        ):
-            reason = f"no features for variant {variant} in {feat_uri}"
-            log.warning("train: skipping variant %s: %s", variant, reason)
-            stats["skipped"][variant] = reason
-            continue
-        inp = variant_inputs(spark, cfg, prob, variant, feat_uri)
-        if where == "driver":  # one at a time: only one variant's matrices held at once
+
+    def each_variant():
+        """``(variant, its inputs)``, built one at a time as they are consumed."""
+        for variant in tcfg.variants:
+            if variant != V.BASELINE and (
+                not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant))
+            ):
+                reason = f"no features for variant {variant} in {feat_uri}"
+                log.warning("train: skipping variant %s: %s", variant, reason)
+                stats["skipped"][variant] = reason
+                continue
+            stats["variants"].append(variant)
+            yield variant, variant_inputs(spark, cfg, prob, variant, feat_uri)
+
+    if where == "driver":
+        for variant, inp in each_variant():  # one variant's matrices held at a time
             frame, per_variant[variant] = _train_variant(
                 spark, cfg, prob, variant, inp, f"{models_dir}/{variant}"
             )
+            del inp
             pred_frames.append(frame)
-        else:
-            inputs[variant] = inp
-        stats["variants"].append(variant)
-    if inputs:
+    else:
         from . import downstream_tasks
 
-        log.info(
-            "train: %d variants as Spark tasks (train.train_on %s)", len(inputs), tcfg.train_on
-        )
+        log.info("train: the variants as Spark tasks (train.train_on %s)", tcfg.train_on)
         for variant, (frame, st) in downstream_tasks.fit_on_executors(
-            spark, cfg, prob, inputs, models_dir, paths.staging("train-fits")
+            spark, cfg, prob, each_variant(), models_dir, paths.staging("train-fits")
         ).items():
             pred_frames.append(frame)
             per_variant[variant] = st
@@ -463,6 +464,7 @@ class VariantInputs:
         vec: the baseline's fitted tf-idf (``None`` for the other variants).
         no_feat_rows: test rows without features (no prediction for them).
         prep_s: seconds spent building them.
+        n_features: columns of ``X_tr`` (kept by :meth:`without_matrices`).
     """
 
     X_tr: Any
@@ -470,6 +472,11 @@ class VariantInputs:
     vec: Any
     no_feat_rows: Tuple[int, ...]
     prep_s: float
+    n_features: int
+
+    def without_matrices(self) -> "VariantInputs":
+        """The same facts without ``X_tr`` / ``X_te`` (once they are written for a task)."""
+        return dc.replace(self, X_tr=None, X_te=None)
 
 
 def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) -> VariantInputs:
@@ -493,7 +500,7 @@ def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) 
                 miss_tr,
                 miss_te,
             )
-    return VariantInputs(X_tr, X_te, vec, tuple(no_feat_rows), time.time() - t0)
+    return VariantInputs(X_tr, X_te, vec, tuple(no_feat_rows), time.time() - t0, int(X_tr.shape[1]))
 
 
 def _train_variant(spark, cfg, prob: LabelProblem, variant: str, inp: VariantInputs, model_uri):
@@ -529,7 +536,7 @@ def variant_result(
     log.info(
         "train: variant %s: %d features, train %.1fs, predict %.1fs",
         variant,
-        inp.X_tr.shape[1],
+        inp.n_features,
         train_s,
         predict_s,
     )
@@ -537,7 +544,7 @@ def variant_result(
         "train_s": round(train_s, 3),
         "predict_s": round(predict_s, 3),
         "features_s": round(inp.prep_s, 3),
-        "n_features": int(inp.X_tr.shape[1]),
+        "n_features": inp.n_features,
         "n_labels_trained": len(prob.label_ids),
     }
 

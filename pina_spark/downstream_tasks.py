@@ -20,7 +20,7 @@ Examples
 import dataclasses as dc
 import json
 import logging
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -70,9 +70,12 @@ def _fit_work(tasks: Sequence[VariantTask]):
 
 
 def fit_on_executors(
-    spark, cfg, prob, inputs: Dict[str, Any], models_dir: str, scratch: str
+    spark, cfg, prob, inputs: Iterable[Tuple[str, Any]], models_dir: str, scratch: str
 ) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
-    """Train the variants of ``inputs`` (variant -> VariantInputs) as Spark tasks, one each.
+    """Train the variants of ``inputs`` (``(variant, VariantInputs)`` pairs) as Spark tasks,
+    one each. Each variant's matrices are written to its ``.npz`` as soon as they come and
+    dropped, so the driver holds one variant's matrices at a time (``inputs`` may be a
+    generator that builds them).
 
     Returns variant -> ``(predictions frame, statistics)`` in the order of ``inputs``, as
     :func:`pina_spark.downstream.variant_result` gives them. ``scratch``: a staging URI every
@@ -80,10 +83,11 @@ def fit_on_executors(
     """
     from . import downstream
 
+    kept: Dict[str, Any] = {}
     try:
-        with heartbeat(f"{len(inputs)} downstream models as Spark tasks"):
+        with heartbeat("downstream models as Spark tasks"):
             tasks: List[VariantTask] = []
-            for v, inp in inputs.items():
+            for v, inp in inputs:
                 uri = f"{scratch}/{v}.npz"
                 io.write_bytes(
                     uri, npz.dumps({"X_tr": inp.X_tr, "Y": prob.Y, "X_te": inp.X_te}, {})
@@ -91,6 +95,11 @@ def fit_on_executors(
                 model_dir = f"{models_dir}/{v}"
                 downstream.start_model_dir(inp.vec, prob.label_ids, model_dir)
                 tasks.append(VariantTask(v, uri, model_dir, cfg.train.to_dict()))
+                kept[v] = inp.without_matrices()
+                del inp
+            if not tasks:
+                return {}
+            log.info("train: %d variants as Spark tasks", len(tasks))
             got = runtime.one_task_each(
                 spark, len(tasks), _fit_work(tasks), "topk binary, secs string"
             )
@@ -101,7 +110,7 @@ def fit_on_executors(
         cols_k, scores_k = _unpack_topk(bytes(got[i]["topk"]))
         train_s, predict_s = json.loads(got[i]["secs"])
         out[t.variant] = downstream.variant_result(
-            prob, t.variant, inputs[t.variant], cols_k, scores_k, train_s, predict_s
+            prob, t.variant, kept[t.variant], cols_k, scores_k, train_s, predict_s
         )
     return out
 

@@ -29,7 +29,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -47,6 +47,7 @@ __all__ = [
     "save_bundle",
     "load_bundle",
     "run_fit",
+    "write_bundles",
     "fits_on_executors",
     "variant_card",
     "train_g",
@@ -137,7 +138,7 @@ def ranking_metrics(
     return out
 
 
-def train_g(X, Y, xcfg, what: str = "g", threads: int = -1):
+def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: Optional[dict] = None):
     """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
 
     Parameters
@@ -153,6 +154,11 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1):
         Name used in the progress log.
     threads : int
         PECOS threads (-1: every core of the machine; a Spark task passes its own cores).
+    times : dict, optional
+        Filled with the wall seconds of the three steps: ``pifa`` (label features),
+        ``tree`` (hierarchical k-means), ``rankers`` (the linear models of every level);
+        ``layers``, the seconds of each level of the rankers, top first (from PECOS' own
+        "Training Layer" log records), and ``widths``, the nodes of each level.
 
     Examples
     --------
@@ -172,7 +178,9 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1):
         f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
         f"({Y.nnz} positives, {X.shape[1]} features)"
     ):
+        t0 = time.time()
         label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
+        t1 = time.time()
         chain = Indexer.gen(
             label_feat,
             indexer_type="hierarchicalkmeans",
@@ -180,20 +188,75 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1):
             max_leaf_size=int(xcfg.max_leaf_size),
             seed=int(xcfg.seed),
         )
-        model = XLinearModel.train(
-            X,
-            Y.tocsc(),
-            C=chain,
-            Cp=float(xcfg.Cp),
-            Cn=float(xcfg.Cn),
-            threshold=float(xcfg.threshold),
-            solver_type=str(xcfg.solver_type),
-            beam_size=int(xcfg.beam_size),
-            only_topk=int(xcfg.topk),
-            post_processor=str(xcfg.post_processor),
-            threads=int(threads),
+        t2 = time.time()
+        clock = _LayerClock()
+        with clock:
+            model = XLinearModel.train(
+                X,
+                Y.tocsc(),
+                C=chain,
+                Cp=float(xcfg.Cp),
+                Cn=float(xcfg.Cn),
+                threshold=float(xcfg.threshold),
+                solver_type=str(xcfg.solver_type),
+                beam_size=int(xcfg.beam_size),
+                only_topk=int(xcfg.topk),
+                post_processor=str(xcfg.post_processor),
+                threads=int(threads),
+            )
+    if times is not None:
+        end = time.time()
+        times.update(
+            {
+                "pifa": round(t1 - t0, 2),
+                "tree": round(t2 - t1, 2),
+                "rankers": round(end - t2, 2),
+                "layers": clock.layers(end),
+                # nodes of each level of the label tree, top first (the last: the outputs)
+                "widths": [int(c.shape[0]) for c in chain],
+            }
         )
     return model
+
+
+class _LayerClock(logging.Handler):
+    """Times PECOS' levels from its "Training Layer i of n" log records, while in a ``with``
+    block (the PECOS logger is set to INFO there, and restored after).
+
+    >>> c = _LayerClock()
+    >>> c.starts = [10.0, 10.5, 12.0]
+    >>> c.layers(15.0)
+    [0.5, 1.5, 3.0]
+    """
+
+    LOGGER = "pecos.xmc.base"
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.starts: List[float] = []
+        self._level = logging.NOTSET
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Training Layer" in record.getMessage():
+            self.starts.append(record.created)
+
+    def __enter__(self) -> "_LayerClock":
+        lg = logging.getLogger(self.LOGGER)
+        self._level = lg.level
+        if lg.getEffectiveLevel() > logging.INFO:
+            lg.setLevel(logging.INFO)
+        lg.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        lg = logging.getLogger(self.LOGGER)
+        lg.removeHandler(self)
+        lg.setLevel(self._level)
+
+    def layers(self, end: float) -> List[float]:
+        """Seconds of each level, given the end of the last one."""
+        ts = self.starts + [end]
+        return [round(b - a, 2) for a, b in zip(ts, ts[1:])]
 
 
 def predict_g(model, X, xcfg, topk: Optional[int] = None):
@@ -323,7 +386,8 @@ def run_fit(
         return {"fit": fit.name, "heldout_eval": ev}
     keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
     t0 = time.time()
-    m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads)
+    steps: Dict[str, float] = {}
+    m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads, times=steps)
     secs = round(time.time() - t0, 2)
     info: Dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
     if fit.kind == "fold":
@@ -338,6 +402,7 @@ def run_fit(
     if fit.kind == "full":
         info["positives"] = int(Y.nnz)
     info["train_s"] = secs
+    info["steps_s"] = steps
     size = save_g(m, cols, g_dir(models_dir, v, fit.fold), train_rows=rows[keep], info=info)
     return {
         "fit": fit.name,
@@ -362,6 +427,7 @@ def variant_card(
                 "train_s": r["train_s"],
                 "size_bytes": r["size_bytes"],
                 "rows": r["rows"],
+                "steps_s": r.get("steps_s", {}),
             }
         else:
             folds.append(
@@ -423,22 +489,36 @@ def _fit_work(tasks: Sequence[FitTask]):
     return work
 
 
+def bundle_uri(scratch: str, variant: str) -> str:
+    """Where :func:`write_bundles` puts a variant's bundle under ``scratch``."""
+    return f"{scratch}/inputs/{variant}.npz"
+
+
+def write_bundles(
+    bundle_of: Callable[[str], Dict[str, Any]], variants: Sequence[str], scratch: str
+) -> None:
+    """Write each variant's bundle (``bundle_of(variant)``, called once per variant and
+    dropped once written: one variant's matrices at a time) for :func:`fits_on_executors`."""
+    for v in variants:
+        b = bundle_of(v)
+        io.write_bytes(bundle_uri(scratch, v), save_bundle(b))
+        del b
+
+
 def fits_on_executors(
     spark,
-    bundles: Dict[str, Dict[str, Any]],
     fits: Sequence[Fit],
     xcfg,
     scratch: str,
     models_dir: str,
 ) -> List[Dict[str, Any]]:
-    """Run ``fits`` as Spark tasks, one each; their models end up in the local ``models_dir``
-    (the folder the driver publishes). ``scratch``: a staging URI every executor reaches (the
-    caller deletes it). Returns the fits' cards in the order of ``fits``."""
+    """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
+    ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end
+    up in the local ``models_dir`` (the folder the driver publishes). Returns the fits' cards in
+    the order of ``fits``."""
     with heartbeat(f"{len(fits)} fits of g as Spark tasks"):
-        for v, b in bundles.items():
-            io.write_bytes(f"{scratch}/inputs/{v}.npz", save_bundle(b))
         tasks = [
-            FitTask(f, f"{scratch}/inputs/{f.variant}.npz", f"{scratch}/models", xcfg.to_dict())
+            FitTask(f, bundle_uri(scratch, f.variant), f"{scratch}/models", xcfg.to_dict())
             for f in fits
         ]
         rows = runtime.one_task_each(spark, len(tasks), _fit_work(tasks), "card string")

@@ -207,7 +207,7 @@ def run_stage(ctx) -> Dict[str, Any]:
         out_of_fold = ncfg.train_mode == "out_of_fold"
         F = int(ncfg.folds) if out_of_fold else 0
         where = runtime.fits_where(spark, pcfg.train_on)
-        bundles, fits = {}, []
+        row_facts, fits = {}, []
         for v in variants:
             pb = problems[v]
             fold = bpre.row_folds(pb["entity"], F) if F else np.zeros(len(pb["rows"]), np.int64)
@@ -220,9 +220,17 @@ def run_stage(ctx) -> Dict[str, Any]:
                 ],
                 dtype=bool,
             )
-            X = X_all[np.searchsorted(all_rows, pb["rows"])]
-            bundles[v] = gtrain.make_bundle(pb, X, fold, out)
-            fits += gtrain.plan_fits(v, gtrain.has_heldout(bundles[v]), F)
+            row_facts[v] = (fold, out)
+            is_inst = np.asarray(pb["is_inst"], dtype=bool)
+            fits += gtrain.plan_fits(v, gtrain.has_heldout({"is_inst": is_inst, "out": out}), F)
+
+        def bundle_of(v: str) -> Dict[str, Any]:
+            """Variant ``v``'s bundle, made when needed: one variant's X at a time beside
+            ``X_all`` (no copy when the variant has every input row, in order)."""
+            idx = np.searchsorted(all_rows, problems[v]["rows"])
+            same = len(idx) == X_all.shape[0] and np.array_equal(idx, np.arange(len(idx)))
+            return gtrain.make_bundle(problems[v], X_all if same else X_all[idx], *row_facts[v])
+
         t0 = time.time()
         log.info(
             "pretrain: %d fits of g on the %s (pretrain.train_on %s)",
@@ -233,11 +241,17 @@ def run_stage(ctx) -> Dict[str, Any]:
         if where == "executors":
             scratch = paths.staging("pretrain-fits")
             try:
-                results = gtrain.fits_on_executors(spark, bundles, fits, xcfg, scratch, tmp)
+                gtrain.write_bundles(bundle_of, variants, scratch)
+                del X_all  # the tasks read the bundles' files: the driver holds no X now
+                results = gtrain.fits_on_executors(spark, fits, xcfg, scratch, tmp)
             finally:
                 io.delete_path(spark, scratch)
         else:
-            results = [gtrain.run_fit(f, bundles[f.variant], xcfg, tmp) for f in fits]
+            results = []
+            for v in variants:  # one variant's bundle at a time
+                b = bundle_of(v)
+                results += [gtrain.run_fit(f, b, xcfg, tmp) for f in fits if f.variant == v]
+                del b
         card["times_s"]["fits"] = round(time.time() - t0, 2)
         card["fits_on"] = where
         for v in variants:

@@ -316,6 +316,57 @@ def test_embeddings_identical_across_partitionings(env, spark):
     assert results[0] == results[1] == results[2]
 
 
+def test_embed_windows_sort_lengths_across_batches_and_keep_numbers(
+    env, spark, tmp_path, monkeypatch
+):
+    """With windows of several batches, each encoder call gets one whole window (the encoder
+    sorts it by length before batching), on any partitioning, with the numbers of a
+    single-process call on that window."""
+    from pina_spark.inference import plan as plan_mod
+
+    ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
+    n = len(rows)
+    monkeypatch.setattr(plan_mod, "MIN_WINDOWS", 2)
+    window = plan_mod.encode_window(n, BATCH)
+    assert window == BATCH * (-(-n // BATCH) // 2) and window > BATCH
+    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    vec = artifacts.vectorizer_dir(env["models"])
+    log_path = str(tmp_path / "calls.txt")
+
+    def load_recording(local_dir, device):
+        inner = artifacts.load_vectorizer(local_dir, device)
+
+        class Recording:
+            dense_dim, sparse_dim = inner.dense_dim, inner.sparse_dim
+
+            def transform(self, texts, batch_size):
+                with open(log_path, "a") as fh:
+                    fh.write(f"{len(texts)} {batch_size}\n")
+                return inner.transform(texts, batch_size=batch_size)
+
+        return Recording()
+
+    results = []
+    for parts in (1, 3):
+        open(log_path, "w").close()
+        inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
+        df = inference.embed_frame(nodes, vec, inf, n, version=f"w{parts}", load_fn=load_recording)
+        got = sorted((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3])) for r in df.collect())
+        calls = sorted(tuple(map(int, x.split())) for x in open(log_path).read().split("\n") if x)
+        sizes = [window] * (n // window) + ([n % window] if n % window else [])
+        assert calls == sorted((s, BATCH) for s in sizes), parts
+        results.append(got)
+    assert results[0] == results[1]
+    texts = [r.text for r in rows]
+    for s in range(0, n, window):
+        dense, sparse = phi.transform(texts[s : s + window], batch_size=BATCH)
+        for j in range(dense.shape[0]):
+            idx, d, si, sv = results[0][s + j]
+            assert idx == s + j
+            np.testing.assert_allclose(np.asarray(d), dense[j], atol=1e-5)
+            assert list(si) == sparse[j].indices.tolist()
+
+
 # --------------------------------------------------------------------------- neighbours
 def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     ctx = env["ctx"]

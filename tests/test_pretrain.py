@@ -350,12 +350,14 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     xcfg = ctx.cfg.pretrain.xlinear
     drv, exe = str(tmp_path / "driver"), str(tmp_path / "executors")
     on_driver = [gtrain.run_fit(f, b, xcfg, drv) for f in fits]
-    on_tasks = gtrain.fits_on_executors(
-        spark, {"pina_naive": b}, fits, xcfg, str(tmp_path / "scratch"), exe
-    )
+    scratch = str(tmp_path / "scratch")
+    made = []
+    gtrain.write_bundles(lambda v: made.append(v) or b, ["pina_naive"], scratch)
+    assert made == ["pina_naive"]
+    on_tasks = gtrain.fits_on_executors(spark, fits, xcfg, scratch, exe)
 
     def no_times(card):  # seconds differ, and so do the sizes of the g_info.json holding them
-        drop = ("train_s", "size_bytes", "model_size_bytes")
+        drop = ("train_s", "steps_s", "size_bytes", "model_size_bytes")
         flat = {k: v for k, v in card.items() if k not in drop}
         if "heldout_eval" in card:
             flat["heldout_eval"] = {k: v for k, v in card["heldout_eval"].items() if k not in drop}

@@ -1,8 +1,10 @@
 """The embed stage: Phi_pre of every node of ``nodes`` (instances of every split, new ones
 included, and labels) into ``embeddings``, with ``mapInArrow``.
 
-Rows are cut into global blocks ``node_index div batch_size``, the encoder's batches; a block
-never straddles two tasks and rows are sorted inside a task, so every encoder call sees the same
+Rows are cut into global windows ``node_index div window`` (:func:`~.plan.encode_window`: a few
+encoder batches); a window is one encoder call, which sorts its texts by length and cuts them
+into batches of ``batch_size``, so short and long texts are not padded together. A window never
+straddles two tasks and rows are sorted inside a task, so every encoder call sees the same
 texts (hence the same numbers) whatever the number of partitions.
 
 Examples
@@ -34,7 +36,7 @@ class EmbedTask:
     """What an embed task needs (the executor function closes over this one value).
 
     Attributes:
-        plan: the stage's plan (vectorizer folder and version, batch size).
+        plan: the stage's plan (vectorizer folder and version, batch size, window).
         device: ``inference.device`` (``auto`` | ``cpu`` | ``cuda``), resolved per task.
         torch_threads: ``inference.torch_threads`` (0: the task's cores).
         fault_plan: :func:`pina_spark.faults.fault_plan` of the stage.
@@ -61,7 +63,7 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
         import numpy as np
         import pyarrow as pa
 
-        bs = task.plan.batch_size
+        bs, window = task.plan.batch_size, task.plan.window
         device = runtime.resolve_device(task.device, task.torch_threads)
         threads = runtime.task_threads(task.torch_threads, tc)
         phi = None
@@ -69,9 +71,9 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
         schema = embed_arrow_schema()
 
         def block_of(rb):
-            return rb.column(io.NODE_INDEX).to_numpy() // bs
+            return rb.column(io.NODE_INDEX).to_numpy() // window
 
-        for _, tbl in iter_chunks(batches, block_of, bs):
+        for _, tbl in iter_chunks(batches, block_of, window):
             if phi is None:
                 phi = runtime.get_model(
                     task.plan.vectorizer, load_fn, task.plan.version, device, acc, "vectorizer"
@@ -108,15 +110,15 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
 def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
     from pyspark.sql import functions as F
 
-    bs, parts = task.plan.batch_size, task.plan.partitions
-    # Blocks of ``batch_size`` consecutive node indices are the encoder's batches (the same
-    # batches on any partitioning, hence identical numbers); they are dealt to the tasks round
-    # robin (block mod parts, then block), so that every task gets a mix of long instance texts
-    # and short label texts (node indices put instances first): contiguous ranges made the
-    # label-heavy last task finish early and leave a core idle while the others ran.
+    window, parts = task.plan.window, task.plan.partitions
+    # Windows of consecutive node indices are the encoder's calls (the same calls on any
+    # partitioning, hence identical numbers); they are dealt to the tasks round robin (window
+    # mod parts, then window), so that every task gets a mix of long instance texts and short
+    # label texts (node indices put instances first): contiguous ranges made the label-heavy
+    # last task finish early and leave a core idle while the others ran.
     df = (
         nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
-        .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {bs}"))
+        .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {window}"))
         .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
         .repartitionByRange(parts, DEAL, BLOCK)
         .sortWithinPartitions(io.NODE_INDEX)

@@ -90,7 +90,11 @@ class EmbedPlan:
         version: its fingerprint (executor cache key).
         rows: nodes to embed.
         partitions: tasks (:func:`n_partitions`).
-        batch_size: rows per encoder call (blocks of node indices).
+        batch_size: rows per encoder batch.
+        window: rows per encoder call (a multiple of ``batch_size``; :func:`encode_window`):
+            the nodes are cut into windows of consecutive node indices, and the encoder sorts
+            a window's texts by length before cutting its batches, so a batch pads to its own
+            length, not to the longest text of a node-order block.
     """
 
     vectorizer: str
@@ -98,6 +102,7 @@ class EmbedPlan:
     rows: int
     partitions: int
     batch_size: int
+    window: int
 
 
 @dc.dataclass(frozen=True)
@@ -209,6 +214,30 @@ def choose_embeddings_via(
     return "files", f"auto: embeddings ~{size_mb:.1f} MB <= inference.mmap_max_mb {mmap_max_mb}"
 
 
+#: most encoder batches in one length-sorted window (16 x 128 = 2,048 rows by default)
+WINDOW_MAX_BATCHES = 16
+#: fewest windows to deal to the tasks before windows grow beyond one batch
+MIN_WINDOWS = 32
+
+
+def encode_window(n_rows: int, batch_size: int) -> int:
+    """Rows per encoder call of the embed stage: ``batch_size`` times
+    ``clamp(batches // MIN_WINDOWS, 1, WINDOW_MAX_BATCHES)``.
+
+    Depends on the rows and the batch only, never on the partitioning, so the encoder sees the
+    same calls (hence the same numbers) on any cluster; at least :data:`MIN_WINDOWS` windows
+    (when there are that many batches) keep the tasks balanced; small inputs keep one batch
+    per call.
+
+    Examples
+    --------
+    >>> encode_window(2_649, 128), encode_window(20_000, 128), encode_window(10**7, 128)
+    (128, 512, 2048)
+    """
+    batches = -(-int(n_rows) // int(batch_size))
+    return int(batch_size) * max(1, min(WINDOW_MAX_BATCHES, batches // MIN_WINDOWS))
+
+
 def plan_embed(
     vectorizer_uri: str, inference_cfg, n_rows: int, version: str = "", slots: int = 1
 ) -> EmbedPlan:
@@ -227,6 +256,7 @@ def plan_embed(
         rows=int(n_rows),
         partitions=n_partitions(n_rows, inference_cfg.rows_per_task, slots),
         batch_size=int(inference_cfg.batch_size),
+        window=encode_window(n_rows, inference_cfg.batch_size),
     )
 
 
