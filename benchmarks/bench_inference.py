@@ -168,8 +168,7 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     idx = tbl.column(io.NODE_INDEX).to_numpy()
     texts = tbl.column(io.TEXT).to_pylist()
     # one call over every text: the encoder sorts them all by length before cutting batches,
-    # the best batching a single process can do (the stage sorts within windows of a few
-    # batches, which keep its encoder calls independent of the partitioning)
+    # the best batching a single process can do (the stage batches texts of one length bucket)
     dense, sparse = phi.transform(texts, batch_size=batch_size)
     n, d = dense.shape
     rb = pa.RecordBatch.from_arrays(

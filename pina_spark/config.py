@@ -377,11 +377,9 @@ class InferenceConfig(_Params):
     Attributes:
         rows_per_task: rows per Spark partition (task) of the embed and neighbors stages, about;
             the task count is rounded up to a multiple of the task slots (every slot busy).
-        batch_size: rows per model batch inside a task. The embed stage hands the encoder
-            windows of up to 16 batches of consecutive nodes, which it sorts by text length
-            before batching, so a batch pads to texts of its own length; small inputs keep one
-            batch per window (``inference.plan.encode_window``: never more than 1/32 of the
-            rows, so the tasks stay balanced).
+        batch_size: rows per model batch inside a task. The embed stage batches nodes whose
+            texts fall in one length bucket (``inference.plan.LENGTH_BUCKET_SQL``), so a batch
+            pads to texts of its own length.
         device: ``auto`` (GPU when the task owns one), ``cpu`` or ``cuda``.
         torch_threads: threads per task for torch; 0 = ``spark.task.cpus``.
         embeddings_via: how the neighbours stage gets its rows and g's input: ``files`` (each

@@ -264,7 +264,8 @@ def test_embeddings_equal_single_process_phi_pre(env, spark):
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
     assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))  # every node, once
     texts = [r.text for r in rows]
-    for s in range(0, len(texts), BATCH):  # same blocks as the stage
+    # node-order blocks: not the stage's batches (length buckets), the same numbers within 1e-5
+    for s in range(0, len(texts), BATCH):
         dense, sparse = phi.transform(texts[s : s + BATCH], batch_size=BATCH)
         for j in range(dense.shape[0]):
             e = emb.iloc[s + j]
@@ -316,53 +317,64 @@ def test_embeddings_identical_across_partitionings(env, spark):
     assert results[0] == results[1] == results[2]
 
 
-def test_embed_windows_sort_lengths_across_batches_and_keep_numbers(
-    env, spark, tmp_path, monkeypatch
-):
-    """With windows of several batches, each encoder call gets one whole window (the encoder
-    sorts it by length before batching), on any partitioning, with the numbers of a
-    single-process call on that window."""
+def test_embed_batches_hold_one_length_bucket_on_any_partitioning(env, spark, tmp_path):
+    """Each encoder call gets the next ``batch_size`` nodes (by node index) of one length
+    bucket, on any partitioning, with the numbers of a single-process call on those texts; the
+    Spark SQL bucket equals :func:`plan.length_bucket`."""
     from pina_spark.inference import plan as plan_mod
 
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     n = len(rows)
-    monkeypatch.setattr(plan_mod, "MIN_WINDOWS", 2)
-    window = plan_mod.encode_window(n, BATCH)
-    assert window == BATCH * (-(-n // BATCH) // 2) and window > BATCH
     nodes = io.read_table(spark, ctx.paths, io.NODES)
     vec = artifacts.vectorizer_dir(env["models"])
+    texts = {r.node_index: r.text for r in rows}
+    # the SQL bucket and the Python one agree, on these texts and on lengths either side of 64
+    probe = ["", "x" * 12, "y" * 64, "z" * 65, "w" * 128, "v" * 1000]
+    sql = spark.createDataFrame([(t,) for t in probe], "text string").selectExpr(
+        f"{plan_mod.LENGTH_BUCKET_SQL} AS b"
+    )
+    assert [r.b for r in sql.collect()] == [plan_mod.length_bucket(len(t)) for t in probe]
+    buckets: dict = {}
+    for i in sorted(texts):
+        buckets.setdefault(plan_mod.length_bucket(len(texts[i] or "")), []).append(i)
+    expected = sorted(
+        tuple(ids[s : s + BATCH]) for ids in buckets.values() for s in range(0, len(ids), BATCH)
+    )
+    assert len(buckets) > 3 and any(len(ids) > BATCH for ids in buckets.values())
     log_path = str(tmp_path / "calls.txt")
 
     def load_recording(local_dir, device):
         inner = artifacts.load_vectorizer(local_dir, device)
 
         class Recording:
-            dense_dim, sparse_dim = inner.dense_dim, inner.sparse_dim
-
-            def transform(self, texts, batch_size):
+            def transform(self, batch_texts, batch_size):
                 with open(log_path, "a") as fh:
-                    fh.write(f"{len(texts)} {batch_size}\n")
-                return inner.transform(texts, batch_size=batch_size)
+                    fh.write(json.dumps([list(batch_texts), batch_size]) + "\n")
+                return inner.transform(batch_texts, batch_size=batch_size)
 
         return Recording()
 
+    by_text: dict = {}
+    for i, t in texts.items():
+        by_text.setdefault(t, []).append(i)
     results = []
     for parts in (1, 3):
         open(log_path, "w").close()
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
-        df = inference.embed_frame(nodes, vec, inf, n, version=f"w{parts}", load_fn=load_recording)
+        df = inference.embed_frame(nodes, vec, inf, n, version=f"b{parts}", load_fn=load_recording)
         got = sorted((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3])) for r in df.collect())
-        calls = sorted(tuple(map(int, x.split())) for x in open(log_path).read().split("\n") if x)
-        sizes = [window] * (n // window) + ([n % window] if n % window else [])
-        assert calls == sorted((s, BATCH) for s in sizes), parts
+        calls = [json.loads(x) for x in open(log_path).read().split("\n") if x]
+        assert {bs for _, bs in calls} == {BATCH}
+        # every call's texts are exactly one expected batch's texts (texts may repeat)
+        call_texts = sorted(sorted(t) for t, _ in calls)
+        assert call_texts == sorted(sorted(texts[i] for i in b) for b in expected), parts
         results.append(got)
     assert results[0] == results[1]
-    texts = [r.text for r in rows]
-    for s in range(0, n, window):
-        dense, sparse = phi.transform(texts[s : s + window], batch_size=BATCH)
-        for j in range(dense.shape[0]):
-            idx, d, si, sv = results[0][s + j]
-            assert idx == s + j
+    for batch in expected:
+        dense, sparse = phi.transform([texts[i] for i in batch], batch_size=BATCH)
+        for j, i in enumerate(batch):
+            idx, d, si, sv = results[0][i]
+            assert idx == i
             np.testing.assert_allclose(np.asarray(d), dense[j], atol=1e-5)
             assert list(si) == sparse[j].indices.tolist()
 

@@ -1,11 +1,13 @@
 """The embed stage: Phi_pre of every node of ``nodes`` (instances of every split, new ones
 included, and labels) into ``embeddings``, with ``mapInArrow``.
 
-Rows are cut into global windows ``node_index div window`` (:func:`~.plan.encode_window`: a few
-encoder batches); a window is one encoder call, which sorts its texts by length and cuts them
-into batches of ``batch_size``, so short and long texts are not padded together. A window never
-straddles two tasks and rows are sorted inside a task, so every encoder call sees the same
-texts (hence the same numbers) whatever the number of partitions.
+Length-bucketed batches: every node gets the length bucket of its text
+(:data:`~.plan.LENGTH_BUCKET_SQL`) and its rank by node index within the bucket; a batch is
+``batch_size`` consecutive ranks of one bucket, so it pads to texts of its own length (as a
+single process that sorts every text by length does) and only the last batch of a bucket is
+short. Batches are a function of the texts and node indices alone and never straddle two
+tasks, so every encoder call sees the same texts (hence the same numbers) whatever the number
+of partitions. They are dealt to the tasks round robin, so every task gets every length.
 
 Examples
 --------
@@ -21,14 +23,17 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import artifacts, faults, io, runtime
 from .arrow import EMBED_SCHEMA, embed_arrow_schema, iter_chunks, list_array
-from .plan import EmbedPlan, plan_embed
+from .plan import LENGTH_BUCKET_SQL, EmbedPlan, plan_embed
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EmbedTask", "embed_frame", "run_embed_stage"]
 
-BLOCK = "_block"
+BUCKET = "_bucket"
+BATCH_KEY = "_batch"
 DEAL = "_deal"
+#: batch key = bucket * BUCKET_STRIDE + batch within the bucket (< 2^40 batches per bucket)
+BUCKET_STRIDE = 1 << 40
 
 
 @dc.dataclass(frozen=True)
@@ -36,7 +41,7 @@ class EmbedTask:
     """What an embed task needs (the executor function closes over this one value).
 
     Attributes:
-        plan: the stage's plan (vectorizer folder and version, batch size, window).
+        plan: the stage's plan (vectorizer folder and version, batch size).
         device: ``inference.device`` (``auto`` | ``cpu`` | ``cuda``), resolved per task.
         torch_threads: ``inference.torch_threads`` (0: the task's cores).
         fault_plan: :func:`pina_spark.faults.fault_plan` of the stage.
@@ -63,7 +68,7 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
         import numpy as np
         import pyarrow as pa
 
-        bs, window = task.plan.batch_size, task.plan.window
+        bs = task.plan.batch_size
         device = runtime.resolve_device(task.device, task.torch_threads)
         threads = runtime.task_threads(task.torch_threads, tc)
         phi = None
@@ -71,9 +76,9 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
         schema = embed_arrow_schema()
 
         def block_of(rb):
-            return rb.column(io.NODE_INDEX).to_numpy() // window
+            return rb.column(BATCH_KEY).to_numpy()
 
-        for _, tbl in iter_chunks(batches, block_of, window):
+        for _, tbl in iter_chunks(batches, block_of, bs):
             if phi is None:
                 phi = runtime.get_model(
                     task.plan.vectorizer, load_fn, task.plan.version, device, acc, "vectorizer"
@@ -108,21 +113,22 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
 
 
 def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    window, parts = task.plan.window, task.plan.partitions
-    # Windows of consecutive node indices are the encoder's calls (the same calls on any
-    # partitioning, hence identical numbers); they are dealt to the tasks round robin (window
-    # mod parts, then window), so that every task gets a mix of long instance texts and short
-    # label texts (node indices put instances first): contiguous ranges made the label-heavy
-    # last task finish early and leave a core idle while the others ran.
+    bs, parts = task.plan.batch_size, task.plan.partitions
+    # rank by node index within the text's length bucket -> batch = (bucket, rank div bs), one
+    # sortable key; batches are dealt round robin (key mod parts), so every task gets a mix of
+    # long and short texts: contiguous ranges had left a core idle while the others ran
+    rank = F.row_number().over(Window.partitionBy(BUCKET).orderBy(io.NODE_INDEX)) - 1
     df = (
         nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
-        .withColumn(BLOCK, F.expr(f"{io.NODE_INDEX} div {window}"))
-        .withColumn(DEAL, F.expr(f"pmod({BLOCK}, {parts})"))
-        .repartitionByRange(parts, DEAL, BLOCK)
-        .sortWithinPartitions(io.NODE_INDEX)
-        .drop(BLOCK, DEAL)
+        .withColumn(BUCKET, F.expr(LENGTH_BUCKET_SQL))
+        .withColumn(BATCH_KEY, F.col(BUCKET).cast("long") * BUCKET_STRIDE + F.floor(rank / bs))
+        .withColumn(DEAL, F.expr(f"pmod({BATCH_KEY}, {parts})"))
+        .repartitionByRange(parts, DEAL, BATCH_KEY)
+        .sortWithinPartitions(BATCH_KEY, io.NODE_INDEX)
+        .select(io.NODE_INDEX, io.TEXT, BATCH_KEY)
     )
     return df.mapInArrow(_make_embed_fn(task, acc, load_fn), EMBED_SCHEMA)
 

@@ -90,11 +90,8 @@ class EmbedPlan:
         version: its fingerprint (executor cache key).
         rows: nodes to embed.
         partitions: tasks (:func:`n_partitions`).
-        batch_size: rows per encoder batch.
-        window: rows per encoder call (a multiple of ``batch_size``; :func:`encode_window`):
-            the nodes are cut into windows of consecutive node indices, and the encoder sorts
-            a window's texts by length before cutting its batches, so a batch pads to its own
-            length, not to the longest text of a node-order block.
+        batch_size: rows per encoder batch: a batch holds ``batch_size`` nodes of one length
+            bucket (:data:`LENGTH_BUCKET_SQL`), consecutive by node index within the bucket.
     """
 
     vectorizer: str
@@ -102,7 +99,6 @@ class EmbedPlan:
     rows: int
     partitions: int
     batch_size: int
-    window: int
 
 
 @dc.dataclass(frozen=True)
@@ -214,28 +210,27 @@ def choose_embeddings_via(
     return "files", f"auto: embeddings ~{size_mb:.1f} MB <= inference.mmap_max_mb {mmap_max_mb}"
 
 
-#: most encoder batches in one length-sorted window (16 x 128 = 2,048 rows by default)
-WINDOW_MAX_BATCHES = 16
-#: fewest windows to deal to the tasks before windows grow beyond one batch
-MIN_WINDOWS = 32
+#: The length bucket of a node's text (Spark SQL over ``text``): its exact length in characters
+#: up to 64, then 16 buckets per doubling (texts within 4.4% of each other's length). The embed
+#: stage batches the nodes of one bucket together, so a batch pads to texts of its own length,
+#: and a function of the text alone keeps the batches independent of the partitioning.
+LENGTH_BUCKET_SQL = (
+    f"CASE WHEN coalesce(char_length({io.TEXT}), 0) <= 64 "
+    f"THEN coalesce(char_length({io.TEXT}), 0) "
+    f"ELSE 64 + CAST(floor(16 * log2(char_length({io.TEXT}) / 64.0)) AS INT) END"
+)
 
 
-def encode_window(n_rows: int, batch_size: int) -> int:
-    """Rows per encoder call of the embed stage: ``batch_size`` times
-    ``clamp(batches // MIN_WINDOWS, 1, WINDOW_MAX_BATCHES)``.
+def length_bucket(n_chars: int) -> int:
+    """:data:`LENGTH_BUCKET_SQL` in Python (the tests check they agree).
 
-    Depends on the rows and the batch only, never on the partitioning, so the encoder sees the
-    same calls (hence the same numbers) on any cluster; at least :data:`MIN_WINDOWS` windows
-    (when there are that many batches) keep the tasks balanced; small inputs keep one batch
-    per call.
-
-    Examples
-    --------
-    >>> encode_window(2_649, 128), encode_window(20_000, 128), encode_window(10**7, 128)
-    (128, 512, 2048)
+    >>> [length_bucket(n) for n in (0, 12, 64, 65, 128, 1000)]
+    [0, 12, 64, 64, 80, 127]
     """
-    batches = -(-int(n_rows) // int(batch_size))
-    return int(batch_size) * max(1, min(WINDOW_MAX_BATCHES, batches // MIN_WINDOWS))
+    import math
+
+    n = int(n_chars)
+    return n if n <= 64 else 64 + int(math.floor(16 * math.log2(n / 64.0)))
 
 
 def plan_embed(
@@ -256,7 +251,6 @@ def plan_embed(
         rows=int(n_rows),
         partitions=n_partitions(n_rows, inference_cfg.rows_per_task, slots),
         batch_size=int(inference_cfg.batch_size),
-        window=encode_window(n_rows, inference_cfg.batch_size),
     )
 
 
