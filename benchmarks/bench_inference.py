@@ -168,7 +168,8 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     idx = tbl.column(io.NODE_INDEX).to_numpy()
     texts = tbl.column(io.TEXT).to_pylist()
     # one call over every text: the encoder sorts them all by length before cutting batches,
-    # the best batching a single process can do (the stage batches texts of one length bucket)
+    # the best batching a single process can do (the stage's batches are nearly the same: it
+    # sorts by length capped at 4,096 characters and gives blank texts slots of their own)
     dense, sparse = phi.transform(texts, batch_size=batch_size)
     n, d = dense.shape
     rb = pa.RecordBatch.from_arrays(
@@ -243,6 +244,14 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--tasks", type=int, default=4, help="partitions per stage")
     ap.add_argument(
+        "--task-cpus",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="spark.task.cpus: 1 = two tasks at a time of 1 thread each (default), 2 = one "
+        "task at a time on both threads, as the reference runs",
+    )
+    ap.add_argument(
         "--workdir",
         default=None,
         help="keep inputs, models and tables here " "(default: a temp folder, removed at the end)",
@@ -252,7 +261,8 @@ def main(argv=None):
         type=int,
         default=5,
         help="measurements per stage (each in a fresh Spark application, each "
-        "followed by the reference); the medians are reported",
+        "followed by the reference); the medians are reported. Embed at 20k short "
+        "titles takes ~2 min per measurement, at all of citeulike-t ~12 min",
     )
     ap.add_argument(
         "--stages",
@@ -290,7 +300,7 @@ def main(argv=None):
                 "inference": {
                     "rows_per_task": int(math.ceil(rows / float(args.tasks))),
                     "batch_size": args.batch_size,
-                    "torch_threads": 1,
+                    "torch_threads": args.task_cpus,
                 },
                 "spark": {"master": f"local[{THREADS}]"},
             }
@@ -298,7 +308,11 @@ def main(argv=None):
 
     cfg = make_cfg(n_nodes)  # embed: every node
     cfg_nb = make_cfg(len(inst))  # neighbors: the instance nodes
-    spark_conf = {"spark.sql.shuffle.partitions": str(args.tasks), "spark.ui.enabled": "false"}
+    spark_conf = {
+        "spark.sql.shuffle.partitions": str(args.tasks),
+        "spark.ui.enabled": "false",
+        "spark.task.cpus": str(args.task_cpus),
+    }
     spark = get_spark(cfg.spark, spark_conf)
     ctx = pipeline.make_context(spark, cfg)
     rows = [
@@ -397,6 +411,7 @@ def main(argv=None):
             "reference_threads": THREADS,
             "batch_size": args.batch_size,
             "tasks": args.tasks,
+            "task_cpus": args.task_cpus,
             "stages": stages,
             "repeat": args.repeat,
             "encoder": cfg.pretrain.encoder,

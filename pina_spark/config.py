@@ -377,9 +377,9 @@ class InferenceConfig(_Params):
     Attributes:
         rows_per_task: rows per Spark partition (task) of the embed and neighbors stages, about;
             the task count is rounded up to a multiple of the task slots (every slot busy).
-        batch_size: rows per model batch inside a task. The embed stage batches nodes whose
-            texts fall in one length bucket (``inference.plan.LENGTH_BUCKET_SQL``), so a batch
-            pads to texts of its own length.
+        batch_size: rows per model batch inside a task. The embed stage's batches are
+            consecutive nodes of the whole table sorted by (text length, node index), so a
+            batch pads to texts of nearly one length.
         device: ``auto`` (GPU when the task owns one), ``cpu`` or ``cuda``.
         torch_threads: threads per task for torch; 0 = ``spark.task.cpus``.
         embeddings_via: how the neighbours stage gets its rows and g's input: ``files`` (each

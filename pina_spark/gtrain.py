@@ -235,6 +235,7 @@ class _LayerClock(logging.Handler):
         super().__init__(logging.INFO)
         self.starts: List[float] = []
         self._level = logging.NOTSET
+        self._propagate = True
 
     def emit(self, record: logging.LogRecord) -> None:
         if "Training Layer" in record.getMessage():
@@ -242,9 +243,11 @@ class _LayerClock(logging.Handler):
 
     def __enter__(self) -> "_LayerClock":
         lg = logging.getLogger(self.LOGGER)
-        self._level = lg.level
+        self._level, self._propagate = lg.level, lg.propagate
         if lg.getEffectiveLevel() > logging.INFO:
+            # heard here only: INFO records must not reach handlers the user set above INFO
             lg.setLevel(logging.INFO)
+            lg.propagate = False
         lg.addHandler(self)
         return self
 
@@ -252,6 +255,7 @@ class _LayerClock(logging.Handler):
         lg = logging.getLogger(self.LOGGER)
         lg.removeHandler(self)
         lg.setLevel(self._level)
+        lg.propagate = self._propagate
 
     def layers(self, end: float) -> List[float]:
         """Seconds of each level, given the end of the last one."""
@@ -386,7 +390,7 @@ def run_fit(
         return {"fit": fit.name, "heldout_eval": ev}
     keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
     t0 = time.time()
-    steps: Dict[str, float] = {}
+    steps: Dict[str, Any] = {}
     m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads, times=steps)
     secs = round(time.time() - t0, 2)
     info: Dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}

@@ -264,7 +264,7 @@ def test_embeddings_equal_single_process_phi_pre(env, spark):
     emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
     assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))  # every node, once
     texts = [r.text for r in rows]
-    # node-order blocks: not the stage's batches (length buckets), the same numbers within 1e-5
+    # node-order blocks: not the stage's batches (length-sorted), the same numbers within 1e-5
     for s in range(0, len(texts), BATCH):
         dense, sparse = phi.transform(texts[s : s + BATCH], batch_size=BATCH)
         for j in range(dense.shape[0]):
@@ -317,10 +317,12 @@ def test_embeddings_identical_across_partitionings(env, spark):
     assert results[0] == results[1] == results[2]
 
 
-def test_embed_batches_hold_one_length_bucket_on_any_partitioning(env, spark, tmp_path):
-    """Each encoder call gets the next ``batch_size`` nodes (by node index) of one length
-    bucket, on any partitioning, with the numbers of a single-process call on those texts; the
-    Spark SQL bucket equals :func:`plan.length_bucket`."""
+def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_path, monkeypatch):
+    """Each encoder call gets ``batch_size`` consecutive nodes of the whole table sorted by
+    (text length, node index), on any partitioning and whatever the rank chunks, with the
+    numbers of a single-process call on those texts; the Spark SQL length equals
+    :func:`plan.text_length`."""
+    from pina_spark.inference import embed as embed_mod
     from pina_spark.inference import plan as plan_mod
 
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
@@ -328,19 +330,14 @@ def test_embed_batches_hold_one_length_bucket_on_any_partitioning(env, spark, tm
     nodes = io.read_table(spark, ctx.paths, io.NODES)
     vec = artifacts.vectorizer_dir(env["models"])
     texts = {r.node_index: r.text for r in rows}
-    # the SQL bucket and the Python one agree, on these texts and on lengths either side of 64
-    probe = ["", "x" * 12, "y" * 64, "z" * 65, "w" * 128, "v" * 1000]
+    probe = [None, "", "shoe", "\U0001f600 smile", "x" * 5000]
     sql = spark.createDataFrame([(t,) for t in probe], "text string").selectExpr(
-        f"{plan_mod.LENGTH_BUCKET_SQL} AS b"
+        f"{plan_mod.LENGTH_SQL} AS n"
     )
-    assert [r.b for r in sql.collect()] == [plan_mod.length_bucket(len(t)) for t in probe]
-    buckets: dict = {}
-    for i in sorted(texts):
-        buckets.setdefault(plan_mod.length_bucket(len(texts[i] or "")), []).append(i)
-    expected = sorted(
-        tuple(ids[s : s + BATCH]) for ids in buckets.values() for s in range(0, len(ids), BATCH)
-    )
-    assert len(buckets) > 3 and any(len(ids) > BATCH for ids in buckets.values())
+    assert [r.n for r in sql.collect()] == [plan_mod.text_length(t) for t in probe]
+    order = sorted(texts, key=lambda i: (plan_mod.text_length(texts[i]), i))
+    expected = [order[s : s + BATCH] for s in range(0, n, BATCH)]
+    assert len({plan_mod.text_length(texts[i]) for i in order}) > 3 and len(expected) > 3
     log_path = str(tmp_path / "calls.txt")
 
     def load_recording(local_dir, device):
@@ -354,11 +351,9 @@ def test_embed_batches_hold_one_length_bucket_on_any_partitioning(env, spark, tm
 
         return Recording()
 
-    by_text: dict = {}
-    for i, t in texts.items():
-        by_text.setdefault(t, []).append(i)
     results = []
-    for parts in (1, 3):
+    for parts, chunk in ((1, plan_mod.RANK_CHUNK), (3, 7)):  # 7: ranks within many chunks
+        monkeypatch.setattr(embed_mod, "RANK_CHUNK", chunk)
         open(log_path, "w").close()
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
         df = inference.embed_frame(nodes, vec, inf, n, version=f"b{parts}", load_fn=load_recording)

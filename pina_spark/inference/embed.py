@@ -1,13 +1,15 @@
 """The embed stage: Phi_pre of every node of ``nodes`` (instances of every split, new ones
 included, and labels) into ``embeddings``, with ``mapInArrow``.
 
-Length-bucketed batches: every node gets the length bucket of its text
-(:data:`~.plan.LENGTH_BUCKET_SQL`) and its rank by node index within the bucket; a batch is
-``batch_size`` consecutive ranks of one bucket, so it pads to texts of its own length (as a
-single process that sorts every text by length does) and only the last batch of a bucket is
-short. Batches are a function of the texts and node indices alone and never straddle two
-tasks, so every encoder call sees the same texts (hence the same numbers) whatever the number
-of partitions. They are dealt to the tasks round robin, so every task gets every length.
+Length-sorted batches: the nodes are ranked by (text length, node index) across the whole
+table (:data:`~.plan.LENGTH_SQL`; the driver counts the nodes per length and chunk of node
+indices once and plans the first rank of each, :func:`~.plan.length_offsets`; a window ranks
+the nodes within a (length, chunk), so no task sorts more than ``RANK_CHUNK`` rows), and a
+batch is ``batch_size`` consecutive ranks: it pads to texts of nearly one length, and every
+batch is full but the last, as in a single process that sorts every text by length. Batches
+are a function of the texts and node indices alone and never straddle two tasks, so every
+encoder call sees the same texts (hence the same numbers) whatever the number of partitions.
+They are dealt to the tasks round robin, so every task gets every length.
 
 Examples
 --------
@@ -23,17 +25,18 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import artifacts, faults, io, runtime
 from .arrow import EMBED_SCHEMA, embed_arrow_schema, iter_chunks, list_array
-from .plan import LENGTH_BUCKET_SQL, EmbedPlan, plan_embed
+from .plan import LENGTH_SQL, RANK_CHUNK, EmbedPlan, plan_embed
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EmbedTask", "embed_frame", "run_embed_stage"]
+__all__ = ["EmbedTask", "embed_frame", "length_counts", "run_embed_stage"]
 
-BUCKET = "_bucket"
+LENGTH = "_length"
+CHUNK = "_chunk"
+OFFSET = "_offset"
+RANK = "_rank"
 BATCH_KEY = "_batch"
 DEAL = "_deal"
-#: batch key = bucket * BUCKET_STRIDE + batch within the bucket (< 2^40 batches per bucket)
-BUCKET_STRIDE = 1 << 40
 
 
 @dc.dataclass(frozen=True)
@@ -117,20 +120,53 @@ def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
     from pyspark.sql import functions as F
 
     bs, parts = task.plan.batch_size, task.plan.partitions
-    # rank by node index within the text's length bucket -> batch = (bucket, rank div bs), one
-    # sortable key; batches are dealt round robin (key mod parts), so every task gets a mix of
-    # long and short texts: contiguous ranges had left a core idle while the others ran
-    rank = F.row_number().over(Window.partitionBy(BUCKET).orderBy(io.NODE_INDEX)) - 1
+    if task.plan.rows and not task.plan.length_offsets:
+        raise ValueError(
+            "embed: the plan has no text-length counts (plan_embed(..., length_counts=...), "
+            "from length_counts(nodes))"
+        )
+    spark = nodes_df.sparkSession
+    # global rank = the first rank of the text's (length, chunk) (planned) + rank by node index
+    # within it; batch = rank div batch_size, dealt round robin (batch mod parts), so every task
+    # gets a mix of long and short texts
+    offsets = spark.createDataFrame(
+        list(task.plan.length_offsets), f"{LENGTH} int, {CHUNK} long, {OFFSET} long"
+    ).hint("broadcast")
+    in_group = Window.partitionBy(LENGTH, CHUNK).orderBy(io.NODE_INDEX)
+    first = F.coalesce(
+        F.col(OFFSET),
+        F.raise_error(F.lit("embed: a text length the plan did not count (nodes changed?)")),
+    )
     df = (
         nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
-        .withColumn(BUCKET, F.expr(LENGTH_BUCKET_SQL))
-        .withColumn(BATCH_KEY, F.col(BUCKET).cast("long") * BUCKET_STRIDE + F.floor(rank / bs))
+        .withColumn(LENGTH, F.expr(LENGTH_SQL))
+        .withColumn(CHUNK, F.expr(f"{io.NODE_INDEX} div {RANK_CHUNK}"))
+        .join(offsets, [LENGTH, CHUNK], "left")
+        .withColumn(RANK, first + F.row_number().over(in_group) - 1)
+        .withColumn(BATCH_KEY, F.expr(f"{RANK} div {bs}"))
         .withColumn(DEAL, F.expr(f"pmod({BATCH_KEY}, {parts})"))
         .repartitionByRange(parts, DEAL, BATCH_KEY)
         .sortWithinPartitions(BATCH_KEY, io.NODE_INDEX)
         .select(io.NODE_INDEX, io.TEXT, BATCH_KEY)
     )
     return df.mapInArrow(_make_embed_fn(task, acc, load_fn), EMBED_SCHEMA)
+
+
+def length_counts(nodes_df) -> Dict[Tuple[int, int], int]:
+    """Driver side: nodes per (text length, chunk of node indices) (:data:`~.plan.LENGTH_SQL`,
+    ``node_index div RANK_CHUNK``), one aggregate."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        nodes_df.select(
+            F.expr(LENGTH_SQL).alias(LENGTH),
+            F.expr(f"CAST({io.NODE_INDEX} AS BIGINT) div {RANK_CHUNK}").alias(CHUNK),
+        )
+        .groupBy(LENGTH, CHUNK)
+        .count()
+        .collect()
+    )
+    return {(int(r[0]), int(r[1])): int(r[2]) for r in rows}
 
 
 def embed_frame(
@@ -176,8 +212,11 @@ def embed_frame(
     >>> df.columns  # doctest: +SKIP
     ['node_index', 'dense', 'sparse_indices', 'sparse_values']
     """
+    counts = length_counts(nodes_df)
     task = EmbedTask.of(
-        plan_embed(vectorizer_uri, inference_cfg, n_rows, version, slots), inference_cfg, fault_plan
+        plan_embed(vectorizer_uri, inference_cfg, n_rows, version, slots, counts),
+        inference_cfg,
+        fault_plan,
     )
     return _embed_frame(nodes_df, task, accumulator, load_fn or artifacts.load_vectorizer)
 
@@ -199,11 +238,12 @@ def run_embed_stage(ctx) -> Dict[str, Any]:
     spark, cfg = ctx.spark, ctx.cfg
     vec_uri = artifacts.require_vectorizer(spark, ctx.models_root)
     nodes = io.read_table(spark, ctx.paths, io.NODES).select(io.NODE_INDEX, io.TEXT)
-    n = nodes.count()
+    counts = length_counts(nodes)
+    n = sum(counts.values())
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
     slots = runtime.task_slots(spark)
-    plan = plan_embed(vec_uri, cfg.inference, n, artifacts.version(spark, vec_uri), slots)
-    log.info("embed: %s", plan)
+    plan = plan_embed(vec_uri, cfg.inference, n, artifacts.version(spark, vec_uri), slots, counts)
+    log.info("embed: %s, %d text lengths", plan, len(plan.length_offsets))
     task = EmbedTask.of(plan, cfg.inference, faults.fault_plan(cfg, "embed"))
     df = _embed_frame(nodes, task, acc, artifacts.load_vectorizer)
     t0 = time.time()

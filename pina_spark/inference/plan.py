@@ -36,6 +36,11 @@ __all__ = [
     "choose_embeddings_via",
     "plan_embed",
     "plan_neighbors",
+    "LENGTH_CAP",
+    "LENGTH_SQL",
+    "RANK_CHUNK",
+    "text_length",
+    "length_offsets",
 ]
 
 #: g variants, in output order
@@ -90,8 +95,11 @@ class EmbedPlan:
         version: its fingerprint (executor cache key).
         rows: nodes to embed.
         partitions: tasks (:func:`n_partitions`).
-        batch_size: rows per encoder batch: a batch holds ``batch_size`` nodes of one length
-            bucket (:data:`LENGTH_BUCKET_SQL`), consecutive by node index within the bucket.
+        batch_size: rows per encoder batch.
+        length_offsets: ``(text length, chunk, rank of its first node)`` per text length and
+            chunk of node indices (:func:`length_offsets`): with the nodes sorted by (text
+            length, node index), a batch is ``batch_size`` consecutive ranks, so it pads to
+            texts of nearly one length.
     """
 
     vectorizer: str
@@ -99,6 +107,7 @@ class EmbedPlan:
     rows: int
     partitions: int
     batch_size: int
+    length_offsets: Tuple[Tuple[int, int, int], ...] = dc.field(default=(), repr=False)
 
 
 @dc.dataclass(frozen=True)
@@ -210,34 +219,56 @@ def choose_embeddings_via(
     return "files", f"auto: embeddings ~{size_mb:.1f} MB <= inference.mmap_max_mb {mmap_max_mb}"
 
 
-#: The length bucket of a node's text (Spark SQL over ``text``): its exact length in characters
-#: up to 64, then 16 buckets per doubling (texts within 4.4% of each other's length). The embed
-#: stage batches the nodes of one bucket together, so a batch pads to texts of its own length,
-#: and a function of the text alone keeps the batches independent of the partitioning.
-LENGTH_BUCKET_SQL = (
-    f"CASE WHEN coalesce(char_length({io.TEXT}), 0) <= 64 "
-    f"THEN coalesce(char_length({io.TEXT}), 0) "
-    f"ELSE 64 + CAST(floor(16 * log2(char_length({io.TEXT}) / 64.0)) AS INT) END"
-)
+#: texts longer than this many characters are ordered as if this long (the encoder truncates
+#: them to its ``max_length`` tokens anyway)
+LENGTH_CAP = 4096
+#: the length by which the embed stage orders a node's text (Spark SQL over ``text``)
+LENGTH_SQL = f"least(coalesce(char_length({io.TEXT}), 0), {LENGTH_CAP})"
 
 
-def length_bucket(n_chars: int) -> int:
-    """:data:`LENGTH_BUCKET_SQL` in Python (the tests check they agree).
+#: nodes of one text length are ranked within chunks of this many consecutive node indices (one
+#: window partition each), so no task sorts more than this many rows of one length
+RANK_CHUNK = 1 << 20
 
-    >>> [length_bucket(n) for n in (0, 12, 64, 65, 128, 1000)]
-    [0, 12, 64, 64, 80, 127]
+
+def text_length(text: Optional[str]) -> int:
+    """:data:`LENGTH_SQL` in Python (characters, i.e. code points; the tests check they agree).
+
+    >>> text_length(None), text_length("shoe"), text_length("x" * 5000)
+    (0, 4, 4096)
     """
-    import math
+    return min(len(text or ""), LENGTH_CAP)
 
-    n = int(n_chars)
-    return n if n <= 64 else 64 + int(math.floor(16 * math.log2(n / 64.0)))
+
+def length_offsets(counts: Mapping[Tuple[int, int], int]) -> Tuple[Tuple[int, int, int], ...]:
+    """``(length, chunk, rank of its first node)`` for every text length and chunk of node
+    indices (``node_index div RANK_CHUNK``), in that order: the nodes sorted by (text length,
+    node index) are ranked 0 .. n-1, and the embed stage's batch ``b`` holds ranks
+    ``b * batch_size`` to ``(b + 1) * batch_size - 1``.
+
+    >>> length_offsets({(5, 0): 3, (2, 1): 1, (2, 0): 1, (9, 0): 1})
+    ((2, 0, 0), (2, 1, 1), (5, 0, 2), (9, 0, 5))
+    """
+    out, start = [], 0
+    for length, chunk in sorted(counts):
+        out.append((int(length), int(chunk), start))
+        start += int(counts[(length, chunk)])
+    return tuple(out)
 
 
 def plan_embed(
-    vectorizer_uri: str, inference_cfg, n_rows: int, version: str = "", slots: int = 1
+    vectorizer_uri: str,
+    inference_cfg,
+    n_rows: int,
+    version: str = "",
+    slots: int = 1,
+    length_counts: Optional[Mapping[Tuple[int, int], int]] = None,
 ) -> EmbedPlan:
     """The :class:`EmbedPlan` of ``n_rows`` nodes (``inference_cfg``: the ``inference``
-    section; ``slots``: task slots of the application).
+    section; ``slots``: task slots of the application; ``length_counts``: nodes per (text
+    length, chunk of node indices), :func:`pina_spark.inference.embed.length_counts`, whose sum
+    must be ``n_rows``; without it the plan sizes the tasks only, and the embed stage refuses
+    it).
 
     Examples
     --------
@@ -245,12 +276,17 @@ def plan_embed(
     >>> plan_embed("/r/models/vectorizer", InferenceConfig(rows_per_task=100), 250).partitions
     3
     """
+    if length_counts is not None and sum(length_counts.values()) != int(n_rows):
+        raise ValueError(
+            f"plan_embed: {sum(length_counts.values())} nodes by length, {n_rows} in all"
+        )
     return EmbedPlan(
         vectorizer=vectorizer_uri,
         version=version,
         rows=int(n_rows),
         partitions=n_partitions(n_rows, inference_cfg.rows_per_task, slots),
         batch_size=int(inference_cfg.batch_size),
+        length_offsets=length_offsets(length_counts or {}),
     )
 
 
