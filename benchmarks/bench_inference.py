@@ -325,6 +325,16 @@ def main(argv=None):
     ]
     models = ctx.models_root
     results = []
+
+    def fresh_application(warm):
+        """A new Spark application (nothing kept in the workers from the last measurement),
+        warmed by ``warm(spark)``."""
+        nonlocal spark, ctx
+        spark.stop()
+        spark = get_spark(cfg.spark, spark_conf)
+        ctx = pipeline.make_context(spark, cfg)
+        warm(spark)
+
     if "embed" not in stages:
         for rel in (io.NODES, io.EMBEDDINGS):
             if not io.is_complete(spark, ctx.paths.table(rel)):
@@ -358,46 +368,28 @@ def main(argv=None):
             phi.sparse_dim,
         )
         del phi
-        runs = []
-        for rep in range(args.repeat):
-            if rep:  # a fresh application: no vectorizer kept in the workers from the last one
-                spark.stop()
-                spark = get_spark(cfg.spark, spark_conf)
-                ctx = pipeline.make_context(spark, cfg)
-                spark.range(100).selectExpr("sum(id)").collect()
-            runs.append(time_embed(ctx, models, work, args.batch_size))
-            log.info(
-                "embed measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
-                rep + 1,
+        results.append(
+            _measure_repeatedly(
+                "embed",
                 args.repeat,
-                runs[-1]["spark_s"],
-                runs[-1]["reference_s"],
-                runs[-1]["ratio"],
+                lambda: time_embed(ctx, models, work, args.batch_size),
+                lambda: fresh_application(lambda s: s.range(100).selectExpr("sum(id)").collect()),
             )
-        results.append(_median_result(runs))
+        )
     gdir = artifacts.g_dir(models, "pina")
     if "neighbors" in stages:
         if "embed" in stages or not os.path.exists(os.path.join(gdir, "_SUCCESS")):
             train_g(ctx, models, gdir, rows, len(inst), n_nodes, art_tags)
         import pecos.xmc.xlinear.model  # noqa: F401  (the reference's imports are warm either way)
 
-        runs = []
-        for rep in range(args.repeat):
-            if rep:  # a fresh application: nothing cached in the workers from the last one
-                spark.stop()
-                spark = get_spark(cfg.spark, spark_conf)
-                ctx = pipeline.make_context(spark, cfg)
-                _warm_session(spark)
-            runs.append(time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size))
-            log.info(
-                "neighbors measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
-                rep + 1,
+        results.append(
+            _measure_repeatedly(
+                "neighbors",
                 args.repeat,
-                runs[-1]["spark_s"],
-                runs[-1]["reference_s"],
-                runs[-1]["ratio"],
+                lambda: time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, args.batch_size),
+                lambda: fresh_application(_warm_session),
             )
-        results.append(_median_result(runs))
+        )
 
     out = {
         "results": results,
@@ -445,6 +437,26 @@ def _warm_session(spark):
     the session runs one job."""
     spark.range(0, THREADS, 1, THREADS).mapInArrow(_warm_worker, "id long").collect()
     spark.range(100).selectExpr("sum(id)").collect()
+
+
+def _measure_repeatedly(stage, repeat, measure, fresh):
+    """``measure()`` ``repeat`` times, ``fresh()`` (a new Spark application) before every one
+    but the first; each measurement logged, the medians returned (:func:`_median_result`)."""
+    runs = []
+    for rep in range(repeat):
+        if rep:
+            fresh()
+        runs.append(measure())
+        log.info(
+            "%s measurement %d/%d: spark %.2fs reference %.2fs ratio %.3f",
+            stage,
+            rep + 1,
+            repeat,
+            runs[-1]["spark_s"],
+            runs[-1]["reference_s"],
+            runs[-1]["ratio"],
+        )
+    return _median_result(runs)
 
 
 def _median_result(runs):

@@ -138,9 +138,9 @@ def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
         F.raise_error(F.lit("embed: a text length the plan did not count (nodes changed?)")),
     )
     df = (
-        nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
-        .withColumn(LENGTH, F.expr(LENGTH_SQL))
-        .withColumn(CHUNK, F.expr(f"{io.NODE_INDEX} div {RANK_CHUNK}"))
+        _with_length_keys(
+            nodes_df.select(F.col(io.NODE_INDEX).cast("long").alias(io.NODE_INDEX), F.col(io.TEXT))
+        )
         .join(offsets, [LENGTH, CHUNK], "left")
         .withColumn(RANK, first + F.row_number().over(in_group) - 1)
         .withColumn(BATCH_KEY, F.expr(f"{RANK} div {bs}"))
@@ -152,16 +152,22 @@ def _embed_frame(nodes_df, task: EmbedTask, acc, load_fn):
     return df.mapInArrow(_make_embed_fn(task, acc, load_fn), EMBED_SCHEMA)
 
 
+def _with_length_keys(df):
+    """``df`` with the (text length, chunk of node indices) of every node (:data:`LENGTH`,
+    :data:`CHUNK`): the keys :func:`length_counts` counts and the stage ranks within, so both
+    read them from here."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(LENGTH, F.expr(LENGTH_SQL)).withColumn(
+        CHUNK, F.expr(f"CAST({io.NODE_INDEX} AS BIGINT) div {RANK_CHUNK}")
+    )
+
+
 def length_counts(nodes_df) -> Dict[Tuple[int, int], int]:
     """Driver side: nodes per (text length, chunk of node indices) (:data:`~.plan.LENGTH_SQL`,
     ``node_index div RANK_CHUNK``), one aggregate."""
-    from pyspark.sql import functions as F
-
     rows = (
-        nodes_df.select(
-            F.expr(LENGTH_SQL).alias(LENGTH),
-            F.expr(f"CAST({io.NODE_INDEX} AS BIGINT) div {RANK_CHUNK}").alias(CHUNK),
-        )
+        _with_length_keys(nodes_df.select(io.NODE_INDEX, io.TEXT))
         .groupBy(LENGTH, CHUNK)
         .count()
         .collect()
