@@ -27,11 +27,13 @@ Outputs
 * ``<root>/predictions/_train_stats.json``: ``{"variants": {v: {"train_s": .., "predict_s": ..,
   ...}}, "skipped": {v: reason}}`` (read by the evaluate stage).
 
-The feature matrices are built on the driver (:func:`pina_spark.aggregate.features_to_csr`:
-Arrow batches per partition, no per-row py4j). The variants' models are independent of each
-other: ``train.train_on`` (``auto``: executors on a cluster) trains them as Spark tasks, one per
-variant (:mod:`pina_spark.downstream_tasks`), or one after another on the driver; same models,
-same predictions.
+The variants' models are independent of each other: ``train.train_on`` (``auto``: executors on
+a cluster) trains them as Spark tasks, one per variant (:mod:`pina_spark.downstream_tasks`), or
+one after another on the driver; same models, same predictions. On the driver the feature
+matrices come through Spark (:func:`pina_spark.aggregate.features_to_csr`: Arrow batches per
+partition, no per-row py4j). As tasks, each task reads its variant's rows of ``features`` itself
+with pyarrow (:func:`pina_spark.aggregate.read_variant`) where pyarrow reaches the table, so the
+driver holds no feature matrix; only the baseline's tf-idf is built on the driver.
 """
 
 import dataclasses as dc
@@ -47,7 +49,7 @@ import numpy as np
 from . import io, runtime
 from . import variants as V
 from .aggregate import features_to_csr
-from .aggregate.layout import variant_dir
+from .aggregate.layout import read_sparse_width, variant_dir
 from .config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -346,8 +348,8 @@ def run_stage(ctx) -> Dict[str, Any]:
     where = "driver" if tcfg.model == "xtransformer" else runtime.fits_where(spark, tcfg.train_on)
     stats["train_on"] = where
 
-    def each_variant():
-        """``(variant, its inputs)``, built one at a time as they are consumed."""
+    def each_variant(make=lambda v: variant_inputs(spark, cfg, prob, v, feat_uri)):
+        """``(variant, make(variant))``, built one at a time as they are consumed."""
         for variant in tcfg.variants:
             if variant != V.BASELINE and (
                 not feat_ok or not io.path_exists(spark, variant_dir(feat_uri, variant))
@@ -357,7 +359,7 @@ def run_stage(ctx) -> Dict[str, Any]:
                 stats["skipped"][variant] = reason
                 continue
             stats["variants"].append(variant)
-            yield variant, variant_inputs(spark, cfg, prob, variant, feat_uri)
+            yield variant, make(variant)
 
     if where == "driver":
         for variant, inp in each_variant():  # one variant's matrices held at a time
@@ -369,9 +371,22 @@ def run_stage(ctx) -> Dict[str, Any]:
     else:
         from . import downstream_tasks
 
-        log.info("train: the variants as Spark tasks (train.train_on %s)", tcfg.train_on)
+        # decided once: the tasks read their own features where pyarrow reaches the table
+        reads = io.pyarrow_reaches(feat_uri)
+        stats["features_read_by"] = "tasks" if reads else "driver"
+
+        def make(v: str):
+            if v == V.BASELINE or not reads:
+                return variant_inputs(spark, cfg, prob, v, feat_uri)
+            return downstream_tasks.FeaturesRead(feat_uri, read_sparse_width(feat_uri, v))
+
+        log.info(
+            "train: the variants as Spark tasks (train.train_on %s), features read by the %s",
+            tcfg.train_on,
+            stats["features_read_by"],
+        )
         for variant, (frame, st) in downstream_tasks.fit_on_executors(
-            spark, cfg, prob, each_variant(), models_dir, paths.staging("train-fits")
+            spark, cfg, prob, each_variant(make), models_dir, paths.staging("train-fits")
         ).items():
             pred_frames.append(frame)
             per_variant[variant] = st
@@ -489,18 +504,43 @@ def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) 
         X_tr, X_te, vec = _baseline_matrices(cfg, prob.train, prob.test, prob.has_lab)
     else:
         f_ids, f_X = _load_features(spark, feat_uri, variant)
-        X_tr, miss_tr = _align(f_ids, f_X, prob.train_ids)
-        X_te, miss_te = _align(f_ids, f_X, prob.test_ids)
-        have = set(f_ids)
-        no_feat_rows = [r for r, i in enumerate(prob.test_ids) if i not in have]
-        if miss_tr or miss_te:
-            log.warning(
-                "variant %s: %d train / %d test instances have no features (zero rows)",
-                variant,
-                miss_tr,
-                miss_te,
-            )
+        X_tr, X_te, no_feat_rows, missing = align_features(
+            f_ids, f_X, prob.train_ids, prob.test_ids
+        )
+        warn_missing(variant, missing)
     return VariantInputs(X_tr, X_te, vec, tuple(no_feat_rows), time.time() - t0, int(X_tr.shape[1]))
+
+
+def align_features(ids: List[str], X, train_ids: List[str], test_ids: List[str]):
+    """A variant's ``features`` rows (``ids``, ``X``) as the problem's matrices: ``(X_tr, X_te,
+    no_feat_rows, (train rows missing, test rows missing))``; a missing row is a zero row, and
+    a test row without features gets no prediction (``no_feat_rows``). The driver's path and
+    the tasks' (:mod:`pina_spark.downstream_tasks`) both call it.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> X = sp.csr_matrix(np.array([[1.0], [2.0]], np.float32))
+    >>> X_tr, X_te, no_feat, missing = align_features(["b", "a"], X, ["a"], ["b", "c"])
+    >>> X_tr.toarray().tolist(), X_te.toarray().tolist(), no_feat, missing
+    ([[2.0]], [[1.0], [0.0]], (1,), (0, 1))
+    """
+    X_tr, miss_tr = _align(ids, X, train_ids)
+    X_te, miss_te = _align(ids, X, test_ids)
+    have = set(ids)
+    no_feat_rows = tuple(r for r, i in enumerate(test_ids) if i not in have)
+    return X_tr, X_te, no_feat_rows, (int(miss_tr), int(miss_te))
+
+
+def warn_missing(variant: str, missing: Sequence[int]) -> None:
+    """Log the train / test instances that have no features (zero rows), if any."""
+    if missing[0] or missing[1]:
+        log.warning(
+            "variant %s: %d train / %d test instances have no features (zero rows)",
+            variant,
+            missing[0],
+            missing[1],
+        )
 
 
 def _train_variant(spark, cfg, prob: LabelProblem, variant: str, inp: VariantInputs, model_uri):

@@ -2,14 +2,23 @@
 cluster).
 
 The downstream models of the variants are independent of each other. The driver decides
-everything once (:class:`~pina_spark.downstream.VariantInputs` per variant, the label space, the
-folders), writes each variant's matrices as one ``.npz`` under a scratch folder of the run, and
-starts the variant folder (label map, the baseline's vectorizer). One Spark job then runs one task
-per variant: the task reads its ``.npz``, trains XR-Linear on its ``spark.task.cpus`` threads
-(:func:`pina_spark.downstream.fit_predict_xlinear`, the function the driver path calls), writes
-the PECOS model into the variant folder and hands back the test rows' top-k. The driver builds
-the predictions and publishes the models folder as before. Same models, same predictions as the
-driver path (``tests/test_downstream.py``).
+everything once (the label space, the folders, where each variant's matrices come from) and
+starts the variant folders (label map, the baseline's vectorizer). A variant's matrices reach its
+task one of two ways:
+
+* :class:`FeaturesRead` (the ``features`` variants, where pyarrow reaches the table): the driver
+  writes the problem once (Y and the train / test ids, ``problem.npz``); the task reads its
+  variant's rows of ``features`` itself (:func:`pina_spark.aggregate.read_variant`) and aligns
+  them (:func:`pina_spark.downstream.align_features`, as the driver path does). The driver never
+  holds a feature matrix.
+* :class:`~pina_spark.downstream.VariantInputs` (the baseline's tf-idf, or tables pyarrow cannot
+  read): the driver writes the matrices as one ``.npz``, one variant at a time.
+
+One Spark job then runs one task per variant: it trains XR-Linear on its ``spark.task.cpus``
+threads (:func:`pina_spark.downstream.fit_predict_xlinear`, the function the driver path calls),
+writes the PECOS model into the variant folder and hands back the test rows' top-k. The driver
+builds the predictions and publishes the models folder as before. Same models, same predictions
+as the driver path (``tests/test_downstream.py``).
 
 Examples
 --------
@@ -20,7 +29,8 @@ Examples
 import dataclasses as dc
 import json
 import logging
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,7 +39,21 @@ from .progress import heartbeat
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VariantTask", "fit_on_executors"]
+__all__ = ["FeaturesRead", "VariantTask", "fit_on_executors"]
+
+
+@dc.dataclass(frozen=True)
+class FeaturesRead:
+    """A variant whose task reads its own rows of ``features`` (the driver builds no matrix).
+
+    Attributes:
+        uri: the published ``features`` table.
+        sparse_width: the variant's sparse width (its ``_pina_features.json``; ``None``: max
+            index + 1, as the driver's reader does).
+    """
+
+    uri: str
+    sparse_width: Optional[int]
 
 
 @dc.dataclass(frozen=True)
@@ -38,15 +62,18 @@ class VariantTask:
 
     Attributes:
         variant: its name.
-        inputs: URI of its ``.npz`` (``X_tr``, ``Y``, ``X_te``).
+        inputs: URI of its ``.npz`` (``X_tr``, ``Y``, ``X_te``), or with ``features`` of the
+            problem's (``Y``, the train and test ids).
         model_dir: the variant folder in the staging folder of ``downstream_models``.
         train: ``train`` config section as a plain dict (rebuilt on the executor).
+        features: ``None``, or where the task reads its matrices (:class:`FeaturesRead`).
     """
 
     variant: str
     inputs: str
     model_dir: str
     train: Dict[str, Any]
+    features: Optional[FeaturesRead] = None
 
 
 def _fit_work(tasks: Sequence[VariantTask]):
@@ -58,13 +85,40 @@ def _fit_work(tasks: Sequence[VariantTask]):
 
         t = tasks[i]
         raw = io.read_inputs_of(t.inputs, f"variant {t.variant}")
-        mats, _ = npz.loads(raw, ["X_tr", "Y", "X_te"])
+        facts: Dict[str, Any] = {}
+        if t.features is None:
+            mats, _ = npz.loads(raw, ["X_tr", "Y", "X_te"])
+            X_tr, Y, X_te = mats["X_tr"], mats["Y"], mats["X_te"]
+        else:
+            from .aggregate import read_variant
+
+            t0 = time.time()
+            mats, arrays = npz.loads(raw, ["Y"])
+            Y = mats["Y"]
+            m = read_variant(t.features.uri, t.variant, t.features.sparse_width)
+            X_tr, X_te, no_feat, missing = downstream.align_features(
+                m.ids,
+                m.X,
+                npz.unpack_strings(arrays, "train_ids"),
+                npz.unpack_strings(arrays, "test_ids"),
+            )
+            del m
+            facts = {
+                "no_feat_rows": list(no_feat),
+                "missing": list(missing),
+                "n_features": int(X_tr.shape[1]),
+                "prep_s": time.time() - t0,
+            }
         tcfg = TrainConfig.from_dict(t.train, prefix="train.")
         model, cols_k, scores_k, train_s, predict_s = downstream.fit_predict_xlinear(
-            mats["X_tr"], mats["Y"], mats["X_te"], tcfg, threads=threads
+            X_tr, Y, X_te, tcfg, threads=threads
         )
         downstream.save_pecos(model, t.model_dir)
-        return {"topk": _pack_topk(cols_k, scores_k), "secs": json.dumps([train_s, predict_s])}
+        return {
+            "topk": _pack_topk(cols_k, scores_k),
+            "secs": json.dumps([train_s, predict_s]),
+            "facts": json.dumps(facts),
+        }
 
     return work
 
@@ -72,10 +126,11 @@ def _fit_work(tasks: Sequence[VariantTask]):
 def fit_on_executors(
     spark, cfg, prob, inputs: Iterable[Tuple[str, Any]], models_dir: str, scratch: str
 ) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
-    """Train the variants of ``inputs`` (``(variant, VariantInputs)`` pairs) as Spark tasks,
-    one each. Each variant's matrices are written to its ``.npz`` as soon as they come and
-    dropped, so the driver holds one variant's matrices at a time (``inputs`` may be a
-    generator that builds them).
+    """Train the variants of ``inputs`` (``(variant, VariantInputs or FeaturesRead)`` pairs) as
+    Spark tasks, one each. A :class:`FeaturesRead` variant's task reads its own features (the
+    problem's Y and ids are written once, to ``problem.npz``); a ``VariantInputs`` variant's
+    matrices are written to its ``.npz`` as soon as they come and dropped, so the driver holds
+    at most one variant's matrices at a time (``inputs`` may be a generator that builds them).
 
     Returns variant -> ``(predictions frame, statistics)`` in the order of ``inputs``, as
     :func:`pina_spark.downstream.variant_result` gives them. ``scratch``: a staging URI every
@@ -87,12 +142,20 @@ def fit_on_executors(
     try:
         with heartbeat("downstream models as Spark tasks"):
             tasks: List[VariantTask] = []
+            problem_uri, problem_written = f"{scratch}/problem.npz", False
             for v, inp in inputs:
+                model_dir = f"{models_dir}/{v}"
+                if isinstance(inp, FeaturesRead):
+                    if not problem_written:  # once, for every such variant
+                        io.write_bytes(problem_uri, _problem_bytes(prob))
+                        problem_written = True
+                    downstream.start_model_dir(None, prob.label_ids, model_dir)
+                    tasks.append(VariantTask(v, problem_uri, model_dir, cfg.train.to_dict(), inp))
+                    continue
                 uri = f"{scratch}/{v}.npz"
                 io.write_bytes(
                     uri, npz.dumps({"X_tr": inp.X_tr, "Y": prob.Y, "X_te": inp.X_te}, {})
                 )
-                model_dir = f"{models_dir}/{v}"
                 downstream.start_model_dir(inp.vec, prob.label_ids, model_dir)
                 tasks.append(VariantTask(v, uri, model_dir, cfg.train.to_dict()))
                 kept[v] = inp.without_matrices()
@@ -101,7 +164,7 @@ def fit_on_executors(
                 return {}
             log.info("train: %d variants as Spark tasks", len(tasks))
             got = runtime.one_task_each(
-                spark, len(tasks), _fit_work(tasks), "topk binary, secs string"
+                spark, len(tasks), _fit_work(tasks), "topk binary, secs string, facts string"
             )
     finally:
         io.delete_path(spark, scratch)
@@ -109,10 +172,28 @@ def fit_on_executors(
     for i, t in enumerate(tasks):
         cols_k, scores_k = _unpack_topk(bytes(got[i]["topk"]))
         train_s, predict_s = json.loads(got[i]["secs"])
+        if t.features is not None:  # what the task found in its features
+            facts = json.loads(got[i]["facts"])
+            downstream.warn_missing(t.variant, facts["missing"])
+            kept[t.variant] = downstream.VariantInputs(
+                None, None, None, tuple(facts["no_feat_rows"]), facts["prep_s"], facts["n_features"]
+            )
         out[t.variant] = downstream.variant_result(
             prob, t.variant, kept[t.variant], cols_k, scores_k, train_s, predict_s
         )
     return out
+
+
+def _problem_bytes(prob) -> bytes:
+    """The problem every :class:`FeaturesRead` task shares: ``Y`` and the train / test ids in
+    matrix order (:class:`pina_spark.downstream.LabelProblem`)."""
+    return npz.dumps(
+        {"Y": prob.Y},
+        {
+            **npz.pack_strings("train_ids", prob.train_ids),
+            **npz.pack_strings("test_ids", prob.test_ids),
+        },
+    )
 
 
 def _pack_topk(cols_k, scores_k) -> bytes:

@@ -37,9 +37,11 @@ __all__ = [
     "footer_stats",
     "estimate_mb",
     "tables_key",
+    "store_spec",
     "open_store",
     "store_rows",
     "features",
+    "features_of_nodes",
     "mapped_root",
     "lengths",
     "flat",
@@ -147,6 +149,30 @@ def tables_key(
         for fi in found[1]:
             h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
     return h.hexdigest()[:20]
+
+
+def store_spec(
+    embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int
+) -> Dict[str, Any]:
+    """Driver side: the spec of :func:`open_store` for these tables (:func:`tables_key` names
+    their exact files, so two stages of one application that ask for the same tables share one
+    copy per machine). Raises ``ValueError`` when pyarrow cannot read a table here.
+
+    Examples
+    --------
+    >>> try:
+    ...     store_spec("/no/such/embeddings", "/no/such/nodes", 4, 8)
+    ... except ValueError as e:
+    ...     print(str(e)[:54])
+    embeddings store: /no/such/embeddings is not a Parquet
+    """
+    return {
+        "embeddings": embeddings_uri,
+        "nodes": nodes_uri,
+        "dense_dim": int(dense_dim),
+        "sparse_dim": int(sparse_dim),
+        "key": tables_key(embeddings_uri, nodes_uri, int(dense_dim), int(sparse_dim)),
+    }
 
 
 # =========================================================================== Arrow helpers
@@ -568,3 +594,35 @@ def features(E: Dict[str, Any], rows, n_features: int):
     X.sum_duplicates()
     X.sort_indices()
     return X
+
+
+def features_of_nodes(E: Dict[str, Any], node_index, n_features: int, what: str):
+    """Executor side: :func:`features` of the nodes ``node_index`` (row ``r`` is node
+    ``node_index[r]``); a ``ValueError`` naming ``what`` when a node has no embedding row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> E = {"dense": np.array([[1.0, 0.0]], np.float32), "sp_ptr": np.array([0, 1]),
+    ...      "sp_idx": np.array([1], np.int32), "sp_val": np.array([2.0], np.float32),
+    ...      "dense_dim": 2, "sparse_dim": 2, "lookup": np.array([-1, 0])}
+    >>> features_of_nodes(E, [1], 4, "g").toarray().tolist()
+    [[1.0, 0.0, 0.0, 2.0]]
+    >>> try:
+    ...     features_of_nodes(E, [0, 1], 4, "g")
+    ... except ValueError as e:
+    ...     print(str(e)[:68])
+    g: 1 of its 2 input nodes have no row in embeddings (e.g. node_index
+    """
+    import numpy as np
+
+    node_index = np.asarray(node_index, dtype=np.int64)
+    rows = store_rows(E, node_index)
+    missing = node_index[rows < 0]
+    if len(missing):
+        raise ValueError(
+            f"{what}: {len(missing)} of its {len(node_index)} input nodes have no row in "
+            f"embeddings (e.g. node_index {missing[:5].tolist()}): run the embed stage on "
+            "this run's nodes first"
+        )
+    return features(E, rows, n_features)

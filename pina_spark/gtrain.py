@@ -312,7 +312,8 @@ def plan_fits(variant: str, has_heldout: bool, folds: int) -> List[Fit]:
 
 def make_bundle(pb: Dict[str, Any], X, fold, out) -> Dict[str, Any]:
     """A variant's training inputs as arrays: X, Y and, per row, its node, kind, twin column,
-    fold (``-1``: in every fold model) and held-out flag."""
+    fold (``-1``: in every fold model) and held-out flag. ``X`` is ``None`` when the fit
+    tasks read it themselves (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
     return {
         "X": X,
         "Y": pb["Y"],
@@ -344,12 +345,13 @@ def save_bundle(b: Dict[str, Any]) -> bytes:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     arrays = {k: v for k, v in b.items() if k not in ("X", "Y")}
-    return npz.dumps({"X": b["X"], "Y": b["Y"]}, arrays)
+    mats = {"Y": b["Y"]} if b.get("X") is None else {"X": b["X"], "Y": b["Y"]}
+    return npz.dumps(mats, arrays)
 
 
 def load_bundle(raw: bytes) -> Dict[str, Any]:
-    """The bundle :func:`save_bundle` wrote."""
-    mats, arrays = npz.loads(raw, ["X", "Y"])
+    """The bundle :func:`save_bundle` wrote (``X`` absent when it was written without)."""
+    mats, arrays = npz.loads(raw, ["Y"], optional=["X"])
     b: Dict[str, Any] = {k: arrays[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
     b.update(mats)
     return b
@@ -466,12 +468,18 @@ class FitTask:
         out: URI the task copies its model folder to (``<scratch>/models``: same layout as the
             models folder).
         xlinear: ``pretrain.xlinear`` as a plain dict (rebuilt into the config on the executor).
+        store: ``None`` (X is in the bundle) or the spec of :func:`pina_spark.embstore.open_store`:
+            the task takes its rows' X from its machine's memory-mapped ``embeddings`` (the
+            bundle then holds no X, and the driver never builds one).
+        n_features: g's input width (dense + sparse) with ``store``.
     """
 
     fit: Fit
     bundle: str
     out: str
     xlinear: Dict[str, Any]
+    store: Optional[Dict[str, Any]] = None
+    n_features: int = 0
 
 
 def _fit_work(tasks: Sequence[FitTask]):
@@ -482,6 +490,11 @@ def _fit_work(tasks: Sequence[FitTask]):
 
         t = tasks[i]
         b = load_bundle(io.read_inputs_of(t.bundle, f"fit {t.fit.name}"))
+        if t.store is not None:
+            from . import embstore
+
+            E = embstore.open_store(t.store)
+            b["X"] = embstore.features_of_nodes(E, b["rows"], t.n_features, f"g[{t.fit.name}]")
         xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
         with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
             card = run_fit(t.fit, b, xcfg, d, threads=threads)
@@ -515,14 +528,25 @@ def fits_on_executors(
     xcfg,
     scratch: str,
     models_dir: str,
+    store: Optional[Dict[str, Any]] = None,
+    n_features: int = 0,
 ) -> List[Dict[str, Any]]:
     """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
     ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end
-    up in the local ``models_dir`` (the folder the driver publishes). Returns the fits' cards in
-    the order of ``fits``."""
+    up in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec
+    of :func:`pina_spark.embstore.open_store`) the bundles hold no X: each task takes its rows
+    from its machine's memory-mapped ``embeddings``, ``n_features`` wide. Returns the fits'
+    cards in the order of ``fits``."""
     with heartbeat(f"{len(fits)} fits of g as Spark tasks"):
         tasks = [
-            FitTask(f, bundle_uri(scratch, f.variant), f"{scratch}/models", xcfg.to_dict())
+            FitTask(
+                f,
+                bundle_uri(scratch, f.variant),
+                f"{scratch}/models",
+                xcfg.to_dict(),
+                store,
+                int(n_features),
+            )
             for f in fits
         ]
         rows = runtime.one_task_each(spark, len(tasks), _fit_work(tasks), "card string")

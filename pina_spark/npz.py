@@ -15,7 +15,7 @@ from typing import Any, Dict, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "loads", "pack_strings", "unpack_strings"]
 
 
 def dumps(matrices: Dict[str, Any], arrays: Dict[str, Any]) -> bytes:
@@ -36,12 +36,22 @@ def dumps(matrices: Dict[str, Any], arrays: Dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def loads(raw: bytes, matrices: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def loads(
+    raw: bytes, matrices: Sequence[str], optional: Sequence[str] = ()
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(matrices, arrays)`` of :func:`dumps`' bytes; ``matrices`` names the CSR ones (their
-    indices sorted)."""
+    indices sorted), ``optional`` CSR ones that may be absent (then not in ``matrices``' dict).
+
+    Examples
+    --------
+    >>> raw = dumps({}, {"n": np.arange(1)})
+    >>> loads(raw, [], optional=["X"])[0]
+    {}
+    """
     import scipy.sparse as sp
 
     z = np.load(_pyio.BytesIO(raw), allow_pickle=False)
+    matrices = list(matrices) + [m for m in optional if f"{m}_shape" in z.files]
     mats = {}
     for name in matrices:
         M = sp.csr_matrix(
@@ -52,3 +62,28 @@ def loads(raw: bytes, matrices: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str
         mats[name] = M
     parts = {f"{n}_{k}" for n in matrices for k in ("data", "indices", "indptr", "shape")}
     return mats, {k: z[k] for k in z.files if k not in parts}
+
+
+def pack_strings(name: str, strings: Sequence[str]) -> Dict[str, Any]:
+    """Arrays of :func:`dumps` holding ``strings`` as UTF-8 bytes and their end offsets (no
+    pickle, no fixed-width padding to the longest string).
+
+    Examples
+    --------
+    >>> unpack_strings(pack_strings("ids", ["a", "", "\u00e9t\u00e9"]), "ids")
+    ['a', '', 'été']
+    """
+    raw = [s.encode("utf-8") for s in strings]
+    ends = np.cumsum([len(b) for b in raw], dtype=np.int64) if raw else np.zeros(0, np.int64)
+    return {
+        f"{name}_utf8": np.frombuffer(b"".join(raw), dtype=np.uint8),
+        f"{name}_ends": ends,
+    }
+
+
+def unpack_strings(arrays: Dict[str, Any], name: str) -> list:
+    """The strings :func:`pack_strings` packed under ``name``."""
+    buf = arrays[f"{name}_utf8"].tobytes()
+    ends = arrays[f"{name}_ends"].tolist()
+    starts = [0] + ends[:-1]
+    return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]

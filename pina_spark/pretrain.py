@@ -67,7 +67,7 @@ from typing import Any, Dict
 
 import numpy as np
 
-from . import artifacts, bpre, gtrain, io, redact, runtime
+from . import artifacts, bpre, embstore, gtrain, io, redact, runtime
 from .artifacts import FOLDS_JSON, MODEL_CARD
 from .folds import is_heldout
 from .manifest import library_versions
@@ -122,6 +122,34 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
         return features_from_arrow(tbl, dense_dim, dense_dim + sparse_dim)
     except ValueError as e:
         raise io.InputError(f"{paths.table(io.EMBEDDINGS)} does not match the vectorizer: {e}")
+
+
+def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int):
+    """Driver side, decided once: how g's fits get X. ``(store spec, description)``: with fits
+    on the executors and tables that pyarrow reads there (local, ``file://``, ``s3://``), each
+    fit task takes its rows from its machine's memory-mapped ``embeddings``
+    (:func:`pina_spark.embstore.open_store`: the copy the neighbours stage maps too), so the
+    driver never holds X; otherwise (``None``, ...) the driver reads X through Spark
+    (:func:`features_from_embeddings`) and ships it in the fits' bundles.
+
+    Examples
+    --------
+    >>> fit_inputs(None, "driver", 384, 1000)
+    (None, 'driver: X read from embeddings through Spark (fits on the driver)')
+    """
+    if where != "executors":
+        return None, "driver: X read from embeddings through Spark (fits on the driver)"
+    emb, nodes = paths.table(io.EMBEDDINGS), paths.table(io.NODES)
+    if not (io.pyarrow_reaches(emb) and io.pyarrow_reaches(nodes)):
+        return None, (
+            f"driver: X read through Spark and shipped in the fits' bundles ({emb} is not "
+            "read with pyarrow on the executors)"
+        )
+    try:
+        spec = embstore.store_spec(emb, nodes, dense_dim, sparse_dim)
+    except ValueError as e:
+        return None, f"driver: X read through Spark and shipped in the fits' bundles ({e})"
+    return spec, "store: each fit task maps the embeddings table on its machine"
 
 
 # --------------------------------------------------------------------------- the stage
@@ -193,20 +221,23 @@ def run_stage(ctx) -> Dict[str, Any]:
         "truth; averages over held-out rows with >= 1 positive",
     }
     try:
-        t0 = time.time()
-        X_all = features_from_embeddings(
-            spark, paths, all_rows, int(enc["dense_dim"]), int(enc["sparse_dim"])
-        )
-        card["times_s"]["read_features"] = round(time.time() - t0, 2)
-        log.info(
-            "pretrain: X of %d input rows read from embeddings in %.1fs (%d nnz)",
-            X_all.shape[0],
-            time.time() - t0,
-            X_all.nnz,
-        )
         out_of_fold = ncfg.train_mode == "out_of_fold"
         F = int(ncfg.folds) if out_of_fold else 0
         where = runtime.fits_where(spark, pcfg.train_on)
+        D, S = int(enc["dense_dim"]), int(enc["sparse_dim"])
+        store, card["fit_inputs"] = fit_inputs(paths, where, D, S)
+        X_all: Any = None
+        if store is None:  # the fits' X, built here from the embeddings table
+            t0 = time.time()
+            X_all = features_from_embeddings(spark, paths, all_rows, D, S)
+            card["times_s"]["read_features"] = round(time.time() - t0, 2)
+            log.info(
+                "pretrain: X of %d input rows read from embeddings in %.1fs (%d nnz)",
+                X_all.shape[0],
+                time.time() - t0,
+                X_all.nnz,
+            )
+        log.info("pretrain: the fits' inputs: %s", card["fit_inputs"])
         row_facts, fits = {}, []
         for v in variants:
             pb = problems[v]
@@ -226,7 +257,10 @@ def run_stage(ctx) -> Dict[str, Any]:
 
         def bundle_of(v: str) -> Dict[str, Any]:
             """Variant ``v``'s bundle, made when needed: one variant's X at a time beside
-            ``X_all`` (no copy when the variant has every input row, in order)."""
+            ``X_all`` (no copy when the variant has every input row, in order), or no X at
+            all when the tasks read theirs from the store."""
+            if X_all is None:
+                return gtrain.make_bundle(problems[v], None, *row_facts[v])
             idx = np.searchsorted(all_rows, problems[v]["rows"])
             same = len(idx) == X_all.shape[0] and np.array_equal(idx, np.arange(len(idx)))
             return gtrain.make_bundle(problems[v], X_all if same else X_all[idx], *row_facts[v])
@@ -242,8 +276,10 @@ def run_stage(ctx) -> Dict[str, Any]:
             scratch = paths.staging("pretrain-fits")
             try:
                 gtrain.write_bundles(bundle_of, variants, scratch)
-                del X_all  # the tasks read the bundles' files: the driver holds no X now
-                results = gtrain.fits_on_executors(spark, fits, xcfg, scratch, tmp)
+                X_all = None  # the tasks read the bundles' files: the driver holds no X now
+                results = gtrain.fits_on_executors(
+                    spark, fits, xcfg, scratch, tmp, store=store, n_features=D + S
+                )
             finally:
                 io.delete_path(spark, scratch)
         else:

@@ -170,12 +170,18 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
     assert all(s["train_s"] >= 0 for s in stats["variants"].values())
 
 
-def test_variants_trained_as_spark_tasks_equal_the_driver_path(spark, trained, tmp_path):
+@pytest.mark.parametrize("read_by", ["tasks", "driver"])
+def test_variants_trained_as_spark_tasks_equal_the_driver_path(
+    spark, trained, tmp_path, monkeypatch, read_by
+):
     """train.train_on executors: one Spark task per variant gives the predictions and model
-    folders of the driver path; train_on reruns nothing (it is not in the fingerprint)."""
+    folders of the driver path, whether each task reads its own variant's ``features`` with
+    pyarrow (``tasks``: the driver builds no feature matrix) or gets them from the driver
+    (``driver``: a table pyarrow cannot read); train_on reruns nothing (it is not in the
+    fingerprint)."""
     import shutil
 
-    from pina_spark import downstream
+    from pina_spark import aggregate, downstream
     from pina_spark.pipeline import make_context, run_pipeline
 
     cfg, paths, *_ = trained
@@ -183,8 +189,28 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(spark, trained, t
     shutil.copytree(io.local_path(paths.root), root2)
     cfg2 = small_cfg(root2, train={"train_on": "executors"})
     assert run_pipeline(spark, cfg2, ["train"]) == {"train": "skipped"}  # same outputs
+    built_on_driver = []
+    real_load = downstream._load_features
+    monkeypatch.setattr(
+        downstream,
+        "_load_features",
+        lambda *a: built_on_driver.append(a[2]) or real_load(*a),
+    )
+    if read_by == "driver":
+        monkeypatch.setattr(io, "pyarrow_reaches", lambda uri: False)
     stats = downstream.run_stage(make_context(spark, cfg2))
-    assert stats["train_on"] == "executors"
+    assert stats["train_on"] == "executors" and stats["features_read_by"] == read_by
+    if read_by == "tasks":
+        assert built_on_driver == []  # no variant's features came through the driver
+        # what a task reads is what the driver's reader gives, row for row
+        feat = paths.table(io.FEATURES)
+        ids, X = real_load(spark, feat, "pina")
+        m = aggregate.read_variant(feat, "pina", aggregate.layout.read_sparse_width(feat, "pina"))
+        order = np.argsort(np.asarray(m.ids, dtype=object))
+        assert [m.ids[i] for i in order] == sorted(ids) and len(set(ids)) == len(ids)
+        assert (m.X[order] != X[np.argsort(np.asarray(ids, dtype=object))]).nnz == 0
+    else:
+        assert sorted(built_on_driver) == ["pina", "pina_naive", "vectorizer_only"]
     paths2 = make_context(spark, cfg2).paths
 
     def preds(p):

@@ -331,18 +331,22 @@ def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulik
     assert citeulike_run["stats"]["encoded_rows"] == 0
 
 
-def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_path):
-    """g's fits as Spark tasks (``pretrain.train_on: executors``: one fit per task, inputs read
-    from a bundle file, models copied back) save the same models and the same held-out report
-    as the driver's loop over the same plan, on this real sample."""
-    from pina_spark import bpre, gtrain
+@pytest.mark.parametrize("inputs", ["store", "bundle"])
+def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_path, inputs):
+    """g's fits as Spark tasks (``pretrain.train_on: executors``: one fit per task, models
+    copied back) save the same models and the same held-out report as the driver's loop over
+    the same plan, on this real sample, whether the tasks take X from their machine's
+    memory-mapped ``embeddings`` (``store``: the bundle holds no X, the driver builds none) or
+    from a bundle the driver wrote with X in it (``bundle``: tables pyarrow cannot read)."""
+    from pina_spark import bpre, gtrain, pretrain
     from pina_spark.pretrain import features_from_embeddings
 
     ctx = citeulike_run["ctx"]
     nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
     pb = problems["pina_naive"]
     phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
-    X = features_from_embeddings(spark, ctx.paths, pb["rows"], phi.dense_dim, phi.sparse_dim)
+    D, S = phi.dense_dim, phi.sparse_dim
+    X = features_from_embeddings(spark, ctx.paths, pb["rows"], D, S)
     out = np.array([e is not None and is_heldout(e, HOLDOUT) for e in pb["entity"]])
     b = gtrain.make_bundle(pb, X, bpre.row_folds(pb["entity"], FOLDS), out)
     fits = gtrain.plan_fits("pina_naive", gtrain.has_heldout(b), FOLDS)
@@ -351,10 +355,19 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     drv, exe = str(tmp_path / "driver"), str(tmp_path / "executors")
     on_driver = [gtrain.run_fit(f, b, xcfg, drv) for f in fits]
     scratch = str(tmp_path / "scratch")
+    store, how = pretrain.fit_inputs(ctx.paths, "executors", D, S)
+    assert store is not None and how.startswith("store"), how
+    if inputs == "store":
+        shipped = gtrain.make_bundle(pb, None, bpre.row_folds(pb["entity"], FOLDS), out)
+        assert "X" not in gtrain.load_bundle(gtrain.save_bundle(shipped))
+    else:
+        shipped, store = b, None
     made = []
-    gtrain.write_bundles(lambda v: made.append(v) or b, ["pina_naive"], scratch)
+    gtrain.write_bundles(lambda v: made.append(v) or shipped, ["pina_naive"], scratch)
     assert made == ["pina_naive"]
-    on_tasks = gtrain.fits_on_executors(spark, fits, xcfg, scratch, exe)
+    on_tasks = gtrain.fits_on_executors(
+        spark, fits, xcfg, scratch, exe, store=store, n_features=D + S
+    )
 
     def no_times(card):  # seconds differ, and so do the sizes of the g_info.json holding them
         drop = ("train_s", "steps_s", "size_bytes", "model_size_bytes")
@@ -370,15 +383,49 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
         c = load_g(g_dir(exe, "pina_naive", f.fold))
         pa, pc = predict_g(a, sample, xcfg), predict_g(c, sample, xcfg)
         assert (pa != pc).nnz == 0, f.name
+        assert np.array_equal(pa.data, pc.data), f.name
         assert np.array_equal(
             np.load(os.path.join(g_dir(exe, "pina_naive", f.fold), TRAIN_ROWS)),
             np.load(os.path.join(g_dir(drv, "pina_naive", f.fold), TRAIN_ROWS)),
         )
-    # the stage ran its fits as tasks: the driver's loop reproduces its published report
+    # the stage ran its fits as tasks on the store: the driver's loop reproduces its report
     card = json.load(open(os.path.join(citeulike_run["models"], "model_card.json")))
+    assert card["fit_inputs"].startswith("store"), card["fit_inputs"]
+    assert "read_features" not in card["times_s"]  # the driver read no X
     assert (
         on_driver[0]["heldout_eval"]["P@1"] == card["variants"]["pina_naive"]["heldout_eval"]["P@1"]
     )
+
+
+def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path):
+    """A fit task whose input nodes are not all in ``embeddings`` fails with the fit's name
+    and the missing node indices, not with a shape error inside PECOS."""
+    from pina_spark import bpre, gtrain, pretrain
+
+    ctx = citeulike_run["ctx"]
+    nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
+    pb = dict(problems["pina_naive"])
+    pb["rows"] = np.asarray(pb["rows"]).copy()
+    pb["rows"][-1] = 10**9  # a node the embed stage never saw
+    phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
+    store, _ = pretrain.fit_inputs(ctx.paths, "executors", phi.dense_dim, phi.sparse_dim)
+    n = len(pb["rows"])
+    b = gtrain.make_bundle(pb, None, np.zeros(n, np.int64), np.zeros(n, bool))
+    scratch = str(tmp_path / "scratch")
+    gtrain.write_bundles(lambda v: b, ["pina_naive"], scratch)
+    fit = gtrain.Fit("pina_naive", "full")
+    with pytest.raises(
+        Exception, match=r"g\[pina_naive/full\]: 1 of its .* node_index \[1000000000\]"
+    ):
+        gtrain.fits_on_executors(
+            spark,
+            [fit],
+            ctx.cfg.pretrain.xlinear,
+            scratch,
+            str(tmp_path / "m"),
+            store=store,
+            n_features=phi.dense_dim + phi.sparse_dim,
+        )
 
 
 def test_heldout_p1_beats_popularity(citeulike_run):

@@ -44,7 +44,7 @@ Examples
 ('broadcast', 5195)
 """
 
-from .export import FeatureMatrix, export_csr, features_to_csr, frame_to_csr
+from .export import FeatureMatrix, export_csr, features_to_csr, frame_to_csr, read_variant
 from .layout import FEATURES_META
 from .plan import (
     AggregateInputs,
@@ -68,6 +68,7 @@ __all__ = [
     "choose_writer",
     "resolve_sparse_dim",
     "features_to_csr",
+    "read_variant",
     "FeatureMatrix",
     "export_csr",
     "frame_to_csr",

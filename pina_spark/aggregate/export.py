@@ -1,7 +1,9 @@
 """Reading ``features`` back as CSR matrices ``X = [dense | sparse]`` (dense block first,
 sparse column ``c`` at ``dense_width + c``): :func:`features_to_csr` is the one reader of the
-table on the driver (the train stage imports it), :func:`export_csr` writes its result as a
-PECOS/scipy ``.npz``, :func:`frame_to_csr` converts rows already in pandas.
+table on the driver (the train stage imports it), :func:`read_variant` reads one variant with
+pyarrow alone (a train task's own inputs), both through :func:`csr_from_batches`;
+:func:`export_csr` writes a matrix as a PECOS/scipy ``.npz``, :func:`frame_to_csr` converts rows
+already in pandas.
 
 Examples
 --------
@@ -24,7 +26,18 @@ from . import layout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FeatureMatrix", "features_to_csr", "export_csr", "frame_to_csr"]
+__all__ = [
+    "ROW_COLUMNS",
+    "FeatureMatrix",
+    "features_to_csr",
+    "read_variant",
+    "csr_from_batches",
+    "export_csr",
+    "frame_to_csr",
+]
+
+#: the columns of a ``features`` row that make its matrix row, in the order the readers use
+ROW_COLUMNS = (io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
 
 
 @dc.dataclass(frozen=True)
@@ -67,9 +80,7 @@ def features_to_csr(
     >>> m.X.shape == (len(m.ids), m.dense_width + m.sparse_width)     # doctest: +SKIP
     True
     """
-    import numpy as np
     import pyarrow as pa
-    import scipy.sparse as sp
     from pyspark.sql import functions as F
 
     if isinstance(features_uri_or_df, str):
@@ -83,34 +94,97 @@ def features_to_csr(
             raise ValueError(f"export_csr: column {c!r} missing (found {df.columns})")
     sel = (
         df.where((F.col(io.VARIANT) == variant) & (F.col(io.SPLIT) == split))
-        .select(io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
+        .select(*ROW_COLUMNS)
         .orderBy(io.INSTANCE_ID)
     )
     blobs = sel.mapInArrow(_ipc_blobs, "blob binary")
+
+    def batches():
+        for row in blobs.toLocalIterator(prefetchPartitions=False):
+            with pa.ipc.open_stream(row["blob"]) as reader:
+                yield from reader
+
+    return csr_from_batches(batches(), f"{variant}/{split}", sparse_width)
+
+
+def read_variant(features_uri: str, variant: str, sparse_width: Optional[int]) -> FeatureMatrix:
+    """Every row of one variant of ``features`` (all its splits but a null one, as the train
+    stage reads them), read file by file with ``pyarrow.parquet``, without Spark: executor side
+    (a model-fitting task reads its own inputs, so the driver holds no matrix), or anywhere
+    pyarrow reaches the table. Rows in file order; the matrix of each row is the one
+    :func:`features_to_csr` gives.
+
+    Raises
+    ------
+    ValueError
+        When pyarrow cannot list the variant's folder here.
+
+    Examples
+    --------
+    >>> read_variant("/run/features", "pina", 40000).X.shape        # doctest: +SKIP
+    (24000, 40768)
+    """
+    import pyarrow.parquet as pq
+
+    folder = layout.variant_dir(features_uri, variant)
+    found = io.parquet_files(folder)
+    if found is None:
+        raise ValueError(f"features: {folder} is not a Parquet folder pyarrow reads here")
+    fs, files = found
+    null_split = f"/{io.SPLIT}={layout.escape_partition_value(None)}/"
+
+    def batches():
+        for fi in files:
+            if null_split in fi.path:
+                continue
+            pf = pq.ParquetFile(fs.open_input_file(fi.path))
+            try:
+                yield from pf.iter_batches(batch_size=16384, columns=list(ROW_COLUMNS))
+            finally:
+                pf.close()
+
+    return csr_from_batches(batches(), variant, sparse_width)
+
+
+def csr_from_batches(batches, what: str, sparse_width: Optional[int]) -> FeatureMatrix:
+    """Arrow record batches of :data:`ROW_COLUMNS` -> :class:`FeatureMatrix` (rows in batch
+    order): the one conversion of :func:`features_to_csr` and :func:`read_variant`.
+    ``sparse_width`` ``None``: max index + 1 (warned).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> b = pa.record_batch([pa.array(["i1"]), pa.array([[0.6, 0.8]], pa.list_(pa.float32())),
+    ...                      pa.array([[1]], pa.list_(pa.int32())),
+    ...                      pa.array([[2.0]], pa.list_(pa.float32()))], names=list(ROW_COLUMNS))
+    >>> m = csr_from_batches([b], "pina/train", 3)
+    >>> m.ids, m.X.toarray().astype(float).round(2).tolist()
+    (['i1'], [[0.6, 0.8, 0.0, 2.0, 0.0]])
+    """
+    import numpy as np
+    import pyarrow as pa
+    import scipy.sparse as sp
+
     ids: List[Any] = []
     mats = []
     dense_w: Optional[int] = None
     max_sp = -1
-    for row in blobs.toLocalIterator(prefetchPartitions=False):
-        with pa.ipc.open_stream(row["blob"]) as reader:
-            for batch in reader:
-                if batch.num_rows == 0:
-                    continue
-                dcol = batch.column(1)
-                lens = embstore.lengths(dcol)
-                w = int(lens.max(initial=0))
-                if dense_w is None:
-                    dense_w = w
-                if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
-                    raise ValueError(
-                        f"export_csr: dense arrays of different lengths in {variant}/{split}"
-                    )
-                dense, _ = embstore.dense_block(dcol, dense_w)
-                ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
-                if idx.size:
-                    max_sp = max(max_sp, int(idx.max()))
-                mats.append((sp.csr_matrix(dense), (val, idx, ptr)))
-                ids.append(batch.column(0))
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        dcol = batch.column(1)
+        lens = embstore.lengths(dcol)
+        w = int(lens.max(initial=0))
+        if dense_w is None:
+            dense_w = w
+        if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
+            raise ValueError(f"export_csr: dense arrays of different lengths in {what}")
+        dense, _ = embstore.dense_block(dcol, dense_w)
+        ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
+        if idx.size:
+            max_sp = max(max_sp, int(idx.max()))
+        mats.append((sp.csr_matrix(dense), (val, idx, ptr)))
+        ids.append(batch.column(0))
     dense_w = dense_w or 0
     if sparse_width is None:
         sparse_width = max_sp + 1

@@ -377,13 +377,7 @@ def plan_neighbors(
         # each task takes its slice of the instance nodes (every one, or an incremental run's
         # selection) and their X from the memory-mapped store of its machine (embstore)
         sparse_dim = int(enc["sparse_dim"])
-        store = {
-            "embeddings": emb_uri,
-            "nodes": nodes_uri,
-            "dense_dim": dense_dim,
-            "sparse_dim": sparse_dim,
-            "key": embstore.tables_key(emb_uri, nodes_uri, dense_dim, sparse_dim),
-        }
+        store = embstore.store_spec(emb_uri, nodes_uri, dense_dim, sparse_dim)
         if ctx.selection:
             n_sel = io.count_rows_arrow(ctx.selection)
             n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
