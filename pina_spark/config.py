@@ -283,6 +283,11 @@ class PretrainConfig(_Params):
         train_on: where g's independent fits (held-out evaluation, full, one per fold, per
             variant) run: ``driver`` (one after another), ``executors`` (one Spark task each, on
             the task's cores) or ``auto`` (executors on a cluster, the driver in local mode).
+        mmap_max_mb: with fits on the executors, the largest embeddings copy (estimated MB)
+            the fit tasks map on each executor machine to take their X from, so the driver
+            builds none; above it, or where pyarrow cannot read the tables there (``hdfs://``,
+            ``s3a://``), the driver reads X through Spark and ships it to the tasks. ``0``:
+            always ship. Where the fits run and how X reaches them change no model.
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
@@ -300,8 +305,9 @@ class PretrainConfig(_Params):
         "holdout_fraction",
         "dense_weight",
     )
-    #: the settings that decide how g is trained (the pretrain stage); ``train_on`` only decides
-    #: where its fits run (the same models either way), so no stage depends on it
+    #: the settings that decide how g is trained (the pretrain stage); ``train_on`` and
+    #: ``mmap_max_mb`` only decide where its fits run and how X reaches them (the same models
+    #: either way), so no stage depends on them
     G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("xlinear", "holdout_fraction")
     #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
     REMOVED: typing.ClassVar[Dict[str, str]] = {
@@ -329,8 +335,10 @@ class PretrainConfig(_Params):
     holdout_fraction: float = 0.1
     dense_weight: float = 0.5
     train_on: Literal["auto", "driver", "executors"] = "auto"
+    mmap_max_mb: int = 8192
 
     def __post_init__(self):
+        _check_range("pretrain.mmap_max_mb", self.mmap_max_mb, 0, None)
         _check_range("pretrain.holdout_fraction", self.holdout_fraction, 0.0, 1.0, hi_open=True)
         _check_range("pretrain.dense_weight", self.dense_weight, 0.0, 1.0)
 

@@ -505,17 +505,20 @@ def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) 
     else:
         f_ids, f_X = _load_features(spark, feat_uri, variant)
         X_tr, X_te, no_feat_rows, missing = align_features(
-            f_ids, f_X, prob.train_ids, prob.test_ids
+            f_ids, f_X, prob.train_ids, prob.test_ids, variant
         )
         warn_missing(variant, missing)
     return VariantInputs(X_tr, X_te, vec, tuple(no_feat_rows), time.time() - t0, int(X_tr.shape[1]))
 
 
-def align_features(ids: List[str], X, train_ids: List[str], test_ids: List[str]):
+def align_features(
+    ids: List[str], X, train_ids: List[str], test_ids: List[str], variant: str = "?"
+):
     """A variant's ``features`` rows (``ids``, ``X``) as the problem's matrices: ``(X_tr, X_te,
     no_feat_rows, (train rows missing, test rows missing))``; a missing row is a zero row, and
     a test row without features gets no prediction (``no_feat_rows``). The driver's path and
-    the tasks' (:mod:`pina_spark.downstream_tasks`) both call it.
+    the tasks' (:mod:`pina_spark.downstream_tasks`) both call it; a variant without a single
+    row of features is an :class:`io.InputError` on both.
 
     Examples
     --------
@@ -525,6 +528,11 @@ def align_features(ids: List[str], X, train_ids: List[str], test_ids: List[str])
     >>> X_tr.toarray().tolist(), X_te.toarray().tolist(), no_feat, missing
     ([[2.0]], [[1.0], [0.0]], (1,), (0, 1))
     """
+    if len(ids) == 0:
+        raise io.InputError(
+            f"features: variant {variant} has no row in a train or test split (rerun the "
+            "aggregate stage)"
+        )
     X_tr, miss_tr = _align(ids, X, train_ids)
     X_te, miss_te = _align(ids, X, test_ids)
     have = set(ids)

@@ -101,6 +101,7 @@ def _fit_work(tasks: Sequence[VariantTask]):
                 m.X,
                 npz.unpack_strings(arrays, "train_ids"),
                 npz.unpack_strings(arrays, "test_ids"),
+                t.variant,
             )
             del m
             facts = {

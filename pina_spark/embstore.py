@@ -27,7 +27,7 @@ Examples
 
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from . import io
 
@@ -37,6 +37,7 @@ __all__ = [
     "footer_stats",
     "estimate_mb",
     "tables_key",
+    "choose_embeddings_via",
     "store_spec",
     "open_store",
     "store_rows",
@@ -149,6 +150,56 @@ def tables_key(
         for fi in found[1]:
             h.update(f"\x1e{fi.path}\x1f{fi.size}\x1f{fi.mtime_ns}".encode())
     return h.hexdigest()[:20]
+
+
+def choose_embeddings_via(
+    value: str,
+    embeddings_uri: str,
+    nodes_uri: str,
+    mmap_max_mb: float,
+    selection_uri: Optional[str] = None,
+    section: str = "inference",
+) -> Tuple[str, str]:
+    """``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` | ``shuffle``
+    (see :class:`pina_spark.config.InferenceConfig`): whether the executors map the tables
+    (``files``: :func:`open_store`) or get their rows through Spark. ``files`` needs pyarrow to
+    reach the tables (and an incremental run's ``selection_uri``) on the executors. The
+    neighbours stage (``section`` ``inference``) and, with fits as tasks, the pretrain stage
+    (``pretrain``: ``value`` ``auto`` and its own ``mmap_max_mb``) decide with it.
+
+    Examples
+    --------
+    >>> choose_embeddings_via("auto", "hdfs:///r/embeddings", "hdfs:///r/nodes", 8192)[0]
+    'shuffle'
+    >>> choose_embeddings_via("shuffle", "/r/embeddings", "/r/nodes", 8192)[0]
+    'shuffle'
+    """
+    value = (value or "auto").strip().lower()
+    if value not in ("auto", "files", "shuffle"):
+        raise ValueError(
+            f"{section}.embeddings_via: {value!r} is not one of auto, files, " f"shuffle"
+        )
+    reach = all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, selection_uri) if u)
+    if value == "files":
+        if not reach:
+            raise ValueError(
+                f"{section}.embeddings_via=files: executors cannot read "
+                f"{embeddings_uri} with pyarrow; use embeddings_via: shuffle"
+            )
+        return "files", f"{section}.embeddings_via=files"
+    if value == "shuffle":
+        return "shuffle", f"{section}.embeddings_via=shuffle"
+    if not reach:
+        return "shuffle", "auto: the tables are not file tables pyarrow reads here"
+    stats = footer_stats(embeddings_uri)
+    if stats is None:
+        return "shuffle", "auto: the embeddings' Parquet footers are not readable here"
+    size_mb = estimate_mb(stats)
+    if size_mb > mmap_max_mb:
+        return "shuffle", (
+            f"auto: embeddings ~{size_mb:.1f} MB > {section}.mmap_max_mb {mmap_max_mb}"
+        )
+    return "files", f"auto: embeddings ~{size_mb:.1f} MB <= {section}.mmap_max_mb {mmap_max_mb}"
 
 
 def store_spec(

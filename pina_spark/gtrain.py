@@ -8,10 +8,12 @@ and, out of fold, one model per fold. They are independent of each other, so the
 - on the driver, one after another (``pretrain.train_on: driver``; what ``auto`` picks in local
   mode, where executors share the driver's cores), or
 - as Spark tasks, one fit per task (``executors``; what ``auto`` picks on a cluster): the driver
-  writes each variant's inputs once (:func:`save_bundle`: X, Y and the row facts, one ``.npz``)
-  under the run's staging folder, every task loads its variant's bundle, trains with PECOS on
-  the task's cores (``spark.task.cpus``) and copies the model folder back next to the bundle;
-  the driver then assembles and publishes the models folder as before.
+  writes each variant's inputs once (:func:`save_bundle`: Y and the row facts, one ``.npz``)
+  under the run's staging folder, every task loads its variant's bundle, takes its rows' X from
+  its machine's memory-mapped ``embeddings`` (:class:`FitTask` ``store``; where pyarrow does not
+  reach the table, X travels in the bundle instead), trains with PECOS on the task's cores
+  (``spark.task.cpus``) and copies the model folder back next to the bundle; the driver then
+  assembles and publishes the models folder as before.
 
 Both paths run the same function, :func:`run_fit`, on the same inputs, so they save the same
 models (test: ``test_pretrain.py::test_fits_on_executors_equal_fits_on_the_driver``).
@@ -470,8 +472,8 @@ class FitTask:
         xlinear: ``pretrain.xlinear`` as a plain dict (rebuilt into the config on the executor).
         store: ``None`` (X is in the bundle) or the spec of :func:`pina_spark.embstore.open_store`:
             the task takes its rows' X from its machine's memory-mapped ``embeddings`` (the
-            bundle then holds no X, and the driver never builds one).
-        n_features: g's input width (dense + sparse) with ``store``.
+            bundle then holds no X, and the driver never builds one), ``dense_dim`` +
+            ``sparse_dim`` wide.
     """
 
     fit: Fit
@@ -479,7 +481,6 @@ class FitTask:
     out: str
     xlinear: Dict[str, Any]
     store: Optional[Dict[str, Any]] = None
-    n_features: int = 0
 
 
 def _fit_work(tasks: Sequence[FitTask]):
@@ -494,7 +495,8 @@ def _fit_work(tasks: Sequence[FitTask]):
             from . import embstore
 
             E = embstore.open_store(t.store)
-            b["X"] = embstore.features_of_nodes(E, b["rows"], t.n_features, f"g[{t.fit.name}]")
+            width = int(t.store["dense_dim"]) + int(t.store["sparse_dim"])
+            b["X"] = embstore.features_of_nodes(E, b["rows"], width, f"g[{t.fit.name}]")
         xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
         with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
             card = run_fit(t.fit, b, xcfg, d, threads=threads)
@@ -529,14 +531,13 @@ def fits_on_executors(
     scratch: str,
     models_dir: str,
     store: Optional[Dict[str, Any]] = None,
-    n_features: int = 0,
 ) -> List[Dict[str, Any]]:
     """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
     ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end
     up in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec
     of :func:`pina_spark.embstore.open_store`) the bundles hold no X: each task takes its rows
-    from its machine's memory-mapped ``embeddings``, ``n_features`` wide. Returns the fits'
-    cards in the order of ``fits``."""
+    from its machine's memory-mapped ``embeddings``. Returns the fits' cards in the order of
+    ``fits``."""
     with heartbeat(f"{len(fits)} fits of g as Spark tasks"):
         tasks = [
             FitTask(
@@ -545,7 +546,6 @@ def fits_on_executors(
                 f"{scratch}/models",
                 xcfg.to_dict(),
                 store,
-                int(n_features),
             )
             for f in fits
         ]

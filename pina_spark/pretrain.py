@@ -3,8 +3,10 @@ table.
 
 Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes`` as XMC
 problems (:mod:`pina_spark.bpre`), and X = Phi_pre of the input rows read from ``embeddings``
-(written by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``;
-collected through Arrow): the driver encodes nothing. Training runs on the driver. Output: the
+(written by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``):
+the driver encodes nothing. The fits run on the driver (X collected through Arrow) or as Spark
+tasks (:mod:`pina_spark.gtrain`; each task takes its rows' X from its machine's memory-mapped
+``embeddings``, so the driver builds no X: :func:`fit_inputs`). Output: the
 models folder ``<run>/models/`` (its layout, saving and loading: :mod:`pina_spark.artifacts`;
 fold model f never saw fold f's instance rows), whose ``model_card.json`` holds g's held-out
 P@k / R@k per variant (``pretrain_report``; the evaluate stage publishes it as
@@ -112,10 +114,8 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
     got = tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
     if not np.array_equal(got, rows):
         missing = np.setdiff1d(rows, got)
-        raise io.InputError(
-            f"{paths.table(io.EMBEDDINGS)} lacks {len(missing)} of the {len(rows)} pretraining "
-            f"rows (e.g. node_index {missing[:5].tolist()}) or repeats some: run the embed "
-            "stage on this run's nodes first"
+        raise _not_covered(
+            paths, len(rows), len(missing), missing[:5], len(got) - len(np.unique(got))
         )
     try:
         # the neighbors stage builds g's X at prediction time with the same function
@@ -124,32 +124,66 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
         raise io.InputError(f"{paths.table(io.EMBEDDINGS)} does not match the vectorizer: {e}")
 
 
-def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int):
+def _not_covered(paths, n_rows: int, n_missing: int, examples, repeated: int) -> "io.InputError":
+    """The error of an ``embeddings`` table that lacks or repeats pretraining rows."""
+    return io.InputError(
+        f"{paths.table(io.EMBEDDINGS)} lacks {n_missing} of the {n_rows} pretraining rows (e.g. "
+        f"node_index {[int(x) for x in examples]}) and repeats {repeated}: run the embed stage "
+        "on this run's nodes first"
+    )
+
+
+def check_embeddings_cover(spark, paths, rows: np.ndarray) -> None:
+    """Driver side, before fit tasks read X themselves: every pretraining row (sorted node
+    indices ``rows``) has exactly one row in ``embeddings`` (counted by Spark; only up to 5
+    missing ids are collected), else the :class:`io.InputError` that
+    :func:`features_from_embeddings` raises."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    want = spark.createDataFrame(pd.DataFrame({io.NODE_INDEX: np.asarray(rows, np.int64)}))
+    emb = io.read_table(spark, paths, io.EMBEDDINGS).select(io.NODE_INDEX)
+    per_node = emb.join(want, io.NODE_INDEX, "left_semi").groupBy(io.NODE_INDEX).count()
+    got = per_node.agg(
+        F.count(F.lit(1)).alias("nodes"),
+        F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("repeated"),
+    ).first()
+    nodes, repeated = int(got["nodes"]), int(got["repeated"])
+    if nodes != len(rows) or repeated:
+        examples = [
+            r[io.NODE_INDEX] for r in want.join(emb, io.NODE_INDEX, "left_anti").limit(5).collect()
+        ]
+        raise _not_covered(paths, len(rows), len(rows) - nodes, examples, repeated)
+
+
+def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: float):
     """Driver side, decided once: how g's fits get X. ``(store spec, description)``: with fits
-    on the executors and tables that pyarrow reads there (local, ``file://``, ``s3://``), each
-    fit task takes its rows from its machine's memory-mapped ``embeddings``
-    (:func:`pina_spark.embstore.open_store`: the copy the neighbours stage maps too), so the
-    driver never holds X; otherwise (``None``, ...) the driver reads X through Spark
-    (:func:`features_from_embeddings`) and ships it in the fits' bundles.
+    on the executors, where pyarrow reaches the tables there and their copy is within
+    ``pretrain.mmap_max_mb`` (:func:`pina_spark.embstore.choose_embeddings_via`), each fit task
+    takes its rows from its machine's memory-mapped ``embeddings``
+    (:func:`pina_spark.embstore.open_store`; within one application, the copy the neighbours
+    stage then maps), so the driver never holds X; otherwise (``None``, ...) the driver reads X
+    through Spark (:func:`features_from_embeddings`) and ships it in the fits' bundles.
 
     Examples
     --------
-    >>> fit_inputs(None, "driver", 384, 1000)
+    >>> fit_inputs(None, "driver", 384, 1000, 8192)
     (None, 'driver: X read from embeddings through Spark (fits on the driver)')
     """
     if where != "executors":
         return None, "driver: X read from embeddings through Spark (fits on the driver)"
     emb, nodes = paths.table(io.EMBEDDINGS), paths.table(io.NODES)
-    if not (io.pyarrow_reaches(emb) and io.pyarrow_reaches(nodes)):
-        return None, (
-            f"driver: X read through Spark and shipped in the fits' bundles ({emb} is not "
-            "read with pyarrow on the executors)"
-        )
-    try:
-        spec = embstore.store_spec(emb, nodes, dense_dim, sparse_dim)
-    except ValueError as e:
-        return None, f"driver: X read through Spark and shipped in the fits' bundles ({e})"
-    return spec, "store: each fit task maps the embeddings table on its machine"
+    via, why = embstore.choose_embeddings_via(
+        "auto", emb, nodes, float(mmap_max_mb), section="pretrain"
+    )
+    if via == "files":
+        try:
+            spec = embstore.store_spec(emb, nodes, dense_dim, sparse_dim)
+        except ValueError as e:
+            via, why = "shuffle", str(e)
+    if via != "files":
+        return None, f"bundles: X read through Spark on the driver and shipped to the tasks ({why})"
+    return spec, f"store: each fit task maps the embeddings table on its machine ({why})"
 
 
 # --------------------------------------------------------------------------- the stage
@@ -225,8 +259,10 @@ def run_stage(ctx) -> Dict[str, Any]:
         F = int(ncfg.folds) if out_of_fold else 0
         where = runtime.fits_where(spark, pcfg.train_on)
         D, S = int(enc["dense_dim"]), int(enc["sparse_dim"])
-        store, card["fit_inputs"] = fit_inputs(paths, where, D, S)
+        store, card["fit_inputs"] = fit_inputs(paths, where, D, S, pcfg.mmap_max_mb)
         X_all: Any = None
+        if store is not None:  # the tasks read X: check here what the driver would have
+            check_embeddings_cover(spark, paths, all_rows)
         if store is None:  # the fits' X, built here from the embeddings table
             t0 = time.time()
             X_all = features_from_embeddings(spark, paths, all_rows, D, S)
@@ -277,9 +313,7 @@ def run_stage(ctx) -> Dict[str, Any]:
             try:
                 gtrain.write_bundles(bundle_of, variants, scratch)
                 X_all = None  # the tasks read the bundles' files: the driver holds no X now
-                results = gtrain.fits_on_executors(
-                    spark, fits, xcfg, scratch, tmp, store=store, n_features=D + S
-                )
+                results = gtrain.fits_on_executors(spark, fits, xcfg, scratch, tmp, store=store)
             finally:
                 io.delete_path(spark, scratch)
         else:

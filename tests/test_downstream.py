@@ -243,6 +243,68 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     assert not os.path.exists(io.local_path(paths2.staging("train-fits")))
 
 
+def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
+    """A train task's own read of its variant (``aggregate.read_variant``, pyarrow, file by
+    file) aligned by ``downstream.align_features`` gives the driver's matrices
+    (``_load_features`` through Spark), on a table with two files in one split, train and test
+    rows missing, a first file without dense values, and a null split partition holding a real
+    test id and a real train id with other values (read by neither: the driver skips null
+    splits). A variant with no row is an error on both paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pina_spark import aggregate, downstream
+    from pina_spark.aggregate import layout
+
+    D, S = 3, 5
+    root = str(tmp_path / "features")
+    rng = np.random.default_rng(7)
+
+    def part(split, ids, name, dense=True):
+        folder = layout.partition_dir(root, "pina", split)
+        os.makedirs(folder, exist_ok=True)
+        n = len(ids)
+        idx = [sorted(rng.choice(2 * S, size=2, replace=False).tolist()) for _ in range(n)]
+        tbl = pa.table(
+            {
+                io.INSTANCE_ID: pa.array(ids, pa.string()),
+                io.DENSE: pa.array(
+                    [
+                        rng.normal(size=2 * D).astype(np.float32).tolist() if dense else None
+                        for _ in ids
+                    ],
+                    pa.list_(pa.float32()),
+                ),
+                io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+                io.SPARSE_VALUES: pa.array(
+                    [rng.random(2).astype(np.float32).tolist() for _ in ids],
+                    pa.list_(pa.float32()),
+                ),
+            }
+        )
+        pq.write_table(tbl, os.path.join(folder, f"part-{name}.parquet"))
+
+    part("train", ["i0", "i1"], "0", dense=False)  # no dense value in the first file read
+    part("train", ["i2", "i4", "i5"], "1")  # i3: no features
+    part("test", ["t0", "t2", "t3"], "0")  # t1: no features
+    part(None, ["t1", "i3"], "0")  # null split: read by neither path
+    layout.write_meta(root, D, S, ["pina"])
+    train_ids = [f"i{k}" for k in range(6)]
+    test_ids = [f"t{k}" for k in range(4)]
+    ids, X = downstream._load_features(spark, root, "pina")
+    m = aggregate.read_variant(root, "pina", layout.read_sparse_width(root, "pina"))
+    assert sorted(m.ids) == sorted(ids) and "t1" not in m.ids and "i3" not in m.ids
+    on_driver = downstream.align_features(ids, X, train_ids, test_ids, "pina")
+    in_task = downstream.align_features(m.ids, m.X, train_ids, test_ids, "pina")
+    assert on_driver[2] == in_task[2] == (1,)  # t1 gets no prediction
+    assert on_driver[3] == in_task[3] == (1, 1)
+    for a, b in zip(on_driver[:2], in_task[:2]):
+        assert a.shape == b.shape == (a.shape[0], 2 * D + 2 * S)
+        assert (a != b).nnz == 0
+    with pytest.raises(io.InputError, match="variant pina has no row"):
+        downstream.align_features([], X[:0], train_ids, test_ids, "pina")
+
+
 def test_evaluate_writes_metrics_report_plot(spark, trained):
     cfg, paths, inst_ids, splits, truth, _ = trained
     ev = io.local_path(paths.table(io.EVAL))

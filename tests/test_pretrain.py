@@ -355,8 +355,10 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     drv, exe = str(tmp_path / "driver"), str(tmp_path / "executors")
     on_driver = [gtrain.run_fit(f, b, xcfg, drv) for f in fits]
     scratch = str(tmp_path / "scratch")
-    store, how = pretrain.fit_inputs(ctx.paths, "executors", D, S)
+    store, how = pretrain.fit_inputs(ctx.paths, "executors", D, S, 8192)
     assert store is not None and how.startswith("store"), how
+    # above pretrain.mmap_max_mb the driver ships X in the bundles instead
+    assert pretrain.fit_inputs(ctx.paths, "executors", D, S, 0)[0] is None
     if inputs == "store":
         shipped = gtrain.make_bundle(pb, None, bpre.row_folds(pb["entity"], FOLDS), out)
         assert "X" not in gtrain.load_bundle(gtrain.save_bundle(shipped))
@@ -365,9 +367,7 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     made = []
     gtrain.write_bundles(lambda v: made.append(v) or shipped, ["pina_naive"], scratch)
     assert made == ["pina_naive"]
-    on_tasks = gtrain.fits_on_executors(
-        spark, fits, xcfg, scratch, exe, store=store, n_features=D + S
-    )
+    on_tasks = gtrain.fits_on_executors(spark, fits, xcfg, scratch, exe, store=store)
 
     def no_times(card):  # seconds differ, and so do the sizes of the g_info.json holding them
         drop = ("train_s", "steps_s", "size_bytes", "model_size_bytes")
@@ -408,11 +408,15 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
     pb["rows"] = np.asarray(pb["rows"]).copy()
     pb["rows"][-1] = 10**9  # a node the embed stage never saw
     phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
-    store, _ = pretrain.fit_inputs(ctx.paths, "executors", phi.dense_dim, phi.sparse_dim)
+    store, _ = pretrain.fit_inputs(ctx.paths, "executors", phi.dense_dim, phi.sparse_dim, 8192)
     n = len(pb["rows"])
     b = gtrain.make_bundle(pb, None, np.zeros(n, np.int64), np.zeros(n, bool))
     scratch = str(tmp_path / "scratch")
     gtrain.write_bundles(lambda v: b, ["pina_naive"], scratch)
+    # the driver checks the same before it starts any task, with the InputError it always gave
+    with pytest.raises(io.InputError, match=r"lacks 1 of the .* node_index \[1000000000\]"):
+        pretrain.check_embeddings_cover(spark, ctx.paths, np.sort(pb["rows"]))
+    pretrain.check_embeddings_cover(spark, ctx.paths, rows)  # the run's own rows: all there
     fit = gtrain.Fit("pina_naive", "full")
     with pytest.raises(
         Exception, match=r"g\[pina_naive/full\]: 1 of its .* node_index \[1000000000\]"
@@ -424,7 +428,6 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
             scratch,
             str(tmp_path / "m"),
             store=store,
-            n_features=phi.dense_dim + phi.sparse_dim,
         )
 
 

@@ -42,10 +42,12 @@ ROW_COLUMNS = (io.INSTANCE_ID, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES)
 
 @dc.dataclass(frozen=True)
 class FeatureMatrix:
-    """One (variant, split) of ``features`` on the driver.
+    """Rows of ``features`` as a matrix: one (variant, split) on the driver
+    (:func:`features_to_csr`), or one variant in a task (:func:`read_variant`).
 
     Attributes:
-        ids: ``instance_id`` of every row, ascending.
+        ids: ``instance_id`` of every row (ascending from :func:`features_to_csr`, file order
+            from :func:`read_variant`).
         X: float32 CSR ``[dense | sparse]`` with sorted indices, no explicit zeros.
         dense_width, sparse_width: widths of the two blocks (``X.shape[1]`` is their sum).
     """
@@ -166,8 +168,8 @@ def csr_from_batches(batches, what: str, sparse_width: Optional[int]) -> Feature
     import scipy.sparse as sp
 
     ids: List[Any] = []
-    mats = []
-    dense_w: Optional[int] = None
+    parts: List[Any] = []  # per batch: its finished block, or (dense, sparse parts) to finish
+    dense_w: Optional[int] = None  # set by the first batch with a dense value
     max_sp = -1
     for batch in batches:
         if batch.num_rows == 0:
@@ -175,38 +177,63 @@ def csr_from_batches(batches, what: str, sparse_width: Optional[int]) -> Feature
         dcol = batch.column(1)
         lens = embstore.lengths(dcol)
         w = int(lens.max(initial=0))
-        if dense_w is None:
+        if dense_w is None and w:
             dense_w = w
-        if np.any((lens != dense_w) & (lens != 0)) or (w and w != dense_w):
-            raise ValueError(f"export_csr: dense arrays of different lengths in {what}")
-        dense, _ = embstore.dense_block(dcol, dense_w)
+        if w and np.any((lens != dense_w) & (lens != 0)):
+            raise ValueError(f"features: dense arrays of different lengths in {what}")
+        dense, _ = embstore.dense_block(dcol, dense_w or 0)
         ptr, idx, val = embstore.sparse_parts(batch.column(2), batch.column(3))
         if idx.size:
             max_sp = max(max_sp, int(idx.max()))
-        mats.append((sp.csr_matrix(dense), (val, idx, ptr)))
+        if sparse_width is not None:  # finished now: one batch's arrays alive at a time
+            if max_sp >= sparse_width:
+                raise ValueError(
+                    f"features: sparse index {max_sp} >= sparse_width {sparse_width} in {what}"
+                )
+            parts.append(_block(sp.csr_matrix(dense), val, idx, ptr, sparse_width))
+        else:
+            parts.append((sp.csr_matrix(dense), (val, idx, ptr)))
         ids.append(batch.column(0))
     dense_w = dense_w or 0
     if sparse_width is None:
         sparse_width = max_sp + 1
         log.warning(
-            "export_csr: sparse width unknown (no %s); using max index + 1 = %d",
+            "features: sparse width unknown (no %s); using max index + 1 = %d",
             layout.FEATURES_META,
             sparse_width,
         )
-    if max_sp >= sparse_width:
-        raise ValueError(f"export_csr: sparse index {max_sp} >= sparse_width {sparse_width}")
-    blocks = []
-    for dcsr, (val, idx, ptr) in mats:
-        scsr = sp.csr_matrix((val, idx, ptr), shape=(dcsr.shape[0], sparse_width))
-        dcsr = sp.csr_matrix(dcsr, shape=(dcsr.shape[0], dense_w))
-        blocks.append(sp.hstack([dcsr, scsr], format="csr"))
+        parts = [_block(d, vip[0], vip[1], vip[2], sparse_width) for d, vip in parts]
+    # a batch read before the first dense value has a zero-width dense block: widen it
+    blocks = [
+        b if b.shape[1] == dense_w + sparse_width else _widen_dense(b, dense_w, sparse_width)
+        for b in parts
+    ]
+    del parts
     n_cols = dense_w + sparse_width
     X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n_cols), dtype=np.float32)
+    del blocks
     X = X.astype(np.float32)
     X.eliminate_zeros()
     X.sort_indices()
     id_list = pa.chunked_array(ids, pa.string()).to_pylist() if ids else []
     return FeatureMatrix(id_list, X, int(dense_w), int(sparse_width))
+
+
+def _block(dense_csr, val, idx, ptr, sparse_width: int):
+    """One batch's rows: ``[dense | sparse]`` as CSR."""
+    import scipy.sparse as sp
+
+    scsr = sp.csr_matrix((val, idx, ptr), shape=(dense_csr.shape[0], sparse_width))
+    return sp.hstack([dense_csr, scsr], format="csr")
+
+
+def _widen_dense(block, dense_w: int, sparse_width: int):
+    """A block built with no dense column (its batch had no dense value) as ``dense_w`` zero
+    dense columns followed by its sparse ones."""
+    import scipy.sparse as sp
+
+    zeros = sp.csr_matrix((block.shape[0], dense_w), dtype=block.dtype)
+    return sp.hstack([zeros, block[:, block.shape[1] - sparse_width :]], format="csr")
 
 
 def export_csr(

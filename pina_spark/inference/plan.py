@@ -20,6 +20,7 @@ import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .. import artifacts, embstore, io, runtime, variants
+from ..embstore import choose_embeddings_via
 from .nodes import node_maps
 from .topk import col_map
 
@@ -171,52 +172,6 @@ def n_partitions(n_rows: int, rows_per_task: int, slots: int = 1) -> int:
     base = int(math.ceil(n_rows / float(max(1, rows_per_task))))
     slots = max(1, int(slots))
     return max(1, min(int(math.ceil(base / slots)) * slots, max(1, int(n_rows))))
-
-
-def choose_embeddings_via(
-    value: str,
-    embeddings_uri: str,
-    nodes_uri: str,
-    mmap_max_mb: float,
-    selection_uri: Optional[str] = None,
-) -> Tuple[str, str]:
-    """``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` | ``shuffle``
-    (see :class:`pina_spark.config.InferenceConfig`). ``files`` needs pyarrow to reach the
-    tables (and an incremental run's ``selection_uri``) on the executors.
-
-    Examples
-    --------
-    >>> choose_embeddings_via("auto", "hdfs:///r/embeddings", "hdfs:///r/nodes", 8192)[0]
-    'shuffle'
-    >>> choose_embeddings_via("shuffle", "/r/embeddings", "/r/nodes", 8192)[0]
-    'shuffle'
-    """
-    value = (value or "auto").strip().lower()
-    if value not in ("auto", "files", "shuffle"):
-        raise ValueError(
-            f"inference.embeddings_via: {value!r} is not one of auto, files, " f"shuffle"
-        )
-    reach = all(io.pyarrow_reaches(u) for u in (embeddings_uri, nodes_uri, selection_uri) if u)
-    if value == "files":
-        if not reach:
-            raise ValueError(
-                f"inference.embeddings_via=files: executors cannot read "
-                f"{embeddings_uri} with pyarrow; use embeddings_via: shuffle"
-            )
-        return "files", "inference.embeddings_via=files"
-    if value == "shuffle":
-        return "shuffle", "inference.embeddings_via=shuffle"
-    if not reach:
-        return "shuffle", "auto: the tables are not file tables pyarrow reads here"
-    stats = embstore.footer_stats(embeddings_uri)
-    if stats is None:
-        return "shuffle", "auto: the embeddings' Parquet footers are not readable here"
-    size_mb = embstore.estimate_mb(stats)
-    if size_mb > mmap_max_mb:
-        return "shuffle", (
-            f"auto: embeddings ~{size_mb:.1f} MB > inference.mmap_max_mb " f"{mmap_max_mb}"
-        )
-    return "files", f"auto: embeddings ~{size_mb:.1f} MB <= inference.mmap_max_mb {mmap_max_mb}"
 
 
 #: texts longer than this many characters are ordered as if this long (the encoder truncates
