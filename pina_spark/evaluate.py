@@ -358,7 +358,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     # eval/ is this stage's alone: written into a staging folder, published by the rename swap
     eval_dir = paths.staging(io.EVAL)
     try:
-        _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst, nodes)
+        _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst)
         io.publish(spark, eval_dir, paths.table(io.EVAL))
     except BaseException:
         io.discard_staging(spark, eval_dir)
@@ -379,11 +379,12 @@ def run_stage(ctx) -> Dict[str, Any]:
 
 
 def _test_split(spark, paths):
-    """``(nodes, test instances sorted by id, number of train instances)`` (pandas); an
-    :class:`io.InputError` when no instance is ``test``."""
+    """``(nodes, test instances sorted by id, number of train instances)`` (pandas, without the
+    texts: the report reads the few it shows, :func:`_node_texts`); an :class:`io.InputError`
+    when no instance is ``test``."""
     nodes = (
         io.read_table(spark, paths, io.NODES)
-        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT, io.TEXT)
+        .select(io.NODE_INDEX, io.KIND, io.NODE_ID, io.SPLIT)
         .toPandas()
     )
     inst = nodes[nodes[io.KIND] == io.KIND_INSTANCE]
@@ -505,7 +506,7 @@ def significance_table(per_inst: Dict[str, Dict[int, np.ndarray]]):
     return significance
 
 
-def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst, nodes) -> None:
+def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -> None:
     """Every file of ``eval/`` into ``eval_dir`` (the staging folder), ``_SUCCESS`` last."""
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     if cfg.evaluate.parity_max_per_split > 0:
@@ -526,7 +527,7 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst, n
     scored_ids = [i for i, t in zip(test_ids, truths) if t]
     io.write_bytes(eval_dir + "/" + PER_INSTANCE_FILE, per_instance_parquet(scored_ids, per_inst))
     io.write_bytes(eval_dir + "/pk.png", _plot_pk(metrics, ks))
-    examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes)
+    examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds)
     report = _report_markdown(metrics, ks, examples_md)
     io.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
     held = _pretrain_report(ctx.models_root)
@@ -591,7 +592,7 @@ def _md(text: Any, limit: int = 120) -> str:
     return s.replace("|", "\\|")
 
 
-def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str:
+def _examples_markdown(spark, paths, cfg, test_ids, truths, preds) -> str:
     """Qualitative table: the first ``evaluate.report_examples`` scored test instances (by id)."""
     n = int(cfg.evaluate.report_examples)
     if n <= 0:
@@ -602,19 +603,6 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
     from pyspark.sql import functions as F
 
     pos = {i: p for p, i in enumerate(test_ids)}
-    inst_text = dict(
-        zip(
-            nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.NODE_ID],
-            nodes.loc[nodes[io.KIND] == io.KIND_INSTANCE, io.TEXT],
-        )
-    )
-    label_text = dict(
-        zip(
-            nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.NODE_ID],
-            nodes.loc[nodes[io.KIND] == io.KIND_LABEL, io.TEXT],
-        )
-    )
-    any_text = {**inst_text, **label_text}
     neigh: Dict[str, Tuple[List[str], List[float]]] = {}
     feat_uri = paths.table(io.FEATURES)
     if io.is_complete(spark, feat_uri):
@@ -628,6 +616,16 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
             neigh = {r[0]: (list(r[1] or []), list(r[2] or [])) for r in rows}
         except Exception as e:  # a report detail must not fail the stage
             log.warning("report: could not read neighbours from %s: %s", feat_uri, e)
+    # the texts the table shows: the instances, their true and top-5 labels, their neighbours
+    shown = set(chosen)
+    for i in chosen:
+        shown.update(truths[pos[i]])
+        shown.update(neigh.get(i, ([], []))[0])
+        for v in ("baseline", "pina"):
+            if v in preds:
+                shown.update(preds[v][pos[i]][:5])
+    inst_text, label_text = _node_texts(spark, paths, shown)
+    any_text = {**inst_text, **label_text}
 
     def fmt_preds(v, i, truth):
         if v not in preds:
@@ -657,6 +655,25 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds, nodes) -> str
             f"{fmt_preds('pina', i, truth)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _node_texts(spark, paths, node_ids) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``(instance texts, label texts)`` by ``node_id`` of the nodes ``node_ids`` only (the
+    driver never holds every node's text)."""
+    from pyspark.sql import functions as F
+
+    wanted = sorted(str(i) for i in node_ids)
+    rows = (
+        io.read_table(spark, paths, io.NODES)
+        .where(F.col(io.NODE_ID).isin(wanted))
+        .select(io.NODE_ID, io.KIND, io.TEXT)
+        .collect()
+        if wanted
+        else []
+    )
+    inst = {r[0]: r[2] for r in rows if r[1] == io.KIND_INSTANCE}
+    lab = {r[0]: r[2] for r in rows if r[1] == io.KIND_LABEL}
+    return inst, lab
 
 
 def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: str) -> str:

@@ -211,6 +211,8 @@ def test_report_and_plot(hand_run):
     # qualitative table: t1 with its neighbours (text + weight) from features
     assert "label A (0.750)" in report and "text of r1 (0.250)" in report
     assert "✓ label B" in report
+    # the texts the table shows (read for its rows only): the instance's, a wrong prediction's
+    assert "**t1**: text of t1 |" in report and "<br>label C<br>" in report
     with open(os.path.join(ev, "pk.png"), "rb") as fh:
         assert fh.read(4) == b"\x89PNG"
     assert os.path.exists(os.path.join(ev, "_SUCCESS"))
