@@ -27,6 +27,10 @@ Writes ``{"results": [{"n", "nodes", "events", "stages": {stage: s}, "total_s", 
 "driver_peak_rss_mb", "driver_python_peak_rss_mb", "driver_jvm_peak_rss_mb",
 "peak_rss_mb_by_stage", "g_fits", ...}], "settings": {...}}``, a PNG beside the JSON (seconds
 per 1,000 instances per stage against N, log x axis) and prints a Markdown table.
+
+``--merge A.json,B.json --json OUT`` runs nothing: it puts the results of earlier runs (sizes
+measured in separate sessions, with the same settings) into one JSON, table and PNG, with each
+result's settings kept beside it (``settings_of`` per result).
 """
 
 import argparse
@@ -301,6 +305,22 @@ def table(results) -> str:
     return "\n".join(lines)
 
 
+def merge(sources, out: str) -> None:
+    """One JSON, table and PNG of the results of earlier runs, by N; the first run of a size
+    wins, and every result keeps its run's settings (``settings_of``)."""
+    by_n = {}
+    for src in sources:
+        doc = json.load(open(src))
+        for r in doc["results"]:
+            by_n.setdefault(r["n"], dict(r, settings_of={**doc["settings"], "json": src}))
+    results = [by_n[n] for n in sorted(by_n)]
+    with open(out, "w") as fh:
+        json.dump({"results": results, "settings": {"merged": list(sources)}}, fh, indent=1)
+    plot(results, os.path.splitext(out)[0] + ".png")
+    print(f"`python benchmarks/bench_pipeline.py --merge {','.join(sources)} --json {out}`\n")
+    print(table(results))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,300000")
@@ -316,7 +336,14 @@ def main(argv=None):
     )
     ap.add_argument("--workdir", default=None, help="where data and runs go (default: a temp dir)")
     ap.add_argument("--json", required=True)
+    ap.add_argument(
+        "--merge",
+        default=None,
+        help="comma list of earlier --json outputs to combine into --json (runs nothing)",
+    )
     a = ap.parse_args(argv)
+    if a.merge:
+        return merge([x for x in a.merge.split(",") if x.strip()], a.json)
     work = a.workdir or tempfile.mkdtemp(prefix="pina-bench-pipeline-")
     os.makedirs(work, exist_ok=True)
     results = []

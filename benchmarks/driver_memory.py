@@ -34,6 +34,29 @@ sys.path.insert(0, HERE)
 from bench_pipeline import _Sampler, peaks_by_stage  # noqa: E402
 
 
+def run_output(config: str, sets=(), code: str = ".") -> str:
+    """The run folder the command reruns: the last ``--set output=...``, else the config's
+    ``output``; a relative path is relative to ``code`` (the command's working directory).
+
+    Read as plain YAML, not through this checkout's strict config, so that ``--code`` may be a
+    revision whose keys differ.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.yaml")
+    >>> _ = open(p, "w").write("output: runs/a\\n")
+    >>> run_output(p, ["train.k=3"], "/x"), run_output(p, ["output=/y", "output=/z"], "/x")
+    ('/x/runs/a', '/z')
+    """
+    import yaml
+
+    out = yaml.safe_load(open(config))["output"]
+    for kv in sets:
+        key, _, value = kv.partition("=")
+        if key.strip() == "output":
+            out = yaml.safe_load(value)
+    return os.path.join(os.path.abspath(code), str(out))
+
+
 def measure(config: str, stages: str, code: str, sets=(), log_path: str = "") -> dict:
     """Rerun ``stages`` of ``config``'s run with the code at ``code``; the driver's peaks."""
     cmd = [sys.executable, "-m", "pina_spark.cli", "run", "--config", os.path.abspath(config)]
@@ -50,10 +73,7 @@ def measure(config: str, stages: str, code: str, sets=(), log_path: str = "") ->
         sampler.join()
     if rc != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (rc {rc}); see {log_path or 'its output'}")
-    import yaml
-
-    out = yaml.safe_load(open(config))["output"]
-    man = json.load(open(os.path.join(out, "_manifest.json")))
+    man = json.load(open(os.path.join(run_output(config, sets, code), "_manifest.json")))
     st = {s: man["stages"][s] for s in stages.split(",")}
     peaks = peaks_by_stage(sampler.series, st)
     for s in peaks:

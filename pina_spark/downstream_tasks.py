@@ -60,20 +60,39 @@ class FeaturesRead:
 class VariantTask:
     """What one variant's task needs (the executor function closes over a tuple of these).
 
+    A task reads its matrices one of two ways, and exactly one is set: ``matrices``, or
+    ``problem`` with ``features``.
+
     Attributes:
         variant: its name.
-        inputs: URI of its ``.npz`` (``X_tr``, ``Y``, ``X_te``), or with ``features`` of the
-            problem's (``Y``, the train and test ids).
         model_dir: the variant folder in the staging folder of ``downstream_models``.
         train: ``train`` config section as a plain dict (rebuilt on the executor).
-        features: ``None``, or where the task reads its matrices (:class:`FeaturesRead`).
+        matrices: URI of the variant's ``.npz`` (``X_tr``, ``Y``, ``X_te``), written by the driver.
+        problem: URI of the ``.npz`` every features task shares (``Y``, the train and test ids).
+        features: where the task reads its rows of ``features`` (:class:`FeaturesRead`).
+
+    >>> VariantTask("pina", "m/pina", {}, matrices="s/pina.npz").matrices
+    's/pina.npz'
+    >>> VariantTask("pina", "m/pina", {}, problem="s/problem.npz")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: variant pina: give matrices, or problem with features (got matrices=None, ...
     """
 
     variant: str
-    inputs: str
     model_dir: str
     train: Dict[str, Any]
+    matrices: Optional[str] = None
+    problem: Optional[str] = None
     features: Optional[FeaturesRead] = None
+
+    def __post_init__(self):
+        given = (self.matrices is not None, self.problem is not None, self.features is not None)
+        if given not in ((True, False, False), (False, True, True)):
+            raise ValueError(
+                f"variant {self.variant}: give matrices, or problem with features (got "
+                f"matrices={self.matrices!r}, problem={self.problem!r}, features={self.features!r})"
+            )
 
 
 def _fit_work(tasks: Sequence[VariantTask]):
@@ -84,15 +103,17 @@ def _fit_work(tasks: Sequence[VariantTask]):
         from .config import TrainConfig
 
         t = tasks[i]
-        raw = io.read_inputs_of(t.inputs, f"variant {t.variant}")
         facts: Dict[str, Any] = {}
-        if t.features is None:
+        if t.matrices is not None:
+            raw = io.read_inputs_of(t.matrices, f"variant {t.variant}")
             mats, _ = npz.loads(raw, ["X_tr", "Y", "X_te"])
             X_tr, Y, X_te = mats["X_tr"], mats["Y"], mats["X_te"]
         else:
             from .aggregate import read_variant
 
+            assert t.problem is not None and t.features is not None  # VariantTask's check
             t0 = time.time()
+            raw = io.read_inputs_of(t.problem, f"variant {t.variant}")
             mats, arrays = npz.loads(raw, ["Y"])
             Y = mats["Y"]
             m = read_variant(t.features.uri, t.variant, t.features.sparse_width)
@@ -151,14 +172,18 @@ def fit_on_executors(
                         io.write_bytes(problem_uri, _problem_bytes(prob))
                         problem_written = True
                     downstream.start_model_dir(None, prob.label_ids, model_dir)
-                    tasks.append(VariantTask(v, problem_uri, model_dir, cfg.train.to_dict(), inp))
+                    tasks.append(
+                        VariantTask(
+                            v, model_dir, cfg.train.to_dict(), problem=problem_uri, features=inp
+                        )
+                    )
                     continue
                 uri = f"{scratch}/{v}.npz"
                 io.write_bytes(
                     uri, npz.dumps({"X_tr": inp.X_tr, "Y": prob.Y, "X_te": inp.X_te}, {})
                 )
                 downstream.start_model_dir(inp.vec, prob.label_ids, model_dir)
-                tasks.append(VariantTask(v, uri, model_dir, cfg.train.to_dict()))
+                tasks.append(VariantTask(v, model_dir, cfg.train.to_dict(), matrices=uri))
                 kept[v] = inp.without_matrices()
                 del inp
             if not tasks:

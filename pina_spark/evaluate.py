@@ -401,10 +401,9 @@ def _truths(spark, paths, nodes, test) -> List[Set[str]]:
     from pyspark.sql import functions as F
 
     il = io.read_table(spark, paths, io.INSTANCE_LABELS)
-    test_idx = spark.createDataFrame(
-        test[[io.NODE_INDEX]].rename(columns={io.NODE_INDEX: io.INSTANCE_INDEX})
-    )
-    y = il.join(F.broadcast(test_idx), io.INSTANCE_INDEX).toPandas()
+    test_rows = test[io.NODE_INDEX].to_numpy()
+    with io.values_frame(spark, paths, io.INSTANCE_INDEX, test_rows, "evaluate-test") as test_idx:
+        y = il.join(F.broadcast(test_idx), io.INSTANCE_INDEX).toPandas()
     idx2id = dict(zip(nodes[io.NODE_INDEX].astype("int64"), nodes[io.NODE_ID]))
     truth_by_id: Dict[str, Set[str]] = {}
     for ii, li in zip(y[io.INSTANCE_INDEX].astype("int64"), y[io.LABEL_INDEX].astype("int64")):

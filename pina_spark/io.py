@@ -17,6 +17,7 @@ Examples
 '/tmp/pina-run/run_date=2026-11-21/features'
 """
 
+import contextlib
 import logging
 import os
 import time
@@ -588,10 +589,10 @@ def collect_arrow(df):
     return pa.Table.from_batches([], schema=to_arrow_schema(df.schema))
 
 
-def frame_from_arrow(spark, tbl, table: str):
+def frame_from_arrow(spark, tbl, table: Optional[str] = None):
     """A DataFrame of a pyarrow Table held by the driver, with the explicit schema of
-    ``table`` (the reverse of :func:`collect_arrow`): from the Arrow table itself on Spark >= 4,
-    through pandas with Arrow on Spark 3.5.
+    ``table`` (the reverse of :func:`collect_arrow`; ``None``: the Table's own schema): from the
+    Arrow table itself on Spark >= 4, through pandas with Arrow on Spark 3.5.
 
     Examples
     --------
@@ -600,12 +601,57 @@ def frame_from_arrow(spark, tbl, table: str):
     1
     """
     import pyspark
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    sch = schema(table)
-    tbl = tbl.select(sch.names)
+    if table is None:
+        sch = from_arrow_schema(tbl.schema)
+    else:
+        sch = schema(table)
+        tbl = tbl.select(sch.names)
     if int(pyspark.__version__.split(".")[0]) >= 4:
         return spark.createDataFrame(tbl, schema=sch)
     return spark.createDataFrame(tbl.to_pandas(), schema=sch)
+
+
+@contextlib.contextmanager
+def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
+    """A one-column DataFrame of the int64 ``values`` the driver holds (e.g. the node indices
+    of a stage's rows), to join with a table, for the ``with`` block's Spark jobs only.
+
+    Where pyarrow reaches the run root, the values go to one Parquet file in a staging folder
+    of their own (``what``) that Spark reads and that is deleted when the block ends, so they
+    never travel inside Spark's tasks. ``createDataFrame`` of a driver-side array puts it in
+    the tasks' closures (8 bytes a value: Spark's "task of very large size" from ~130k values
+    on, 80 MB per task at 10M); that is still the way where pyarrow does not reach the root.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> run = RunPaths(tempfile.mkdtemp())
+    >>> with values_frame(spark, run, "node_index", [3, 1], "doc") as df:
+    ...     sorted(r[0] for r in df.collect())
+    [1, 3]
+    >>> os.listdir(f"{run.root}/{STAGING}")   # the values' folder is gone
+    []
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    tbl = pa.table({column: pa.array(np.asarray(values, dtype=np.int64))})
+    if not pyarrow_reaches(paths.root):
+        yield frame_from_arrow(spark, tbl)
+        return
+    import pyarrow.parquet as pq
+
+    staging = paths.staging(what)
+    try:
+        fs, root = pyarrow_fs(staging)
+        fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(f"{root}/part-00000.zstd.parquet") as fh:
+            pq.write_table(tbl, fh, compression="zstd")
+        yield spark.read.parquet(staging)
+    finally:
+        delete_path(spark, staging)
 
 
 def parquet_dataset(uri: str):

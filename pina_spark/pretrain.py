@@ -101,16 +101,15 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
     --------
     >>> X = features_from_embeddings(spark, ctx.paths, all_rows, 384, 20000)  # doctest: +SKIP
     """
-    import pandas as pd
-
     from .inference.arrow import features_from_arrow
 
     rows = np.asarray(rows, dtype=np.int64)
-    want = spark.createDataFrame(pd.DataFrame({io.NODE_INDEX: rows}))
     emb = io.read_table(spark, paths, io.EMBEDDINGS).select(
         io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES
     )
-    tbl = io.collect_arrow(emb.join(want, io.NODE_INDEX, "left_semi")).sort_by(io.NODE_INDEX)
+    with io.values_frame(spark, paths, io.NODE_INDEX, rows, "pretrain-rows") as want:
+        tbl = io.collect_arrow(emb.join(want, io.NODE_INDEX, "left_semi"))
+    tbl = tbl.sort_by(io.NODE_INDEX)
     got = tbl.column(io.NODE_INDEX).to_numpy().astype(np.int64)
     if not np.array_equal(got, rows):
         missing = np.setdiff1d(rows, got)
@@ -138,22 +137,20 @@ def check_embeddings_cover(spark, paths, rows: np.ndarray) -> None:
     indices ``rows``) has exactly one row in ``embeddings`` (counted by Spark; only up to 5
     missing ids are collected), else the :class:`io.InputError` that
     :func:`features_from_embeddings` raises."""
-    import pandas as pd
     from pyspark.sql import functions as F
 
-    want = spark.createDataFrame(pd.DataFrame({io.NODE_INDEX: np.asarray(rows, np.int64)}))
     emb = io.read_table(spark, paths, io.EMBEDDINGS).select(io.NODE_INDEX)
-    per_node = emb.join(want, io.NODE_INDEX, "left_semi").groupBy(io.NODE_INDEX).count()
-    got = per_node.agg(
-        F.count(F.lit(1)).alias("nodes"),
-        F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("repeated"),
-    ).first()
-    nodes, repeated = int(got["nodes"]), int(got["repeated"])
-    if nodes != len(rows) or repeated:
-        examples = [
-            r[io.NODE_INDEX] for r in want.join(emb, io.NODE_INDEX, "left_anti").limit(5).collect()
-        ]
-        raise _not_covered(paths, len(rows), len(rows) - nodes, examples, repeated)
+    with io.values_frame(spark, paths, io.NODE_INDEX, rows, "pretrain-rows") as want:
+        per_node = emb.join(want, io.NODE_INDEX, "left_semi").groupBy(io.NODE_INDEX).count()
+        got = per_node.agg(
+            F.count(F.lit(1)).alias("nodes"),
+            F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("repeated"),
+        ).first()
+        nodes, repeated = int(got["nodes"]), int(got["repeated"])
+        if nodes != len(rows) or repeated:
+            anti = want.join(emb, io.NODE_INDEX, "left_anti")
+            examples = [r[io.NODE_INDEX] for r in anti.limit(5).collect()]
+            raise _not_covered(paths, len(rows), len(rows) - nodes, examples, repeated)
 
 
 def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: float):

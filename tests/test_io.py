@@ -213,6 +213,38 @@ def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
     assert io.parquet_files(str(tmp_path / "absent")) is None
 
 
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_values_frame_reads_driver_values_from_a_file_not_from_the_tasks(
+    spark, tmp_path, monkeypatch
+):
+    """The driver's values reach Spark as a Parquet scan (nothing in the tasks' closures), are
+    read back exactly, and their staging folder is gone after the block, also on an error;
+    where pyarrow does not reach the root, ``createDataFrame`` as before."""
+    import numpy as np
+
+    paths = _paths(tmp_path)
+    values = np.array([7, 2**40, 0, 7], dtype=np.int64)
+    with io.values_frame(spark, paths, "node_index", values, "t") as df:
+        assert sorted(r[0] for r in df.collect()) == sorted(values.tolist())
+        plan = _plan(df)
+        assert "FileScan parquet" in plan and "Scan ExistingRDD" not in plan, plan
+        assert df.schema.simpleString() == "struct<node_index:bigint>"
+    with pytest.raises(RuntimeError, match="boom"):
+        with io.values_frame(spark, paths, "node_index", values, "t") as df:
+            raise RuntimeError("boom")
+    assert os.listdir(os.path.join(paths.root, io.STAGING)) == []
+
+    far = _paths(tmp_path, "far")
+    monkeypatch.setattr(io, "pyarrow_reaches", lambda uri: False)
+    with io.values_frame(spark, far, "node_index", values, "t") as df:
+        assert sorted(r[0] for r in df.collect()) == sorted(values.tolist())
+        assert "FileScan" not in _plan(df)
+    assert not os.path.exists(os.path.join(far.root, io.STAGING))
+
+
 def test_publish_refuses_staging_without_success_marker(spark, tmp_path):
     paths = _paths(tmp_path)
     io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
