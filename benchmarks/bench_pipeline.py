@@ -312,7 +312,8 @@ def merge(sources, out: str) -> None:
     for src in sources:
         doc = json.load(open(src))
         for r in doc["results"]:
-            by_n.setdefault(r["n"], dict(r, settings_of={**doc["settings"], "json": src}))
+            settings = r.get("settings_of") or {**doc["settings"], "json": src}
+            by_n.setdefault(r["n"], dict(r, settings_of=settings))
     results = [by_n[n] for n in sorted(by_n)]
     with open(out, "w") as fh:
         json.dump({"results": results, "settings": {"merged": list(sources)}}, fh, indent=1)
@@ -343,7 +344,7 @@ def main(argv=None):
     )
     a = ap.parse_args(argv)
     if a.merge:
-        return merge([x for x in a.merge.split(",") if x.strip()], a.json)
+        return merge([x.strip() for x in a.merge.split(",") if x.strip()], a.json)
     work = a.workdir or tempfile.mkdtemp(prefix="pina-bench-pipeline-")
     os.makedirs(work, exist_ok=True)
     results = []

@@ -35,8 +35,9 @@ from bench_pipeline import _Sampler, peaks_by_stage  # noqa: E402
 
 
 def run_output(config: str, sets=(), code: str = ".") -> str:
-    """The run folder the command reruns: the last ``--set output=...``, else the config's
-    ``output``; a relative path is relative to ``code`` (the command's working directory).
+    """The run root the command reruns: the last ``--set output=...``, else the config's
+    ``output``, with ``run_date=<date>`` below it when ``run.run_date`` is set (config or
+    ``--set``); a relative local path is relative to ``code`` (the command's working directory).
 
     Read as plain YAML, not through this checkout's strict config, so that ``--code`` may be a
     revision whose keys differ.
@@ -46,15 +47,23 @@ def run_output(config: str, sets=(), code: str = ".") -> str:
     >>> _ = open(p, "w").write("output: runs/a\\n")
     >>> run_output(p, ["train.k=3"], "/x"), run_output(p, ["output=/y", "output=/z"], "/x")
     ('/x/runs/a', '/z')
+    >>> run_output(p, ["output=s3://b/r", "run.run_date=2026-11-26"], "/x")
+    's3://b/r/run_date=2026-11-26'
     """
     import yaml
 
-    out = yaml.safe_load(open(config))["output"]
+    doc = yaml.safe_load(open(config)) or {}
+    out, date = doc["output"], (doc.get("run") or {}).get("run_date")
     for kv in sets:
         key, _, value = kv.partition("=")
         if key.strip() == "output":
             out = yaml.safe_load(value)
-    return os.path.join(os.path.abspath(code), str(out))
+        elif key.strip() == "run.run_date":
+            date = yaml.safe_load(value)
+    out = str(out)
+    if "://" not in out:
+        out = os.path.join(os.path.abspath(code), out)
+    return f"{out.rstrip('/')}/run_date={date}" if date else out
 
 
 def measure(config: str, stages: str, code: str, sets=(), log_path: str = "") -> dict:

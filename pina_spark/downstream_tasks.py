@@ -112,8 +112,8 @@ def _fit_work(tasks: Sequence[VariantTask]):
             from .aggregate import read_variant
 
             assert t.problem is not None and t.features is not None  # VariantTask's check
-            t0 = time.time()
             raw = io.read_inputs_of(t.problem, f"variant {t.variant}")
+            t0 = time.time()
             mats, arrays = npz.loads(raw, ["Y"])
             Y = mats["Y"]
             m = read_variant(t.features.uri, t.variant, t.features.sparse_width)

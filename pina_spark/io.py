@@ -621,8 +621,9 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
     Where pyarrow reaches the run root, the values go to one Parquet file in a staging folder
     of their own (``what``) that Spark reads and that is deleted when the block ends, so they
     never travel inside Spark's tasks. ``createDataFrame`` of a driver-side array puts it in
-    the tasks' closures (8 bytes a value: Spark's "task of very large size" from ~130k values
-    on, 80 MB per task at 10M); that is still the way where pyarrow does not reach the root.
+    the tasks' closures (8 bytes a value, split over the default parallelism: 4.3 MB tasks for
+    268k values on ``local[2]``, Spark's "task of very large size"); that is still the way where
+    pyarrow does not reach the root.
 
     Examples
     --------
@@ -651,7 +652,10 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
             pq.write_table(tbl, fh, compression="zstd")
         yield spark.read.parquet(staging)
     finally:
-        delete_path(spark, staging)
+        try:  # best effort: never hide the block's own error; recover removes it next run
+            delete_path(spark, staging)
+        except Exception:
+            log.warning("could not remove the staging folder %s", staging)
 
 
 def parquet_dataset(uri: str):
@@ -931,6 +935,8 @@ def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[st
         from pyspark.sql.pandas.types import from_arrow_schema
 
         df = spark.createDataFrame(tbl.to_pandas(), schema=from_arrow_schema(tbl.schema))
+        if partition_by:  # one file per value, as the pyarrow path writes
+            df = df.repartition(df[partition_by])
         return write_table(df, paths, rel, partition_by=parts)
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
