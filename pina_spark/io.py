@@ -642,14 +642,10 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
     if not pyarrow_reaches(paths.root):
         yield frame_from_arrow(spark, tbl)
         return
-    import pyarrow.parquet as pq
-
     staging = paths.staging(what)
     try:
         fs, root = pyarrow_fs(staging)
-        fs.create_dir(root, recursive=True)
-        with fs.open_output_stream(f"{root}/part-00000.zstd.parquet") as fh:
-            pq.write_table(tbl, fh, compression="zstd")
+        _write_parquet_file(fs, root, tbl)
         yield spark.read.parquet(staging)
     finally:
         try:  # best effort: never hide the block's own error; recover removes it next run
@@ -919,12 +915,21 @@ def write_quarantine(
     return {r[REASON]: int(r["count"]) for r in counts.to_pylist()}
 
 
+def _write_parquet_file(fs, folder: str, tbl) -> None:
+    """``tbl`` as the one Parquet file of ``folder`` (a path of the pyarrow filesystem ``fs``)."""
+    import pyarrow.parquet as pq
+
+    fs.create_dir(folder, recursive=True)
+    with fs.open_output_stream(f"{folder}/part-00000.zstd.parquet") as fh:
+        pq.write_table(tbl, fh, compression="zstd")
+
+
 def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[str] = None) -> str:
     """Publish a pyarrow Table held by the driver at ``paths.table(rel)``, same staging and
     publish as :func:`write_table`: one Parquet file (one per value of ``partition_by``, in
     ``<column>=<value>/`` folders without the column, as Spark lays out a partitioned table)
     written by pyarrow where pyarrow reaches the run root, else through Spark
-    (``createDataFrame`` from pandas).
+    (:func:`frame_from_arrow`).
 
     Examples
     --------
@@ -932,14 +937,11 @@ def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[st
     """
     parts = [partition_by] if partition_by else []
     if not pyarrow_reaches(paths.root):
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        df = spark.createDataFrame(tbl.to_pandas(), schema=from_arrow_schema(tbl.schema))
+        df = frame_from_arrow(spark, tbl)
         if partition_by:  # one file per value, as the pyarrow path writes
             df = df.repartition(df[partition_by])
         return write_table(df, paths, rel, partition_by=parts)
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     staging = paths.staging(rel)
     try:
@@ -954,9 +956,7 @@ def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[st
         else:
             files = [(root, tbl)]
         for folder, part in files:
-            fs.create_dir(folder, recursive=True)
-            with fs.open_output_stream(f"{folder}/part-00000.zstd.parquet") as fh:
-                pq.write_table(part, fh, compression="zstd")
+            _write_parquet_file(fs, folder, part)
         write_bytes(staging.rstrip("/") + "/_SUCCESS", b"")
         publish(spark, staging, paths.table(rel))
     except BaseException:
