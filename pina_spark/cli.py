@@ -16,6 +16,7 @@ Examples
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -33,6 +34,25 @@ def _log_level(value: str) -> str:
     return v
 
 
+class Py4JRetryFilter(logging.Filter):
+    """Drops Py4J's *retried* connection resets, which it logs with a traceback through the
+    root logger at INFO (``logging.info`` in ``py4j/java_gateway.py``, so the ``py4j`` logger's
+    level does not reach them). The retry then succeeds; when it fails, Py4J logs at ERROR,
+    which passes. Kept at ``--log-level DEBUG`` (the filter is not installed there).
+
+    >>> where = "/x/site-packages/py4j/java_gateway.py"
+    >>> rec = lambda level: logging.LogRecord("root", level, where, 1, "retry", (), None)
+    >>> f = Py4JRetryFilter()
+    >>> f.filter(rec(logging.INFO)), f.filter(rec(logging.ERROR))
+    (False, True)
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING or record.name != "root":
+            return True
+        return os.path.basename(os.path.dirname(record.pathname)) != "py4j"
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Configure handlers once, in the entry point (library modules only get loggers)."""
     logging.basicConfig(
@@ -47,6 +67,10 @@ def setup_logging(level: str = "INFO") -> None:
     for h in logging.getLogger().handlers:
         if not any(isinstance(f, LogFilter) for f in h.filters):
             h.addFilter(LogFilter())
+        if _log_level(level) != "DEBUG" and not any(
+            isinstance(f, Py4JRetryFilter) for f in h.filters
+        ):
+            h.addFilter(Py4JRetryFilter())
 
 
 def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:

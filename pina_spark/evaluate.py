@@ -334,7 +334,7 @@ def run_stage(ctx) -> Dict[str, Any]:
     n_filtered = 0
     if cfg.input.filter_pairs:
         preds, truths, n_filtered = _filter_pairs_input(
-            spark, cfg.input.filter_pairs, test_ids, preds, truths
+            spark, paths, cfg.input.filter_pairs, test_ids, preds, truths
         )
     ks = sorted(set(REPORTED_KS) | set(int(k) for k in cfg.evaluate.ks))
     train_stats = _read_train_stats(paths.table(io.PREDICTIONS))
@@ -433,9 +433,10 @@ def _predictions(spark, paths, test_ids: List[str]):
     return variants, preds
 
 
-def _filter_pairs_input(spark, uri: str, test_ids, preds, truths):
+def _filter_pairs_input(spark, paths, uri: str, test_ids, preds, truths):
     """Reciprocal-pair removal with the ``input.filter_pairs`` table: ``(preds, truths,
-    pairs on test instances)``."""
+    pairs on test instances)``. The test ids reach Spark as a file (``io.values_frame``), not
+    inside the tasks."""
     from pyspark.sql import functions as F
 
     fp = (
@@ -444,8 +445,10 @@ def _filter_pairs_input(spark, uri: str, test_ids, preds, truths):
         .select(io.INSTANCE_ID, io.LABEL_ID)
         .dropna()
     )
-    test_sdf = spark.createDataFrame([(i,) for i in test_ids], io.INSTANCE_ID + " string")
-    pairs = [(r[0], r[1]) for r in fp.join(F.broadcast(test_sdf), io.INSTANCE_ID).collect()]
+    with io.values_frame(
+        spark, paths, io.INSTANCE_ID, test_ids, "evaluate-test-ids", kind="string"
+    ) as test_sdf:
+        pairs = [(r[0], r[1]) for r in fp.join(F.broadcast(test_sdf), io.INSTANCE_ID).collect()]
     before = sum(len(t) for t in truths)
     new_truths = filter_pairs([[]] * len(test_ids), truths, test_ids, pairs)[1]
     preds = {v: filter_pairs(p, truths, test_ids, pairs)[0] for v, p in preds.items()}

@@ -614,9 +614,10 @@ def frame_from_arrow(spark, tbl, table: Optional[str] = None):
 
 
 @contextlib.contextmanager
-def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
-    """A one-column DataFrame of the int64 ``values`` the driver holds (e.g. the node indices
-    of a stage's rows), to join with a table, for the ``with`` block's Spark jobs only.
+def values_frame(spark, paths: "RunPaths", column: str, values, what: str, kind: str = "int64"):
+    """A one-column DataFrame of the ``values`` the driver holds (``kind`` ``int64``, e.g. the
+    node indices of a stage's rows, or ``string``, e.g. instance ids), to join with a table,
+    for the ``with`` block's Spark jobs only.
 
     Where pyarrow reaches the run root, the values go to one Parquet file in a staging folder
     of their own (``what``) that Spark reads and that is deleted when the block ends, so they
@@ -634,11 +635,20 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str):
     [1, 3]
     >>> os.listdir(f"{run.root}/{STAGING}")   # the values' folder is gone
     []
+    >>> with values_frame(spark, run, "instance_id", ["b", "a"], "doc", kind="string") as df:
+    ...     df.schema.simpleString()
+    'struct<instance_id:string>'
     """
     import numpy as np
     import pyarrow as pa
 
-    tbl = pa.table({column: pa.array(np.asarray(values, dtype=np.int64))})
+    if kind == "int64":
+        arr = pa.array(np.asarray(values, dtype=np.int64))
+    elif kind == "string":
+        arr = pa.array([str(v) for v in values], type=pa.string())
+    else:
+        raise ValueError(f"values_frame: kind {kind!r} is not 'int64' or 'string'")
+    tbl = pa.table({column: arr})
     if not pyarrow_reaches(paths.root):
         yield frame_from_arrow(spark, tbl)
         return

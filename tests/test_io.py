@@ -232,6 +232,14 @@ def test_values_frame_reads_driver_values_from_a_file_not_from_the_tasks(
         plan = _plan(df)
         assert "FileScan parquet" in plan and "Scan ExistingRDD" not in plan, plan
         assert df.schema.simpleString() == "struct<node_index:bigint>"
+    ids = ["t1", "é 2", "", "t1"]
+    with io.values_frame(spark, paths, "instance_id", ids, "s", kind="string") as df:
+        assert sorted(r[0] for r in df.collect()) == sorted(ids)
+        assert "FileScan parquet" in _plan(df)
+        assert df.schema.simpleString() == "struct<instance_id:string>"
+    with pytest.raises(ValueError, match="kind"):
+        with io.values_frame(spark, paths, "x", [1.5], "t", kind="double"):
+            pass
     with pytest.raises(RuntimeError, match="boom"):
         with io.values_frame(spark, paths, "node_index", values, "t") as df:
             raise RuntimeError("boom")
