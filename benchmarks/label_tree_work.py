@@ -10,22 +10,23 @@ Usage::
     .venv/bin/python benchmarks/label_tree_work.py RUN_100K RUN_300K
 """
 
-import json
 import sys
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from pecos.xmc.xlinear.model import XLinearModel
+
+from pina_spark import io
+from pina_spark.downstream import read_model_dir
 
 for run in sys.argv[1:]:
-    mdir = f"{run}/downstream_models/pina"
-    labels = json.load(open(f"{mdir}/labels.json"))
-    labels = labels if isinstance(labels, list) else labels.get("label_ids", labels)
-    m = XLinearModel.load(f"{mdir}/xlinear", is_predict_only=False)
+    paths = io.RunPaths(run)
+    labels, m = read_model_dir(
+        io.join(paths.table(io.DOWNSTREAM_MODELS), "pina"), is_predict_only=False
+    )
     chain = m.model.model_chain
-    nodes = pd.read_parquet(f"{run}/nodes", columns=["node_index", "node_id", "split"])
-    il = pd.read_parquet(f"{run}/graph/instance_labels")
+    nodes = pd.read_parquet(paths.table(io.NODES), columns=[io.NODE_INDEX, io.NODE_ID, io.SPLIT])
+    il = pd.read_parquet(paths.table(io.INSTANCE_LABELS))
     pos = {lab_id: i for i, lab_id in enumerate(labels)}
     idx2id = dict(zip(nodes.node_index, nodes.node_id))
     tr = set(nodes.node_index[nodes.split == "train"])

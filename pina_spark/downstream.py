@@ -673,6 +673,18 @@ def save_pecos(model, uri: str) -> None:
     io.write_bytes(io.join(uri, "_SUCCESS"), b"")
 
 
+def read_model_dir(uri: str, is_predict_only: bool = True):
+    """``(label_ids, model)`` of a local variant folder of ``downstream_models`` (what
+    :func:`start_model_dir` and :func:`save_pecos` wrote): the label map and its XR-Linear model,
+    memory-mapped for inference unless ``is_predict_only`` is false (e.g. to read its tree)."""
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    local = io.local_path(uri)
+    with open(os.path.join(local, "labels.json")) as fh:
+        label_ids = json.load(fh)
+    return label_ids, XLinearModel.load(os.path.join(local, "xlinear"), is_predict_only)
+
+
 def _predictions_frame(variant, test_ids, cols_k, scores_k, label_ids):
     import pandas as pd
 

@@ -12,6 +12,7 @@ import pytest
 
 from pina_spark import io
 from pina_spark.config import config_from_dict
+from pina_spark.downstream import read_model_dir
 
 N_LABELS = 12
 WORDS_PER_LABEL = 6
@@ -164,6 +165,8 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
         mdir = io.local_path(paths.table("downstream_models/" + v))
         assert os.path.exists(os.path.join(mdir, "_SUCCESS"))
         assert os.path.isdir(os.path.join(mdir, "xlinear"))
+        labels, model = read_model_dir(paths.table("downstream_models/" + v))
+        assert set(labels) <= label_node_ids and model.nr_labels == len(labels), v
     assert os.path.isdir(io.local_path(paths.table("downstream_models/baseline/vectorizer")))
     stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
     assert set(stats["variants"]) == {"baseline", "vectorizer_only", "pina_naive", "pina"}
