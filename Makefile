@@ -54,7 +54,7 @@ lint: $(STAMP)
 
 # docs/config.md from the config dataclasses (tests/test_config_reference.py checks it is current)
 docs: $(STAMP)
-	$(PY) -m pina_spark.config_reference > docs/config.md
+	$(PY) -m pina_spark.config.reference > docs/config.md
 
 # ---------------------------------------------------------------- EMR packaging (not part of test)
 # make dist      dist/pina_spark-<v>-py3-none-any.whl + dist/pina-env-<v>.tar.gz: a venv-pack'd

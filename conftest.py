@@ -34,7 +34,7 @@ SPARK_TEST_CONF = {
 def spark():
     from pyspark.sql import SparkSession
 
-    from pina_spark.session import DEFAULT_CONF
+    from pina_spark.orchestration.session import DEFAULT_CONF
 
     b = SparkSession.builder.master("local[2]").appName("pina-spark-tests")
     for k, v in {**DEFAULT_CONF, **SPARK_TEST_CONF}.items():

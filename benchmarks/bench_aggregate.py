@@ -5,7 +5,7 @@ plus a tf-idf-like sparse part of ~20 non-zeros per node (S = 100,000), jointly 
 synthetic and seeded (numpy). The inputs are written as the published ``nodes``,
 ``embeddings`` and ``neighbors`` Parquet tables of a run; then, in the same process:
 
-* ``spark_s``: :func:`pina_spark.aggregate.run_stage` on ``local[2]`` (strategy ``auto``; the
+* ``spark_s``: :func:`pina_spark.stages.aggregate.run` on ``local[2]`` (strategy ``auto``; the
   session is started and warmed up before the clock starts), from the Parquet inputs to the
   published ``features`` table (variants ``pina`` and ``vectorizer_only``);
 * ``reference_s``: the same outputs computed with ``scipy.sparse`` on the driver alone
@@ -34,7 +34,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pina_spark import io  # noqa: E402
+from pina_spark import storage  # noqa: E402
 
 log = logging.getLogger("bench_aggregate")
 
@@ -56,7 +56,7 @@ def generate(root, n, seed=0):
     import pyarrow.parquet as pq
 
     rng = np.random.RandomState(seed)
-    for rel in (io.NODES, io.EMBEDDINGS, io.NEIGHBORS + "/variant=pina"):
+    for rel in (storage.NODES, storage.EMBEDDINGS, storage.NEIGHBORS + "/variant=pina"):
         os.makedirs(os.path.join(root, rel), exist_ok=True)
     writers = {}
     try:
@@ -67,11 +67,11 @@ def generate(root, n, seed=0):
             ids = pa.array([f"x{i:09d}" for i in range(c0, c1)])
             nodes = pa.table(
                 {
-                    io.NODE_INDEX: idx,
-                    io.KIND: pa.array([io.KIND_INSTANCE] * m),
-                    io.NODE_ID: ids,
-                    io.TEXT: pa.array([""] * m),
-                    io.SPLIT: pa.array(np.where(idx % 5 == 0, "test", "train")),
+                    storage.NODE_INDEX: idx,
+                    storage.KIND: pa.array([storage.KIND_INSTANCE] * m),
+                    storage.NODE_ID: ids,
+                    storage.TEXT: pa.array([""] * m),
+                    storage.SPLIT: pa.array(np.where(idx % 5 == 0, "test", "train")),
                 }
             )
             dense = rng.standard_normal((m, D_DENSE)).astype(np.float32)
@@ -94,12 +94,12 @@ def generate(root, n, seed=0):
             sval *= np.repeat(inv, nnz)
             emb = pa.table(
                 {
-                    io.NODE_INDEX: idx,
-                    io.DENSE: pa.ListArray.from_arrays(
+                    storage.NODE_INDEX: idx,
+                    storage.DENSE: pa.ListArray.from_arrays(
                         pa.array(np.arange(m + 1, dtype=np.int32) * D_DENSE), dense.reshape(-1)
                     ),
-                    io.SPARSE_INDICES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sidx)),
-                    io.SPARSE_VALUES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sval)),
+                    storage.SPARSE_INDICES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sidx)),
+                    storage.SPARSE_VALUES: pa.ListArray.from_arrays(pa.array(ptr), pa.array(sval)),
                 }
             )
             nb = rng.randint(0, n, size=(m, K)).astype(np.int64)
@@ -108,15 +108,15 @@ def generate(root, n, seed=0):
             kptr = pa.array(np.arange(m + 1, dtype=np.int32) * K)
             nbr = pa.table(
                 {
-                    io.INSTANCE_INDEX: idx,
-                    io.NEIGHBOR: pa.ListArray.from_arrays(kptr, nb.reshape(-1)),
-                    io.SCORE: pa.ListArray.from_arrays(kptr, w.reshape(-1)),
+                    storage.INSTANCE_INDEX: idx,
+                    storage.NEIGHBOR: pa.ListArray.from_arrays(kptr, nb.reshape(-1)),
+                    storage.SCORE: pa.ListArray.from_arrays(kptr, w.reshape(-1)),
                 }
             )
             for rel, t in (
-                (io.NODES, nodes),
-                (io.EMBEDDINGS, emb),
-                (io.NEIGHBORS + "/variant=pina", nbr),
+                (storage.NODES, nodes),
+                (storage.EMBEDDINGS, emb),
+                (storage.NEIGHBORS + "/variant=pina", nbr),
             ):
                 if rel not in writers:
                     writers[rel] = pq.ParquetWriter(
@@ -126,10 +126,10 @@ def generate(root, n, seed=0):
     finally:
         for wr in writers.values():
             wr.close()
-    for rel in (io.NODES, io.EMBEDDINGS, io.NEIGHBORS):
+    for rel in (storage.NODES, storage.EMBEDDINGS, storage.NEIGHBORS):
         _touch(os.path.join(root, rel))
-    os.makedirs(os.path.join(root, io.VECTORIZER), exist_ok=True)
-    with open(os.path.join(root, io.VECTORIZER, "encoder.json"), "w") as fh:
+    os.makedirs(os.path.join(root, storage.VECTORIZER), exist_ok=True)
+    with open(os.path.join(root, storage.VECTORIZER, "encoder.json"), "w") as fh:
         json.dump({"dense_dim": D_DENSE, "sparse_dim": S_DIM}, fh)
 
 
@@ -153,32 +153,33 @@ def reference(root, out, a=1.0, chunk=200_000):
         ).to_numpy().astype(np.int64)
 
     nodes = pq.read_table(
-        os.path.join(root, io.NODES), columns=[io.NODE_INDEX, io.NODE_ID, io.SPLIT]
+        os.path.join(root, storage.NODES),
+        columns=[storage.NODE_INDEX, storage.NODE_ID, storage.SPLIT],
     )
-    emb = pq.read_table(os.path.join(root, io.EMBEDDINGS))
-    nbr = pq.read_table(os.path.join(root, io.NEIGHBORS, "variant=pina"))
+    emb = pq.read_table(os.path.join(root, storage.EMBEDDINGS))
+    nbr = pq.read_table(os.path.join(root, storage.NEIGHBORS, "variant=pina"))
     M = emb.num_rows
-    node = emb.column(io.NODE_INDEX).to_numpy()
+    node = emb.column(storage.NODE_INDEX).to_numpy()
     lookup = np.empty(node.max() + 1, np.int64)
     lookup[node] = np.arange(M)
-    dv, _ = flat(emb.column(io.DENSE))
+    dv, _ = flat(emb.column(storage.DENSE))
     E_d = dv.reshape(M, -1)
-    iv, il = flat(emb.column(io.SPARSE_INDICES))
-    vv, _ = flat(emb.column(io.SPARSE_VALUES))
+    iv, il = flat(emb.column(storage.SPARSE_INDICES))
+    vv, _ = flat(emb.column(storage.SPARSE_VALUES))
     # writable copies: zero-copy views of Arrow buffers are read-only (sum_duplicates writes)
     E_s = sp.csr_matrix((np.array(vv), np.array(iv), np.r_[0, np.cumsum(il)]), shape=(M, S_DIM))
     E_s.sum_duplicates()
     del emb, iv, vv
-    inst = nodes.column(io.NODE_INDEX).to_numpy()
+    inst = nodes.column(storage.NODE_INDEX).to_numpy()
     n = inst.size
     ipos = np.full(inst.max() + 1, -1, np.int64)
     ipos[inst] = np.arange(n)
-    nb, nl = flat(nbr.column(io.NEIGHBOR))
-    wv, _ = flat(nbr.column(io.SCORE))
-    rows = np.repeat(ipos[nbr.column(io.INSTANCE_INDEX).to_numpy()], nl)
+    nb, nl = flat(nbr.column(storage.NEIGHBOR))
+    wv, _ = flat(nbr.column(storage.SCORE))
+    rows = np.repeat(ipos[nbr.column(storage.INSTANCE_INDEX).to_numpy()], nl)
     P = sp.csr_matrix((wv, (rows, lookup[nb])), shape=(n, M))
-    ids = nodes.column(io.NODE_ID).combine_chunks()
-    split = nodes.column(io.SPLIT).combine_chunks()
+    ids = nodes.column(storage.NODE_ID).combine_chunks()
+    split = nodes.column(storage.SPLIT).combine_chunks()
     # neighbour ids / weights in instance order
     order_nb = np.argsort(rows, kind="stable")
     cnt = np.bincount(rows, minlength=n)
@@ -227,18 +228,20 @@ def reference(root, out, a=1.0, chunk=200_000):
             def table(dense, spm, with_nb):
                 W = dense.shape[1]
                 cols = {
-                    io.INSTANCE_ID: cid,
-                    io.DENSE: lists(np.arange(m + 1) * W, pa.array(dense.reshape(-1))),
-                    io.SPARSE_INDICES: lists(spm.indptr, pa.array(spm.indices.astype(np.int32))),
-                    io.SPARSE_VALUES: lists(spm.indptr, pa.array(spm.data)),
+                    storage.INSTANCE_ID: cid,
+                    storage.DENSE: lists(np.arange(m + 1) * W, pa.array(dense.reshape(-1))),
+                    storage.SPARSE_INDICES: lists(
+                        spm.indptr, pa.array(spm.indices.astype(np.int32))
+                    ),
+                    storage.SPARSE_VALUES: lists(spm.indptr, pa.array(spm.data)),
                 }
                 if with_nb:
-                    cols[io.NEIGHBOR_IDS] = lists(nptr, nb_ids)
-                    cols[io.NEIGHBOR_WEIGHTS] = lists(nptr, pa.array(w_sorted[p0:p1]))
+                    cols[storage.NEIGHBOR_IDS] = lists(nptr, nb_ids)
+                    cols[storage.NEIGHBOR_WEIGHTS] = lists(nptr, pa.array(w_sorted[p0:p1]))
                 else:
                     z = np.zeros(m + 1, np.int32)
-                    cols[io.NEIGHBOR_IDS] = lists(z, pa.array([], pa.string()))
-                    cols[io.NEIGHBOR_WEIGHTS] = lists(z, pa.array([], pa.float32()))
+                    cols[storage.NEIGHBOR_IDS] = lists(z, pa.array([], pa.string()))
+                    cols[storage.NEIGHBOR_WEIGHTS] = lists(z, pa.array([], pa.float32()))
                 return pa.table(cols)
 
             for variant, (d, s, w) in (
@@ -256,7 +259,7 @@ def reference(root, out, a=1.0, chunk=200_000):
                             os.path.join(p, "part-0.parquet"),
                             sub.schema,
                             compression="zstd",
-                            use_dictionary=[io.INSTANCE_ID, io.NEIGHBOR_IDS],
+                            use_dictionary=[storage.INSTANCE_ID, storage.NEIGHBOR_IDS],
                         )
                     writers[k].write_table(sub)
     finally:
@@ -270,7 +273,7 @@ def reference(root, out, a=1.0, chunk=200_000):
 def spark_session(driver_memory):
     from pyspark.sql import SparkSession
 
-    from pina_spark.session import DEFAULT_CONF
+    from pina_spark.orchestration.session import DEFAULT_CONF
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = SparkSession.builder.master("local[2]").appName("bench-aggregate")
@@ -290,9 +293,9 @@ def spark_session(driver_memory):
 
 
 def run_spark(spark, root, strategy, broadcast_via="auto", writer="auto"):
-    from pina_spark import aggregate
     from pina_spark.config import config_from_dict
-    from pina_spark.pipeline import make_context
+    from pina_spark.orchestration.pipeline import make_context
+    from pina_spark.stages import aggregate
 
     cfg = config_from_dict(
         {
@@ -300,7 +303,7 @@ def run_spark(spark, root, strategy, broadcast_via="auto", writer="auto"):
             "aggregate": {"strategy": strategy, "broadcast_via": broadcast_via, "writer": writer},
         }
     )
-    return aggregate.run_stage(make_context(spark, cfg))
+    return aggregate.run(make_context(spark, cfg))
 
 
 def main(argv=None):

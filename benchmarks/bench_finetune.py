@@ -89,8 +89,8 @@ def main(argv=None):
     import torch
 
     from pina_spark.config import ContrastiveConfig
-    from pina_spark.contrastive import choose_pairs, fine_tune
-    from pina_spark.encoders import minilm_path
+    from pina_spark.models.contrastive import choose_pairs, fine_tune
+    from pina_spark.models.encoders import minilm_path
 
     torch.set_num_threads(a.threads)
     ccfg = ContrastiveConfig(device="cpu")

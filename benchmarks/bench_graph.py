@@ -1,6 +1,6 @@
 """Benchmark of the graph stage against DuckDB computing the same thresholded co-purchase graph.
 
-Spark side: the whole graph stage, ``pina_spark.graph.run_stage`` (what a user times: read and
+Spark side: the whole graph stage, ``pina_spark.stages.graph.run`` (what a user times: read and
 validate every input table, publish the quarantine tables, ``nodes``, ``graph/i2i_edges``,
 ``graph/instance_labels`` and ``graph/pretrain_edges``), with ``task.labels: given`` and
 ``side_info: label_text``, on ``local[T]``; the Spark session start is excluded (paid once per
@@ -195,9 +195,9 @@ def spark_stage(
     spark, inputs: dict, out_dir: str, min_count: int, max_basket_size: int, shuffle_partitions: int
 ):
     """The whole graph stage; returns its statistics (with ``steps_s``)."""
-    from pina_spark import graph
     from pina_spark.config import config_from_dict
-    from pina_spark.pipeline import make_context
+    from pina_spark.orchestration.pipeline import make_context
+    from pina_spark.stages import graph
 
     cfg = config_from_dict(
         {
@@ -208,7 +208,7 @@ def spark_stage(
             "input": inputs,
         }
     )
-    return graph.run_stage(make_context(spark, cfg))
+    return graph.run(make_context(spark, cfg))
 
 
 def edges_equal(spark_dir: str, duck_path: str):
@@ -305,7 +305,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pina_spark.config import SparkConfig
-    from pina_spark.session import get_spark
+    from pina_spark.orchestration.session import get_spark
 
     work = args.workdir or tempfile.mkdtemp(prefix="bench_graph_")
     os.makedirs(work, exist_ok=True)

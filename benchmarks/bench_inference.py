@@ -5,7 +5,7 @@ Data (``--data``): ``titles``, short product titles (the first ``--rows`` Instac
 id, ``../shared/data/instacart``; labels: their aisles, label text = aisle name), or
 ``citeulike`` (default), long texts (``../shared/data/citeulike-t``). The first ``--rows``
 articles are instances (every 5th by id-hash is ``test``, see
-:func:`pina_spark.folds.is_heldout`); an article's text is
+:func:`pina_spark.storage.folds.is_heldout`); an article's text is
 its bag of words, words by count descending (ties: vocabulary order), each repeated by its count.
 Labels are the tags on at least 5 of these articles (label text = tag name). Phi_pre (MiniLM +
 PECOS tf-idf) is fitted on the train texts and labels; g (PECOS XR-Linear, variant ``pina``,
@@ -16,11 +16,11 @@ Measured (wall clock, model folders and inputs already on local disk, Spark sess
 ``--stages neighbors`` the Python workers first import what the embed stage imports, as they
 would have after it):
 
-* ``embed``: :func:`pina_spark.inference.embed.run_embed_stage` (``nodes`` Parquet -> published
+* ``embed``: :func:`pina_spark.stages.embed.stage.run` (``nodes`` Parquet -> published
   ``embeddings``), against: pyarrow read of ``nodes`` -> ``PhiPre.load`` -> ``transform`` in
   one call (the encoder sorts every text by length, then batches of ``batch_size``) -> pyarrow
   Parquet write, with torch / tf-idf on 2 threads.
-* ``neighbors``: :func:`pina_spark.inference.neighbors.run_neighbors_stage` (``nodes`` +
+* ``neighbors``: :func:`pina_spark.stages.neighbors.stage.run` (``nodes`` +
   ``embeddings`` -> published ``neighbors``), against: pyarrow read of ``nodes`` and
   ``embeddings`` -> PECOS predict-only load -> X, predict, top-K and weights in blocks ->
   Parquet write, PECOS on 2 threads.
@@ -62,8 +62,15 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from pina_spark import artifacts, config, folds, inference, io, pipeline  # noqa: E402
-from pina_spark.inference.arrow import list_array  # noqa: E402
+from pina_spark import config, storage  # noqa: E402
+from pina_spark.models import artifacts  # noqa: E402
+from pina_spark.orchestration import pipeline  # noqa: E402
+from pina_spark.runtime import arrow as inference_arrow  # noqa: E402
+from pina_spark.runtime.arrow import list_array  # noqa: E402
+from pina_spark.stages.embed import stage as embed_stage  # noqa: E402
+from pina_spark.stages.neighbors import stage as neighbors_stage  # noqa: E402
+from pina_spark.stages.neighbors import topk  # noqa: E402
+from pina_spark.storage import folds  # noqa: E402
 
 log = logging.getLogger("bench_inference")
 DATA = os.environ.get("PINA_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
@@ -159,14 +166,16 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pina_spark.vectorizer import PhiPre
+    from pina_spark.models.vectorizer import PhiPre
 
     t0 = time.time()
-    tbl = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.TEXT]).sort_by(io.NODE_INDEX)
+    tbl = pq.read_table(nodes_path, columns=[storage.NODE_INDEX, storage.TEXT]).sort_by(
+        storage.NODE_INDEX
+    )
     phi = PhiPre.load(vec_dir, device="cpu")
     phi.tfidf_threads = THREADS
-    idx = tbl.column(io.NODE_INDEX).to_numpy()
-    texts = tbl.column(io.TEXT).to_pylist()
+    idx = tbl.column(storage.NODE_INDEX).to_numpy()
+    texts = tbl.column(storage.TEXT).to_pylist()
     # one call over every text: the encoder sorts them all by length before cutting batches,
     # the best batching a single process can do (the stage's batches are nearly the same: it
     # sorts by length capped at 4,096 characters and gives blank texts slots of their own)
@@ -179,7 +188,7 @@ def reference_embed(nodes_path, vec_dir, out_path, batch_size):
             list_array(np.diff(sparse.indptr), sparse.indices.astype(np.int32), pa.int32()),
             list_array(np.diff(sparse.indptr), sparse.data, pa.float32()),
         ],
-        names=[io.NODE_INDEX, io.DENSE, io.SPARSE_INDICES, io.SPARSE_VALUES],
+        names=[storage.NODE_INDEX, storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES],
     )
     writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
     writer.write_batch(rb)
@@ -194,24 +203,22 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
     from pecos.xmc.xlinear.model import XLinearModel
 
     t0 = time.time()
-    nodes = pq.read_table(nodes_path, columns=[io.NODE_INDEX, io.KIND])
-    inst = nodes.filter(pc.equal(nodes.column(io.KIND), io.KIND_INSTANCE))
+    nodes = pq.read_table(nodes_path, columns=[storage.NODE_INDEX, storage.KIND])
+    inst = nodes.filter(pc.equal(nodes.column(storage.KIND), storage.KIND_INSTANCE))
     emb = pq.read_table(emb_path)
-    keep = pc.is_in(emb.column(io.NODE_INDEX), value_set=inst.column(io.NODE_INDEX))
-    emb = emb.filter(keep).sort_by(io.NODE_INDEX)
+    keep = pc.is_in(emb.column(storage.NODE_INDEX), value_set=inst.column(storage.NODE_INDEX))
+    emb = emb.filter(keep).sort_by(storage.NODE_INDEX)
     g = XLinearModel.load(g_dir, is_predict_only=True)
     col_map = np.load(os.path.join(g_dir, artifacts.OUTPUT_NODES)).astype(np.int64)
     writer = None
     n_all = emb.num_rows
     for s in range(0, n_all, batch_size):
         tbl = emb.slice(s, batch_size)
-        X = inference.features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
-        own = tbl.column(io.NODE_INDEX).to_numpy()
+        X = inference_arrow.features_from_arrow(tbl, dense_dim, int(g.model.nr_features))
+        own = tbl.column(storage.NODE_INDEX).to_numpy()
         Y = g.predict(X, only_topk=k + 2, threads=THREADS)
-        nodes_k, scores, counts = inference.topk_neighbors(
-            Y, col_map, own, np.full_like(own, -1), k
-        )
-        w = inference.normalize_scores(scores, counts, "l1")
+        nodes_k, scores, counts = topk.topk_neighbors(Y, col_map, own, np.full_like(own, -1), k)
+        w = topk.normalize_scores(scores, counts, "l1")
         m = np.arange(k)[None, :] < counts[:, None]
         rb = pa.RecordBatch.from_arrays(
             [
@@ -219,7 +226,7 @@ def reference_neighbors(nodes_path, emb_path, g_dir, dense_dim, k, out_path, bat
                 list_array(counts, nodes_k[m], pa.int64()),
                 list_array(counts, w[m].astype(np.float32), pa.float32()),
             ],
-            names=[io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE],
+            names=[storage.INSTANCE_INDEX, storage.NEIGHBOR, storage.SCORE],
         )
         if writer is None:
             writer = pq.ParquetWriter(out_path, rb.schema, compression="zstd")
@@ -279,13 +286,13 @@ def main(argv=None):
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for name in ("py4j", "pina_spark.io"):
+    for name in ("py4j", "pina_spark.storage"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
     from pyspark.sql import Row
 
-    from pina_spark.session import get_spark
-    from pina_spark.vectorizer import PhiPre
+    from pina_spark.models.vectorizer import PhiPre
+    from pina_spark.orchestration.session import get_spark
 
     work = args.workdir or tempfile.mkdtemp(prefix="bench-inference-")
     inst, labels, art_tags = DATASETS[args.data](args.rows)
@@ -316,11 +323,11 @@ def main(argv=None):
     spark = get_spark(cfg.spark, spark_conf)
     ctx = pipeline.make_context(spark, cfg)
     rows = [
-        Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+        Row(node_index=i, kind=storage.KIND_INSTANCE, node_id=a, text=t, split=s)
         for i, (a, t, s) in enumerate(inst)
     ]
     rows += [
-        Row(node_index=len(inst) + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+        Row(node_index=len(inst) + j, kind=storage.KIND_LABEL, node_id=a, text=t, split=None)
         for j, (a, t) in enumerate(labels)
     ]
     models = ctx.models_root
@@ -336,13 +343,13 @@ def main(argv=None):
         warm(spark)
 
     if "embed" not in stages:
-        for rel in (io.NODES, io.EMBEDDINGS):
-            if not io.is_complete(spark, ctx.paths.table(rel)):
+        for rel in (storage.NODES, storage.EMBEDDINGS):
+            if not storage.is_complete(spark, ctx.paths.table(rel)):
                 raise SystemExit(
                     f"--stages {args.stages}: {ctx.paths.table(rel)} is missing; "
                     f"run the embed stage into this --workdir first"
                 )
-        n_have = spark.read.parquet(ctx.paths.table(io.NODES)).count()
+        n_have = spark.read.parquet(ctx.paths.table(storage.NODES)).count()
         if n_have != n_nodes:
             raise SystemExit(
                 f"--stages {args.stages}: {work} holds {n_have} nodes, --rows "
@@ -350,7 +357,9 @@ def main(argv=None):
             )
         _warm_session(spark)
     else:
-        io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
+        storage.write_table(
+            spark.createDataFrame(rows, storage.schema(storage.NODES)), ctx.paths, storage.NODES
+        )
         spark.range(100).selectExpr("sum(id)").collect()  # warm the session
         _sync_threads(THREADS)
         t0 = time.time()
@@ -483,11 +492,11 @@ def _median_result(runs):
 def time_embed(ctx, models, work, batch_size):
     """The embed stage against :func:`reference_embed` (same run, same threads)."""
     t0 = time.time()
-    st = inference.run_embed_stage(ctx)
+    st = embed_stage.run(ctx)
     spark_s = time.time() - t0  # the whole stage call, driver prep included
     _sync_threads(THREADS)
     n_ref, dt_ref = reference_embed(
-        ctx.paths.table(io.NODES),
+        ctx.paths.table(storage.NODES),
         artifacts.vectorizer_dir(models),
         os.path.join(work, "ref_embeddings.parquet"),
         batch_size,
@@ -527,8 +536,8 @@ def train_g(ctx, models, gdir, rows, n_inst, n_nodes, art_tags):
     from pecos.xmc.xlinear.model import XLinearModel
 
     phi_dim, sparse_dim = _phi_dim(models)
-    emb = pq.read_table(ctx.paths.table(io.EMBEDDINGS)).sort_by(io.NODE_INDEX)
-    X_all = inference.features_from_arrow(emb, phi_dim, phi_dim + sparse_dim)
+    emb = pq.read_table(ctx.paths.table(storage.EMBEDDINGS)).sort_by(storage.NODE_INDEX)
+    X_all = inference_arrow.features_from_arrow(emb, phi_dim, phi_dim + sparse_dim)
     train = [i for i, r in enumerate(rows[:n_inst]) if r.split == "train"]
     lab_nodes = list(range(n_inst, n_nodes))
     inputs = train + lab_nodes
@@ -567,11 +576,11 @@ def time_neighbors(spark, ctx, cfg, cfg_nb, gdir, work, batch_size):
     """The neighbours stage against :func:`reference_neighbors` (same run, same threads)."""
     ctx_nb = pipeline.make_context(spark, cfg_nb)
     t0 = time.time()
-    st = inference.run_neighbors_stage(ctx_nb)
+    st = neighbors_stage.run(ctx_nb)
     spark_s = time.time() - t0
     n_ref, dt_ref = reference_neighbors(
-        ctx.paths.table(io.NODES),
-        ctx.paths.table(io.EMBEDDINGS),
+        ctx.paths.table(storage.NODES),
+        ctx.paths.table(storage.EMBEDDINGS),
         gdir,
         _phi_dim(ctx.models_root)[0],
         cfg.neighbors.k,

@@ -1,7 +1,7 @@
 """Train/test parity of a vectorizer on a finished run's sample (issue #18 evidence).
 
 The evaluate stage already writes ``eval/encoder_parity.json`` for the run's own embeddings. This
-script measures the same sample (same rows, same candidate labels: ``pina_spark.parity``'s id-hash
+script measures the same sample (same rows, same candidate labels: ``pina_spark.models.parity``'s id-hash
 rule) with another encoder, so that a fine-tuned encoder's train - test gaps can be read against
 the frozen encoder's gaps on exactly the same rows (the noise level, and how much of the gap the
 data itself has).
@@ -48,14 +48,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pina_spark import io, parity
+    from pina_spark import storage
     from pina_spark.config import SparkConfig
-    from pina_spark.session import get_spark
+    from pina_spark.models import parity
+    from pina_spark.orchestration.session import get_spark
 
     encoder = None
     if args.encoder == "minilm":
-        from pina_spark.artifacts import ENCODER_JSON, vectorizer_dir
-        from pina_spark.encoders import load_encoder
+        from pina_spark.models.artifacts import ENCODER_JSON, vectorizer_dir
+        from pina_spark.models.encoders import load_encoder
 
         spec_path = os.path.join(vectorizer_dir(os.path.join(args.root, "models")), ENCODER_JSON)
         max_length = args.max_length or (
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
         encoder = load_encoder({"kind": "minilm", "path": None, "max_length": max_length})
     twins = args.exclude_twins == "yes"
     if args.exclude_twins == "auto":
-        with open(io.RunPaths(args.root).manifest) as fh:
+        with open(storage.RunPaths(args.root).manifest) as fh:
             twins = json.load(fh).get("config", {}).get("task", {}).get("labels") == "graph"
     spark = get_spark(
         SparkConfig(
@@ -74,7 +75,11 @@ def main(argv=None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         res = parity.measure_run(
-            spark, io.RunPaths(args.root), args.max_per_split, encoder=encoder, exclude_twins=twins
+            spark,
+            storage.RunPaths(args.root),
+            args.max_per_split,
+            encoder=encoder,
+            exclude_twins=twins,
         )
     finally:
         spark.stop()

@@ -1,7 +1,7 @@
 """Which co-purchase edge signal carries the labels? (issue #9: ``graph.measure``)
 
 For a data set with events AND given labels (citeulike-t: users' libraries and tags), build the
-TRAIN-only I2I graph with the library's own :func:`pina_spark.graph.i2i_edges` for each
+TRAIN-only I2I graph with the library's own :func:`pina_spark.stages.graph.i2i_edges` for each
 ``graph.measure`` and ask, of every train item's top-K neighbours by that measure (score desc,
 id asc, the order the graph stage uses), how much they say about the item's own labels:
 
@@ -45,9 +45,10 @@ def main(argv=None):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from pina_spark import graph, io
+    from pina_spark import storage
     from pina_spark.config import GraphConfig, SparkConfig
-    from pina_spark.session import get_spark
+    from pina_spark.orchestration.session import get_spark
+    from pina_spark.stages import graph
 
     spark = get_spark(
         SparkConfig(
@@ -64,24 +65,26 @@ def main(argv=None):
     il = il[il.instance_id.isin(train)]
     labels = il.groupby("instance_id")["label_id"].apply(frozenset).to_dict()
     ev = spark.read.parquet(f"{a.data}/events.parquet")
-    train_df = spark.createDataFrame(pd.DataFrame({io.ITEM_ID: sorted(train)}))
-    ev = ev.join(F.broadcast(train_df), io.ITEM_ID, "left_semi")
+    train_df = spark.createDataFrame(pd.DataFrame({storage.ITEM_ID: sorted(train)}))
+    ev = ev.join(F.broadcast(train_df), storage.ITEM_ID, "left_semi")
     rows = []
     for measure in a.measures.split(","):
         t0 = time.time()
         cfg = GraphConfig(min_count=a.min_count, max_basket_size=a.max_basket_size, measure=measure)
         e = graph.i2i_edges(ev, cfg)
-        w = Window.partitionBy(io.SRC_ID).orderBy(F.col(io.SCORE).desc(), F.col(io.DST_ID).asc())
+        w = Window.partitionBy(storage.SRC_ID).orderBy(
+            F.col(storage.SCORE).desc(), F.col(storage.DST_ID).asc()
+        )
         top = (
             e.withColumn("_r", F.row_number().over(w))
             .filter(F.col("_r") <= a.k)
-            .select(io.SRC_ID, io.DST_ID)
+            .select(storage.SRC_ID, storage.DST_ID)
             .toPandas()
         )
         share = prec = 0.0
         pairs = 0
         recall = []
-        for src, dsts in top.groupby(io.SRC_ID)[io.DST_ID]:
+        for src, dsts in top.groupby(storage.SRC_ID)[storage.DST_ID]:
             mine = labels.get(src, frozenset())
             union = set()
             for d in dsts:
@@ -94,7 +97,7 @@ def main(argv=None):
             if mine:
                 recall.append(len(mine & union) / len(mine))
         n_items = len(train)
-        covered = top[io.SRC_ID].nunique()
+        covered = top[storage.SRC_ID].nunique()
         r = {
             "measure": measure,
             "k": a.k,

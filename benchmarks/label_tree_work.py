@@ -16,17 +16,19 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from pina_spark import io
-from pina_spark.downstream import read_model_dir
+from pina_spark import storage
+from pina_spark.stages.train.stage import read_model_dir
 
 for run in sys.argv[1:]:
-    paths = io.RunPaths(run)
+    paths = storage.RunPaths(run)
     labels, m = read_model_dir(
-        io.join(paths.table(io.DOWNSTREAM_MODELS), "pina"), is_predict_only=False
+        storage.join(paths.table(storage.DOWNSTREAM_MODELS), "pina"), is_predict_only=False
     )
     chain = m.model.model_chain
-    nodes = pd.read_parquet(paths.table(io.NODES), columns=[io.NODE_INDEX, io.NODE_ID, io.SPLIT])
-    il = pd.read_parquet(paths.table(io.INSTANCE_LABELS))
+    nodes = pd.read_parquet(
+        paths.table(storage.NODES), columns=[storage.NODE_INDEX, storage.NODE_ID, storage.SPLIT]
+    )
+    il = pd.read_parquet(paths.table(storage.INSTANCE_LABELS))
     pos = {lab_id: i for i, lab_id in enumerate(labels)}
     idx2id = dict(zip(nodes.node_index, nodes.node_id))
     tr = set(nodes.node_index[nodes.split == "train"])

@@ -19,7 +19,7 @@ Columns: encoder, label features (``aggregate.label_features`` of the run's last
 stage), variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) against
 vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive rows), fine-tuning
 seconds and pairs used, and the vectorizer's train - test parity
-gaps (cos_margin, P@1; ``pina_spark/parity.py``).
+gaps (cos_margin, P@1; ``pina_spark/models/parity.py``).
 """
 
 import argparse

@@ -35,7 +35,7 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     """Write the demo data and a config into ``tmp_dir``, then spark-submit every stage in
     order, stopping at the first failure. Returns ``{"config", "output", "results", "error"}``;
     ``results[stage]`` is ``{"rc", "stdout", "stderr"}`` or ``{"skip": reason}``."""
-    from pina_spark import pipeline
+    from pina_spark.orchestration import pipeline
 
     out = {
         "config": None,

@@ -1,4 +1,4 @@
-"""Stage 2b (pina_spark.aggregate): Spark features against an independent scipy reference.
+"""Stage 2b (pina_spark.stages.aggregate): Spark features against an independent scipy reference.
 
 The reference is written here from the definition (V0, V1 = P @ E, V = [V0, a V1], all
 normalisations over the full [dense ; sparse] vector), not with the module's helpers.
@@ -15,9 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import aggregate, embstore, io, variants
-from pina_spark.config import config_from_dict
-from pina_spark.pipeline import make_context
+from pina_spark import storage
+from pina_spark.config import config_from_dict, variants
+from pina_spark.orchestration.pipeline import make_context
+from pina_spark.runtime import embstore
+from pina_spark.stages import aggregate
 
 TOL = 1e-5
 
@@ -52,20 +54,25 @@ class Case:
         ids = self.inst_ids + self.label_ids
         nodes = pa.table(
             {
-                io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
-                io.KIND: pa.array([io.KIND_INSTANCE] * n + [io.KIND_LABEL] * (M - n)),
-                io.NODE_ID: pa.array(ids),
-                io.TEXT: pa.array(["t"] * M),
-                io.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string()),
+                storage.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+                storage.KIND: pa.array(
+                    [storage.KIND_INSTANCE] * n + [storage.KIND_LABEL] * (M - n)
+                ),
+                storage.NODE_ID: pa.array(ids),
+                storage.TEXT: pa.array(["t"] * M),
+                storage.SPLIT: pa.array(self.splits + [None] * (M - n), pa.string()),
             }
         )
         # as Spark writes it: node_index and kind not null
         nodes = nodes.cast(
             pa.schema(
-                [f.with_nullable(f.name not in (io.NODE_INDEX, io.KIND)) for f in nodes.schema]
+                [
+                    f.with_nullable(f.name not in (storage.NODE_INDEX, storage.KIND))
+                    for f in nodes.schema
+                ]
             )
         )
-        _write(os.path.join(root, io.NODES), nodes)
+        _write(os.path.join(root, storage.NODES), nodes)
         D = self.dense.shape[1]
         dense_ptr = np.arange(M + 1) * D
         dense = _list(self.dense.reshape(-1), dense_ptr, pa.float32())
@@ -76,28 +83,28 @@ class Case:
         order = np.random.RandomState(1).permutation(M)  # stored order != index order
         emb = pa.table(
             {
-                io.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
-                io.DENSE: dense,
-                io.SPARSE_INDICES: _list(self.sparse.indices, self.sparse.indptr, pa.int32()),
-                io.SPARSE_VALUES: _list(self.sparse.data, self.sparse.indptr, pa.float32()),
+                storage.NODE_INDEX: pa.array(np.arange(M), pa.int64()),
+                storage.DENSE: dense,
+                storage.SPARSE_INDICES: _list(self.sparse.indices, self.sparse.indptr, pa.int32()),
+                storage.SPARSE_VALUES: _list(self.sparse.data, self.sparse.indptr, pa.float32()),
             }
         ).take(pa.array(order))
-        _write(os.path.join(root, io.EMBEDDINGS), emb)
+        _write(os.path.join(root, storage.EMBEDDINGS), emb)
         for v, rows in self.nbrs.items():
             keys = sorted(rows)
             nb = [rows[k][0] for k in keys]
             w = [rows[k][1] for k in keys]
             t = pa.table(
                 {
-                    io.INSTANCE_INDEX: pa.array(keys, pa.int64()),
-                    io.NEIGHBOR: pa.array(nb, pa.list_(pa.int64())),
-                    io.SCORE: pa.array(w, pa.list_(pa.float32())),
+                    storage.INSTANCE_INDEX: pa.array(keys, pa.int64()),
+                    storage.NEIGHBOR: pa.array(nb, pa.list_(pa.int64())),
+                    storage.SCORE: pa.array(w, pa.list_(pa.float32())),
                 }
             )
-            d = os.path.join(root, io.NEIGHBORS, f"{io.VARIANT}={v}")
+            d = os.path.join(root, storage.NEIGHBORS, f"{storage.VARIANT}={v}")
             os.makedirs(d, exist_ok=True)
             pq.write_table(t, os.path.join(d, "part-0.parquet"))
-        open(os.path.join(root, io.NEIGHBORS, "_SUCCESS"), "w").close()
+        open(os.path.join(root, storage.NEIGHBORS, "_SUCCESS"), "w").close()
 
     def E(self):
         """Phi_pre of every node as float64 csr [dense | sparse] (null dense -> zeros)."""
@@ -142,13 +149,13 @@ class Case:
 
 def _read_features(root):
     """variant -> pyarrow table of the published features sorted by instance_id."""
-    path = os.path.join(root, io.FEATURES)
+    path = os.path.join(root, storage.FEATURES)
     assert os.path.exists(os.path.join(path, "_SUCCESS"))
     t = ds.dataset(path, format="parquet", partitioning="hive").to_table()
     out = {}
-    for v in set(t.column(io.VARIANT).to_pylist()):
-        sub = t.filter(ds.field(io.VARIANT) == v)
-        out[v] = sub.sort_by(io.INSTANCE_ID)
+    for v in set(t.column(storage.VARIANT).to_pylist()):
+        sub = t.filter(ds.field(storage.VARIANT) == v)
+        out[v] = sub.sort_by(storage.INSTANCE_ID)
     return out
 
 
@@ -162,11 +169,11 @@ def _flat_lists(col):
 
 
 def _as_matrix(t, dense_w, sparse_w):
-    dl, dv = _flat_lists(t.column(io.DENSE))
+    dl, dv = _flat_lists(t.column(storage.DENSE))
     assert np.all(dl == dense_w)
     dense = dv.astype(np.float64).reshape(t.num_rows, dense_w)
-    li, iv = _flat_lists(t.column(io.SPARSE_INDICES))
-    lv, vv = _flat_lists(t.column(io.SPARSE_VALUES))
+    li, iv = _flat_lists(t.column(storage.SPARSE_INDICES))
+    lv, vv = _flat_lists(t.column(storage.SPARSE_VALUES))
     assert np.array_equal(li, lv)
     ptr = np.r_[0, np.cumsum(li)]
     row = np.repeat(np.arange(t.num_rows), li)
@@ -183,13 +190,13 @@ def _run(spark, case, tmp, strategy, a=1.0, extra=None, S_meta=True, writer="aut
     root = str(tmp)
     case.write(root)
     if S_meta:
-        os.makedirs(os.path.join(root, io.VECTORIZER), exist_ok=True)
-        with open(os.path.join(root, io.VECTORIZER, "encoder.json"), "w") as fh:
+        os.makedirs(os.path.join(root, storage.VECTORIZER), exist_ok=True)
+        with open(os.path.join(root, storage.VECTORIZER, "encoder.json"), "w") as fh:
             json.dump({"sparse_dim": case.S, "dense_dim": case.dense.shape[1]}, fh)
     conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": a, "writer": writer}}
     conf.update(extra or {})
     ctx = make_context(spark, config_from_dict(conf))
-    stats = aggregate.run_stage(ctx)
+    stats = aggregate.run(ctx)
     return stats, _read_features(root)
 
 
@@ -200,21 +207,21 @@ def _check_against_reference(case, feats, a, stats):
     for v, R in ref.items():
         t = feats[v]
         assert t.num_rows == n, (v, t.num_rows)
-        assert t.column(io.INSTANCE_ID).to_pylist() == sorted(case.inst_ids)
+        assert t.column(storage.INSTANCE_ID).to_pylist() == sorted(case.inst_ids)
         order = np.argsort(np.asarray(case.inst_ids))
         vo = v == variants.VECTORIZER_ONLY
         X = _as_matrix(t, D if vo else 2 * D, S if vo else 2 * S)
         assert np.all(np.isfinite(X.data))
         diff = abs(X - R[order]).max() if X.nnz or R.nnz else 0.0
         assert diff <= TOL, (v, diff)
-        assert t.column(io.SPLIT).to_pylist() == [case.splits[i] for i in order]
+        assert t.column(storage.SPLIT).to_pylist() == [case.splits[i] for i in order]
         ids = np.asarray(case.inst_ids + case.label_ids, dtype=object)
         exp = [case.nbrs.get(v, {}).get(int(i), ([], [])) for i in order]
-        lens, got_ids = _flat_lists(t.column(io.NEIGHBOR_IDS))
+        lens, got_ids = _flat_lists(t.column(storage.NEIGHBOR_IDS))
         assert lens.tolist() == [len(nb) for nb, _ in exp]
         exp_nb = np.asarray([j for nb, _ in exp for j in nb], dtype=np.int64)
         assert got_ids.tolist() == ids[exp_nb].tolist()
-        lw, got_w = _flat_lists(t.column(io.NEIGHBOR_WEIGHTS))
+        lw, got_w = _flat_lists(t.column(storage.NEIGHBOR_WEIGHTS))
         assert np.array_equal(lw, lens)
         np.testing.assert_allclose(got_w, [x for _, w in exp for x in w], rtol=0, atol=1e-7)
         assert sum(stats["rows"][v].values()) == n
@@ -313,7 +320,7 @@ def citeulike_case(citeulike_dir):
 @pytest.fixture(scope="module")
 def citeulike_runs(spark, citeulike_case, tmp_path_factory):
     """broadcast (embeddings memory-mapped by the executors, broadcast_via auto -> files) with
-    the JVM writer (io.write_table); shuffle with the executor-side pyarrow writer
+    the JVM writer (storage.write_table); shuffle with the executor-side pyarrow writer
     (aggregate.writer=arrow)."""
     out = {}
     for strategy, writer in (("broadcast", "spark"), ("shuffle", "arrow")):
@@ -332,7 +339,7 @@ def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strat
     _check_against_reference(citeulike_case, feats, 0.7, stats)
     # empty-text articles without neighbours are exact zeros, never NaN
     t = feats["pina"]
-    pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
+    pos = {x: k for k, x in enumerate(t.column(storage.INSTANCE_ID).to_pylist())}
     zero_rows = [
         i
         for i in range(0, citeulike_case.n_inst, 997)
@@ -341,9 +348,11 @@ def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strat
     assert zero_rows
     for i in zero_rows:
         k = pos[citeulike_case.inst_ids[i]]
-        assert not any(t.column(io.DENSE)[k].as_py())
-        assert t.column(io.SPARSE_INDICES)[k].as_py() == []
-    meta = json.loads(open(os.path.join(str(tmp), io.FEATURES, aggregate.FEATURES_META)).read())
+        assert not any(t.column(storage.DENSE)[k].as_py())
+        assert t.column(storage.SPARSE_INDICES)[k].as_py() == []
+    meta = json.loads(
+        open(os.path.join(str(tmp), storage.FEATURES, aggregate.FEATURES_META)).read()
+    )
     assert meta["sparse_dim"] == citeulike_case.S and meta["dense_dim"] == 32
 
 
@@ -351,16 +360,16 @@ def test_arrow_writer_table_is_the_contract(spark, citeulike_runs):
     """The executor-written table (shuffle run) reads in Spark with the contract's types and
     leaves no staging files behind."""
     tmp = citeulike_runs["shuffle"][0]
-    df = spark.read.parquet(os.path.join(str(tmp), io.FEATURES))
+    df = spark.read.parquet(os.path.join(str(tmp), storage.FEATURES))
     assert dict(df.dtypes) == {
-        io.INSTANCE_ID: "string",
-        io.DENSE: "array<float>",
-        io.SPARSE_INDICES: "array<int>",
-        io.SPARSE_VALUES: "array<float>",
-        io.NEIGHBOR_IDS: "array<string>",
-        io.NEIGHBOR_WEIGHTS: "array<float>",
-        io.VARIANT: "string",
-        io.SPLIT: "string",
+        storage.INSTANCE_ID: "string",
+        storage.DENSE: "array<float>",
+        storage.SPARSE_INDICES: "array<int>",
+        storage.SPARSE_VALUES: "array<float>",
+        storage.NEIGHBOR_IDS: "array<string>",
+        storage.NEIGHBOR_WEIGHTS: "array<float>",
+        storage.VARIANT: "string",
+        storage.SPLIT: "string",
     }
     staging = os.path.join(str(tmp), "_staging")
     assert not os.path.exists(staging) or not os.listdir(staging)
@@ -372,13 +381,13 @@ def test_citeulike_strategies_identical(citeulike_runs):
     fs = citeulike_runs["shuffle"][2]
     for v in fb:
         for col in (
-            io.DENSE,
-            io.SPARSE_INDICES,
-            io.SPARSE_VALUES,
-            io.NEIGHBOR_IDS,
-            io.NEIGHBOR_WEIGHTS,
-            io.INSTANCE_ID,
-            io.SPLIT,
+            storage.DENSE,
+            storage.SPARSE_INDICES,
+            storage.SPARSE_VALUES,
+            storage.NEIGHBOR_IDS,
+            storage.NEIGHBOR_WEIGHTS,
+            storage.INSTANCE_ID,
+            storage.SPLIT,
         ):
             assert fb[v].column(col).equals(fs[v].column(col)), (v, col)
 
@@ -388,11 +397,11 @@ def test_export_csr_round_trip(spark, citeulike_case, citeulike_runs, tmp_path):
     S, D = citeulike_case.S, 32
     for v, split in (("pina", "test"), ("vectorizer_only", "train")):
         out = str(tmp_path / f"X.{v}.{split}.npz")
-        info = aggregate.export_csr(spark, os.path.join(str(root), io.FEATURES), v, split, out)
+        info = aggregate.export_csr(spark, os.path.join(str(root), storage.FEATURES), v, split, out)
         X = sp.load_npz(out)
         ids = open(info["ids_path"]).read().split("\n")[:-1]
-        t = feats[v].filter(ds.field(io.SPLIT) == split)
-        assert ids == t.column(io.INSTANCE_ID).to_pylist() == sorted(ids)
+        t = feats[v].filter(ds.field(storage.SPLIT) == split)
+        assert ids == t.column(storage.INSTANCE_ID).to_pylist() == sorted(ids)
         vo = v == "vectorizer_only"
         dw, sw = (D, S) if vo else (2 * D, 2 * S)
         assert X.shape == (t.num_rows, dw + sw) == (info["rows"], info["cols"])
@@ -496,21 +505,24 @@ def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
     for v in res["broadcast"]:
         for other in ("broadcast_spark", "shuffle"):
             a, b = res["broadcast"][v], res[other][v]
-            assert a.column(io.DENSE).equals(b.column(io.DENSE)), (v, other)
-            assert a.column(io.SPARSE_VALUES).equals(b.column(io.SPARSE_VALUES)), (v, other)
+            assert a.column(storage.DENSE).equals(b.column(storage.DENSE)), (v, other)
+            assert a.column(storage.SPARSE_VALUES).equals(b.column(storage.SPARSE_VALUES)), (
+                v,
+                other,
+            )
     t = res["shuffle"]["pina"]
-    pos = {x: k for k, x in enumerate(t.column(io.INSTANCE_ID).to_pylist())}
+    pos = {x: k for k, x in enumerate(t.column(storage.INSTANCE_ID).to_pylist())}
     for i in (3, 4, 5):  # empty text and no (or only empty) neighbours: zeros, finite
         k = pos[f"i{i:05d}"]
-        assert t.column(io.DENSE)[k].as_py() == [0.0] * 12
-        assert t.column(io.SPARSE_VALUES)[k].as_py() == []
+        assert t.column(storage.DENSE)[k].as_py() == [0.0] * 12
+        assert t.column(storage.SPARSE_VALUES)[k].as_py() == []
     i9 = pos["i00009"]  # no neighbours row: V1 = 0, so V = V0
     v0 = res["shuffle"]["vectorizer_only"]
-    k0 = {x: k for k, x in enumerate(v0.column(io.INSTANCE_ID).to_pylist())}["i00009"]
+    k0 = {x: k for k, x in enumerate(v0.column(storage.INSTANCE_ID).to_pylist())}["i00009"]
     np.testing.assert_allclose(
-        t.column(io.DENSE)[i9].as_py()[:6], v0.column(io.DENSE)[k0].as_py(), atol=1e-7
+        t.column(storage.DENSE)[i9].as_py()[:6], v0.column(storage.DENSE)[k0].as_py(), atol=1e-7
     )
-    assert t.column(io.NEIGHBOR_IDS)[i9].as_py() == []
+    assert t.column(storage.NEIGHBOR_IDS)[i9].as_py() == []
 
 
 @pytest.mark.parametrize("via,limit", [("spark", "broadcast_max_mb"), ("files", "mmap_max_mb")])
@@ -523,7 +535,7 @@ def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path
             "broadcast",
             extra={"aggregate": {"strategy": "broadcast", "broadcast_via": via, limit: 0}},
         )
-    assert not os.path.exists(os.path.join(str(tmp_path), io.FEATURES))
+    assert not os.path.exists(os.path.join(str(tmp_path), storage.FEATURES))
 
 
 def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
@@ -535,10 +547,10 @@ def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
     assert stats["broadcast_via"] == "files"
     _check_against_reference(case, feats, 1.0, stats)
     case2 = _hub_case(n=300, n_lab=5, seed=12)  # same ids, other vectors
-    shutil.rmtree(os.path.join(str(tmp_path), io.EMBEDDINGS))
+    shutil.rmtree(os.path.join(str(tmp_path), storage.EMBEDDINGS))
     stats2, feats2 = _run(spark, case2, tmp_path, "broadcast")
     _check_against_reference(case2, feats2, 1.0, stats2)
-    assert not feats2["pina"].column(io.DENSE).equals(feats["pina"].column(io.DENSE))
+    assert not feats2["pina"].column(storage.DENSE).equals(feats["pina"].column(storage.DENSE))
     roots = set(
         spark.sparkContext.parallelize(range(4), 4).map(lambda _: embstore.mapped_root()).collect()
     )
@@ -567,18 +579,18 @@ def test_selection_computes_only_the_selected_instances(spark, hub_case, tmp_pat
     hub_case.write(root)
     chosen = list(range(0, hub_case.n_inst, 7))
     sel_uri = os.path.join(str(tmp_path), "selection")
-    _write(sel_uri, pa.table({io.NODE_INDEX: pa.array(chosen, pa.int64())}))
+    _write(sel_uri, pa.table({storage.NODE_INDEX: pa.array(chosen, pa.int64())}))
     conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": 1.3}}
     ctx = make_context(spark, config_from_dict(conf))
     ctx.selection = sel_uri
-    stats = aggregate.run_stage(ctx)
+    stats = aggregate.run(ctx)
     assert stats["strategy"] == strategy
     got = _read_features(root)
     ids = sorted(hub_case.inst_ids[i] for i in chosen)
     assert set(got) == set(full)
     for v, t in got.items():
-        assert t.column(io.INSTANCE_ID).to_pylist() == ids, v
-        ref = full[v].filter(pc.is_in(full[v].column(io.INSTANCE_ID), pa.array(ids)))
+        assert t.column(storage.INSTANCE_ID).to_pylist() == ids, v
+        ref = full[v].filter(pc.is_in(full[v].column(storage.INSTANCE_ID), pa.array(ids)))
         for col in t.column_names:
             assert t.column(col).equals(ref.column(col)), (v, col)
 
@@ -662,7 +674,7 @@ def _pifa_reference(case, mode, a, max_nnz=0):
     (of all of them for a test instance); ``text_pifa`` adds the label's own normalised row;
     then only the ``max_nnz`` largest tf-idf entries stay (ties: lower column) and the row is
     normalised again."""
-    from pina_spark.folds import fold_of
+    from pina_spark.storage.folds import fold_of
 
     n, M, F = case.n_inst, case.M, case.F
     E = case.E().toarray()
@@ -725,11 +737,11 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
         root = tmp_path / name
         il = pa.table(
             {
-                io.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
-                io.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
+                storage.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
+                storage.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
             }
         )
-        _write(os.path.join(str(root), io.INSTANCE_LABELS), il)
+        _write(os.path.join(str(root), storage.INSTANCE_LABELS), il)
         stats, feats = _run(
             spark,
             case,
@@ -752,15 +764,15 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
         assert np.abs(X - R).max() <= TOL, (name, np.abs(X - R).max())
         ids = np.asarray(case.inst_ids + case.label_ids, dtype=object)
         exp = [case.nbrs["pina"].get(int(i), ([], []))[0] for i in order]
-        assert t.column(io.NEIGHBOR_IDS).to_pylist() == [list(ids[e]) for e in exp]
+        assert t.column(storage.NEIGHBOR_IDS).to_pylist() == [list(ids[e]) for e in exp]
         ref0 = case.reference(1.2)[variants.VECTORIZER_ONLY][order].toarray()
         X0 = _as_matrix(feats[variants.VECTORIZER_ONLY], case.dense.shape[1], case.S).toarray()
         assert np.abs(X0 - ref0).max() <= TOL
-        left = os.listdir(os.path.join(str(root), io.STAGING))
+        left = os.listdir(os.path.join(str(root), storage.STAGING))
         assert not [x for x in left if "label_features" in x], left
         res[name] = t
     for other in ("spark", "shuffle"):
-        assert res["files"].column(io.DENSE).equals(res[other].column(io.DENSE)), other
+        assert res["files"].column(storage.DENSE).equals(res[other].column(storage.DENSE)), other
 
 
 def test_label_features_differ_from_text_where_a_label_is_aggregated():

@@ -15,11 +15,14 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from pina_spark import io, pipeline
+from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.manifest import Manifest
+from pina_spark.orchestration import pipeline
+from pina_spark.storage.manifest import Manifest
 
-graph = pytest.importorskip("pina_spark.graph", reason="pina_spark/graph.py not there yet")
+graph = pytest.importorskip(
+    "pina_spark.stages.graph", reason="pina_spark/stages/graph/__init__.py not there yet"
+)
 validate = pytest.importorskip("pina_spark.validate", reason="pina_spark/validate.py not there yet")
 
 MAX_BASKET = 50
@@ -139,7 +142,7 @@ def _cfg(tmp_path, inputs, **extra):
 
 
 def _graph_entry(cfg):
-    return Manifest(io.RunPaths(cfg.output, cfg.run.run_date).manifest).stage("graph")
+    return Manifest(storage.RunPaths(cfg.output, cfg.run.run_date).manifest).stage("graph")
 
 
 def _small_inputs(tmp_path, spark, **replace):
@@ -174,11 +177,11 @@ def dirty(spark, tmp_path_factory):
     }
     ev_rows = GOOD_EVENTS + [r for r, _ in BAD_EVENTS] + BIG_EVENTS
     ev_uri = str(tmp / "events.parquet")
-    spark.createDataFrame(ev_rows, io.schema("events")).repartition(3).write.parquet(ev_uri)
+    spark.createDataFrame(ev_rows, storage.schema("events")).repartition(3).write.parquet(ev_uri)
     inputs["events"] = ev_uri
     cfg = _cfg(tmp, inputs)
     result = pipeline.run_pipeline(spark, cfg, ["graph"])
-    paths = io.RunPaths(cfg.output)
+    paths = storage.RunPaths(cfg.output)
     entry = _graph_entry(cfg)
     return {
         "cfg": cfg,
@@ -196,12 +199,12 @@ def dirty(spark, tmp_path_factory):
 
 
 def _quarantine(spark, dirty, table):
-    return io.read_table(spark, dirty["paths"], f"{io.QUARANTINE}/{table}")
+    return storage.read_table(spark, dirty["paths"], f"{storage.QUARANTINE}/{table}")
 
 
 def _reasons_of(spark, dirty, table):
     q = _quarantine(spark, dirty, table)
-    return dict(Counter(r[io.REASON] for r in q.select(io.REASON).collect()))
+    return dict(Counter(r[storage.REASON] for r in q.select(storage.REASON).collect()))
 
 
 def test_dirty_run_completes(dirty):
@@ -218,19 +221,19 @@ def test_every_row_accounted_for(spark, dirty, table):
     q = _quarantine(spark, dirty, table)
     assert q.count() == st["rows_quarantined"]
     assert _reasons_of(spark, dirty, table) == st["reasons"]
-    assert q.filter(q[io.REASON].isNull()).count() == 0
+    assert q.filter(q[storage.REASON].isNull()).count() == 0
 
 
 def test_used_rows_match_published_outputs(spark, dirty):
     st = dirty["stats"]["inputs"]
-    nodes = io.read_table(spark, dirty["paths"], io.NODES)
-    kinds = Counter(r[io.KIND] for r in nodes.select(io.KIND).collect())
-    assert kinds[io.KIND_INSTANCE] == st["instances"]["rows_used"]
-    assert kinds[io.KIND_LABEL] == st["labels"]["rows_used"]
-    il = io.read_table(spark, dirty["paths"], io.INSTANCE_LABELS)
+    nodes = storage.read_table(spark, dirty["paths"], storage.NODES)
+    kinds = Counter(r[storage.KIND] for r in nodes.select(storage.KIND).collect())
+    assert kinds[storage.KIND_INSTANCE] == st["instances"]["rows_used"]
+    assert kinds[storage.KIND_LABEL] == st["labels"]["rows_used"]
+    il = storage.read_table(spark, dirty["paths"], storage.INSTANCE_LABELS)
     assert il.count() == st["instance_labels"]["rows_used"]
     # node indices are 0..n-1 without gaps or repeats
-    idx = sorted(r[0] for r in nodes.select(io.NODE_INDEX).collect())
+    idx = sorted(r[0] for r in nodes.select(storage.NODE_INDEX).collect())
     assert idx == list(range(len(idx)))
 
 
@@ -239,11 +242,11 @@ def test_null_empty_blank_and_duplicate_ids(spark, dirty):
     assert reasons.get("missing_id") == 3
     assert reasons.get("duplicate_id") == 1
     assert _reasons_of(spark, dirty, "labels").get("duplicate_id") == 1
-    nodes = io.read_table(spark, dirty["paths"], io.NODES)
-    by_id = {(r[io.KIND], r[io.NODE_ID]): r[io.TEXT] for r in nodes.collect()}
+    nodes = storage.read_table(spark, dirty["paths"], storage.NODES)
+    by_id = {(r[storage.KIND], r[storage.NODE_ID]): r[storage.TEXT] for r in nodes.collect()}
     # the duplicate is resolved deterministically: the smallest text wins
-    assert by_id[(io.KIND_INSTANCE, "i03")] == "good product 3"
-    assert by_id[(io.KIND_LABEL, "L2")] == "label text 2"
+    assert by_id[(storage.KIND_INSTANCE, "i03")] == "good product 3"
+    assert by_id[(storage.KIND_LABEL, "L2")] == "label text 2"
     assert not any(nid is None or not nid.strip() for _, nid in by_id)
 
 
@@ -252,7 +255,9 @@ def test_non_utf8_and_empty_text(spark, dirty):
     assert reasons.get("invalid_utf8") == 1
     assert reasons.get("missing_text") == 2
     q = _quarantine(spark, dirty, "instances")
-    assert {r[io.INSTANCE_ID] for r in q.filter(q[io.REASON] == "missing_text").collect()} == {
+    assert {
+        r[storage.INSTANCE_ID] for r in q.filter(q[storage.REASON] == "missing_text").collect()
+    } == {
         "i14",
         "i15",
     }
@@ -262,7 +267,7 @@ def test_unparseable_and_invalid_split_rows(spark, dirty):
     reasons = _reasons_of(spark, dirty, "instances")
     assert reasons.get("unparseable") == 1 and reasons.get("invalid_split") == 1
     q = _quarantine(spark, dirty, "instances")
-    raw = [r[io.CORRUPT] for r in q.filter(q[io.REASON] == "unparseable").collect()]
+    raw = [r[storage.CORRUPT] for r in q.filter(q[storage.REASON] == "unparseable").collect()]
     assert raw == ['i17,"text",train,extra field']
 
 
@@ -283,10 +288,12 @@ def test_duplicate_events_and_nan_inf_weights_and_unknown_items(spark, dirty):
     expected = dict(Counter(reason for _, reason in BAD_EVENTS))
     assert _reasons_of(spark, dirty, "events") == expected
     q = _quarantine(spark, dirty, "events")
-    dup = q.filter(q[io.REASON] == "duplicate_event").collect()
+    dup = q.filter(q[storage.REASON] == "duplicate_event").collect()
     # the earliest event_time is kept, the later duplicate quarantined
-    assert [(r[io.BASKET_ID], r[io.EVENT_TIME]) for r in dup] == [("b5", "2026-01-02")]
-    w = sorted(str(r[io.WEIGHT]) for r in q.filter(q[io.REASON] == "invalid_weight").collect())
+    assert [(r[storage.BASKET_ID], r[storage.EVENT_TIME]) for r in dup] == [("b5", "2026-01-02")]
+    w = sorted(
+        str(r[storage.WEIGHT]) for r in q.filter(q[storage.REASON] == "invalid_weight").collect()
+    )
     assert w == sorted(["nan", "inf", "-inf", "-1.0"])
 
 
@@ -296,8 +303,8 @@ def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
     that knows nothing about partitions); duplicates and bad rows do not inflate counts."""
     edges, baskets, capped = _reference_edges(GOOD_EVENTS + BIG_EVENTS)
     got = {
-        (r[io.SRC_ID], r[io.DST_ID]): r[io.COUNT]
-        for r in io.read_table(spark, dirty["paths"], io.I2I_EDGES).collect()
+        (r[storage.SRC_ID], r[storage.DST_ID]): r[storage.COUNT]
+        for r in storage.read_table(spark, dirty["paths"], storage.I2I_EDGES).collect()
     }
     assert got == edges
     st = dirty["stats"]["baskets"]
@@ -309,9 +316,9 @@ def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
 
 def test_quarantine_tables_written_for_every_input(spark, dirty):
     for t in ("instances", "labels", "instance_labels", "events"):
-        assert io.is_complete(spark, dirty["paths"].table(f"{io.QUARANTINE}/{t}"))
+        assert storage.is_complete(spark, dirty["paths"].table(f"{storage.QUARANTINE}/{t}"))
         cols = _quarantine(spark, dirty, t).columns
-        assert io.REASON in cols and io.CORRUPT in cols
+        assert storage.REASON in cols and storage.CORRUPT in cols
 
 
 # --------------------------------------------------------------------------- clear errors
@@ -324,7 +331,7 @@ def _assert_failed(spark, cfg, exc, *needles):
     entry = _graph_entry(cfg)
     if entry is not None:  # a failed stage is recorded as failed, never complete
         assert entry["status"] == "failed"
-    assert not io.is_complete(spark, io.RunPaths(cfg.output).table(io.NODES))
+    assert not storage.is_complete(spark, storage.RunPaths(cfg.output).table(storage.NODES))
     return msg
 
 
@@ -333,20 +340,20 @@ def test_missing_column_is_a_clear_error(spark, tmp_path):
     d.mkdir()
     ev = _csv(d / "ev.csv", "basket_id,product", ["b1,i01"])
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=ev))
-    _assert_failed(spark, cfg, io.InputError, "'item_id'", ev)
+    _assert_failed(spark, cfg, storage.InputError, "'item_id'", ev)
 
 
 def test_wrong_type_is_a_clear_error(spark, tmp_path):
     uri = str(tmp_path / "labels.parquet")
     spark.createDataFrame([(1, "a")], "label_id int, text string").write.parquet(uri)
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, labels=uri))
-    _assert_failed(spark, cfg, io.InputError, "'label_id'", uri)
+    _assert_failed(spark, cfg, storage.InputError, "'label_id'", uri)
 
 
 def test_missing_input_path_is_a_clear_error(spark, tmp_path):
     missing = str(tmp_path / "no-such-dir" / "events.parquet")
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, events=missing))
-    _assert_failed(spark, cfg, io.InputError, missing, "does not exist")
+    _assert_failed(spark, cfg, storage.InputError, missing, "does not exist")
 
 
 def test_empty_input_table_is_a_clear_error(spark, tmp_path):
@@ -354,14 +361,14 @@ def test_empty_input_table_is_a_clear_error(spark, tmp_path):
     d.mkdir()
     empty = _csv(d / "empty_labels.csv", "label_id,text", [])
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, labels=empty))
-    _assert_failed(spark, cfg, io.InputError, "no rows", empty)
+    _assert_failed(spark, cfg, storage.InputError, "no rows", empty)
 
 
 def test_empty_parquet_input_table_is_a_clear_error(spark, tmp_path):
     uri = str(tmp_path / "inst.parquet")
-    spark.createDataFrame([], io.schema("instances")).write.parquet(uri)
+    spark.createDataFrame([], storage.schema("instances")).write.parquet(uri)
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=uri))
-    _assert_failed(spark, cfg, io.InputError, "no rows", uri)
+    _assert_failed(spark, cfg, storage.InputError, "no rows", uri)
 
 
 def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
@@ -369,9 +376,9 @@ def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
     d.mkdir()
     bad = _csv(d / "inst.csv", "instance_id,text,split", ["i01,,train", ",x,train"])
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=bad))
-    _assert_failed(spark, cfg, io.InputError, "quarantined")
+    _assert_failed(spark, cfg, storage.InputError, "quarantined")
     # the quarantine that explains it is published
-    q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/instances")
+    q = storage.read_table(spark, storage.RunPaths(cfg.output), f"{storage.QUARANTINE}/instances")
     assert q.count() == 2
 
 
@@ -382,19 +389,25 @@ def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_
     I_inst edge (the documented fallback)."""
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark), side_info="i2i", graph={"min_count": 100})
     assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
-    paths = io.RunPaths(cfg.output)
-    edges = io.read_table(spark, paths, io.I2I_EDGES)
-    assert edges.count() == 0 and edges.columns == [io.SRC_ID, io.DST_ID, io.COUNT, io.SCORE]
+    paths = storage.RunPaths(cfg.output)
+    edges = storage.read_table(spark, paths, storage.I2I_EDGES)
+    assert edges.count() == 0 and edges.columns == [
+        storage.SRC_ID,
+        storage.DST_ID,
+        storage.COUNT,
+        storage.SCORE,
+    ]
     assert _graph_entry(cfg)["stats"]["i2i_edges"] == 0
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
-    pina = pe.filter(pe[io.VARIANT] == "pina").collect()
-    assert {r[io.BLOCK] for r in pina} == {"I_inst"}
-    nodes = io.read_table(spark, paths, io.NODES)
+    pe = storage.read_table(spark, paths, storage.PRETRAIN_EDGES)
+    pina = pe.filter(pe[storage.VARIANT] == "pina").collect()
+    assert {r[storage.BLOCK] for r in pina} == {"I_inst"}
+    nodes = storage.read_table(spark, paths, storage.NODES)
     train = {
-        r[io.NODE_INDEX] for r in nodes.filter("kind = 'instance' and split = 'train'").collect()
+        r[storage.NODE_INDEX]
+        for r in nodes.filter("kind = 'instance' and split = 'train'").collect()
     }
-    assert {r[io.SRC_INDEX] for r in pina} == train
-    assert all(r[io.SRC_INDEX] == r[io.DST_INDEX] for r in pina)
+    assert {r[storage.SRC_INDEX] for r in pina} == train
+    assert all(r[storage.SRC_INDEX] == r[storage.DST_INDEX] for r in pina)
 
 
 def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
@@ -408,7 +421,7 @@ def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
         task={"labels": "graph"},
         graph={"min_count": 100},
     )
-    msg = _assert_failed(spark, cfg, (io.InputError, ValueError), "label")
+    msg = _assert_failed(spark, cfg, (storage.InputError, ValueError), "label")
     assert "min_count" in msg or "empty" in msg.lower() or "no edge" in msg.lower()
 
 
@@ -428,13 +441,13 @@ def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark,
     msg = _assert_failed(
         spark,
         cfg,
-        io.InputError,
+        storage.InputError,
         "unknown_item 100.0%",
         "quality.max_quarantined_fraction",
         "zero padding",
     )
     assert "events:" in msg
-    q = io.read_table(spark, io.RunPaths(cfg.output), f"{io.QUARANTINE}/events")
+    q = storage.read_table(spark, storage.RunPaths(cfg.output), f"{storage.QUARANTINE}/events")
     assert q.count() == len(GOOD_EVENTS)  # the quarantine that explains it is published
     # a per-reason limit tighter than the table-wide one
     few = _csv(
@@ -447,7 +460,7 @@ def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark,
         _small_inputs(tmp_path, spark, events=few),
         quality={"max_reason_fraction": {"events.unknown_item": 0.01}},
     )
-    _assert_failed(spark, cfg, io.InputError, "events.unknown_item: 1 of 13 rows")
+    _assert_failed(spark, cfg, storage.InputError, "events.unknown_item: 1 of 13 rows")
 
 
 def _jsonl(path, rows):
@@ -496,23 +509,25 @@ def test_ids_with_control_characters_or_unicode_spaces_are_quarantined(spark, tm
         quality={"max_text_chars": 100},
     )
     assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
-    paths = io.RunPaths(cfg.output)
+    paths = storage.RunPaths(cfg.output)
     got = {
-        r[io.INSTANCE_ID]: r[io.REASON]
-        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/instances").collect()
+        r[storage.INSTANCE_ID]: r[storage.REASON]
+        for r in storage.read_table(spark, paths, f"{storage.QUARANTINE}/instances").collect()
     }
     assert got == {**bad_ids, "i30": "text_too_long"}
     labels_q = {
-        r[io.LABEL_ID]: r[io.REASON]
-        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/labels").collect()
+        r[storage.LABEL_ID]: r[storage.REASON]
+        for r in storage.read_table(spark, paths, f"{storage.QUARANTINE}/labels").collect()
     }
     assert labels_q == {"L\u00a05": "invalid_id"}
     ev_q = [
-        (r[io.ITEM_ID], r[io.REASON])
-        for r in io.read_table(spark, paths, f"{io.QUARANTINE}/events").collect()
+        (r[storage.ITEM_ID], r[storage.REASON])
+        for r in storage.read_table(spark, paths, f"{storage.QUARANTINE}/events").collect()
     ]
     assert ev_q == [("i01\r", "invalid_id")]
     stats = _graph_entry(cfg)["stats"]["inputs"]["instances"]
     assert stats["reasons"] == {"invalid_id": 5, "missing_id": 2, "text_too_long": 1}
-    node_ids = {r[io.NODE_ID] for r in io.read_table(spark, paths, io.NODES).collect()}
+    node_ids = {
+        r[storage.NODE_ID] for r in storage.read_table(spark, paths, storage.NODES).collect()
+    }
     assert not any(c in i for i in node_ids for c in "\r\n\t\u00a0\u200b")

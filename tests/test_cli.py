@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from pina_spark import cli
+from pina_spark.cli import commands as cli
 from pina_spark.config import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,7 +108,7 @@ def test_config_file_errors_exit_2(tmp_path, captured, capsys):
 
 
 def test_input_errors_exit_2(conf, monkeypatch, capsys):
-    from pina_spark.io import InputError
+    from pina_spark.storage import InputError
 
     def boom(cfg, stages):
         raise InputError("input.instances: i.parquet does not exist")

@@ -17,9 +17,10 @@ import time
 
 import pytest
 
-from pina_spark import io, pipeline, runtime
+from pina_spark import runtime, storage
 from pina_spark.config import config_from_dict
-from pina_spark.manifest import Manifest
+from pina_spark.orchestration import pipeline
+from pina_spark.storage.manifest import Manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "XYZ-not-a-real-key-4711"
@@ -84,7 +85,9 @@ def two_runs(tmp_path_factory):
             }
         )
     )
-    code = os.path.dirname(os.path.dirname(os.path.abspath(io.__file__)))  # the code under test
+    code = os.path.dirname(
+        os.path.dirname(os.path.abspath(storage.__file__))
+    )  # the code under test
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
@@ -106,7 +109,7 @@ def two_runs(tmp_path_factory):
         "--set",
         f"spark.conf.spark.hadoop.fs.s3a.secret.key={SECRET}",
     ]
-    lock = out / io.LOCK
+    lock = out / storage.LOCK
     p1 = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -145,13 +148,13 @@ def test_second_run_on_one_root_fails_at_once_naming_the_first(two_runs):
     # run 2 did not touch the lease, the manifest or any table of run 1
     assert two_runs["lock_after_run2"]["run_id"] == owner["run_id"]
     assert two_runs["p1"].returncode == 0, two_runs["log1"][-4000:]
-    paths = io.RunPaths(str(two_runs["out"]))
+    paths = storage.RunPaths(str(two_runs["out"]))
     m = Manifest(paths.manifest)
     assert m.stage("graph")["status"] == "complete"
     assert [h["run_id"] for h in m.data["history"]] == [owner["run_id"]]
     assert m.data["history"][0]["status"] == "complete"
-    assert io.read_commit(paths, "graph")["run_id"] == owner["run_id"]
-    assert not (two_runs["out"] / io.LOCK).exists(), "run 1 did not release its lease"
+    assert storage.read_commit(paths, "graph")["run_id"] == owner["run_id"]
+    assert not (two_runs["out"] / storage.LOCK).exists(), "run 1 did not release its lease"
 
 
 def test_secret_in_set_is_nowhere_under_the_output_or_in_the_log(two_runs):
@@ -165,12 +168,12 @@ def test_secret_in_set_is_nowhere_under_the_output_or_in_the_log(two_runs):
     assert not hits, hits
     for text in (two_runs["log1"], two_runs["p2"].stdout + two_runs["p2"].stderr):
         assert SECRET not in text
-    conf = Manifest(io.RunPaths(str(two_runs["out"])).manifest).data["config"]["spark"]["conf"]
+    conf = Manifest(storage.RunPaths(str(two_runs["out"])).manifest).data["config"]["spark"]["conf"]
     assert conf["spark.hadoop.fs.s3a.secret.key"] == "***"
 
 
 def test_redaction_of_stored_errors_and_config_lists():
-    from pina_spark import redact
+    from pina_spark.config import redact
 
     d = redact.redact_config(
         {
@@ -190,7 +193,7 @@ def test_redaction_of_stored_errors_and_config_lists():
 # --------------------------------------------------------------------------- the lease
 def _fake_lease(root, run_id, age_s):
     os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, io.LOCK), "w") as fh:
+    with open(os.path.join(root, storage.LOCK), "w") as fh:
         json.dump(
             {
                 "run_id": run_id,
@@ -206,42 +209,42 @@ def _fake_lease(root, run_id, age_s):
 def test_lease_refuses_a_live_owner_takes_over_a_stale_one_and_detects_loss(tmp_path):
     root = str(tmp_path / "r")
     _fake_lease(root, "live-run", age_s=5)
-    with pytest.raises(io.LeaseError, match="run live-run .*host other-host, pid 99999"):
-        io.acquire_lease(root, "me")
-    assert io.read_lease(root)["run_id"] == "live-run"
+    with pytest.raises(storage.LeaseError, match="run live-run .*host other-host, pid 99999"):
+        storage.acquire_lease(root, "me")
+    assert storage.read_lease(root)["run_id"] == "live-run"
     _fake_lease(root, "dead-run", age_s=10_000)
-    with io.acquire_lease(root, "me", stale_s=60) as lease:
-        assert io.read_lease(root)["run_id"] == "me"
-        assert io.held_run_id(root) == "me"
-        with io.acquire_lease(root, "ignored") as again:  # reentrant in one process
+    with storage.acquire_lease(root, "me", stale_s=60) as lease:
+        assert storage.read_lease(root)["run_id"] == "me"
+        assert storage.held_run_id(root) == "me"
+        with storage.acquire_lease(root, "ignored") as again:  # reentrant in one process
             assert again is lease
-        assert io.held_run_id(root) == "me"
+        assert storage.held_run_id(root) == "me"
         _fake_lease(root, "thief", age_s=0)  # someone took it over
-        with pytest.raises(io.LeaseError, match="lost its lease"):
-            io.check_lease_for(root + "/nodes")
-        os.remove(os.path.join(root, io.LOCK))
-    assert io.held_run_id(root) is None
+        with pytest.raises(storage.LeaseError, match="lost its lease"):
+            storage.check_lease_for(root + "/nodes")
+        os.remove(os.path.join(root, storage.LOCK))
+    assert storage.held_run_id(root) is None
 
 
 def test_recover_refuses_while_another_live_run_holds_the_lease(spark, tmp_path):
-    paths = io.RunPaths(str(tmp_path / "r"))
-    inflight = os.path.join(paths.root, io.STAGING, "nodes-abc.run-live-run")
+    paths = storage.RunPaths(str(tmp_path / "r"))
+    inflight = os.path.join(paths.root, storage.STAGING, "nodes-abc.run-live-run")
     os.makedirs(inflight)
     _fake_lease(paths.root, "live-run", age_s=1)
-    with pytest.raises(io.LeaseError, match="live-run"):
-        io.recover(spark, paths, [io.NODES])
+    with pytest.raises(storage.LeaseError, match="live-run"):
+        storage.recover(spark, paths, [storage.NODES])
     assert os.path.isdir(inflight)
     # the owner itself (this process holding the lease) keeps its own staging, drops others
-    os.remove(os.path.join(paths.root, io.LOCK))
-    dead = os.path.join(paths.root, io.STAGING, "nodes-def.run-dead-run")
+    os.remove(os.path.join(paths.root, storage.LOCK))
+    dead = os.path.join(paths.root, storage.STAGING, "nodes-def.run-dead-run")
     os.makedirs(dead)
-    with io.acquire_lease(paths.root, "live-run"):
-        io.recover(spark, paths, [io.NODES])
+    with storage.acquire_lease(paths.root, "live-run"):
+        storage.recover(spark, paths, [storage.NODES])
         assert os.path.isdir(inflight) and not os.path.exists(dead)
 
 
 def test_manifest_updates_never_lose_another_writers_entry(tmp_path):
-    uri = str(tmp_path / io.MANIFEST)
+    uri = str(tmp_path / storage.MANIFEST)
     a, b = Manifest(uri), Manifest(uri)  # both read the (empty) manifest first
     a.record_stage("graph", {"n": 1}, "fa", 1.0)
     b.record_stage("embed", {"n": 2}, "fb", 2.0)
@@ -257,7 +260,7 @@ def _frame(spark, lo, hi, tag, parts=2):
 
 
 def _rows(spark, paths, rel):
-    return sorted(tuple(r) for r in io.read_table(spark, paths, rel).collect())
+    return sorted(tuple(r) for r in storage.read_table(spark, paths, rel).collect())
 
 
 def _expected(lo, hi, tag):
@@ -269,8 +272,8 @@ def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp
     its final rename; B then finds no table, reaches the barrier, and both rename at once.
     Exactly one of them wins; the other fails; the table is one complete version with no
     folder nested inside it."""
-    paths = io.RunPaths(str(tmp_path / "r"))
-    io.write_table(_frame(spark, 0, 10, "v0"), paths, "t")
+    paths = storage.RunPaths(str(tmp_path / "r"))
+    storage.write_table(_frame(spark, 0, 10, "v0"), paths, "t")
     final = paths.table("t")
     stagings = {}
     for tag, (lo, hi) in {"A": (100, 130), "B": (200, 250)}.items():
@@ -278,19 +281,19 @@ def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp
         _frame(spark, lo, hi, tag).write.parquet(st)
         stagings[tag] = st
     barrier = threading.Barrier(2, timeout=HANG_GUARD_S)
-    real_rename = io._rename
+    real_rename = storage._rename
 
     def rename(sp, src, dst):
         if dst == final and src in stagings.values():
             barrier.wait()
         return real_rename(sp, src, dst)
 
-    monkeypatch.setattr(io, "_rename", rename)
+    monkeypatch.setattr(storage, "_rename", rename)
     errors = {}
 
     def publish(tag):
         try:
-            io.publish(spark, stagings[tag], final)
+            storage.publish(spark, stagings[tag], final)
         except Exception as e:  # the loser
             errors[tag] = e
 
@@ -348,12 +351,12 @@ def _file_writer(staging, gate_dir):
 
 
 def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(spark, tmp_path):
-    """A cleanup by another process (io.recover of a run that holds no lease) deletes the
+    """A cleanup by another process (storage.recover of a run that holds no lease) deletes the
     staging folder while the executors write into it; the later task recreates the folder.
     publish_written compares the files with what the tasks reported and refuses to publish the
     half table; the previous version stays complete."""
-    paths = io.RunPaths(str(tmp_path / "r"))
-    io.write_table(_frame(spark, 0, 7, "old"), paths, "t")
+    paths = storage.RunPaths(str(tmp_path / "r"))
+    storage.write_table(_frame(spark, 0, 7, "old"), paths, "t")
     staging = paths.staging("t")
     gate = str(tmp_path / "gate")
     os.makedirs(gate)
@@ -363,20 +366,20 @@ def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(s
 
     def other_run():
         _wait_for(lambda: os.path.exists(os.path.join(gate, "part0-written")), "task 0's file")
-        io.recover(spark, paths, ["t"])
+        storage.recover(spark, paths, ["t"])
         open(os.path.join(gate, "go"), "w").close()
 
     t = threading.Thread(target=other_run)
     t.start()
     with pytest.raises(IOError, match="not those the tasks reported"):
-        io.publish_written(spark, df, staging, paths.table("t"), "test writer")
+        storage.publish_written(spark, df, staging, paths.table("t"), "test writer")
     t.join(HANG_GUARD_S)
     assert _rows(spark, paths, "t") == _expected(0, 7, "old")
     assert not os.path.exists(staging)
 
 
 def test_publish_written_checks_row_counts(spark, tmp_path):
-    paths = io.RunPaths(str(tmp_path / "r"))
+    paths = storage.RunPaths(str(tmp_path / "r"))
     staging = paths.staging("t")
     gate = str(tmp_path / "gate")
     os.makedirs(gate)
@@ -387,8 +390,8 @@ def test_publish_written_checks_row_counts(spark, tmp_path):
         .selectExpr("path", "rows + 1 as rows")
     )
     with pytest.raises(IOError, match="holds 5 rows, its task reported 6"):
-        io.publish_written(spark, df, staging, paths.table("t"), "test writer")
-    assert not io.path_exists(spark, paths.table("t"))
+        storage.publish_written(spark, df, staging, paths.table("t"), "test writer")
+    assert not storage.path_exists(spark, paths.table("t"))
 
 
 def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypatch):
@@ -399,8 +402,8 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
     complete version instead of deleting it."""
     import shutil
 
-    paths = io.RunPaths(str(tmp_path / "r"))
-    io.write_table(_frame(spark, 0, 40, "old", parts=4), paths, "t")
+    paths = storage.RunPaths(str(tmp_path / "r"))
+    storage.write_table(_frame(spark, 0, 40, "old", parts=4), paths, "t")
     final = paths.table("t")
 
     class Crash(RuntimeError):
@@ -422,14 +425,14 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
             shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
         shutil.rmtree(src)
 
-    monkeypatch.setattr(io, "_rename", s3_rename)
+    monkeypatch.setattr(storage, "_rename", s3_rename)
     with pytest.raises(Crash):
-        io.write_table(_frame(spark, 100, 180, "new", parts=4), paths, "t")
+        storage.write_table(_frame(spark, 100, 180, "new", parts=4), paths, "t")
     monkeypatch.undo()
     # what a crash leaves: the new version half copied, with _SUCCESS, beside the old one
     assert os.path.exists(os.path.join(final, "_SUCCESS"))
     assert [n for n in os.listdir(paths.root) if n.startswith("t.__old-")]
-    assert io.recover(spark, paths, ["t"]) == ["t"]
+    assert storage.recover(spark, paths, ["t"]) == ["t"]
     assert _rows(spark, paths, "t") == _expected(0, 40, "old")
     assert not [n for n in os.listdir(paths.root) if ".__old-" in n]
 
@@ -445,32 +448,37 @@ def test_crash_after_nodes_is_published_makes_embed_refuse(spark, tmp_path, monk
     the mix, naming the stage that did not commit; rerunning graph makes it consistent."""
     cfg = _graph_cfg(tmp_path / "out", _tiny_inputs(tmp_path / "in"))
     pipeline.run_pipeline(spark, cfg, ["graph"])
-    paths = io.RunPaths(cfg.output)
-    committed = io.read_commit(paths, "graph")["tables"]
-    assert committed[io.NODES] == io.table_version(paths.table(io.NODES))
+    paths = storage.RunPaths(cfg.output)
+    committed = storage.read_commit(paths, "graph")["tables"]
+    assert committed[storage.NODES] == storage.table_version(paths.table(storage.NODES))
 
     def dies_after_nodes(real):  # Spark's writer, or the driver's for small inputs
         def write(*a, **k):
-            if io.INSTANCE_LABELS in a:
+            if storage.INSTANCE_LABELS in a:
                 raise SystemExit("driver killed after nodes was published")
             return real(*a, **k)
 
         return write
 
-    monkeypatch.setattr(io, "write_table", dies_after_nodes(io.write_table))
-    monkeypatch.setattr(io, "write_arrow", dies_after_nodes(io.write_arrow))
+    monkeypatch.setattr(storage, "write_table", dies_after_nodes(storage.write_table))
+    monkeypatch.setattr(storage, "write_arrow", dies_after_nodes(storage.write_arrow))
     with pytest.raises(SystemExit):
         pipeline.run_pipeline(spark, cfg, ["graph"], force=True)
     monkeypatch.undo()
-    assert io.table_version(paths.table(io.NODES)) != committed[io.NODES]  # new nodes
-    assert io.table_version(paths.table(io.INSTANCE_LABELS)) == committed[io.INSTANCE_LABELS]
+    assert (
+        storage.table_version(paths.table(storage.NODES)) != committed[storage.NODES]
+    )  # new nodes
+    assert (
+        storage.table_version(paths.table(storage.INSTANCE_LABELS))
+        == committed[storage.INSTANCE_LABELS]
+    )
     with pytest.raises(
-        io.UncommittedError, match=r"stage embed refuses .*graph: nodes.*Rerun " r"graph"
+        storage.UncommittedError, match=r"stage embed refuses .*graph: nodes.*Rerun " r"graph"
     ):
         pipeline.run_pipeline(spark, cfg, ["embed"])
     assert Manifest(paths.manifest).stage("embed") is None  # refused before starting
     # a notebook's reader refuses the mix too, unless asked to look at it anyway
-    with pytest.raises(io.UncommittedError, match=r"graph: nodes.*allow_uncommitted"):
+    with pytest.raises(storage.UncommittedError, match=r"graph: nodes.*allow_uncommitted"):
         pipeline.open_run(spark, cfg.output)
     assert pipeline.open_run(spark, cfg.output, allow_uncommitted=True).paths.root
 
@@ -495,13 +503,13 @@ def _models_tag(models_dir):
 
 
 def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path, monkeypatch):
-    from pina_spark import artifacts
+    from pina_spark.models import artifacts
 
-    paths = io.RunPaths(str(tmp_path / "r"))
-    dst = paths.table(io.MODELS)
+    paths = storage.RunPaths(str(tmp_path / "r"))
+    dst = paths.table(storage.MODELS)
     artifacts.publish(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
-    assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
-    real_copy = io.copy_dir
+    assert storage.is_complete(spark, dst) and _models_tag(dst) == "v1"
+    real_copy = storage.copy_dir
 
     def copy_then_crash(src, target):
         real_copy(src, target)
@@ -509,28 +517,28 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
         shutil_rm(os.path.join(target, "g"))  # a half copy...
         raise OSError("disk full / driver killed during the copy")
 
-    monkeypatch.setattr(io, "copy_dir", copy_then_crash)
+    monkeypatch.setattr(storage, "copy_dir", copy_then_crash)
     with pytest.raises(OSError, match="disk full"):
         artifacts.publish(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
     monkeypatch.undo()
-    assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
+    assert storage.is_complete(spark, dst) and _models_tag(dst) == "v1"
     # a crash during the swap itself (after the old version was moved aside)
-    real_rename = io._rename
+    real_rename = storage._rename
 
     def rename(sp, src, target):
         if target == dst and "_staging" in src:
             raise OSError("driver killed between the two renames")
         return real_rename(sp, src, target)
 
-    monkeypatch.setattr(io, "_rename", rename)
+    monkeypatch.setattr(storage, "_rename", rename)
     with pytest.raises(OSError, match="between the two renames"):
         artifacts.publish(spark, _fake_models(str(tmp_path / "m3"), "v3"), dst)
     monkeypatch.undo()
-    assert io.is_complete(spark, dst) and _models_tag(dst) == "v1"
+    assert storage.is_complete(spark, dst) and _models_tag(dst) == "v1"
     artifacts.publish(spark, _fake_models(str(tmp_path / "m4"), "v4"), dst)
     assert _models_tag(dst) == "v4"
-    assert not os.path.exists(os.path.join(paths.root, io.STAGING)) or not os.listdir(
-        os.path.join(paths.root, io.STAGING)
+    assert not os.path.exists(os.path.join(paths.root, storage.STAGING)) or not os.listdir(
+        os.path.join(paths.root, storage.STAGING)
     )
 
 
@@ -565,14 +573,14 @@ def fake_embed(ctx):
     from pyspark.sql import functions as F
 
     _CALLS.append({"selection": ctx.selection, "root": ctx.paths.root})
-    nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
+    nodes = storage.read_table(ctx.spark, ctx.paths, storage.NODES)
     emb = nodes.select(
-        io.NODE_INDEX,
-        F.array(F.lit(1.0).cast("float")).alias(io.DENSE),
-        F.array().cast("array<int>").alias(io.SPARSE_INDICES),
-        F.array().cast("array<float>").alias(io.SPARSE_VALUES),
+        storage.NODE_INDEX,
+        F.array(F.lit(1.0).cast("float")).alias(storage.DENSE),
+        F.array().cast("array<int>").alias(storage.SPARSE_INDICES),
+        F.array().cast("array<float>").alias(storage.SPARSE_VALUES),
     )
-    io.write_table(emb, ctx.paths, io.EMBEDDINGS)
+    storage.write_table(emb, ctx.paths, storage.EMBEDDINGS)
     return {"rows": nodes.count()}
 
 
@@ -582,15 +590,16 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     recomputes every node and says why."""
     import dataclasses as dc
 
-    from pina_spark import artifacts
+    from pina_spark.models import artifacts
 
-    models_run = io.RunPaths(str(tmp_path / "models_run"))
+    models_run = storage.RunPaths(str(tmp_path / "models_run"))
     # embed reads the vectorizer: a retrain republishes it (and g's models after it)
-    dst = models_run.table(io.VECTORIZER)
+    dst = models_run.table(storage.VECTORIZER)
     artifacts.publish(spark, _fake_models(str(tmp_path / "m1"), "v1"), dst)
-    v1 = io.table_version(dst)
+    v1 = storage.table_version(dst)
     nodes = spark.createDataFrame(
-        [(i, "instance", f"n{i}", f"text {i}", "train") for i in range(6)], io.schema(io.NODES)
+        [(i, "instance", f"n{i}", f"text {i}", "train") for i in range(6)],
+        storage.schema(storage.NODES),
     )
     cfg = config_from_dict(
         {
@@ -602,21 +611,21 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     inc = pipeline.INCREMENTAL["embed"]
     # day D-1: a full run with models v1, recorded as the pipeline does
     prev = pipeline.make_context(spark, cfg)
-    io.write_table(nodes, prev.paths, io.NODES)
+    storage.write_table(nodes, prev.paths, storage.NODES)
     fake_embed(prev)
     prev.manifest.record_stage("embed", {}, "fp", 1.0, models_version=v1)
     # the same day again, models unchanged: incremental (nothing changed, nothing recomputed)
     cfg_d = cfg.replace(run=dc.replace(cfg.run, run_date="2026-11-23"))
     ctx = pipeline.make_context(spark, cfg_d)
-    io.write_table(nodes, ctx.paths, io.NODES)
+    storage.write_table(nodes, ctx.paths, storage.NODES)
     _CALLS.clear()
     st = pipeline.run_incremental(ctx, spec, inc)
     assert st["selected"] == 0 and _CALLS == []
     # retrain, then day D: full recompute with the reason
     artifacts.publish(spark, _fake_models(str(tmp_path / "m2"), "v2"), dst)
-    assert io.table_version(dst) != v1
+    assert storage.table_version(dst) != v1
     _CALLS.clear()
     st = pipeline.run_incremental(ctx, spec, inc)
     assert len(_CALLS) == 1 and _CALLS[0]["selection"] is None
     assert st["incremental"].startswith("full (") and "retrained" in st["incremental"], st
-    assert io.read_table(spark, ctx.paths, io.EMBEDDINGS).count() == 6
+    assert storage.read_table(spark, ctx.paths, storage.EMBEDDINGS).count() == 6

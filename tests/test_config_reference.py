@@ -1,10 +1,10 @@
 """docs/config.md is generated from the config dataclasses and must be current: every key, its
-type, default and a meaning (pina_spark/config_reference.py; regenerate with `make docs`)."""
+type, default and a meaning (pina_spark/config/reference.py; regenerate with `make docs`)."""
 
 import os
 
 from pina_spark.config import skeleton
-from pina_spark.config_reference import reference_markdown, reference_rows
+from pina_spark.config.reference import reference_markdown, reference_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "config.md")
@@ -32,6 +32,6 @@ def test_docs_config_md_is_current():
     with open(DOC) as fh:
         current = fh.read()
     assert current == reference_markdown(), (
-        "docs/config.md is stale: run `make docs` (python -m pina_spark.config_reference > "
+        "docs/config.md is stale: run `make docs` (python -m pina_spark.config.reference > "
         "docs/config.md) and commit it"
     )

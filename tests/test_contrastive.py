@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from pina_spark import io
+from pina_spark import storage
 from pina_spark.config import ConfigError, config_from_dict
-from pina_spark.contrastive import choose_pairs, plan_batches
-from pina_spark.parity import encoder_parity
+from pina_spark.models.contrastive import choose_pairs, plan_batches
+from pina_spark.models.parity import encoder_parity
 
 TINY = {
     "epochs": 1,
@@ -121,8 +121,8 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     import torch
     from safetensors.numpy import load_file
 
-    from pina_spark.encoders import minilm_path
-    from pina_spark.vectorizer import PhiPre
+    from pina_spark.models.encoders import minilm_path
+    from pina_spark.models.vectorizer import PhiPre
 
     from test_pretrain import TFIDF, _citeulike_graph, _ctx, _write_graph, stage1
 
@@ -146,8 +146,8 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     _write_graph(spark, ctx.paths, nodes, edges)
     stats = stage1(ctx)
     assert stats["encoder"] == "contrastive"
-    models = ctx.paths.table(io.MODELS)
-    vec = ctx.paths.table(io.VECTORIZER)
+    models = ctx.paths.table(storage.MODELS)
+    vec = ctx.paths.table(storage.VECTORIZER)
     spec = json.load(open(os.path.join(vec, "encoder.json")))
     assert spec["kind"] == "contrastive" and spec["path"] == "encoder"
     card = json.load(open(os.path.join(models, "model_card.json")))["contrastive"]
@@ -166,7 +166,7 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     def on_executor(batches):
         import pandas as pd
 
-        from pina_spark.artifacts import load_vectorizer  # the embed stage's loader
+        from pina_spark.models.artifacts import load_vectorizer  # the embed stage's loader
 
         enc = load_vectorizer(vec, "cpu").encoder
         for b in batches:
@@ -178,7 +178,7 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     remote = np.array([r.v for r in sorted(rows, key=lambda r: r.i)], dtype=np.float32)
     assert np.abs(remote - driver).max() <= 1e-5
     # the frozen MiniLM gives other vectors: the executor really used the tuned weights
-    from pina_spark.encoders import load_encoder
+    from pina_spark.models.encoders import load_encoder
 
     frozen = load_encoder({"kind": "minilm", "path": None, "max_length": 24}).encode(texts[:3])
     assert np.abs(frozen - driver[:3]).max() > 1e-4
@@ -189,8 +189,9 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
     test row from the inputs leaves the fine-tuned encoder's weights bit for bit unchanged."""
     import torch
 
-    from pina_spark import graph, vectorizer_stage
-    from pina_spark.pipeline import make_context
+    from pina_spark.orchestration.pipeline import make_context
+    from pina_spark.stages import graph
+    from pina_spark.stages.vectorizer import stage as vectorizer_stage
 
     from test_graph import _leak_inputs
 
@@ -217,9 +218,9 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
             }
         )
         ctx = make_context(spark, cfg)
-        graph.run_stage(ctx)
-        vectorizer_stage.run_stage(ctx)  # the fine-tune; g and the embeddings do not matter here
-        vec = ctx.paths.table(io.VECTORIZER)
+        graph.run(ctx)
+        vectorizer_stage.run(ctx)  # the fine-tune; g and the embeddings do not matter here
+        vec = ctx.paths.table(storage.VECTORIZER)
         weights[drop] = _weights(vec)
         cards[drop] = json.load(open(os.path.join(vec, "vectorizer_card.json")))["contrastive"]
     assert cards[False]["pairs"] == cards[True]["pairs"] > 8
@@ -236,19 +237,19 @@ def test_candidates_skip_self_twins_and_the_heldout_items():
     left out."""
     import pandas as pd
 
-    from pina_spark.bpre import Nodes
-    from pina_spark.finetune import contrastive_candidates
-    from pina_spark.folds import is_heldout
+    from pina_spark.models.bpre import Nodes
+    from pina_spark.models.finetune import contrastive_candidates
+    from pina_spark.storage.folds import is_heldout
 
     from test_pretrain import _graph_labels_problem
 
     nodes = Nodes(
         pd.DataFrame(
             {
-                io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
-                io.KIND: ["instance"] * 3 + ["label"] * 3,
-                io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
-                io.TEXT: ["x"] * 6,
+                storage.NODE_INDEX: [0, 1, 2, 3, 4, 5],
+                storage.KIND: ["instance"] * 3 + ["label"] * 3,
+                storage.NODE_ID: ["a", "b", "c", "a", "b", "c"],
+                storage.TEXT: ["x"] * 6,
             }
         )
     )

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pina_spark import datasets, io
-from pina_spark.folds import in_sample_fraction
+from pina_spark import datasets, storage
+from pina_spark.storage.folds import in_sample_fraction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLES = ("instances", "labels", "instance_labels", "events")
@@ -33,7 +33,7 @@ def _read(path):
 
 def _co_bought_pairs(events):
     pairs = set()
-    for _, items in events.groupby(io.BASKET_ID)[io.ITEM_ID]:
+    for _, items in events.groupby(storage.BASKET_ID)[storage.ITEM_ID]:
         pairs.update(itertools.combinations(sorted(set(items)), 2))
     return sorted(pairs)
 
@@ -87,16 +87,16 @@ def test_demo_is_byte_identical_across_runs_and_processes(demo, tmp_path):
 
 CONTRACT = {
     "instances": [
-        (io.INSTANCE_ID, pa.string()),
-        (io.TEXT, pa.string()),
-        (io.SPLIT, pa.string()),
+        (storage.INSTANCE_ID, pa.string()),
+        (storage.TEXT, pa.string()),
+        (storage.SPLIT, pa.string()),
     ],
-    "labels": [(io.LABEL_ID, pa.string()), (io.TEXT, pa.string())],
-    "instance_labels": [(io.INSTANCE_ID, pa.string()), (io.LABEL_ID, pa.string())],
+    "labels": [(storage.LABEL_ID, pa.string()), (storage.TEXT, pa.string())],
+    "instance_labels": [(storage.INSTANCE_ID, pa.string()), (storage.LABEL_ID, pa.string())],
     "events": [
-        (io.BASKET_ID, pa.string()),
-        (io.ITEM_ID, pa.string()),
-        (io.EVENT_TIME, pa.string()),
+        (storage.BASKET_ID, pa.string()),
+        (storage.ITEM_ID, pa.string()),
+        (storage.EVENT_TIME, pa.string()),
     ],
 }
 
@@ -105,7 +105,7 @@ def _assert_contract(paths):
     for name, cols in CONTRACT.items():
         schema = pq.read_schema(paths[name])
         assert [(f.name, f.type) for f in schema] == cols, name
-        required, optional = io.INPUT_COLUMNS[name]
+        required, optional = storage.INPUT_COLUMNS[name]
         assert set(required) <= set(schema.names) <= set(required) | set(optional)
         assert pq.ParquetFile(paths[name]).metadata.num_rows > 0, name
 
@@ -119,50 +119,50 @@ def test_demo_tables_are_consistent_and_sized_for_a_quick_demo(demo_frames):
     il, ev = demo_frames["instance_labels"], demo_frames["events"]
     for df in demo_frames.values():
         assert not df.isna().any().any()
-    assert inst[io.INSTANCE_ID].is_unique and inst[io.TEXT].is_unique
-    assert labels[io.LABEL_ID].is_unique and labels[io.TEXT].is_unique
+    assert inst[storage.INSTANCE_ID].is_unique and inst[storage.TEXT].is_unique
+    assert labels[storage.LABEL_ID].is_unique and labels[storage.TEXT].is_unique
     assert 2000 <= len(inst) <= 3000
     assert 120 <= len(labels) <= 180
-    assert (inst[io.TEXT].str.split().str.len() >= 3).all()
+    assert (inst[storage.TEXT].str.split().str.len() >= 3).all()
     # every product has 1..5 labels, all pairs reference known ids, no duplicate pairs
     assert not il.duplicated().any()
-    per_inst = il.groupby(io.INSTANCE_ID).size()
-    assert set(per_inst.index) == set(inst[io.INSTANCE_ID])
+    per_inst = il.groupby(storage.INSTANCE_ID).size()
+    assert set(per_inst.index) == set(inst[storage.INSTANCE_ID])
     assert per_inst.min() >= 1 and per_inst.max() <= 5
-    assert set(il[io.LABEL_ID]) == set(labels[io.LABEL_ID])  # every label is used
+    assert set(il[storage.LABEL_ID]) == set(labels[storage.LABEL_ID])  # every label is used
     # baskets: ~15k of 3..15 distinct known items
-    assert set(ev[io.ITEM_ID]) <= set(inst[io.INSTANCE_ID])
-    assert not ev.duplicated([io.BASKET_ID, io.ITEM_ID]).any()
-    sizes = ev.groupby(io.BASKET_ID).size()
+    assert set(ev[storage.ITEM_ID]) <= set(inst[storage.INSTANCE_ID])
+    assert not ev.duplicated([storage.BASKET_ID, storage.ITEM_ID]).any()
+    sizes = ev.groupby(storage.BASKET_ID).size()
     assert 12000 <= len(sizes) <= 18000
     assert sizes.min() >= 3 and sizes.max() <= 15
-    assert pd.to_datetime(ev[io.EVENT_TIME], format="%Y-%m-%dT%H:%M:%S").notna().all()
+    assert pd.to_datetime(ev[storage.EVENT_TIME], format="%Y-%m-%dT%H:%M:%S").notna().all()
 
 
 def test_demo_split_follows_the_id_hash(demo_frames):
     inst = demo_frames["instances"]
-    assert set(inst[io.SPLIT]) == {io.SPLIT_TRAIN, io.SPLIT_TEST}
+    assert set(inst[storage.SPLIT]) == {storage.SPLIT_TRAIN, storage.SPLIT_TEST}
     expect = [
-        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-demo-test") else io.SPLIT_TRAIN
-        for i in inst[io.INSTANCE_ID]
+        storage.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-demo-test") else storage.SPLIT_TRAIN
+        for i in inst[storage.INSTANCE_ID]
     ]
-    assert inst[io.SPLIT].tolist() == expect
-    frac = (inst[io.SPLIT] == io.SPLIT_TEST).mean()
+    assert inst[storage.SPLIT].tolist() == expect
+    frac = (inst[storage.SPLIT] == storage.SPLIT_TEST).mean()
     assert 0.15 < frac < 0.25
 
 
 def test_demo_co_purchases_share_labels_far_more_than_random_pairs(demo_frames):
     inst, il, ev = (demo_frames[k] for k in ("instances", "instance_labels", "events"))
-    labs = {k: set(v) for k, v in il.groupby(io.INSTANCE_ID)[io.LABEL_ID]}
+    labs = {k: set(v) for k, v in il.groupby(storage.INSTANCE_ID)[storage.LABEL_ID]}
     co = _co_bought_pairs(ev)
     share_co = np.mean([bool(labs[a] & labs[b]) for a, b in co])
-    ids = inst[io.INSTANCE_ID].to_numpy()
+    ids = inst[storage.INSTANCE_ID].to_numpy()
     rng = np.random.RandomState(0)
     rand = [(ids[x], ids[y]) for x, y in rng.randint(len(ids), size=(20000, 2)) if x != y]
     share_rand = np.mean([bool(labs[a] & labs[b]) for a, b in rand])
     assert share_co > 4 * share_rand, (share_co, share_rand)
     # hub items exist: the most bought item is in far more baskets than the median one
-    counts = ev[io.ITEM_ID].value_counts()
+    counts = ev[storage.ITEM_ID].value_counts()
     assert counts.iloc[0] > 20 * counts.median()
 
 
@@ -174,7 +174,9 @@ def test_demo_has_labels_that_only_co_purchase_reveals(demo_frames):
     mission_ids = {lab["label_id"] for lab in labels if lab["kind"] == "mission"}
     assert len(mission_ids) >= 15
     il = demo_frames["instance_labels"]
-    missions = {k: set(v) & mission_ids for k, v in il.groupby(io.INSTANCE_ID)[io.LABEL_ID]}
+    missions = {
+        k: set(v) & mission_ids for k, v in il.groupby(storage.INSTANCE_ID)[storage.LABEL_ID]
+    }
     noun = {p["instance_id"]: p["noun"] for p in products}
     co = {
         (a, b)
@@ -204,9 +206,9 @@ def test_demo_has_labels_that_only_co_purchase_reveals(demo_frames):
 
 def test_demo_tables_read_through_the_pipeline_reader(spark, demo):
     for name, path in demo.items():
-        df = io.read_input(spark, path, name)  # raises InputError on a wrong column or type
-        want = [f for f in io.schema(name).fields]
-        assert [(f.name, f.dataType) for f in df.schema.fields if f.name != io.CORRUPT] == [
+        df = storage.read_input(spark, path, name)  # raises InputError on a wrong column or type
+        want = [f for f in storage.schema(name).fields]
+        assert [(f.name, f.dataType) for f in df.schema.fields if f.name != storage.CORRUPT] == [
             (f.name, f.dataType) for f in want
         ]
 
@@ -226,9 +228,9 @@ def test_prepare_data_demo_rewrites_the_same_files_in_place(demo):
 def test_prepare_data_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="unknown source"):
         datasets.prepare_data("amazon", None, str(tmp_path))
-    with pytest.raises(io.InputError, match="--input"):
+    with pytest.raises(storage.InputError, match="--input"):
         datasets.prepare_data("citeulike-t", None, str(tmp_path))
-    with pytest.raises(io.InputError, match="lacks"):
+    with pytest.raises(storage.InputError, match="lacks"):
         datasets.prepare_data("instacart", str(tmp_path), str(tmp_path / "out"))
 
 
@@ -301,47 +303,47 @@ def test_synthetic_row_counts_and_references(synthetic):
     il, ev = frames["instance_labels"], frames["events"]
     for df in frames.values():
         assert not df.isna().any().any()
-    assert len(inst) == SYN_N and inst[io.INSTANCE_ID].is_unique
-    assert inst[io.INSTANCE_ID].tolist() == [f"p{i:04d}" for i in range(SYN_N)]
+    assert len(inst) == SYN_N and inst[storage.INSTANCE_ID].is_unique
+    assert inst[storage.INSTANCE_ID].tolist() == [f"p{i:04d}" for i in range(SYN_N)]
     # events: the baskets stop at the one that reaches 50 x N, so 50 N <= events < 50 N + 20
     assert 50 * SYN_N <= len(ev) < 50 * SYN_N + 20
     # labels: N / 10 with unique texts (the vocabulary's ~150 plus ranked keyword labels)
     assert len(labels) == SYN_N // 10
-    assert labels[io.LABEL_ID].is_unique and labels[io.TEXT].is_unique
+    assert labels[storage.LABEL_ID].is_unique and labels[storage.TEXT].is_unique
     # 1-5 labels per product, every id known, no duplicate pair
     assert not il.duplicated().any()
-    per_inst = il.groupby(io.INSTANCE_ID).size()
-    assert set(per_inst.index) == set(inst[io.INSTANCE_ID])
+    per_inst = il.groupby(storage.INSTANCE_ID).size()
+    assert set(per_inst.index) == set(inst[storage.INSTANCE_ID])
     assert per_inst.min() >= 1 and per_inst.max() <= 5 and 2 <= per_inst.mean() <= 4
-    assert set(il[io.LABEL_ID]) <= set(labels[io.LABEL_ID])
-    assert il[io.LABEL_ID].nunique() >= 0.95 * len(labels)  # labels are used
+    assert set(il[storage.LABEL_ID]) <= set(labels[storage.LABEL_ID])
+    assert il[storage.LABEL_ID].nunique() >= 0.95 * len(labels)  # labels are used
     # baskets of 3-20 distinct known items, timestamps in order
-    assert set(ev[io.ITEM_ID]) <= set(inst[io.INSTANCE_ID])
-    assert not ev.duplicated([io.BASKET_ID, io.ITEM_ID]).any()
-    sizes = ev.groupby(io.BASKET_ID).size()
+    assert set(ev[storage.ITEM_ID]) <= set(inst[storage.INSTANCE_ID])
+    assert not ev.duplicated([storage.BASKET_ID, storage.ITEM_ID]).any()
+    sizes = ev.groupby(storage.BASKET_ID).size()
     assert sizes.min() >= 3 and sizes.max() <= 20 and 8 <= sizes.mean() <= 12
-    times = pd.to_datetime(ev[io.EVENT_TIME], format="%Y-%m-%dT%H:%M:%S")
-    assert times.is_monotonic_increasing and ev[io.BASKET_ID].is_monotonic_increasing
+    times = pd.to_datetime(ev[storage.EVENT_TIME], format="%Y-%m-%dT%H:%M:%S")
+    assert times.is_monotonic_increasing and ev[storage.BASKET_ID].is_monotonic_increasing
     # titles of 2-8 words, nearly all distinct
-    words = inst[io.TEXT].str.replace(",", "").str.split().str.len()
+    words = inst[storage.TEXT].str.replace(",", "").str.split().str.len()
     assert words.min() >= 2 and words.max() <= 8
-    assert inst[io.TEXT].nunique() >= 0.99 * SYN_N
+    assert inst[storage.TEXT].nunique() >= 0.99 * SYN_N
     # the split rule of every converter, and the statistics file agrees
     expect = [
-        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else io.SPLIT_TRAIN
-        for i in inst[io.INSTANCE_ID]
+        storage.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else storage.SPLIT_TRAIN
+        for i in inst[storage.INSTANCE_ID]
     ]
-    assert inst[io.SPLIT].tolist() == expect
+    assert inst[storage.SPLIT].tolist() == expect
     assert stats["source"] == "synthetic" and stats["rules"]["seed"] == SYN_SEED
     for name in TABLES:
         assert stats[name]["rows"] == len(frames[name]), name
     assert stats["events"]["baskets"] == len(sizes)
-    assert stats["instances"]["test"] == (inst[io.SPLIT] == io.SPLIT_TEST).sum()
+    assert stats["instances"]["test"] == (inst[storage.SPLIT] == storage.SPLIT_TEST).sum()
 
 
 def test_synthetic_popularity_is_long_tailed(synthetic):
     _, frames, stats = synthetic
-    counts = np.sort(frames["events"][io.ITEM_ID].value_counts().to_numpy())[::-1]
+    counts = np.sort(frames["events"][storage.ITEM_ID].value_counts().to_numpy())[::-1]
     top = counts[: SYN_N // 100].sum() / counts.sum()
     assert top > 0.08, top  # the top 1 % of items take > 8 x their uniform share of events
     assert counts[0] > 50 * np.median(counts)
@@ -354,14 +356,14 @@ def test_synthetic_co_purchases_are_complementary(synthetic):
     _, frames, _ = synthetic
     ev = frames["events"]
     cat = datasets.synthetic_catalogue(datasets.SyntheticSpec(SYN_N, seed=SYN_SEED)).category
-    ev = ev.assign(cat=cat[ev[io.ITEM_ID].str[1:].astype(int).to_numpy()])
-    per_cat = ev.groupby([io.BASKET_ID, "cat"]).size()
-    size = ev.groupby(io.BASKET_ID).size()
+    ev = ev.assign(cat=cat[ev[storage.ITEM_ID].str[1:].astype(int).to_numpy()])
+    per_cat = ev.groupby([storage.BASKET_ID, "cat"]).size()
+    size = ev.groupby(storage.BASKET_ID).size()
     same = (per_cat * (per_cat - 1) / 2).sum() / (size * (size - 1) / 2).sum()
     chance = float(((np.bincount(cat) / len(cat)) ** 2).sum())
     assert same > 8 * chance, (same, chance)
     il = frames["instance_labels"]
-    labs = {k: set(v) for k, v in il.groupby(io.INSTANCE_ID)[io.LABEL_ID]}
+    labs = {k: set(v) for k, v in il.groupby(storage.INSTANCE_ID)[storage.LABEL_ID]}
     rng = np.random.RandomState(0)
     ids = sorted(labs)
     rand = [(ids[x], ids[y]) for x, y in rng.randint(len(ids), size=(20000, 2)) if x != y]
@@ -372,13 +374,13 @@ def test_synthetic_co_purchases_are_complementary(synthetic):
 
 
 def test_prepare_data_synthetic_usage_errors(tmp_path, capsys):
-    from pina_spark import cli
+    from pina_spark.cli import commands as cli
 
-    with pytest.raises(io.InputError, match="--instances N is required"):
+    with pytest.raises(storage.InputError, match="--instances N is required"):
         datasets.prepare_data("synthetic", None, str(tmp_path))
-    with pytest.raises(io.InputError, match="synthetic only"):
+    with pytest.raises(storage.InputError, match="synthetic only"):
         datasets.prepare_data("demo", None, str(tmp_path), seed=3)
-    with pytest.raises(io.InputError, match="instances must be an integer >= 100"):
+    with pytest.raises(storage.InputError, match="instances must be an integer >= 100"):
         datasets.prepare_data("synthetic", None, str(tmp_path), instances=5)
     for argv, msg in (
         (["--source", "synthetic"], "--source synthetic needs --instances N"),
@@ -413,11 +415,11 @@ def test_citeulike_instances_match_mult_dat(citeulike, citeulike_dir):
     inst = frames["instances"]
     mult = _counted_lines(os.path.join(citeulike_dir, "mult.dat"))
     assert len(inst) == len(mult) == 25975
-    assert inst[io.INSTANCE_ID].tolist() == [str(i) for i in range(len(mult))]
+    assert inst[storage.INSTANCE_ID].tolist() == [str(i) for i in range(len(mult))]
     with open(os.path.join(citeulike_dir, "vocabulary.dat")) as fh:
         vocab = fh.read().split("\n")
     assert len(vocab) == 20000
-    texts = inst.set_index(io.INSTANCE_ID)[io.TEXT]
+    texts = inst.set_index(storage.INSTANCE_ID)[storage.TEXT]
     rng = np.random.RandomState(7)
     for a in list(rng.choice(len(mult), 25, replace=False)) + [0, len(mult) - 1]:
         bag = collections.Counter(
@@ -431,11 +433,11 @@ def test_citeulike_instances_match_mult_dat(citeulike, citeulike_dir):
     n_empty = sum(1 for ln in mult if ln[0] == "0")
     assert (texts == "").sum() == n_empty == stats["instances"]["empty_text"]
     expect = [
-        io.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else io.SPLIT_TRAIN
-        for i in inst[io.INSTANCE_ID]
+        storage.SPLIT_TEST if in_sample_fraction(i, 0.2, "pina-test") else storage.SPLIT_TRAIN
+        for i in inst[storage.INSTANCE_ID]
     ]
-    assert inst[io.SPLIT].tolist() == expect
-    assert 0.18 < (inst[io.SPLIT] == io.SPLIT_TEST).mean() < 0.22
+    assert inst[storage.SPLIT].tolist() == expect
+    assert 0.18 < (inst[storage.SPLIT] == storage.SPLIT_TEST).mean() < 0.22
 
 
 def test_citeulike_tags_with_five_articles(citeulike, citeulike_dir):
@@ -453,11 +455,11 @@ def test_citeulike_tags_with_five_articles(citeulike, citeulike_dir):
     want = df[df["tag"].isin(keep)]
     il = frames["instance_labels"]
     assert len(il) == len(want) == stats["instance_labels"]["rows"]
-    got = set(zip(il[io.INSTANCE_ID].astype(int), il[io.LABEL_ID].astype(int)))
+    got = set(zip(il[storage.INSTANCE_ID].astype(int), il[storage.LABEL_ID].astype(int)))
     assert got == set(zip(want["article"], want["tag"]))
     labels = frames["labels"]
-    assert sorted(labels[io.LABEL_ID].astype(int)) == sorted(keep)
-    names = dict(zip(labels[io.LABEL_ID].astype(int), labels[io.TEXT]))
+    assert sorted(labels[storage.LABEL_ID].astype(int)) == sorted(keep)
+    names = dict(zip(labels[storage.LABEL_ID].astype(int), labels[storage.TEXT]))
     for t in sorted(keep)[:50]:
         assert names[t] == tags[t].replace("-", " ").replace("_", " ")
         assert "-" not in names[t] and "_" not in names[t]
@@ -478,10 +480,10 @@ def test_citeulike_events_are_user_libraries(citeulike, citeulike_dir):
     _, frames, stats = citeulike
     users = _counted_lines(os.path.join(citeulike_dir, "users.dat"))
     ev = frames["events"]
-    assert list(ev.columns) == [io.BASKET_ID, io.ITEM_ID]
+    assert list(ev.columns) == [storage.BASKET_ID, storage.ITEM_ID]
     assert len(ev) == sum(int(ln[0]) for ln in users) == 134860
-    assert ev[io.BASKET_ID].nunique() == len(users) == 7947
-    lib = ev[ev[io.BASKET_ID] == "u1"][io.ITEM_ID].tolist()
+    assert ev[storage.BASKET_ID].nunique() == len(users) == 7947
+    lib = ev[ev[storage.BASKET_ID] == "u1"][storage.ITEM_ID].tolist()
     assert sorted(lib, key=int) == sorted(users[1][1:], key=int)
     assert stats["events"]["rows"] == len(ev)
 
@@ -502,22 +504,22 @@ def test_instacart_conversion(instacart, instacart_dir):
     products = pd.read_csv(os.path.join(instacart_dir, "products.csv"))
     inst = frames["instances"]
     assert len(inst) == raw["product_id"].nunique() == 14190
-    assert set(inst[io.INSTANCE_ID]) == set(raw["product_id"].astype(str))
+    assert set(inst[storage.INSTANCE_ID]) == set(raw["product_id"].astype(str))
     names = dict(zip(products["product_id"].astype(str), products["product_name"]))
-    assert (inst[io.TEXT] == inst[io.INSTANCE_ID].map(names)).all()
-    assert 0.18 < (inst[io.SPLIT] == io.SPLIT_TEST).mean() < 0.22
+    assert (inst[storage.TEXT] == inst[storage.INSTANCE_ID].map(names)).all()
+    assert 0.18 < (inst[storage.SPLIT] == storage.SPLIT_TEST).mean() < 0.22
     ev = frames["events"]
-    assert list(ev.columns) == [io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME]
+    assert list(ev.columns) == [storage.BASKET_ID, storage.ITEM_ID, storage.EVENT_TIME]
     assert len(ev) == len(raw.drop_duplicates(["order_id", "product_id"]))
-    assert ev[io.BASKET_ID].nunique() == raw["order_id"].nunique() == 15183
-    got = set(zip(ev[io.BASKET_ID], ev[io.ITEM_ID]))
+    assert ev[storage.BASKET_ID].nunique() == raw["order_id"].nunique() == 15183
+    got = set(zip(ev[storage.BASKET_ID], ev[storage.ITEM_ID]))
     assert got == set(zip(raw["order_id"].astype(str), raw["product_id"].astype(str)))
     # one timestamp per order, and a user's orders are in order_number order
-    assert (ev.groupby(io.BASKET_ID)[io.EVENT_TIME].nunique() == 1).all()
+    assert (ev.groupby(storage.BASKET_ID)[storage.EVENT_TIME].nunique() == 1).all()
     orders = raw.drop_duplicates("order_id").set_index("order_id")
-    t = ev.drop_duplicates(io.BASKET_ID).set_index(
-        ev.drop_duplicates(io.BASKET_ID)[io.BASKET_ID].astype(int)
-    )[io.EVENT_TIME]
+    t = ev.drop_duplicates(storage.BASKET_ID).set_index(
+        ev.drop_duplicates(storage.BASKET_ID)[storage.BASKET_ID].astype(int)
+    )[storage.EVENT_TIME]
     orders = orders.assign(t=t).sort_values(["user_id", "order_number"])
     assert (orders.groupby("user_id")["t"].apply(lambda s: s.is_monotonic_increasing)).all()
     assert stats["instances"]["rows"] == len(inst) and stats["events"]["rows"] == len(ev)

@@ -10,9 +10,9 @@ import zlib
 import numpy as np
 import pytest
 
-from pina_spark import io
+from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.downstream import read_model_dir
+from pina_spark.stages.train.stage import read_model_dir
 
 N_LABELS = 12
 WORDS_PER_LABEL = 6
@@ -41,7 +41,7 @@ def build_synthetic_run(
     from pyspark.sql import types as T
 
     rng = np.random.RandomState(seed)
-    paths = io.RunPaths(root)
+    paths = storage.RunPaths(root)
     inst_ids = [f"i{i:04d}" for i in range(n_inst)]
     splits = ["test" if i % test_every == 0 else "train" for i in range(n_inst)]
     labels_of = []
@@ -61,13 +61,13 @@ def build_synthetic_run(
     lab_ids = [f"L{lab:02d}" for lab in range(N_LABELS)]
     for lab, lid in enumerate(lab_ids):
         node_rows.append((n_inst + lab, "label", lid, " ".join(_label_words(lab)), None))
-    nodes = spark.createDataFrame(node_rows, io.schema(io.NODES))
-    io.write_table(nodes, paths, io.NODES)
+    nodes = spark.createDataFrame(node_rows, storage.schema(storage.NODES))
+    storage.write_table(nodes, paths, storage.NODES)
     il = [(i, n_inst + lab) for i in range(n_inst) for lab in labels_of[i]]
-    io.write_table(
+    storage.write_table(
         spark.createDataFrame(il, "instance_index long, label_index long"),
         paths,
-        io.INSTANCE_LABELS,
+        storage.INSTANCE_LABELS,
     )
     proto = rng.randn(N_LABELS, DENSE).astype(np.float32)
     emb = []
@@ -82,7 +82,11 @@ def build_synthetic_run(
         emb_rows.append(
             (p, [float(x) for x in d], idx, [float(1.0 / np.sqrt(len(idx)))] * len(idx))
         )
-    io.write_table(spark.createDataFrame(emb_rows, io.schema(io.EMBEDDINGS)), paths, io.EMBEDDINGS)
+    storage.write_table(
+        spark.createDataFrame(emb_rows, storage.schema(storage.EMBEDDINGS)),
+        paths,
+        storage.EMBEDDINGS,
+    )
     if with_features:
         rows = []
         for v in variants:
@@ -106,12 +110,12 @@ def build_synthetic_run(
                         v,
                     )
                 )
-        schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
-        io.write_table(
+        schema = storage.schema(storage.FEATURES).add(storage.VARIANT, T.StringType())
+        storage.write_table(
             spark.createDataFrame(rows, schema),
             paths,
-            io.FEATURES,
-            partition_by=(io.VARIANT, io.SPLIT),
+            storage.FEATURES,
+            partition_by=(storage.VARIANT, storage.SPLIT),
         )
     truth = {inst_ids[i]: {lab_ids[lab] for lab in labels_of[i]} for i in range(n_inst)}
     return paths, inst_ids, splits, truth
@@ -139,7 +143,7 @@ def small_cfg(root, **extra):
 
 @pytest.fixture(scope="module")
 def trained(spark, tmp_path_factory):
-    from pina_spark.pipeline import run_pipeline
+    from pina_spark.orchestration.pipeline import run_pipeline
 
     root = str(tmp_path_factory.mktemp("ds") / "run")
     paths, inst_ids, splits, truth = build_synthetic_run(spark, root)
@@ -151,24 +155,24 @@ def trained(spark, tmp_path_factory):
 def test_train_all_four_variants_and_predict_every_test_instance(spark, trained):
     cfg, paths, inst_ids, splits, truth, result = trained
     assert result == {"train": "ran", "evaluate": "ran"}
-    pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
+    pred = storage.read_table(spark, paths, storage.PREDICTIONS).toPandas()
     test_ids = sorted(i for i, s in zip(inst_ids, splits) if s == "test")
     for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
-        sub = pred[pred[io.VARIANT] == v]
-        assert sorted(sub[io.INSTANCE_ID]) == test_ids, v
-        assert all(1 <= len(ids) <= cfg.train.topk for ids in sub[io.LABEL_IDS]), v
-        assert all(len(a) == len(b) for a, b in zip(sub[io.LABEL_IDS], sub[io.SCORES]))
+        sub = pred[pred[storage.VARIANT] == v]
+        assert sorted(sub[storage.INSTANCE_ID]) == test_ids, v
+        assert all(1 <= len(ids) <= cfg.train.topk for ids in sub[storage.LABEL_IDS]), v
+        assert all(len(a) == len(b) for a, b in zip(sub[storage.LABEL_IDS], sub[storage.SCORES]))
         # scores sorted best first, label ids are label node ids
-        assert all(list(s) == sorted(s, reverse=True) for s in sub[io.SCORES])
+        assert all(list(s) == sorted(s, reverse=True) for s in sub[storage.SCORES])
         label_node_ids = {f"L{x:02d}" for x in range(12)}
-        assert {lid for ls in sub[io.LABEL_IDS] for lid in ls} <= label_node_ids
-        mdir = io.local_path(paths.table("downstream_models/" + v))
+        assert {lid for ls in sub[storage.LABEL_IDS] for lid in ls} <= label_node_ids
+        mdir = storage.local_path(paths.table("downstream_models/" + v))
         assert os.path.exists(os.path.join(mdir, "_SUCCESS"))
         assert os.path.isdir(os.path.join(mdir, "xlinear"))
         labels, model = read_model_dir(paths.table("downstream_models/" + v))
         assert set(labels) <= label_node_ids and model.nr_labels == len(labels), v
-    assert os.path.isdir(io.local_path(paths.table("downstream_models/baseline/vectorizer")))
-    stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
+    assert os.path.isdir(storage.local_path(paths.table("downstream_models/baseline/vectorizer")))
+    stats = json.loads(storage.read_bytes(paths.table(storage.PREDICTIONS) + "/_train_stats.json"))
     assert set(stats["variants"]) == {"baseline", "vectorizer_only", "pina_naive", "pina"}
     assert all(s["train_s"] >= 0 for s in stats["variants"].values())
 
@@ -184,12 +188,13 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     fingerprint)."""
     import shutil
 
-    from pina_spark import aggregate, downstream
-    from pina_spark.pipeline import make_context, run_pipeline
+    from pina_spark.orchestration.pipeline import make_context, run_pipeline
+    from pina_spark.stages import aggregate
+    from pina_spark.stages.train import stage as downstream
 
     cfg, paths, *_ = trained
     root2 = str(tmp_path / "run")
-    shutil.copytree(io.local_path(paths.root), root2)
+    shutil.copytree(storage.local_path(paths.root), root2)
     cfg2 = small_cfg(root2, train={"train_on": "executors"})
     assert run_pipeline(spark, cfg2, ["train"]) == {"train": "skipped"}  # same outputs
     built_on_driver = []
@@ -200,13 +205,13 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
         lambda *a: built_on_driver.append(a[2]) or real_load(*a),
     )
     if read_by == "driver":
-        monkeypatch.setattr(io, "pyarrow_reaches", lambda uri: False)
-    stats = downstream.run_stage(make_context(spark, cfg2))
+        monkeypatch.setattr(storage, "pyarrow_reaches", lambda uri: False)
+    stats = downstream.run(make_context(spark, cfg2))
     assert stats["train_on"] == "executors" and stats["features_read_by"] == read_by
     if read_by == "tasks":
         assert built_on_driver == []  # no variant's features came through the driver
         # what a task reads is what the driver's reader gives, row for row
-        feat = paths.table(io.FEATURES)
+        feat = paths.table(storage.FEATURES)
         ids, X = real_load(spark, feat, "pina")
         m = aggregate.read_variant(feat, "pina", aggregate.layout.read_sparse_width(feat, "pina"))
         order = np.argsort(np.asarray(m.ids, dtype=object))
@@ -217,21 +222,21 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     paths2 = make_context(spark, cfg2).paths
 
     def preds(p):
-        df = io.read_table(spark, p, io.PREDICTIONS).toPandas()
+        df = storage.read_table(spark, p, storage.PREDICTIONS).toPandas()
         return sorted(
             (
-                r[io.VARIANT],
-                r[io.INSTANCE_ID],
-                tuple(r[io.LABEL_IDS]),
-                tuple(np.round(r[io.SCORES], 5)),
+                r[storage.VARIANT],
+                r[storage.INSTANCE_ID],
+                tuple(r[storage.LABEL_IDS]),
+                tuple(np.round(r[storage.SCORES], 5)),
             )
             for _, r in df.iterrows()
         )
 
     assert preds(paths2) == preds(paths)
     for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
-        a = io.local_path(paths.table("downstream_models/" + v))
-        b = io.local_path(paths2.table("downstream_models/" + v))
+        a = storage.local_path(paths.table("downstream_models/" + v))
+        b = storage.local_path(paths2.table("downstream_models/" + v))
         files_a = sorted(
             os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs
         )
@@ -243,7 +248,7 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
             if f in files_a:
                 with open(os.path.join(a, f), "rb") as fa, open(os.path.join(b, f), "rb") as fb:
                     assert fa.read() == fb.read(), (v, f)
-    assert not os.path.exists(io.local_path(paths2.staging("train-fits")))
+    assert not os.path.exists(storage.local_path(paths2.staging("train-fits")))
 
 
 def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
@@ -256,8 +261,9 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pina_spark import aggregate, downstream
-    from pina_spark.aggregate import layout
+    from pina_spark.stages import aggregate
+    from pina_spark.stages.aggregate import layout
+    from pina_spark.stages.train import stage as downstream
 
     D, S = 3, 5
     root = str(tmp_path / "features")
@@ -270,16 +276,16 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
         idx = [sorted(rng.choice(2 * S, size=2, replace=False).tolist()) for _ in range(n)]
         tbl = pa.table(
             {
-                io.INSTANCE_ID: pa.array(ids, pa.string()),
-                io.DENSE: pa.array(
+                storage.INSTANCE_ID: pa.array(ids, pa.string()),
+                storage.DENSE: pa.array(
                     [
                         rng.normal(size=2 * D).astype(np.float32).tolist() if dense else None
                         for _ in ids
                     ],
                     pa.list_(pa.float32()),
                 ),
-                io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
-                io.SPARSE_VALUES: pa.array(
+                storage.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+                storage.SPARSE_VALUES: pa.array(
                     [rng.random(2).astype(np.float32).tolist() for _ in ids],
                     pa.list_(pa.float32()),
                 ),
@@ -304,13 +310,13 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     for a, b in zip(on_driver[:2], in_task[:2]):
         assert a.shape == b.shape == (a.shape[0], 2 * D + 2 * S)
         assert (a != b).nnz == 0
-    with pytest.raises(io.InputError, match="variant pina has no row"):
+    with pytest.raises(storage.InputError, match="variant pina has no row"):
         downstream.align_features([], X[:0], train_ids, test_ids, "pina")
 
 
 def test_evaluate_writes_metrics_report_plot(spark, trained):
     cfg, paths, inst_ids, splits, truth, _ = trained
-    ev = io.local_path(paths.table(io.EVAL))
+    ev = storage.local_path(paths.table(storage.EVAL))
     m = json.load(open(os.path.join(ev, "metrics.json")))
     for v in ("baseline", "vectorizer_only", "pina_naive", "pina"):
         assert set(m["variants"][v]) >= {
@@ -339,11 +345,15 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
     # the synthetic pina features carry a clean label signature: it must beat chance clearly
     assert m["variants"]["pina"]["P@1"] > 0.5
     # metrics.json agrees with predictions recomputed by hand
-    from pina_spark.evaluate import precision_recall_at_k
+    from pina_spark.stages.evaluate.stage import precision_recall_at_k
 
-    pred = io.read_table(spark, paths, io.PREDICTIONS).where("variant = 'pina'").toPandas()
+    pred = (
+        storage.read_table(spark, paths, storage.PREDICTIONS).where("variant = 'pina'").toPandas()
+    )
     again = precision_recall_at_k(
-        [list(x) for x in pred[io.LABEL_IDS]], [truth[i] for i in pred[io.INSTANCE_ID]], [1, 5]
+        [list(x) for x in pred[storage.LABEL_IDS]],
+        [truth[i] for i in pred[storage.INSTANCE_ID]],
+        [1, 5],
     )
     assert again["P@1"] == pytest.approx(m["variants"]["pina"]["P@1"])
     assert again["R@5"] == pytest.approx(m["variants"]["pina"]["R@5"])
@@ -354,25 +364,25 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
 
 
 def test_missing_features_variant_is_skipped(spark, tmp_path):
-    from pina_spark.pipeline import run_pipeline
+    from pina_spark.orchestration.pipeline import run_pipeline
 
     root = str(tmp_path / "run")
     paths, *_ = build_synthetic_run(spark, root, n_inst=120, variants=("vectorizer_only",))
     cfg = small_cfg(root, train={"variants": ["baseline", "vectorizer_only", "pina"]})
     run_pipeline(spark, cfg, ["train"])
-    pred = io.read_table(spark, paths, io.PREDICTIONS)
+    pred = storage.read_table(spark, paths, storage.PREDICTIONS)
     assert sorted(r[0] for r in pred.select("variant").distinct().collect()) == [
         "baseline",
         "vectorizer_only",
     ]
-    stats = json.loads(io.read_bytes(paths.table(io.PREDICTIONS) + "/_train_stats.json"))
+    stats = json.loads(storage.read_bytes(paths.table(storage.PREDICTIONS) + "/_train_stats.json"))
     assert "pina" in stats["skipped"]
 
 
 @pytest.mark.slow
 def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
     """train.model=xtransformer (MiniLM fine-tuned for a few steps; minutes on CPU)."""
-    from pina_spark.pipeline import run_pipeline
+    from pina_spark.orchestration.pipeline import run_pipeline
 
     root = str(tmp_path / "run")
     paths, inst_ids, splits, _ = build_synthetic_run(spark, root, n_inst=100, variants=("pina",))
@@ -382,21 +392,21 @@ def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
         pretrain={"max_length": 16, "xtransformer": {"max_steps": 2, "batch_size": 16}},
     )
     run_pipeline(spark, cfg, ["train"])
-    pred = io.read_table(spark, paths, io.PREDICTIONS).toPandas()
+    pred = storage.read_table(spark, paths, storage.PREDICTIONS).toPandas()
     assert len(pred) == 2 * splits.count("test")
-    assert os.path.isdir(io.local_path(paths.table("downstream_models/pina/xtransformer")))
+    assert os.path.isdir(storage.local_path(paths.table("downstream_models/pina/xtransformer")))
 
 
 def test_frame_to_csr_shapes_and_sorted_indices():
     import pandas as pd
 
-    from pina_spark.aggregate import frame_to_csr
+    from pina_spark.stages.aggregate import frame_to_csr
 
     pdf = pd.DataFrame(
         {
-            io.DENSE: [np.array([1, 0], np.float32), None],
-            io.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],
-            io.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])],
+            storage.DENSE: [np.array([1, 0], np.float32), None],
+            storage.SPARSE_INDICES: [np.array([5, 2, 5], np.int32), np.array([0])],
+            storage.SPARSE_VALUES: [np.array([1, 2, 3], np.float32), np.array([4.0])],
         }
     )
     X = frame_to_csr(pdf, dense_dim=2, sparse_dim=6)

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from pina_spark import io
+from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.evaluate import (
+from pina_spark.stages.evaluate.stage import (
     filter_pairs,
     paired_ttest,
     per_instance_precision_recall,
@@ -83,7 +83,7 @@ PREDS = {
 def _hand_run(spark, root):
     from pyspark.sql import types as T
 
-    paths = io.RunPaths(root)
+    paths = storage.RunPaths(root)
     inst = sorted(list(TRAIN) + list(TEST))
     rows = [
         (i, "instance", iid, f"text of {iid}", "train" if iid in TRAIN else "test")
@@ -91,20 +91,22 @@ def _hand_run(spark, root):
     ]
     labels = ["A", "B", "C", "D"]
     rows += [(len(inst) + j, "label", lab, f"label {lab}", None) for j, lab in enumerate(labels)]
-    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
+    storage.write_table(
+        spark.createDataFrame(rows, storage.schema(storage.NODES)), paths, storage.NODES
+    )
     idx = {r[2]: r[0] for r in rows}
     il = [(idx[i], idx[lab]) for i, ls in {**TRAIN, **TEST}.items() for lab in ls]
-    io.write_table(
+    storage.write_table(
         spark.createDataFrame(il, "instance_index long, label_index long"),
         paths,
-        io.INSTANCE_LABELS,
+        storage.INSTANCE_LABELS,
     )
     schema = T.StructType(
         [
-            T.StructField(io.INSTANCE_ID, T.StringType()),
-            T.StructField(io.LABEL_IDS, T.ArrayType(T.StringType())),
-            T.StructField(io.SCORES, T.ArrayType(T.FloatType())),
-            T.StructField(io.VARIANT, T.StringType()),
+            T.StructField(storage.INSTANCE_ID, T.StringType()),
+            T.StructField(storage.LABEL_IDS, T.ArrayType(T.StringType())),
+            T.StructField(storage.SCORES, T.ArrayType(T.FloatType())),
+            T.StructField(storage.VARIANT, T.StringType()),
         ]
     )
     prow = [
@@ -112,42 +114,45 @@ def _hand_run(spark, root):
         for v, d in PREDS.items()
         for i, p in d.items()
     ]
-    io.write_table(
-        spark.createDataFrame(prow, schema), paths, io.PREDICTIONS, partition_by=(io.VARIANT,)
+    storage.write_table(
+        spark.createDataFrame(prow, schema),
+        paths,
+        storage.PREDICTIONS,
+        partition_by=(storage.VARIANT,),
     )
-    io.write_bytes(
-        paths.table(io.PREDICTIONS) + "/_train_stats.json",
+    storage.write_bytes(
+        paths.table(storage.PREDICTIONS) + "/_train_stats.json",
         json.dumps(
             {"variants": {"baseline": {"train_s": 1.5}, "pina": {"train_s": 2.5}}, "skipped": {}}
         ).encode(),
     )
     fschema = T.StructType(
         [
-            T.StructField(io.INSTANCE_ID, T.StringType()),
-            T.StructField(io.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
-            T.StructField(io.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
-            T.StructField(io.VARIANT, T.StringType()),
-            T.StructField(io.SPLIT, T.StringType()),
+            T.StructField(storage.INSTANCE_ID, T.StringType()),
+            T.StructField(storage.NEIGHBOR_IDS, T.ArrayType(T.StringType())),
+            T.StructField(storage.NEIGHBOR_WEIGHTS, T.ArrayType(T.FloatType())),
+            T.StructField(storage.VARIANT, T.StringType()),
+            T.StructField(storage.SPLIT, T.StringType()),
         ]
     )
-    io.write_table(
+    storage.write_table(
         spark.createDataFrame([("t1", ["A", "r1"], [0.75, 0.25], "pina", "test")], fschema),
         paths,
-        io.FEATURES,
-        partition_by=(io.VARIANT, io.SPLIT),
+        storage.FEATURES,
+        partition_by=(storage.VARIANT, storage.SPLIT),
     )
     return paths
 
 
 def _evaluate(spark, root, **extra):
-    from pina_spark.evaluate import run_stage
-    from pina_spark.pipeline import make_context
+    from pina_spark.orchestration.pipeline import make_context
+    from pina_spark.stages.evaluate.stage import run
 
     d = {"output": root, "evaluate": {"report_examples": 2}}
     d.update(extra)
     ctx = make_context(spark, config_from_dict(d))
-    stats = run_stage(ctx)
-    ev = io.local_path(ctx.paths.table(io.EVAL))
+    stats = run(ctx)
+    ev = storage.local_path(ctx.paths.table(storage.EVAL))
     return stats, json.load(open(os.path.join(ev, "metrics.json"))), ev
 
 
@@ -235,8 +240,8 @@ def test_reciprocal_pair_filtering_changes_scores(spark, hand_run, tmp_path):
 def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tmp_path):
     """evaluate.promote: the first run is promoted; a run worse than the promoted one by more
     than the tolerance leaves the pointer alone; --models latest resolves the pointer."""
-    from pina_spark import promotion
     from pina_spark.config import ConfigError
+    from pina_spark.orchestration import promotion
 
     root, paths, _ = hand_run
     out = os.path.dirname(root)  # <output> of a run at <output>/run
@@ -248,7 +253,7 @@ def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tm
     assert ptr["run"] == paths.root.rstrip("/") and ptr["value"] == 1.0
     # someone better is promoted (P@1 1.2 is impossible, fine for the gate): 1.0 < 1.2 - 0.1
     better = dict(ptr, run="s3://b/runs/prod/run_date=2026-11-01", value=1.2)
-    io.write_bytes(promotion.pointer_uri(root), json.dumps(better).encode())
+    storage.write_bytes(promotion.pointer_uri(root), json.dumps(better).encode())
     stats, _, _ = _evaluate(
         spark, root, evaluate={"report_examples": 2, "promote": True, "gate_tolerance": 0.1}
     )

@@ -9,8 +9,10 @@ from collections import Counter, defaultdict
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from pina_spark import faults, graph, io
+from pina_spark import storage
 from pina_spark.config import GraphConfig, config_from_dict
+from pina_spark.runtime import faults
+from pina_spark.stages import graph
 
 EV_SCHEMA = "basket_id string, item_id string"
 STRATEGIES = ("broadcast", "shuffle")
@@ -153,7 +155,7 @@ def test_basket_cap_and_stats(spark):
     for b, items in baskets.items():
         exp = sorted(set(items), key=lambda i: (graph.basket_hash(b, i), i))[:4]
         assert kept[b] == set(exp), b
-    tbl = io.collect_arrow(ev.select(io.BASKET_ID, io.ITEM_ID))
+    tbl = storage.collect_arrow(ev.select(storage.BASKET_ID, storage.ITEM_ID))
     m, st_b = graph.basket_matrix(tbl, 4)
     assert st_b == st  # the broadcast strategy's stats
     assert m["n_baskets"] == 40
@@ -307,15 +309,15 @@ def instacart_events(spark, instacart_dir, tmp_path_factory):
     if hasattr(datasets, "prepare_data"):
         out = str(tmp_path_factory.mktemp("instacart"))
         paths = datasets.prepare_data("instacart", instacart_dir, out)
-        pdf = pd.read_parquet(paths["events"], columns=[io.BASKET_ID, io.ITEM_ID])
+        pdf = pd.read_parquet(paths["events"], columns=[storage.BASKET_ID, storage.ITEM_ID])
     else:  # pragma: no cover
         raw = pd.read_csv(
             os.path.join(instacart_dir, "order_products_sample.csv"),
             usecols=["order_id", "product_id"],
             dtype=str,
         )
-        pdf = raw.rename(columns={"order_id": io.BASKET_ID, "product_id": io.ITEM_ID})
-    baskets = pdf.groupby(io.BASKET_ID)[io.ITEM_ID].apply(list).to_dict()
+        pdf = raw.rename(columns={"order_id": storage.BASKET_ID, "product_id": storage.ITEM_ID})
+    baskets = pdf.groupby(storage.BASKET_ID)[storage.ITEM_ID].apply(list).to_dict()
     ev = spark.createDataFrame(pdf).persist()
     yield pdf, ev, baskets
     ev.unpersist()
@@ -335,11 +337,11 @@ def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap, strat
         for min_count in (1, 2, 3):
             cfg = GraphConfig(min_count=min_count, max_basket_size=max_size)
             edges = graph.i2i_edges(ev, cfg, capped=capped, plan=_plan(strategy))
-            und = edges.filter(f"{io.SRC_ID} < {io.DST_ID}").toPandas()
-            got = dict(zip(zip(und[io.SRC_ID], und[io.DST_ID]), und[io.COUNT]))
+            und = edges.filter(f"{storage.SRC_ID} < {storage.DST_ID}").toPandas()
+            got = dict(zip(zip(und[storage.SRC_ID], und[storage.DST_ID]), und[storage.COUNT]))
             exp = {(min(a, b), max(a, b)): c for (a, b), c in bf.items() if c >= min_count}
             assert got == exp, (cap, min_count)
-            assert (und[io.SCORE] == und[io.COUNT]).all()
+            assert (und[storage.SCORE] == und[storage.COUNT]).all()
         if cap is None:
             assert sum(1 for c in bf.values() if c >= 2) == 163_112
     finally:
@@ -359,10 +361,10 @@ def _write_csv(path, header, rows):
 
 
 def _run(spark, cfg):
-    from pina_spark.pipeline import make_context
+    from pina_spark.orchestration.pipeline import make_context
 
     ctx = make_context(spark, cfg)
-    return ctx, graph.run_stage(ctx)
+    return ctx, graph.run(ctx)
 
 
 def test_run_stage_given_labels(spark, tmp_path):
@@ -408,8 +410,8 @@ def test_run_stage_given_labels(spark, tmp_path):
             "input": {"instances": inst, "labels": lab, "instance_labels": il, "events": ev},
         }
     )
-    from pina_spark.manifest import Manifest
-    from pina_spark.pipeline import make_context, run_pipeline
+    from pina_spark.orchestration.pipeline import make_context, run_pipeline
+    from pina_spark.storage.manifest import Manifest
 
     assert run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
     paths = make_context(spark, cfg).paths
@@ -444,22 +446,22 @@ def test_run_stage_given_labels(spark, tmp_path):
     assert stats["nodes"] == {"instances": 4, "labels": 3}
     # every configured table has a quarantine table, even when empty
     for t in ("instances", "labels", "instance_labels", "events"):
-        assert io.is_complete(spark, paths.table(f"{io.QUARANTINE}/{t}"))
-    assert io.read_table(spark, paths, f"{io.QUARANTINE}/labels").count() == 0
+        assert storage.is_complete(spark, paths.table(f"{storage.QUARANTINE}/{t}"))
+    assert storage.read_table(spark, paths, f"{storage.QUARANTINE}/labels").count() == 0
     # raw i2i graph over all items (i1-i3 is a train-test edge, kept here)
-    assert _undirected(io.read_table(spark, paths, io.I2I_EDGES)) == {
+    assert _undirected(storage.read_table(spark, paths, storage.I2I_EDGES)) == {
         ("i1", "i2"): (2, 2.0),
         ("i1", "i3"): (2, 2.0),
     }
-    il_idx = io.read_table(spark, paths, io.INSTANCE_LABELS)
+    il_idx = storage.read_table(spark, paths, storage.INSTANCE_LABELS)
     assert sorted(tuple(r) for r in il_idx.collect()) == [(0, 4), (0, 5), (1, 4), (2, 4), (2, 6)]
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    pe = storage.read_table(spark, paths, storage.PRETRAIN_EDGES)
     got = {(r.variant, r.block, r.src_index, r.dst_index) for r in pe.collect()}
     exp = {("pina", b, s, t) for b, edges in BLOCK_EDGES.items() for s, t in edges}
     exp |= {("pina_naive", "B", s, t) for s, t in BLOCK_EDGES["B"]}
     assert got == exp
     assert stats["pretrain_edges"]["pina"]["A"] == 2
-    assert os.path.isdir(paths.table(io.PRETRAIN_EDGES) + "/variant=pina_naive")
+    assert os.path.isdir(paths.table(storage.PRETRAIN_EDGES) + "/variant=pina_naive")
 
 
 def _leak_inputs(tmp_path, drop_test: bool):
@@ -489,9 +491,9 @@ def _leak_inputs(tmp_path, drop_test: bool):
 
 
 def _pe_by_id(spark, paths):
-    nodes = io.read_table(spark, paths, io.NODES)
+    nodes = storage.read_table(spark, paths, storage.NODES)
     ids = {r.node_index: (r.kind, r.node_id) for r in nodes.collect()}
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    pe = storage.read_table(spark, paths, storage.PRETRAIN_EDGES)
     return {(r.variant, r.block, ids[r.src_index], ids[r.dst_index]) for r in pe.collect()}
 
 
@@ -500,14 +502,17 @@ def _pretrain_texts_by_id(spark, paths):
     pretrain stage trains g and the tf-idf of Phi_pre from."""
     from pyspark.sql import functions as F
 
-    pe = io.read_table(spark, paths, io.PRETRAIN_EDGES)
+    pe = storage.read_table(spark, paths, storage.PRETRAIN_EDGES)
     used = {
         r[0]
-        for r in pe.select(F.col(io.SRC_INDEX)).union(pe.select(io.DST_INDEX)).distinct().collect()
+        for r in pe.select(F.col(storage.SRC_INDEX))
+        .union(pe.select(storage.DST_INDEX))
+        .distinct()
+        .collect()
     }
     return {
         (r.kind, r.node_id): r.text
-        for r in io.read_table(spark, paths, io.NODES).collect()
+        for r in storage.read_table(spark, paths, storage.NODES).collect()
         if r.node_index in used
     }
 
@@ -548,15 +553,15 @@ def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     touched = {nid for _, _, s, t in full for _, nid in (s, t)}
     assert not touched & test, "an edge touches a test item"
     # the guard matters here: the all-items graph restricted to train items differs from A
-    i2i_all = _undirected(io.read_table(spark, ctx.paths, io.I2I_EDGES))
+    i2i_all = _undirected(storage.read_table(spark, ctx.paths, storage.I2I_EDGES))
     naive_a = {(a, b) for a, b in i2i_all if a not in test and b not in test}
     a_block = {tuple(sorted((s[1], t[1]))) for v, b, s, t in full if v == "pina" and b == "A"}
     assert naive_a != a_block
     # test instances do get graph labels (train items only) in the downstream target
-    nodes = {r.node_index: r for r in io.read_table(spark, ctx.paths, io.NODES).collect()}
+    nodes = {r.node_index: r for r in storage.read_table(spark, ctx.paths, storage.NODES).collect()}
     y = [
         (nodes[r.instance_index], nodes[r.label_index])
-        for r in io.read_table(spark, ctx.paths, io.INSTANCE_LABELS).collect()
+        for r in storage.read_table(spark, ctx.paths, storage.INSTANCE_LABELS).collect()
     ]
     assert any(i.split == "test" for i, _ in y)
     assert all(lab.node_id not in test and lab.kind == "label" for _, lab in y)
@@ -577,15 +582,15 @@ def test_graph_labels_empty_graph_is_a_clear_error(spark, tmp_path):
             "input": {"instances": inst, "events": ev},
         }
     )
-    with pytest.raises(io.InputError, match=r"no graph labels.*graph\.min_count=2"):
+    with pytest.raises(storage.InputError, match=r"no graph labels.*graph\.min_count=2"):
         _run(spark, cfg)
-    paths = io.RunPaths(cfg.output)
-    assert io.is_complete(spark, paths.table(f"{io.QUARANTINE}/events"))
-    assert not io.is_complete(spark, paths.table(io.NODES))
+    paths = storage.RunPaths(cfg.output)
+    assert storage.is_complete(spark, paths.table(f"{storage.QUARANTINE}/events"))
+    assert not storage.is_complete(spark, paths.table(storage.NODES))
 
 
 def _table_rows(spark, paths, rel):
-    df = io.read_table(spark, paths, rel)
+    df = storage.read_table(spark, paths, rel)
     cols = sorted(df.columns)
     types = [f"{c}:{df.schema[c].dataType.simpleString()}" for c in cols]
     return types, sorted(tuple(r[c] for c in cols) for r in df.collect())
@@ -638,10 +643,10 @@ def test_tables_built_on_the_driver_equal_the_spark_path(spark, tmp_path, monkey
         assert stats["built_on_driver"] is (mode == "driver")
         got[mode] = {
             rel: _table_rows(spark, ctx.paths, rel)
-            for rel in (io.NODES, io.INSTANCE_LABELS, io.PRETRAIN_EDGES)
+            for rel in (storage.NODES, storage.INSTANCE_LABELS, storage.PRETRAIN_EDGES)
         }
         got[mode]["stats"] = {k: stats[k] for k in ("nodes", "instance_labels", "pretrain_edges")}
     assert got["driver"] == got["spark"]
-    nodes = got["driver"][io.NODES][1]
+    nodes = got["driver"][storage.NODES][1]
     assert [r[1] for r in sorted(nodes, key=lambda r: r[2])][:3] == ["Z0", "Z1", "Z10"]
     assert got["driver"]["stats"]["pretrain_edges"]["pina"]["B"] > 20

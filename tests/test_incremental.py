@@ -9,9 +9,10 @@ the same models publishes, while recomputing only the new and changed rows.
 import pytest
 import yaml
 
-from pina_spark import io, pipeline
+from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.manifest import Manifest
+from pina_spark.orchestration import pipeline
+from pina_spark.storage.manifest import Manifest
 
 STAGES = ["embed", "neighbors", "aggregate"]
 DAY = "2026-11-22"
@@ -29,12 +30,13 @@ def _day_instances(spark, run, path):
 
     with open(run["config"]) as fh:
         base = yaml.safe_load(fh)
-    inst = io.read_input(spark, base["input"]["instances"], "instances").drop(io.CORRUPT)
-    some = inst.orderBy(io.INSTANCE_ID).limit(40).select(io.INSTANCE_ID, io.TEXT)
+    inst = storage.read_input(spark, base["input"]["instances"], "instances").drop(storage.CORRUPT)
+    some = inst.orderBy(storage.INSTANCE_ID).limit(40).select(storage.INSTANCE_ID, storage.TEXT)
     ids = [r[0] for r in some.limit(2).collect()]
-    suffixed = F.concat(F.col(io.TEXT), F.lit(" organic value pack"))
+    suffixed = F.concat(F.col(storage.TEXT), F.lit(" organic value pack"))
     changed = some.withColumn(
-        io.TEXT, F.when(F.col(io.INSTANCE_ID).isin(ids), suffixed).otherwise(F.col(io.TEXT))
+        storage.TEXT,
+        F.when(F.col(storage.INSTANCE_ID).isin(ids), suffixed).otherwise(F.col(storage.TEXT)),
     )
     new = spark.createDataFrame(
         [
@@ -44,7 +46,7 @@ def _day_instances(spark, run, path):
         ],
         "instance_id string, text string",
     )
-    changed.unionByName(new).withColumn(io.SPLIT, F.lit(None).cast("string")).coalesce(
+    changed.unionByName(new).withColumn(storage.SPLIT, F.lit(None).cast("string")).coalesce(
         1
     ).write.mode("overwrite").parquet(path)
     return path, set(ids)
@@ -76,11 +78,15 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
     }
     assert pipeline.run_pipeline(spark, inc, STAGES)["aggregate"] == "ran"
 
-    p_full, p_inc = io.RunPaths(full.output, DAY), io.RunPaths(inc.output, DAY)
+    p_full, p_inc = storage.RunPaths(full.output, DAY), storage.RunPaths(inc.output, DAY)
     # the same rows, the same numbers: embeddings, neighbours, features
-    for rel, tol in ((io.EMBEDDINGS, 1e-5), (io.NEIGHBORS, 1e-6), (io.FEATURES, 1e-5)):
-        a = io.read_table(spark, p_inc, rel)
-        b = io.read_table(spark, p_full, rel)
+    for rel, tol in (
+        (storage.EMBEDDINGS, 1e-5),
+        (storage.NEIGHBORS, 1e-6),
+        (storage.FEATURES, 1e-5),
+    ):
+        a = storage.read_table(spark, p_inc, rel)
+        b = storage.read_table(spark, p_full, rel)
         assert a.count() == b.count() > 0, rel
         assertDataFrameEqual(a, b.select(*a.columns), rtol=tol, atol=tol)
 
@@ -98,6 +104,9 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
     assert Manifest(p_full.manifest).stage("embed")["stats"]["encoded_rows"] == full_emb
 
     # the new products got features, split 'new'
-    feats = io.read_table(spark, p_inc, io.FEATURES)
-    got = {r[0] for r in feats.where(F.col(io.SPLIT) == "new").select(io.INSTANCE_ID).collect()}
+    feats = storage.read_table(spark, p_inc, storage.FEATURES)
+    got = {
+        r[0]
+        for r in feats.where(F.col(storage.SPLIT) == "new").select(storage.INSTANCE_ID).collect()
+    }
     assert {"zz-new-1", "zz-new-2", "zz-new-3"} <= got

@@ -1,4 +1,4 @@
-"""Stage 2a on Spark (pina_spark/inference/): embeddings and neighbours equal single-process
+"""Stage 2a on Spark (pina_spark/stages/neighbors/): embeddings and neighbours equal single-process
 PhiPre / PECOS on the same rows, are identical across partitionings, load each model once per
 worker, route train rows to their out-of-fold model, and fail naming a broken artifact.
 
@@ -17,9 +17,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import artifacts, config, faults, folds, inference, io, pipeline, runtime
-from pina_spark.inference import arrow as inference_arrow
-from pina_spark.inference import files as inference_files
+from pina_spark import config, runtime, storage
+from pina_spark.models import artifacts
+from pina_spark.orchestration import pipeline
+from pina_spark.runtime import arrow as inference_arrow
+from pina_spark.runtime import embstore, faults
+from pina_spark.stages.embed import stage as embed_stage
+from pina_spark.stages.neighbors import files as inference_files
+from pina_spark.stages.neighbors import plan as neighbors_plan
+from pina_spark.stages.neighbors import stage as neighbors_stage
+from pina_spark.stages.neighbors import topk
+from pina_spark.storage import folds
 
 N_INST, N_LAB, N_TOPICS, F = 150, 24, 6, 3
 BATCH = 16
@@ -58,7 +66,7 @@ def _texts(rng):
 
 
 def _csr_rows(dense_lists, idx_lists, val_lists, sparse_dim):
-    from pina_spark.vectorizer import stack_features
+    from pina_spark.models.vectorizer import stack_features
 
     dense = np.array(dense_lists, dtype=np.float32)
     indptr = np.concatenate([[0], np.cumsum([len(x) for x in idx_lists])])
@@ -97,7 +105,7 @@ def _save_g(model, out_nodes, d):
 def env(spark, tmp_path_factory):
     from pyspark.sql import Row
 
-    from pina_spark.vectorizer import PhiPre
+    from pina_spark.models.vectorizer import PhiPre
 
     root = str(tmp_path_factory.mktemp("inference-run"))
     rng = np.random.default_rng(7)
@@ -105,11 +113,11 @@ def env(spark, tmp_path_factory):
     inst.sort()
     labs.sort()
     rows = [
-        Row(node_index=i, kind=io.KIND_INSTANCE, node_id=a, text=t, split=s)
+        Row(node_index=i, kind=storage.KIND_INSTANCE, node_id=a, text=t, split=s)
         for i, (a, t, s, _) in enumerate(inst)
     ]
     rows += [
-        Row(node_index=N_INST + j, kind=io.KIND_LABEL, node_id=a, text=t, split=None)
+        Row(node_index=N_INST + j, kind=storage.KIND_LABEL, node_id=a, text=t, split=None)
         for j, (a, t, _) in enumerate(labs)
     ]
     cfg = config.config_from_dict(
@@ -121,7 +129,9 @@ def env(spark, tmp_path_factory):
         }
     )
     ctx = pipeline.make_context(spark, cfg)
-    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), ctx.paths, io.NODES)
+    storage.write_table(
+        spark.createDataFrame(rows, storage.schema(storage.NODES)), ctx.paths, storage.NODES
+    )
 
     models = ctx.models_root
     pcfg = config.PretrainConfig(
@@ -135,14 +145,18 @@ def env(spark, tmp_path_factory):
     open(f"{models}/folds.json", "w").write(json.dumps({"folds": F, "rule": "folds.fold_of"}))
     open(f"{models}/_SUCCESS", "w").close()
 
-    embed_stats = inference.run_embed_stage(ctx)
+    embed_stats = embed_stage.run(ctx)
 
     # g models on X = Phi_pre (from the published embeddings), B_pre as in docs/design.md
-    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
+    emb = (
+        storage.read_table(spark, ctx.paths, storage.EMBEDDINGS)
+        .toPandas()
+        .sort_values(storage.NODE_INDEX)
+    )
     X = _csr_rows(
-        list(emb[io.DENSE]),
-        list(emb[io.SPARSE_INDICES]),
-        list(emb[io.SPARSE_VALUES]),
+        list(emb[storage.DENSE]),
+        list(emb[storage.SPARSE_INDICES]),
+        list(emb[storage.SPARSE_VALUES]),
         phi.sparse_dim,
     )
     topic = {i: t for i, (_, _, _, t) in enumerate(inst)}
@@ -170,13 +184,13 @@ def env(spark, tmp_path_factory):
         Y.data[:] = 1.0
         return _train_g(X[inputs], Y), outputs
 
-    for variant in inference.VARIANTS:
+    for variant in neighbors_plan.VARIANTS:
         for f in [None] + list(range(F)):
             m, outs = build(variant, f)
             d = artifacts.g_dir(models, variant, f)
             os.makedirs(d)
             _save_g(m, outs, d)
-    nb_stats = inference.run_neighbors_stage(ctx)
+    nb_stats = neighbors_stage.run(ctx)
     return dict(
         ctx=ctx,
         cfg=cfg,
@@ -200,12 +214,15 @@ def _with(ctx, **sections):
 
 def _collect_neighbors(df):
     return {
-        (r[io.VARIANT], r[io.INSTANCE_INDEX]): (list(r[io.NEIGHBOR]), list(r[io.SCORE]))
+        (r[storage.VARIANT], r[storage.INSTANCE_INDEX]): (
+            list(r[storage.NEIGHBOR]),
+            list(r[storage.SCORE]),
+        )
         for r in df.collect()
     }
 
 
-def _reference(env, nb, variants=inference.VARIANTS):
+def _reference(env, nb, variants=neighbors_plan.VARIANTS):
     """Single-process: PECOS predict of every instance row with the model it must use, then
     filtering / ordering / weighting written as plain Python loops."""
     from pecos.xmc.xlinear.model import XLinearModel
@@ -261,21 +278,25 @@ def _assert_same(got, ref, tol=1e-6):
 # --------------------------------------------------------------------------- embeddings
 def test_embeddings_equal_single_process_phi_pre(env, spark):
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
-    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas().sort_values(io.NODE_INDEX)
-    assert emb[io.NODE_INDEX].tolist() == list(range(len(rows)))  # every node, once
+    emb = (
+        storage.read_table(spark, ctx.paths, storage.EMBEDDINGS)
+        .toPandas()
+        .sort_values(storage.NODE_INDEX)
+    )
+    assert emb[storage.NODE_INDEX].tolist() == list(range(len(rows)))  # every node, once
     texts = [r.text for r in rows]
     # node-order blocks: not the stage's batches (length-sorted), the same numbers within 1e-5
     for s in range(0, len(texts), BATCH):
         dense, sparse = phi.transform(texts[s : s + BATCH], batch_size=BATCH)
         for j in range(dense.shape[0]):
             e = emb.iloc[s + j]
-            np.testing.assert_allclose(np.asarray(e[io.DENSE]), dense[j], atol=1e-5)
+            np.testing.assert_allclose(np.asarray(e[storage.DENSE]), dense[j], atol=1e-5)
             row = sparse[j]
-            assert list(e[io.SPARSE_INDICES]) == row.indices.tolist()
-            np.testing.assert_allclose(np.asarray(e[io.SPARSE_VALUES]), row.data, atol=1e-5)
+            assert list(e[storage.SPARSE_INDICES]) == row.indices.tolist()
+            np.testing.assert_allclose(np.asarray(e[storage.SPARSE_VALUES]), row.data, atol=1e-5)
     norms = [
         np.sum(np.square(d)) + np.sum(np.square(v))
-        for d, v in zip(emb[io.DENSE], emb[io.SPARSE_VALUES])
+        for d, v in zip(emb[storage.DENSE], emb[storage.SPARSE_VALUES])
     ]
     np.testing.assert_allclose(norms, 1.0, atol=1e-5)
 
@@ -290,25 +311,25 @@ def test_embed_stage_loads_the_vectorizer_once_per_worker(env):
 
 def test_embeddings_identical_across_partitionings(env, spark):
     ctx = env["ctx"]
-    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    nodes = storage.read_table(spark, ctx.paths, storage.NODES)
     n = len(env["rows"])
     vec = artifacts.vectorizer_dir(env["models"])
     results = []
     for parts in (1, 3):
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
-        df = inference.embed_frame(nodes, vec, inf, n)
+        df = embed_stage.embed_frame(nodes, vec, inf, n)
         results.append(
             sorted(tuple((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3]))) for r in df.collect())
         )
-    published = io.read_table(spark, ctx.paths, io.EMBEDDINGS).collect()
+    published = storage.read_table(spark, ctx.paths, storage.EMBEDDINGS).collect()
     results.append(
         sorted(
             tuple(
                 (
-                    r[io.NODE_INDEX],
-                    tuple(r[io.DENSE]),
-                    tuple(r[io.SPARSE_INDICES]),
-                    tuple(r[io.SPARSE_VALUES]),
+                    r[storage.NODE_INDEX],
+                    tuple(r[storage.DENSE]),
+                    tuple(r[storage.SPARSE_INDICES]),
+                    tuple(r[storage.SPARSE_VALUES]),
                 )
             )
             for r in published
@@ -322,12 +343,12 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
     (text length, node index), on any partitioning and whatever the rank chunks, with the
     numbers of a single-process call on those texts; the Spark SQL length equals
     :func:`plan.text_length`."""
-    from pina_spark.inference import embed as embed_mod
-    from pina_spark.inference import plan as plan_mod
+    from pina_spark.stages.embed import stage as embed_mod
+    from pina_spark.stages.neighbors import plan as plan_mod
 
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     n = len(rows)
-    nodes = io.read_table(spark, ctx.paths, io.NODES)
+    nodes = storage.read_table(spark, ctx.paths, storage.NODES)
     vec = artifacts.vectorizer_dir(env["models"])
     texts = {r.node_index: r.text for r in rows}
     probe = [None, "", "shoe", "\U0001f600 smile", "x" * 5000]
@@ -356,7 +377,9 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
         monkeypatch.setattr(embed_mod, "RANK_CHUNK", chunk)
         open(log_path, "w").close()
         inf = dc.replace(ctx.cfg.inference, rows_per_task=-(-n // parts))
-        df = inference.embed_frame(nodes, vec, inf, n, version=f"b{parts}", load_fn=load_recording)
+        df = embed_stage.embed_frame(
+            nodes, vec, inf, n, version=f"b{parts}", load_fn=load_recording
+        )
         got = sorted((r[0], tuple(r[1]), tuple(r[2]), tuple(r[3])) for r in df.collect())
         calls = [json.loads(x) for x in open(log_path).read().split("\n") if x]
         assert {bs for _, bs in calls} == {BATCH}
@@ -377,7 +400,7 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
 # --------------------------------------------------------------------------- neighbours
 def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     ctx = env["ctx"]
-    got = _collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS))
+    got = _collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS))
     ref, used = _reference(env, ctx.cfg.neighbors)
     _assert_same(got, ref)
     for (v, i), (nodes, scores) in got.items():
@@ -405,7 +428,7 @@ def test_out_of_fold_routes_train_rows_to_their_fold_model(env, spark):
     differ = [i for i in train if oof[("pina", i)][0] != full[("pina", i)][0]]
     assert len(differ) >= len(train) // 4
     # ...and the published table follows the fold model (previous test), not the full one
-    got = _collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS))
+    got = _collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS))
     assert all(got[("pina", i)][0] == oof[("pina", i)][0] for i in differ)
     # test instances always use the full model
     test_rows = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "test"]
@@ -417,13 +440,15 @@ def test_neighbors_identical_across_partitionings(env, spark):
     got = []
     for parts in (1, 3):
         c = _with(ctx, inference={"rows_per_task": -(-N_INST // parts)})
-        df, info = inference.neighbors_frame(spark, c)
+        df, info = neighbors_stage.neighbors_frame(spark, c)
         # rounded up to a multiple of the task slots (local[2]: 2 and 4 tasks)
         slots = runtime.task_slots(spark)
         assert info["partitions"] == -(-parts // slots) * slots
         got.append(sorted((k, v) for k, v in _collect_neighbors(df).items()))
     assert env["nb_stats"]["partitions"] == 8  # the published table
-    got.append(sorted(_collect_neighbors(io.read_table(spark, ctx.paths, io.NEIGHBORS)).items()))
+    got.append(
+        sorted(_collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS)).items())
+    )
     assert got[0] == got[1] == got[2]
 
 
@@ -433,12 +458,12 @@ def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
     train modes."""
     st = env["nb_stats"]
     assert st["embeddings_via"] == "files" and st["instances_without_embeddings"] == 0
-    published = _collect_neighbors(io.read_table(spark, env["ctx"].paths, io.NEIGHBORS))
+    published = _collect_neighbors(storage.read_table(spark, env["ctx"].paths, storage.NEIGHBORS))
     for mode in ("out_of_fold", "in_sample"):
         got = {}
         for via in ("files", "shuffle"):
             c = _with(env["ctx"], inference={"embeddings_via": via}, neighbors={"train_mode": mode})
-            df, info = inference.neighbors_frame(spark, c)
+            df, info = neighbors_stage.neighbors_frame(spark, c)
             assert info["embeddings_via"] == via
             got[via] = _collect_neighbors(df)
         assert got["files"] == got["shuffle"]
@@ -451,16 +476,19 @@ def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
     files the stage counts them (manifest statistic + warning) instead of losing them
     silently."""
     base = env["ctx"]
-    paths = io.RunPaths(str(tmp_path / "holes"))
-    shutil.copytree(io.local_path(base.paths.table(io.NODES)), io.local_path(paths.table(io.NODES)))
+    paths = storage.RunPaths(str(tmp_path / "holes"))
+    shutil.copytree(
+        storage.local_path(base.paths.table(storage.NODES)),
+        storage.local_path(paths.table(storage.NODES)),
+    )
     holes = [3, 4, 77]
-    emb = io.read_table(spark, base.paths, io.EMBEDDINGS)
-    io.write_table(emb.where(~emb[io.NODE_INDEX].isin(holes)), paths, io.EMBEDDINGS)
+    emb = storage.read_table(spark, base.paths, storage.EMBEDDINGS)
+    storage.write_table(emb.where(~emb[storage.NODE_INDEX].isin(holes)), paths, storage.EMBEDDINGS)
     got = {}
     for via in ("files", "shuffle"):
         c = _with(dc.replace(base, paths=paths), inference={"embeddings_via": via})
-        st = inference.run_neighbors_stage(c)
-        got[via] = _collect_neighbors(io.read_table(spark, paths, io.NEIGHBORS))
+        st = neighbors_stage.run(c)
+        got[via] = _collect_neighbors(storage.read_table(spark, paths, storage.NEIGHBORS))
         assert st["rows"] == N_INST - len(holes)
         if via == "files":
             assert st["instances_without_embeddings"] == len(holes)
@@ -476,7 +504,7 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pina_spark import embstore
+    from pina_spark.runtime import embstore
 
     rng = np.random.default_rng(3)
     D, S, n = 4, 9, 12
@@ -490,10 +518,10 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     node = (np.arange(n) * 3 + 1).tolist()  # sparse node indices, unsorted files
     tbl = pa.table(
         {
-            io.NODE_INDEX: pa.array(node, pa.int64()),
-            io.DENSE: pa.array(dense, pa.list_(pa.float32())),
-            io.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
-            io.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32())),
+            storage.NODE_INDEX: pa.array(node, pa.int64()),
+            storage.DENSE: pa.array(dense, pa.list_(pa.float32())),
+            storage.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+            storage.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32())),
         }
     )
     os.makedirs(tmp_path / "emb")
@@ -502,7 +530,12 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     pq.write_table(tbl.slice(0, 6), str(tmp_path / "emb" / "part-1.parquet"))
     open(tmp_path / "emb" / "_SUCCESS", "w").close()
     pq.write_table(
-        pa.table({io.NODE_INDEX: pa.array(node, pa.int64()), io.NODE_ID: [f"n{i}" for i in node]}),
+        pa.table(
+            {
+                storage.NODE_INDEX: pa.array(node, pa.int64()),
+                storage.NODE_ID: [f"n{i}" for i in node],
+            }
+        ),
         str(tmp_path / "nodes" / "part-0.parquet"),
     )
     spec = {
@@ -520,7 +553,7 @@ def test_store_features_equal_features_from_arrow(tmp_path):
     assert (rows[len(want) :] == -1).all()
     X = embstore.features(E, rows[: len(want)], D + S + 2)
     pos = [node.index(w) for w in want]
-    ref = inference.features_from_arrow(tbl.take(pos), D, D + S + 2)
+    ref = inference_arrow.features_from_arrow(tbl.take(pos), D, D + S + 2)
     np.testing.assert_array_equal(X.toarray(), ref.toarray())
     assert X.has_sorted_indices and X.dtype == np.float32
     with pytest.raises(ValueError, match="different vectorizers"):
@@ -529,9 +562,9 @@ def test_store_features_equal_features_from_arrow(tmp_path):
 
 def _store_of(nodes_tbl):
     """An in-memory store (the node facts of embstore) of a nodes table, for task_rows."""
-    from pina_spark import embstore
+    from pina_spark.runtime import embstore
 
-    size = int(max(nodes_tbl.column(io.NODE_INDEX).to_pylist()) + 1)
+    size = int(max(nodes_tbl.column(storage.NODE_INDEX).to_pylist()) + 1)
     kind, twin, unit = embstore.node_facts(nodes_tbl, size)
     return {"kind": kind, "twin": twin, "fold_unit": unit}
 
@@ -549,22 +582,22 @@ def _nodes_table(n, seed):
             (
                 int(idx[j]),
                 f"item{j}",
-                io.KIND_INSTANCE,
-                [io.SPLIT_TRAIN, io.SPLIT_TEST, None][j % 3],
+                storage.KIND_INSTANCE,
+                [storage.SPLIT_TRAIN, storage.SPLIT_TEST, None][j % 3],
             )
         )
     for j in range(n // 4):
-        rows.append((int(idx[n + j]), f"item{4 * j}", io.KIND_LABEL, None))
+        rows.append((int(idx[n + j]), f"item{4 * j}", storage.KIND_LABEL, None))
     for j in range(3):
         rows.append((int(idx[n + n // 4 + j]), f"other{j}", "other", None))
     order = rng.permutation(len(rows))
     rows = [rows[i] for i in order]
     return pa.table(
         {
-            io.NODE_INDEX: pa.array([r[0] for r in rows], pa.int64()),
-            io.NODE_ID: [r[1] for r in rows],
-            io.KIND: [r[2] for r in rows],
-            io.SPLIT: pa.array([r[3] for r in rows], pa.string()),
+            storage.NODE_INDEX: pa.array([r[0] for r in rows], pa.int64()),
+            storage.NODE_ID: [r[1] for r in rows],
+            storage.KIND: [r[2] for r in rows],
+            storage.SPLIT: pa.array([r[3] for r in rows], pa.string()),
         }
     ), rows
 
@@ -572,26 +605,26 @@ def _nodes_table(n, seed):
 def test_node_facts_kinds_twins_and_fold_units():
     """The store's node facts: kind codes, the twin label of an item that is also a label, and
     fold units that give exactly folds.fold_of for train instances (any number of folds)."""
-    from pina_spark import embstore
+    from pina_spark.runtime import embstore
 
     tbl, rows = _nodes_table(40, 1)
     size = max(r[0] for r in rows) + 1
     kind, twin, unit = embstore.node_facts(tbl, size)
-    label_of = {r[1]: r[0] for r in rows if r[2] == io.KIND_LABEL}
+    label_of = {r[1]: r[0] for r in rows if r[2] == storage.KIND_LABEL}
     code = {
-        io.KIND_INSTANCE: embstore.KIND_INSTANCE,
-        io.KIND_LABEL: embstore.KIND_LABEL,
+        storage.KIND_INSTANCE: embstore.KIND_INSTANCE,
+        storage.KIND_LABEL: embstore.KIND_LABEL,
         "other": embstore.KIND_OTHER,
     }
     for i, nid, k, split in rows:
         assert kind[i] == code[k]
-        want_twin = label_of.get(nid, -1) if k == io.KIND_INSTANCE else -1
+        want_twin = label_of.get(nid, -1) if k == storage.KIND_INSTANCE else -1
         assert twin[i] == want_twin, (i, nid)
         for n_folds in (2, 3, 7):
             got = int(folds.fold_of_unit(unit[[i]], n_folds)[0])
             want = (
                 folds.fold_of(nid, n_folds)
-                if (k == io.KIND_INSTANCE and split == io.SPLIT_TRAIN)
+                if (k == storage.KIND_INSTANCE and split == storage.SPLIT_TRAIN)
                 else -1
             )
             assert got == want
@@ -605,24 +638,26 @@ def test_task_rows_cover_every_instance_once_in_route_order(n_folds):
     together every instance node exactly once, sizes within one row of each other."""
     tbl, rows = _nodes_table(53, 2)
     E = _store_of(tbl)
-    inst = sorted(r for r in rows if r[2] == io.KIND_INSTANCE)
+    inst = sorted(r for r in rows if r[2] == storage.KIND_INSTANCE)
     route = {
-        i: (folds.fold_of(nid, n_folds) if n_folds and s == io.SPLIT_TRAIN else -1)
+        i: (folds.fold_of(nid, n_folds) if n_folds and s == storage.SPLIT_TRAIN else -1)
         for i, nid, _, s in inst
     }
     want = sorted(route, key=lambda i: (route[i], i))
     for n_tasks in (1, 3, 8):
         got, sizes = [], []
         for t in range(n_tasks):
-            nodes, routes = inference.task_rows(inference.task_order(E, n_folds), n_tasks, t)
+            nodes, routes = inference_files.task_rows(
+                inference_files.task_order(E, n_folds), n_tasks, t
+            )
             assert routes.tolist() == [route[i] for i in nodes.tolist()]
             got += nodes.tolist()
             sizes.append(len(nodes))
         assert got == want
         assert max(sizes) - min(sizes) <= 1
-    sel = np.array(sorted(want[::4] + [r[0] for r in rows if r[2] == io.KIND_LABEL][:2]))
-    order = inference.task_order(E, n_folds, sel)
-    got = [i for t in range(3) for i in inference.task_rows(order, 3, t)[0].tolist()]
+    sel = np.array(sorted(want[::4] + [r[0] for r in rows if r[2] == storage.KIND_LABEL][:2]))
+    order = inference_files.task_order(E, n_folds, sel)
+    got = [i for t in range(3) for i in inference_files.task_rows(order, 3, t)[0].tolist()]
     assert got == [i for i in want if i in set(sel.tolist())]
 
 
@@ -642,14 +677,14 @@ def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(t
     schema = inference_arrow.neighbors_arrow_schema()
     t = pa.table(
         {
-            io.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
-            io.NEIGHBOR: pa.array([[1, 3], []], pa.list_(pa.int64())),
-            io.SCORE: pa.array([[0.75, 0.25], []], pa.list_(pa.float32())),
-            io.VARIANT: ["pina", "pina"],
+            storage.INSTANCE_INDEX: pa.array([2, 5], pa.int64()),
+            storage.NEIGHBOR: pa.array([[1, 3], []], pa.list_(pa.int64())),
+            storage.SCORE: pa.array([[0.75, 0.25], []], pa.list_(pa.float32())),
+            storage.VARIANT: ["pina", "pina"],
         },
         schema=schema,
     )
-    sink = inference.Sink(uri=str(tmp_path / "stage"), compression="zstd")
+    sink = neighbors_plan.Sink(uri=str(tmp_path / "stage"), compression="zstd")
     for attempt in (0, 1):
         meta = inference_files.write_task_files(
             {"pina": t, "pina_naive": schema.empty_table()}, sink, 7, attempt
@@ -664,8 +699,8 @@ def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(t
     assert files == ["variant=pina/part-00007.parquet", "variant=pina_naive/part-00007.parquet"]
     assert not glob.glob(str(tmp_path / "stage" / "*" / ".*"))
     got = pq.read_table(str(tmp_path / "stage" / "variant=pina" / "part-00007.parquet"))
-    assert got.column_names == [io.INSTANCE_INDEX, io.NEIGHBOR, io.SCORE]
-    assert got.column(io.NEIGHBOR).to_pylist() == [[1, 3], []]
+    assert got.column_names == [storage.INSTANCE_INDEX, storage.NEIGHBOR, storage.SCORE]
+    assert got.column(storage.NEIGHBOR).to_pylist() == [[1, 3], []]
     empty = pq.read_table(str(tmp_path / "stage" / "variant=pina_naive" / "part-00007.parquet"))
     assert empty.num_rows == 0 and empty.schema.equals(got.schema)
 
@@ -678,37 +713,37 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
 
     st = env["nb_stats"]
     assert st["writer"] == "arrow" and st["embeddings_via"] == "files"
-    final = io.local_path(env["ctx"].paths.table(io.NEIGHBORS))
+    final = storage.local_path(env["ctx"].paths.table(storage.NEIGHBORS))
     for v in st["variants"]:
-        files = sorted(glob.glob(os.path.join(final, f"{io.VARIANT}={v}", "*.parquet")))
+        files = sorted(glob.glob(os.path.join(final, f"{storage.VARIANT}={v}", "*.parquet")))
         assert len(files) == st["partitions"]
         for f in files:
-            idx = pq.read_table(f).column(io.INSTANCE_INDEX).to_pylist()
+            idx = pq.read_table(f).column(storage.INSTANCE_INDEX).to_pylist()
             assert idx == sorted(idx)
     got_types = {
         f.name: f.dataType
-        for f in io.read_table(spark, env["ctx"].paths, io.NEIGHBORS).schema.fields
+        for f in storage.read_table(spark, env["ctx"].paths, storage.NEIGHBORS).schema.fields
     }
-    want = {f.name: f.dataType for f in io.schema(io.NEIGHBORS).fields}
-    assert {k: got_types[k] for k in want} == want and io.VARIANT in got_types
-    sink = inference.Sink(uri=str(tmp_path / "sink"), compression="snappy")
-    meta, info = inference.neighbors_frame(spark, env["ctx"], sink=sink)
+    want = {f.name: f.dataType for f in storage.schema(storage.NEIGHBORS).fields}
+    assert {k: got_types[k] for k in want} == want and storage.VARIANT in got_types
+    sink = neighbors_plan.Sink(uri=str(tmp_path / "sink"), compression="snappy")
+    meta, info = neighbors_stage.neighbors_frame(spark, env["ctx"], sink=sink)
     assert info["writer"] == "arrow"
     got = meta.collect()
     assert len(got) == info["partitions"] * len(info["variants"])
     for v in info["variants"]:
         assert sum(r["rows"] for r in got if r["variant"] == v) == N_INST
     c = _with(env["ctx"], inference={"embeddings_via": "shuffle"})
-    assert inference.neighbors_frame(spark, c, sink=sink)[1]["writer"] == "spark"
+    assert neighbors_stage.neighbors_frame(spark, c, sink=sink)[1]["writer"] == "spark"
 
 
 def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env, spark):
-    """g in PECOS' memory-mapped form (the default, inference.g_mmap) predicts exactly what the
+    """g in PECOS' memory-mapped form (the default, neighbors_stage.g_mmap) predicts exactly what the
     saved model does; every worker of the machine maps the same compiled folder."""
     assert env["nb_stats"]["g_mmap"] is True
-    published = _collect_neighbors(io.read_table(spark, env["ctx"].paths, io.NEIGHBORS))
+    published = _collect_neighbors(storage.read_table(spark, env["ctx"].paths, storage.NEIGHBORS))
     c = _with(env["ctx"], inference={"g_mmap": False})
-    df, info = inference.neighbors_frame(spark, c)
+    df, info = neighbors_stage.neighbors_frame(spark, c)
     assert info["g_mmap"] is False
     assert _collect_neighbors(df) == published
     gdir = artifacts.g_dir(env["models"], "pina", 0)
@@ -718,7 +753,7 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
 
         import pyarrow as pa
 
-        from pina_spark.artifacts import g_mmap_copy
+        from pina_spark.models.artifacts import g_mmap_copy
 
         for b in batches:
             a = g_mmap_copy(gdir)
@@ -743,19 +778,19 @@ def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env,
 
 
 def test_choose_embeddings_via():
-    assert inference.choose_embeddings_via("files", "/r/e", "/r/n", 1)[0] == "files"
-    assert inference.choose_embeddings_via("auto", "gs://b/e", "gs://b/n", 8192)[0] == "shuffle"
+    assert embstore.choose_embeddings_via("files", "/r/e", "/r/n", 1)[0] == "files"
+    assert embstore.choose_embeddings_via("auto", "gs://b/e", "gs://b/n", 8192)[0] == "shuffle"
     with pytest.raises(ValueError, match="embeddings_via=files"):
-        inference.choose_embeddings_via("files", "hdfs:///r/e", "hdfs:///r/n", 8192)
+        embstore.choose_embeddings_via("files", "hdfs:///r/e", "hdfs:///r/n", 8192)
     with pytest.raises(ValueError, match="not one of"):
-        inference.choose_embeddings_via("mmap", "/r/e", "/r/n", 8192)
+        embstore.choose_embeddings_via("mmap", "/r/e", "/r/n", 8192)
 
 
 def test_embeddings_via_auto_respects_the_mmap_limit(env):
     p = env["ctx"].paths
-    e, n = p.table(io.EMBEDDINGS), p.table(io.NODES)
-    assert inference.choose_embeddings_via("auto", e, n, 8192)[0] == "files"
-    via, why = inference.choose_embeddings_via("auto", e, n, 0)
+    e, n = p.table(storage.EMBEDDINGS), p.table(storage.NODES)
+    assert embstore.choose_embeddings_via("auto", e, n, 8192)[0] == "files"
+    via, why = embstore.choose_embeddings_via("auto", e, n, 0)
     assert via == "shuffle" and "mmap_max_mb" in why
 
 
@@ -767,7 +802,7 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     from pyspark.sql import Row
 
     base = _with(env["ctx"], neighbors={"train_mode": "in_sample"})
-    ref = _collect_neighbors(inference.neighbors_frame(spark, base)[0])
+    ref = _collect_neighbors(neighbors_stage.neighbors_frame(spark, base)[0])
     pick = {}  # instance -> a label node among its pina neighbours
     for (v, i), (nodes, _) in sorted(ref.items()):
         lab = next((n for n in nodes if n >= N_INST), None)
@@ -780,16 +815,20 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     rows = [
         Row(**{**r.asDict(), "node_id": new_id.get(r.node_index, r.node_id)}) for r in env["rows"]
     ]
-    paths = io.RunPaths(str(tmp_path / "twins"))
-    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
-    for rel in (io.EMBEDDINGS, io.VECTORIZER, io.MODELS):
-        shutil.copytree(io.local_path(base.paths.table(rel)), io.local_path(paths.table(rel)))
+    paths = storage.RunPaths(str(tmp_path / "twins"))
+    storage.write_table(
+        spark.createDataFrame(rows, storage.schema(storage.NODES)), paths, storage.NODES
+    )
+    for rel in (storage.EMBEDDINGS, storage.VECTORIZER, storage.MODELS):
+        shutil.copytree(
+            storage.local_path(base.paths.table(rel)), storage.local_path(paths.table(rel))
+        )
     for labels, excluded in (("given", False), ("graph", True)):
         c = _with(
-            dc.replace(base, paths=paths, models_root=paths.table(io.MODELS)),
+            dc.replace(base, paths=paths, models_root=paths.table(storage.MODELS)),
             task={"labels": labels},
         )
-        got = _collect_neighbors(inference.neighbors_frame(spark, c)[0])
+        got = _collect_neighbors(neighbors_stage.neighbors_frame(spark, c)[0])
         for i, lab in pick.items():
             assert (lab not in got[("pina", i)][0]) == excluded, (labels, i, lab)
             if not excluded:
@@ -808,7 +847,7 @@ def test_in_sample_labels_only_softmax(env, spark):
             "k": 3,
         },
     )
-    df, info = inference.neighbors_frame(spark, ctx)
+    df, info = neighbors_stage.neighbors_frame(spark, ctx)
     assert info["folds"] == 0 and info["models"] == ["pina/full", "pina_naive/full"]
     got = _collect_neighbors(df)
     ref, _ = _reference(env, ctx.cfg.neighbors)
@@ -819,22 +858,22 @@ def test_in_sample_labels_only_softmax(env, spark):
 def test_normalize_scores_branches():
     s = np.array([[2.0, 1.0, 0.0], [1.0, -1.0, 0.0], [0.0, 0.0, 0.0]])
     c = np.array([2, 2, 0])
-    l1 = inference.normalize_scores(s, c, "l1")
+    l1 = topk.normalize_scores(s, c, "l1")
     np.testing.assert_allclose(l1[0], [2 / 3, 1 / 3, 0])
     z = np.exp(1) + np.exp(-1)
     np.testing.assert_allclose(l1[1], [np.exp(1) / z, np.exp(-1) / z, 0])  # softmax, then L1
     assert l1[2].tolist() == [0, 0, 0]
-    sm = inference.normalize_scores(s, c, "softmax", temperature=2.0)
+    sm = topk.normalize_scores(s, c, "softmax", temperature=2.0)
     np.testing.assert_allclose(sm[0, :2], np.exp([1.0, 0.5]) / np.exp([1.0, 0.5]).sum())
-    assert inference.normalize_scores(s, c, "raw")[1].tolist() == [1.0, -1.0, 0.0]
+    assert topk.normalize_scores(s, c, "raw")[1].tolist() == [1.0, -1.0, 0.0]
 
 
 def test_topk_ties_by_node_index_and_exclusions():
     Y = sp.csr_matrix(np.array([[0.5, 0.5, 0.9, 0.5, 0.2]], dtype=np.float32))
     col_map = np.array([9, 4, 7, -1, 3])  # column 3 is not an allowed neighbour
-    nodes, scores, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([-1]), 3)
+    nodes, scores, counts = topk.topk_neighbors(Y, col_map, np.array([7]), np.array([-1]), 3)
     assert nodes[0].tolist() == [4, 9, 3] and counts.tolist() == [3]
-    nodes, _, counts = inference.topk_neighbors(Y, col_map, np.array([7]), np.array([9]), 5)
+    nodes, _, counts = topk.topk_neighbors(Y, col_map, np.array([7]), np.array([9]), 5)
     assert nodes[0, : counts[0]].tolist() == [4, 3]
 
 
@@ -842,9 +881,9 @@ def test_topk_ties_by_node_index_and_exclusions():
 def _copy_models(env, root) -> str:
     """A copy of the run's two model folders (vectorizer and g's) under ``root``; returns the
     copy's models folder."""
-    for rel in (io.VECTORIZER, io.MODELS):
-        shutil.copytree(io.local_path(env["ctx"].paths.table(rel)), os.path.join(root, rel))
-    return os.path.join(str(root), io.MODELS)
+    for rel in (storage.VECTORIZER, storage.MODELS):
+        shutil.copytree(storage.local_path(env["ctx"].paths.table(rel)), os.path.join(root, rel))
+    return os.path.join(str(root), storage.MODELS)
 
 
 def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
@@ -853,7 +892,7 @@ def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
     for p in glob.glob(os.path.join(bad, "**", "*.npz"), recursive=True):
         open(p, "wb").write(b"not a numpy archive")
     ctx = dc.replace(env["ctx"], models_root=models)
-    df, _ = inference.neighbors_frame(spark, ctx)
+    df, _ = neighbors_stage.neighbors_frame(spark, ctx)
     with pytest.raises(Exception) as ei:
         df.collect()
     assert bad in str(ei.value)
@@ -863,17 +902,17 @@ def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
     models = _copy_models(env, tmp_path / "copy")
     shutil.rmtree(artifacts.g_dir(models, "pina", 1))
     ctx = dc.replace(env["ctx"], models_root=models)
-    with pytest.raises(io.InputError, match="g/pina/fold=1"):
-        inference.neighbors_frame(spark, ctx)
+    with pytest.raises(storage.InputError, match="g/pina/fold=1"):
+        neighbors_stage.neighbors_frame(spark, ctx)
     os.remove(f"{artifacts.vectorizer_dir(models)}/encoder.json")
-    with pytest.raises(io.InputError, match="vectorizer/encoder.json"):
-        inference.run_embed_stage(ctx)
+    with pytest.raises(storage.InputError, match="vectorizer/encoder.json"):
+        embed_stage.run(ctx)
     os.remove(f"{artifacts.vectorizer_dir(models)}/_SUCCESS")
-    with pytest.raises(io.InputError, match="vectorizer.*_SUCCESS"):
-        inference.run_embed_stage(ctx)
+    with pytest.raises(storage.InputError, match="vectorizer.*_SUCCESS"):
+        embed_stage.run(ctx)
     os.remove(f"{models}/_SUCCESS")
-    with pytest.raises(io.InputError, match="_SUCCESS"):
-        inference.run_neighbors_stage(ctx)
+    with pytest.raises(storage.InputError, match="_SUCCESS"):
+        neighbors_stage.run(ctx)
 
 
 def test_injected_fault_reaches_the_executor_function(env, spark):
@@ -883,7 +922,7 @@ def test_injected_fault_reaches_the_executor_function(env, spark):
         ),
         "neighbors",
     )
-    df, _ = inference.neighbors_frame(spark, env["ctx"], fault_plan=plan)
+    df, _ = neighbors_stage.neighbors_frame(spark, env["ctx"], fault_plan=plan)
     with pytest.raises(Exception, match="injected fault: stage neighbors"):
         df.collect()
 
@@ -892,6 +931,7 @@ def test_fold_route_expr_matches_folds_module(spark):
     ids = [f"item-{i}" for i in range(300)] + ["", "ünï", "a\x1fb"]
     df = spark.createDataFrame([(i,) for i in ids], "id string")
     got = {
-        r.id: r.f for r in df.select("id", inference.fold_route_expr("id", 7).alias("f")).collect()
+        r.id: r.f
+        for r in df.select("id", neighbors_stage.fold_route_expr("id", 7).alias("f")).collect()
     }
     assert got == {i: folds.fold_of(i, 7) for i in ids}

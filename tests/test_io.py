@@ -1,4 +1,4 @@
-"""Reliability of pina_spark.io: staged writes with atomic publish, recovery after a crash,
+"""Reliability of pina_spark.storage: staged writes with atomic publish, recovery after a crash,
 refusal of incomplete tables, and strict input readers (explicit schemas, clear errors, corrupt
 lines kept in ``_corrupt_record``).
 
@@ -16,14 +16,14 @@ import time
 
 import pytest
 
-from pina_spark import io
+from pina_spark import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------- helpers
 def _paths(tmp_path, name="run"):
-    return io.RunPaths(str(tmp_path / name))
+    return storage.RunPaths(str(tmp_path / name))
 
 
 def _frame(spark, lo, hi, tag, parts=2):
@@ -66,37 +66,37 @@ def _failing_frame(spark, fail_at, n=200):
 def test_write_table_publishes_complete_table_via_staging(spark, tmp_path, monkeypatch):
     paths = _paths(tmp_path)
     seen = []
-    real_publish = io.publish
+    real_publish = storage.publish
 
     def spy(sp, staging, final):
         # at publish time the data is complete in staging and not yet at the final path
-        seen.append((staging, final, io.is_complete(sp, staging), os.path.exists(final)))
+        seen.append((staging, final, storage.is_complete(sp, staging), os.path.exists(final)))
         return real_publish(sp, staging, final)
 
-    monkeypatch.setattr(io, "publish", spy)
-    final = io.write_table(_frame(spark, 0, 50, "v1"), paths, "t")
+    monkeypatch.setattr(storage, "publish", spy)
+    final = storage.write_table(_frame(spark, 0, 50, "v1"), paths, "t")
     assert len(seen) == 1
     staging, fin, complete, existed = seen[0]
     assert staging.startswith(paths.root + "/_staging/t-")
     assert fin == final == paths.table("t")
     assert complete and not existed
-    assert io.is_complete(spark, final)
+    assert storage.is_complete(spark, final)
     assert not os.path.exists(staging)
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 50, "v1")
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 50, "v1")
     # a second publish replaces the first completely, leaving nothing behind
-    io.write_table(_frame(spark, 10, 30, "v2"), paths, "t")
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(10, 30, "v2")
+    storage.write_table(_frame(spark, 10, 30, "v2"), paths, "t")
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(10, 30, "v2")
     assert _leftovers(paths, "t") == []
 
 
 def test_failing_write_keeps_previous_table_and_no_half_table(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 100, "v1"), paths, "t")
+    storage.write_table(_frame(spark, 0, 100, "v1"), paths, "t")
     with pytest.raises(Exception, match="boom at 150"):
-        io.write_table(_failing_frame(spark, fail_at=150), paths, "t")
+        storage.write_table(_failing_frame(spark, fail_at=150), paths, "t")
     # previous version complete and readable, unchanged
-    assert io.is_complete(spark, paths.table("t"))
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 100, "v1")
+    assert storage.is_complete(spark, paths.table("t"))
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 100, "v1")
     # no half table: the failed write left no staging folder and no moved-aside version
     assert _leftovers(paths, "t") == []
 
@@ -104,31 +104,31 @@ def test_failing_write_keeps_previous_table_and_no_half_table(spark, tmp_path):
 def test_failing_first_write_publishes_nothing(spark, tmp_path):
     paths = _paths(tmp_path)
     with pytest.raises(Exception, match="boom at 3"):
-        io.write_table(_failing_frame(spark, fail_at=3), paths, "t")
+        storage.write_table(_failing_frame(spark, fail_at=3), paths, "t")
     assert not os.path.exists(paths.table("t"))
-    with pytest.raises(io.InputError, match="missing or incomplete"):
-        io.read_table(spark, paths, "t")
+    with pytest.raises(storage.InputError, match="missing or incomplete"):
+        storage.read_table(spark, paths, "t")
 
 
 def test_recover_restores_table_when_killed_between_the_two_renames(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 40, "v1"), paths, "graph/t")
+    storage.write_table(_frame(spark, 0, 40, "v1"), paths, "graph/t")
     final = paths.table("graph/t")
     # the next write got as far as a complete staging folder and the FIRST rename of publish
     staging = paths.staging("graph/t")
     _frame(spark, 0, 70, "v2").write.parquet(staging)
-    assert io.is_complete(spark, staging)
-    io._rename(spark, final, final + ".__old-deadbeef")
+    assert storage.is_complete(spark, staging)
+    storage._rename(spark, final, final + ".__old-deadbeef")
     # ... and the process died here. Readers get a clear error, never a half table:
-    with pytest.raises(io.InputError, match="missing or incomplete"):
-        io.read_table(spark, paths, "graph/t")
-    repaired = io.recover(spark, paths, ["graph/t"])
+    with pytest.raises(storage.InputError, match="missing or incomplete"):
+        storage.read_table(spark, paths, "graph/t")
+    repaired = storage.recover(spark, paths, ["graph/t"])
     assert repaired == ["graph/t"]
-    assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 40, "v1")
+    assert _rows(storage.read_table(spark, paths, "graph/t")) == _expected(0, 40, "v1")
     assert _leftovers(paths, "graph/t") == []  # staging leftovers cleaned
     # the next run publishes normally
-    io.write_table(_frame(spark, 0, 70, "v2"), paths, "graph/t")
-    assert _rows(io.read_table(spark, paths, "graph/t")) == _expected(0, 70, "v2")
+    storage.write_table(_frame(spark, 0, 70, "v2"), paths, "graph/t")
+    assert _rows(storage.read_table(spark, paths, "graph/t")) == _expected(0, 70, "v2")
     assert _leftovers(paths, "graph/t") == []
 
 
@@ -136,23 +136,23 @@ def test_recover_repairs_tables_it_was_not_told_about(spark, tmp_path):
     """pipeline.run_pipeline passes only the stages' outputs to recover(); a crash while
     publishing ``quarantine/<table>`` must be repaired too."""
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 5, "q1"), paths, "quarantine/events")
+    storage.write_table(_frame(spark, 0, 5, "q1"), paths, "quarantine/events")
     final = paths.table("quarantine/events")
-    io._rename(spark, final, final + ".__old-0badf00d")
-    assert io.recover(spark, paths, ["nodes", "graph/i2i_edges"]) == ["quarantine/events"]
-    assert _rows(io.read_table(spark, paths, "quarantine/events")) == _expected(0, 5, "q1")
+    storage._rename(spark, final, final + ".__old-0badf00d")
+    assert storage.recover(spark, paths, ["nodes", "graph/i2i_edges"]) == ["quarantine/events"]
+    assert _rows(storage.read_table(spark, paths, "quarantine/events")) == _expected(0, 5, "q1")
 
 
 def test_recover_after_second_rename_drops_old_version(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
+    storage.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
     final = paths.table("t")
     # died after the second rename, before deleting the old version
     old = final + ".__old-12345678"
     _frame(spark, 0, 3, "v0").write.parquet(old)
     os.makedirs(os.path.join(paths.root, "_staging", "t-abandoned"), exist_ok=True)
-    assert io.recover(spark, paths, ["t"]) == []
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
+    assert storage.recover(spark, paths, ["t"]) == []
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
     assert _leftovers(paths, "t") == []
 
 
@@ -160,10 +160,10 @@ def test_read_table_refuses_incomplete_table(spark, tmp_path):
     paths = _paths(tmp_path)
     _frame(spark, 0, 10, "x").write.parquet(paths.table("t"))
     os.remove(os.path.join(paths.table("t"), "_SUCCESS"))
-    with pytest.raises(io.InputError, match="missing or incomplete"):
-        io.read_table(spark, paths, "t")
-    with pytest.raises(io.InputError, match="missing or incomplete"):
-        io.read_table(spark, paths, "never_written")
+    with pytest.raises(storage.InputError, match="missing or incomplete"):
+        storage.read_table(spark, paths, "t")
+    with pytest.raises(storage.InputError, match="missing or incomplete"):
+        storage.read_table(spark, paths, "never_written")
 
 
 def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path):
@@ -174,24 +174,29 @@ def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path
 
     paths = _paths(tmp_path)
     rows = [(1, "instance", "a", "x", "train"), (2, "label", "b", "y", None)]
-    io.write_table(spark.createDataFrame(rows, io.schema(io.NODES)), paths, io.NODES)
-    assert io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
-    df = io.read_table(spark, paths, io.NODES, contract=True)
+    storage.write_table(
+        spark.createDataFrame(rows, storage.schema(storage.NODES)), paths, storage.NODES
+    )
+    assert storage._footer_has_contract(paths.table(storage.NODES), storage.schema(storage.NODES))
+    df = storage.read_table(spark, paths, storage.NODES, contract=True)
     assert [(f.name, f.dataType) for f in df.schema.fields] == [
-        (f.name, f.dataType) for f in io.schema(io.NODES).fields
+        (f.name, f.dataType) for f in storage.schema(storage.NODES).fields
     ]
     assert sorted(tuple(r) for r in df.collect()) == sorted(rows, key=lambda r: r[0])
     # node_index written as int: the footer does not match, Spark infers (int stays int)
     odd = T.StructType(
-        [T.StructField(io.NODE_INDEX, T.IntegerType())] + io.schema(io.NODES).fields[1:]
+        [T.StructField(storage.NODE_INDEX, T.IntegerType())]
+        + storage.schema(storage.NODES).fields[1:]
     )
-    io.write_table(spark.createDataFrame(rows, odd), paths, io.NODES)
-    assert not io._footer_has_contract(paths.table(io.NODES), io.schema(io.NODES))
-    df = io.read_table(spark, paths, io.NODES, contract=True)
-    assert df.schema[io.NODE_INDEX].dataType == T.IntegerType()
-    assert sorted(r[io.NODE_INDEX] for r in df.collect()) == [1, 2]
+    storage.write_table(spark.createDataFrame(rows, odd), paths, storage.NODES)
+    assert not storage._footer_has_contract(
+        paths.table(storage.NODES), storage.schema(storage.NODES)
+    )
+    df = storage.read_table(spark, paths, storage.NODES, contract=True)
+    assert df.schema[storage.NODE_INDEX].dataType == T.IntegerType()
+    assert sorted(r[storage.NODE_INDEX] for r in df.collect()) == [1, 2]
     # a table pyarrow does not reach here is read as before (schema inference)
-    assert not io._footer_has_contract("hdfs:///nowhere/nodes", io.schema(io.NODES))
+    assert not storage._footer_has_contract("hdfs:///nowhere/nodes", storage.schema(storage.NODES))
 
 
 def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
@@ -205,12 +210,12 @@ def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
         "variant=a/_committed_1",
     ):
         open(d / name, "w").close()
-    fs, files = io.parquet_files(str(d))
+    fs, files = storage.parquet_files(str(d))
     assert [os.path.relpath(f.path, str(d)) for f in files] == [
         "part-0.parquet",
         os.path.join("variant=a", "part-1.parquet"),
     ]
-    assert io.parquet_files(str(tmp_path / "absent")) is None
+    assert storage.parquet_files(str(tmp_path / "absent")) is None
 
 
 def _plan(df) -> str:
@@ -227,50 +232,50 @@ def test_values_frame_reads_driver_values_from_a_file_not_from_the_tasks(
 
     paths = _paths(tmp_path)
     values = np.array([7, 2**40, 0, 7], dtype=np.int64)
-    with io.values_frame(spark, paths, "node_index", values, "t") as df:
+    with storage.values_frame(spark, paths, "node_index", values, "t") as df:
         assert sorted(r[0] for r in df.collect()) == sorted(values.tolist())
         plan = _plan(df)
         assert "FileScan parquet" in plan and "Scan ExistingRDD" not in plan, plan
         assert df.schema.simpleString() == "struct<node_index:bigint>"
     ids = ["t1", "é 2", "", "t1"]
-    with io.values_frame(spark, paths, "instance_id", ids, "s", kind="string") as df:
+    with storage.values_frame(spark, paths, "instance_id", ids, "s", kind="string") as df:
         assert sorted(r[0] for r in df.collect()) == sorted(ids)
         assert "FileScan parquet" in _plan(df)
         assert df.schema.simpleString() == "struct<instance_id:string>"
     with pytest.raises(ValueError, match="kind"):
-        with io.values_frame(spark, paths, "x", [1.5], "t", kind="double"):
+        with storage.values_frame(spark, paths, "x", [1.5], "t", kind="double"):
             pass
     with pytest.raises(RuntimeError, match="boom"):
-        with io.values_frame(spark, paths, "node_index", values, "t") as df:
+        with storage.values_frame(spark, paths, "node_index", values, "t") as df:
             raise RuntimeError("boom")
-    assert os.listdir(os.path.join(paths.root, io.STAGING)) == []
+    assert os.listdir(os.path.join(paths.root, storage.STAGING)) == []
 
     far = _paths(tmp_path, "far")
-    monkeypatch.setattr(io, "pyarrow_reaches", lambda uri: False)
-    with io.values_frame(spark, far, "node_index", values, "t") as df:
+    monkeypatch.setattr(storage, "pyarrow_reaches", lambda uri: False)
+    with storage.values_frame(spark, far, "node_index", values, "t") as df:
         assert sorted(r[0] for r in df.collect()) == sorted(values.tolist())
         assert "FileScan" not in _plan(df)
-    assert not os.path.exists(os.path.join(far.root, io.STAGING))
+    assert not os.path.exists(os.path.join(far.root, storage.STAGING))
 
 
 def test_publish_refuses_staging_without_success_marker(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
+    storage.write_table(_frame(spark, 0, 10, "v1"), paths, "t")
     staging = paths.staging("t")
     _frame(spark, 0, 99, "half").write.parquet(staging)
     os.remove(os.path.join(staging, "_SUCCESS"))
     with pytest.raises(IOError, match="incomplete write"):
-        io.publish(spark, staging, paths.table("t"))
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
+        storage.publish(spark, staging, paths.table("t"))
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 10, "v1")
 
 
 def test_replace_partitions_keeps_other_partitions(spark, tmp_path):
     paths = _paths(tmp_path)
     a = spark.createDataFrame([(1, "a"), (2, "a"), (3, "b")], "x long, variant string")
-    io.write_table(a, paths, "p", partition_by=["variant"])
+    storage.write_table(a, paths, "p", partition_by=["variant"])
     b = spark.createDataFrame([(9, "b")], "x long, variant string")
-    io.write_table(b, paths, "p", partition_by=["variant"], mode_replace_partitions=True)
-    got = sorted((r["x"], r["variant"]) for r in io.read_table(spark, paths, "p").collect())
+    storage.write_table(b, paths, "p", partition_by=["variant"], mode_replace_partitions=True)
+    got = sorted((r["x"], r["variant"]) for r in storage.read_table(spark, paths, "p").collect())
     assert got == [(1, "a"), (2, "a"), (9, "b")]
     assert _leftovers(paths, "p") == []
 
@@ -285,7 +290,7 @@ _CHILD = textwrap.dedent("""
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     from pina_spark import io
-    paths = io.RunPaths(root)
+    paths = storage.RunPaths(root)
 
     def slow(batches):
         import time
@@ -295,17 +300,17 @@ _CHILD = textwrap.dedent("""
 
     if mode == "between":
         # die (whole process group, SIGKILL) right after the first rename of publish
-        real = io._rename
+        real = storage._rename
         def rename_then_die(sp, src, dst):
             real(sp, src, dst)
             if ".__old-" in dst:
                 os.killpg(os.getpgid(0), 9)
-        io._rename = rename_then_die
+        storage._rename = rename_then_die
     df = (spark.range(0, 400000, numPartitions=12)
           .selectExpr("id as x", "concat('v2-', cast(id as string)) as tag")
           .mapInPandas(slow if mode == "during" else (lambda b: b), "x long, tag string"))
     print("WRITING", flush=True)
-    io.write_table(df, paths, "t")
+    storage.write_table(df, paths, "t")
     print("DONE", flush=True)
 """)
 
@@ -346,7 +351,7 @@ def _wait_group_gone(pgid, timeout=60):
 
 def test_kill_during_write_keeps_previous_version_and_next_run_recovers(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
+    storage.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
     proc, logf = _start_child(tmp_path, paths.output, "during")
     staging_glob = os.path.join(paths.root, "_staging", "t-*")
     killed = False
@@ -376,19 +381,19 @@ def test_kill_during_write_keeps_previous_version_and_next_run_recovers(spark, t
     leftovers = glob.glob(staging_glob)
     assert leftovers and not any(os.path.exists(os.path.join(d, "_SUCCESS")) for d in leftovers)
     # the previously published version is complete and readable, same rows as before
-    assert io.is_complete(spark, paths.table("t"))
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
+    assert storage.is_complete(spark, paths.table("t"))
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
     # the next run recovers (cleans staging) and publishes
-    io.recover(spark, paths, ["t"])
+    storage.recover(spark, paths, ["t"])
     assert _leftovers(paths, "t") == []
-    io.write_table(_frame(spark, 0, 2000, "v2"), paths, "t")
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 2000, "v2")
+    storage.write_table(_frame(spark, 0, 2000, "v2"), paths, "t")
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 2000, "v2")
 
 
 @pytest.mark.slow
 def test_kill_between_the_two_renames_is_repaired_by_recover(spark, tmp_path):
     paths = _paths(tmp_path)
-    io.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
+    storage.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")
     proc, logf = _start_child(tmp_path, paths.output, "between")
     try:
         proc.wait(timeout=240)
@@ -401,10 +406,10 @@ def test_kill_between_the_two_renames_is_repaired_by_recover(spark, tmp_path):
     assert proc.returncode == -signal.SIGKILL, out[-3000:]
     assert not os.path.exists(paths.table("t"))
     assert glob.glob(paths.table("t") + ".__old-*")
-    with pytest.raises(io.InputError):
-        io.read_table(spark, paths, "t")
-    assert io.recover(spark, paths, ["t"]) == ["t"]
-    assert _rows(io.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
+    with pytest.raises(storage.InputError):
+        storage.read_table(spark, paths, "t")
+    assert storage.recover(spark, paths, ["t"]) == ["t"]
+    assert _rows(storage.read_table(spark, paths, "t")) == _expected(0, 1000, "v1")
     assert _leftovers(paths, "t") == []
 
 
@@ -440,7 +445,7 @@ def test_read_input_uses_explicit_schema(spark, tmp_path, fmt):
             '{"basket_id":"b1","item_id":"007","event_time":"2026-01-01","weight":1}\n'
             '{"basket_id":"b1","item_id":"010","weight":2}\n',
         )
-    df = io.read_input(spark, uri, "events")
+    df = storage.read_input(spark, uri, "events")
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
         ("basket_id", "string"),
         ("item_id", "string"),
@@ -461,49 +466,49 @@ def test_read_input_missing_column_names_column_and_file(spark, tmp_path, fmt):
         uri = _write(tmp_path, "inst.csv", "instance_id,split\ni1,train\n")
     else:
         uri = _write(tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n{"instance_id":"i2"}\n')
-    with pytest.raises(io.InputError) as e:
-        io.read_input(spark, uri, "instances")
+    with pytest.raises(storage.InputError) as e:
+        storage.read_input(spark, uri, "instances")
     assert "'text'" in str(e.value) and uri in str(e.value)
 
 
 def test_read_input_wrong_type_names_column_and_file(spark, tmp_path):
     uri = str(tmp_path / "inst.parquet")
     spark.createDataFrame([(1, "t")], "instance_id long, text string").write.parquet(uri)
-    with pytest.raises(io.InputError) as e:
-        io.read_input(spark, uri, "instances")
+    with pytest.raises(storage.InputError) as e:
+        storage.read_input(spark, uri, "instances")
     assert "'instance_id'" in str(e.value) and uri in str(e.value)
     assert "bigint" in str(e.value) and "string" in str(e.value)
     uri2 = str(tmp_path / "ev.parquet")
     spark.createDataFrame(
         [("b", "i", "heavy")], "basket_id string, item_id string, " "weight string"
     ).write.parquet(uri2)
-    with pytest.raises(io.InputError) as e:
-        io.read_input(spark, uri2, "events")
+    with pytest.raises(storage.InputError) as e:
+        storage.read_input(spark, uri2, "events")
     assert "'weight'" in str(e.value) and uri2 in str(e.value)
 
 
 def test_read_input_missing_path_is_clear(spark, tmp_path):
     uri = str(tmp_path / "nope.parquet")
-    with pytest.raises(io.InputError, match="does not exist") as e:
-        io.read_input(spark, uri, "instances")
+    with pytest.raises(storage.InputError, match="does not exist") as e:
+        storage.read_input(spark, uri, "instances")
     assert uri in str(e.value) and "input.instances" in str(e.value)
-    with pytest.raises(io.InputError, match="no path given"):
-        io.read_input(spark, None, "labels")
+    with pytest.raises(storage.InputError, match="no path given"):
+        storage.read_input(spark, None, "labels")
 
 
 @pytest.mark.parametrize("name", ["empty.csv", "empty.jsonl", "empty.parquet"])
 def test_read_input_empty_file_is_clear(spark, tmp_path, name):
     uri = _write(tmp_path, name, b"")
-    with pytest.raises(io.InputError, match="empty") as e:
-        io.read_input(spark, uri, "instances")
+    with pytest.raises(storage.InputError, match="empty") as e:
+        storage.read_input(spark, uri, "instances")
     assert uri in str(e.value)
 
 
 def test_read_input_empty_parquet_folder_is_clear(spark, tmp_path):
     d = tmp_path / "emptydir"
     d.mkdir()
-    with pytest.raises(io.InputError, match="empty"):
-        io.read_input(spark, str(d), "instances")
+    with pytest.raises(storage.InputError, match="empty"):
+        storage.read_input(spark, str(d), "instances")
 
 
 def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path):
@@ -516,7 +521,7 @@ def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path
         "b2,i3,1.0,extra\n"  # too many fields
         "b2\n",
     )  # too few fields
-    rows = io.read_input(spark, uri, "events").collect()
+    rows = storage.read_input(spark, uri, "events").collect()
     assert len(rows) == 4  # every line accounted for
     corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
     assert corrupt == ["b1,i2,heavy", "b2", "b2,i3,1.0,extra"]
@@ -530,7 +535,7 @@ def test_read_input_unparseable_json_lines_land_in_corrupt_record(spark, tmp_pat
         "inst.jsonl",
         '{"instance_id":"i1","text":"a"}\n' "this is not json\n" '{"instance_id":"i3","text":"c"\n',
     )
-    rows = io.read_input(spark, uri, "instances").collect()
+    rows = storage.read_input(spark, uri, "instances").collect()
     assert len(rows) == 3
     corrupt = sorted(r._corrupt_record for r in rows if r._corrupt_record is not None)
     assert corrupt == sorted(['{"instance_id":"i3","text":"c"', "this is not json"])
@@ -538,7 +543,7 @@ def test_read_input_unparseable_json_lines_land_in_corrupt_record(spark, tmp_pat
 
 def test_read_input_csv_columns_in_any_order_and_extra_columns(spark, tmp_path):
     uri = _write(tmp_path, "inst.csv", "text,extra,instance_id\nhello,x,i1\n")
-    rows = io.read_input(spark, uri, "instances").collect()
+    rows = storage.read_input(spark, uri, "instances").collect()
     assert [(r.instance_id, r.text, r.split, r._corrupt_record) for r in rows] == [
         ("i1", "hello", None, None)
     ]
@@ -551,12 +556,14 @@ def test_read_input_jsonl_keys_missing_on_first_lines_are_not_lost(spark, tmp_pa
         "ev.jsonl",
         '{"basket_id":"b","item_id":"i"}\n' '{"basket_id":"b","item_id":"j","weight":2.5}\n',
     )
-    rows = sorted(io.read_input(spark, uri, "events").collect(), key=lambda r: r.item_id)
+    rows = sorted(storage.read_input(spark, uri, "events").collect(), key=lambda r: r.item_id)
     assert [r.weight for r in rows] == [None, 2.5]
     uri2 = _write(
         tmp_path, "inst.jsonl", '{"instance_id":"i1"}\n' '{"instance_id":"i2","text":"t"}\n'
     )
-    rows = sorted(io.read_input(spark, uri2, "instances").collect(), key=lambda r: r.instance_id)
+    rows = sorted(
+        storage.read_input(spark, uri2, "instances").collect(), key=lambda r: r.instance_id
+    )
     assert [(r.instance_id, r.text) for r in rows] == [("i1", None), ("i2", "t")]
 
 
@@ -569,11 +576,11 @@ def test_read_input_quoted_csv_newline_is_one_row(spark, tmp_path):
         b'i2,"a\r\nb",test\n'
         b"i3,plain,train\n"
     )
-    rows = {r["instance_id"]: r for r in io.read_input(spark, str(p), "instances").collect()}
+    rows = {r["instance_id"]: r for r in storage.read_input(spark, str(p), "instances").collect()}
     assert sorted(rows) == ["i1", "i2", "i3"]
     assert rows["i1"]["text"] == "first line\nsecond line"
     assert rows["i2"]["split"] == "test"
-    assert all(r[io.CORRUPT] is None for r in rows.values())
+    assert all(r[storage.CORRUPT] is None for r in rows.values())
 
 
 def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, tmp_path):
@@ -588,7 +595,7 @@ def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, t
         str(d / "part-1.parquet"),
     )
     with pytest.raises(
-        io.InputError,
+        storage.InputError,
         match=r"disagree on the type of column 'item_id': " r"bigint .*part-1.parquet.*string",
     ):
-        io.read_input(spark, str(d), "events")
+        storage.read_input(spark, str(d), "events")

@@ -2,7 +2,7 @@
 models (nodes pre-step), incremental selection, progress statistics in the manifest.
 
 The pipeline mechanics are tested with tiny real stages defined here (they read and write
-published tables through pina_spark.io) registered by monkeypatching ``pipeline.STAGES``, so these
+published tables through pina_spark.storage) registered by monkeypatching ``pipeline.STAGES``, so these
 tests do not depend on the other stage modules.
 """
 
@@ -12,9 +12,11 @@ import os
 
 import pytest
 
-from pina_spark import artifacts, io, pipeline
+from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.manifest import Manifest
+from pina_spark.models import artifacts
+from pina_spark.orchestration import pipeline
+from pina_spark.storage.manifest import Manifest
 
 CALLS = []  # (stage, root) of every stub call
 FAIL = set()  # stages that raise
@@ -27,37 +29,44 @@ def stub_graph(ctx):
 
     CALLS.append(("graph", ctx.paths.root))
     spark = ctx.spark
-    inst = io.read_input(spark, ctx.cfg.input.instances, "instances").drop(io.CORRUPT)
-    rows = sorted(inst.collect(), key=lambda r: r[io.INSTANCE_ID])
+    inst = storage.read_input(spark, ctx.cfg.input.instances, "instances").drop(storage.CORRUPT)
+    rows = sorted(inst.collect(), key=lambda r: r[storage.INSTANCE_ID])
     nodes = [
-        (i, io.KIND_INSTANCE, r[io.INSTANCE_ID], r[io.TEXT], r[io.SPLIT] or "train")
+        (
+            i,
+            storage.KIND_INSTANCE,
+            r[storage.INSTANCE_ID],
+            r[storage.TEXT],
+            r[storage.SPLIT] or "train",
+        )
         for i, r in enumerate(rows)
     ]
     n = len(nodes)
     nodes += [
-        (n, io.KIND_LABEL, "L0", "label zero", None),
-        (n + 1, io.KIND_LABEL, "L1", "label one", None),
+        (n, storage.KIND_LABEL, "L0", "label zero", None),
+        (n + 1, storage.KIND_LABEL, "L1", "label one", None),
     ]
-    df = spark.createDataFrame(nodes, io.schema(io.NODES))
-    io.write_table(df, ctx.paths, io.NODES)
-    pe = df.where(F.col(io.KIND) == io.KIND_INSTANCE).select(
-        F.col(io.NODE_INDEX).alias(io.SRC_INDEX),
-        F.lit(n).cast("long").alias(io.DST_INDEX),
-        F.lit("pina").alias(io.VARIANT),
+    df = spark.createDataFrame(nodes, storage.schema(storage.NODES))
+    storage.write_table(df, ctx.paths, storage.NODES)
+    pe = df.where(F.col(storage.KIND) == storage.KIND_INSTANCE).select(
+        F.col(storage.NODE_INDEX).alias(storage.SRC_INDEX),
+        F.lit(n).cast("long").alias(storage.DST_INDEX),
+        F.lit("pina").alias(storage.VARIANT),
     )
-    io.write_table(pe, ctx.paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT])
+    storage.write_table(pe, ctx.paths, storage.PRETRAIN_EDGES, partition_by=[storage.VARIANT])
     il = pe.select(
-        F.col(io.SRC_INDEX).alias(io.INSTANCE_INDEX), F.col(io.DST_INDEX).alias(io.LABEL_INDEX)
+        F.col(storage.SRC_INDEX).alias(storage.INSTANCE_INDEX),
+        F.col(storage.DST_INDEX).alias(storage.LABEL_INDEX),
     )
-    io.write_table(il, ctx.paths, io.INSTANCE_LABELS)
+    storage.write_table(il, ctx.paths, storage.INSTANCE_LABELS)
     return {"instances": n, "labels": 2}
 
 
 def _stub_model_folder(stage, uri, doc):
-    CALLS.append((stage, os.path.dirname(io.local_path(uri))))
+    CALLS.append((stage, os.path.dirname(storage.local_path(uri))))
     if stage in FAIL:
         raise RuntimeError(f"{stage} failed on purpose")
-    d = io.local_path(uri)
+    d = storage.local_path(uri)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "stub.json"), "w") as fh:
         json.dump(doc, fh)
@@ -71,7 +80,9 @@ def stub_vectorizer(ctx):
 
 def stub_pretrain(ctx):
     # g is trained from the embeddings, so they exist by now
-    assert os.path.exists(os.path.join(io.local_path(ctx.paths.table(io.EMBEDDINGS)), "_SUCCESS"))
+    assert os.path.exists(
+        os.path.join(storage.local_path(ctx.paths.table(storage.EMBEDDINGS)), "_SUCCESS")
+    )
     return _stub_model_folder("pretrain", ctx.models_root, {"k": ctx.cfg.neighbors.k})
 
 
@@ -80,18 +91,18 @@ def stub_embed(ctx):
 
     CALLS.append(("embed", ctx.paths.root))
     vec = artifacts.vectorizer_dir(ctx.models_root)
-    assert os.path.exists(os.path.join(io.local_path(vec), "_SUCCESS"))
+    assert os.path.exists(os.path.join(storage.local_path(vec), "_SUCCESS"))
     if "embed" in FAIL:
         raise RuntimeError("embed failed on purpose")
-    nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
-    SEEN["embed"] = sorted(r[0] for r in nodes.select(io.NODE_INDEX).collect())
+    nodes = storage.read_table(ctx.spark, ctx.paths, storage.NODES)
+    SEEN["embed"] = sorted(r[0] for r in nodes.select(storage.NODE_INDEX).collect())
     emb = nodes.select(
-        io.NODE_INDEX,
-        F.array(F.length(io.TEXT).cast("float")).alias(io.DENSE),
-        F.array(F.lit(0)).alias(io.SPARSE_INDICES),
-        F.array(F.lit(1.0).cast("float")).alias(io.SPARSE_VALUES),
+        storage.NODE_INDEX,
+        F.array(F.length(storage.TEXT).cast("float")).alias(storage.DENSE),
+        F.array(F.lit(0)).alias(storage.SPARSE_INDICES),
+        F.array(F.lit(1.0).cast("float")).alias(storage.SPARSE_VALUES),
     )
-    io.write_table(emb, ctx.paths, io.EMBEDDINGS)
+    storage.write_table(emb, ctx.paths, storage.EMBEDDINGS)
     return {"rows": len(SEEN["embed"])}
 
 
@@ -99,20 +110,23 @@ def stub_neighbors(ctx):
     from pyspark.sql import functions as F
 
     CALLS.append(("neighbors", ctx.paths.root))
-    emb = io.read_table(ctx.spark, ctx.paths, io.EMBEDDINGS)
-    nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
-    inst = emb.join(nodes.where(F.col(io.KIND) == io.KIND_INSTANCE), io.NODE_INDEX)
-    SEEN["neighbors"] = sorted(r[0] for r in inst.select(io.NODE_INDEX).collect())
+    emb = storage.read_table(ctx.spark, ctx.paths, storage.EMBEDDINGS)
+    nodes = storage.read_table(ctx.spark, ctx.paths, storage.NODES)
+    inst = emb.join(nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE), storage.NODE_INDEX)
+    SEEN["neighbors"] = sorted(r[0] for r in inst.select(storage.NODE_INDEX).collect())
     labels = [
-        r[0] for r in nodes.where(F.col(io.KIND) == io.KIND_LABEL).select(io.NODE_INDEX).collect()
+        r[0]
+        for r in nodes.where(F.col(storage.KIND) == storage.KIND_LABEL)
+        .select(storage.NODE_INDEX)
+        .collect()
     ]
     nb = inst.select(
-        F.col(io.NODE_INDEX).alias(io.INSTANCE_INDEX),
-        F.array(*[F.lit(x).cast("long") for x in sorted(labels)]).alias(io.NEIGHBOR),
-        F.array(F.lit(0.5).cast("float"), F.lit(0.5).cast("float")).alias(io.SCORE),
-        F.lit("pina").alias(io.VARIANT),
+        F.col(storage.NODE_INDEX).alias(storage.INSTANCE_INDEX),
+        F.array(*[F.lit(x).cast("long") for x in sorted(labels)]).alias(storage.NEIGHBOR),
+        F.array(F.lit(0.5).cast("float"), F.lit(0.5).cast("float")).alias(storage.SCORE),
+        F.lit("pina").alias(storage.VARIANT),
     )
-    io.write_table(nb, ctx.paths, io.NEIGHBORS, partition_by=[io.VARIANT])
+    storage.write_table(nb, ctx.paths, storage.NEIGHBORS, partition_by=[storage.VARIANT])
     return {"rows": len(SEEN["neighbors"])}
 
 
@@ -120,38 +134,43 @@ def stub_aggregate(ctx):
     from pyspark.sql import functions as F
 
     CALLS.append(("aggregate", ctx.paths.root))
-    nb = io.read_table(ctx.spark, ctx.paths, io.NEIGHBORS)
-    nodes = io.read_table(ctx.spark, ctx.paths, io.NODES)
-    emb = io.read_table(ctx.spark, ctx.paths, io.EMBEDDINGS)
-    SEEN["aggregate"] = sorted(r[0] for r in nb.select(io.INSTANCE_INDEX).collect())
+    nb = storage.read_table(ctx.spark, ctx.paths, storage.NEIGHBORS)
+    nodes = storage.read_table(ctx.spark, ctx.paths, storage.NODES)
+    emb = storage.read_table(ctx.spark, ctx.paths, storage.EMBEDDINGS)
+    SEEN["aggregate"] = sorted(r[0] for r in nb.select(storage.INSTANCE_INDEX).collect())
     f = (
-        nb.join(nodes, nb[io.INSTANCE_INDEX] == nodes[io.NODE_INDEX])
-        .join(emb, io.NODE_INDEX)
+        nb.join(nodes, nb[storage.INSTANCE_INDEX] == nodes[storage.NODE_INDEX])
+        .join(emb, storage.NODE_INDEX)
         .select(
-            F.col(io.NODE_ID).alias(io.INSTANCE_ID),
-            F.col(io.SPLIT),
-            io.DENSE,
-            io.SPARSE_INDICES,
-            io.SPARSE_VALUES,
-            F.col(io.VARIANT),
+            F.col(storage.NODE_ID).alias(storage.INSTANCE_ID),
+            F.col(storage.SPLIT),
+            storage.DENSE,
+            storage.SPARSE_INDICES,
+            storage.SPARSE_VALUES,
+            F.col(storage.VARIANT),
         )
     )
-    io.write_table(f, ctx.paths, io.FEATURES, partition_by=[io.VARIANT, io.SPLIT])
+    storage.write_table(
+        f, ctx.paths, storage.FEATURES, partition_by=[storage.VARIANT, storage.SPLIT]
+    )
     return {"rows": len(SEEN["aggregate"])}
 
 
 def stub_train(ctx):
     CALLS.append(("train", ctx.paths.root))
-    f = io.read_table(ctx.spark, ctx.paths, io.FEATURES)
-    io.write_table(
-        f.select(io.INSTANCE_ID, io.VARIANT), ctx.paths, io.PREDICTIONS, partition_by=[io.VARIANT]
+    f = storage.read_table(ctx.spark, ctx.paths, storage.FEATURES)
+    storage.write_table(
+        f.select(storage.INSTANCE_ID, storage.VARIANT),
+        ctx.paths,
+        storage.PREDICTIONS,
+        partition_by=[storage.VARIANT],
     )
     return {}
 
 
 def stub_evaluate(ctx):
     CALLS.append(("evaluate", ctx.paths.root))
-    d = io.local_path(ctx.paths.table(io.EVAL))
+    d = storage.local_path(ctx.paths.table(storage.EVAL))
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "metrics.json"), "w") as fh:
         json.dump({"ok": True}, fh)
@@ -209,31 +228,31 @@ def test_run_date_rerun_replaces_and_new_date_adds(spark, tmp_path, stubs):
     b = write_instances(spark, str(tmp_path / "b.parquet"), INST_B)
     d1 = make_cfg(tmp_path, a, run_date="2026-11-20")
     assert set(pipeline.run_pipeline(spark, d1, TO_FEATURES).values()) == {"ran"}
-    p1 = io.RunPaths(d1.output, "2026-11-20")
+    p1 = storage.RunPaths(d1.output, "2026-11-20")
     assert p1.root.endswith("/out/run_date=2026-11-20")
-    assert count(spark, p1.table(io.FEATURES)) == 5
+    assert count(spark, p1.table(storage.FEATURES)) == 5
 
     # same date, same inputs: nothing to redo
     assert set(pipeline.run_pipeline(spark, d1, TO_FEATURES).values()) == {"skipped"}
     # same date, --force (aggregate only): republished, not appended
     assert pipeline.run_pipeline(spark, d1, ["aggregate"], force=True) == {"aggregate": "ran"}
-    f1 = spark.read.parquet(p1.table(io.FEATURES))
-    assert f1.count() == 5 and f1.select(io.INSTANCE_ID).distinct().count() == 5
+    f1 = spark.read.parquet(p1.table(storage.FEATURES))
+    assert f1.count() == 5 and f1.select(storage.INSTANCE_ID).distinct().count() == 5
 
     # same date, new input: replaced (3 rows, not 5 + 3)
     d1b = make_cfg(tmp_path, b, run_date="2026-11-20")
     assert set(pipeline.run_pipeline(spark, d1b, TO_FEATURES).values()) == {"ran"}
-    f1 = spark.read.parquet(p1.table(io.FEATURES))
-    assert sorted(r[0] for r in f1.select(io.INSTANCE_ID).collect()) == ["a", "x", "y"]
-    assert count(spark, p1.table(io.NODES)) == 3 + 2
+    f1 = spark.read.parquet(p1.table(storage.FEATURES))
+    assert sorted(r[0] for r in f1.select(storage.INSTANCE_ID).collect()) == ["a", "x", "y"]
+    assert count(spark, p1.table(storage.NODES)) == 3 + 2
 
     # a new date adds a folder and leaves the other date untouched
     before = Manifest(p1.manifest).data["stages"]
     d2 = make_cfg(tmp_path, a, run_date="2026-11-21")
     pipeline.run_pipeline(spark, d2, TO_FEATURES)
-    p2 = io.RunPaths(d2.output, "2026-11-21")
-    assert count(spark, p2.table(io.FEATURES)) == 5
-    assert count(spark, p1.table(io.FEATURES)) == 3
+    p2 = storage.RunPaths(d2.output, "2026-11-21")
+    assert count(spark, p2.table(storage.FEATURES)) == 5
+    assert count(spark, p1.table(storage.FEATURES)) == 3
     assert Manifest(p1.manifest).data["stages"] == before
     assert pipeline.list_run_dates(spark, d1.output) == ["2026-11-20", "2026-11-21"]
     assert sorted(os.listdir(tmp_path / "out")) == ["run_date=2026-11-20", "run_date=2026-11-21"]
@@ -246,7 +265,7 @@ def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
     FAIL.add("embed")
     with pytest.raises(RuntimeError, match="embed failed on purpose"):
         pipeline.run_pipeline(spark, cfg)
-    paths = io.RunPaths(cfg.output)
+    paths = storage.RunPaths(cfg.output)
     m = Manifest(paths.manifest)
     assert m.stage("graph")["status"] == "complete"
     assert m.stage("vectorizer")["status"] == "complete"
@@ -327,7 +346,7 @@ def test_missing_output_is_redone_even_if_manifest_says_complete(spark, tmp_path
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
     pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
-    io.delete_path(spark, io.RunPaths(cfg.output).table(io.EMBEDDINGS))
+    storage.delete_path(spark, storage.RunPaths(cfg.output).table(storage.EMBEDDINGS))
     result = pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
     assert result == {"graph": "skipped", "vectorizer": "skipped", "embed": "ran"}
 
@@ -336,14 +355,18 @@ def test_manifest_records_progress_versions_and_config(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
     pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "embed"])
-    data = json.loads(open(io.RunPaths(cfg.output).manifest).read())
+    data = json.loads(open(storage.RunPaths(cfg.output).manifest).read())
     g = data["stages"]["graph"]
-    assert g["rows_out"] == {io.NODES: 7, io.PRETRAIN_EDGES: 5, io.INSTANCE_LABELS: 5}
+    assert g["rows_out"] == {
+        storage.NODES: 7,
+        storage.PRETRAIN_EDGES: 5,
+        storage.INSTANCE_LABELS: 5,
+    }
     assert g["rows_per_s"] > 0 and g["duration_s"] >= 0
     assert g["stats"] == {"instances": 5, "labels": 2}
     assert "started" in g and "finished" in g and len(g["fingerprint"]) == 16
     assert data["stages"]["vectorizer"]["rows_out"] == {}  # a model folder, not a table
-    assert data["stages"]["embed"]["rows_out"] == {io.EMBEDDINGS: 7}
+    assert data["stages"]["embed"]["rows_out"] == {storage.EMBEDDINGS: 7}
     assert data["libraries"]["pyspark"] and data["libraries"]["python"]
     assert data["config"]["input"]["instances"] == a
     h = data["history"][-1]
@@ -356,7 +379,7 @@ def test_progress_is_logged(spark, tmp_path, stubs, caplog):
 
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
-    with caplog.at_level(logging.INFO, logger="pina_spark.pipeline"):
+    with caplog.at_level(logging.INFO, logger="pina_spark.orchestration.pipeline"):
         pipeline.run_pipeline(spark, cfg, ["graph"])
     text = caplog.text
     assert "stage graph: start" in text
@@ -372,7 +395,7 @@ def test_extend_nodes_keeps_indices_and_appends_new_sorted(spark):
             (2, "label", "L0", "label 0", None),
             (3, "label", "b", "b as a label", None),
         ],
-        io.schema(io.NODES),
+        storage.schema(storage.NODES),
     )
     inst = spark.createDataFrame(
         [
@@ -384,7 +407,7 @@ def test_extend_nodes_keeps_indices_and_appends_new_sorted(spark):
         ],
         "instance_id string, text string, split string",
     )
-    out = {r[io.NODE_INDEX]: tuple(r) for r in pipeline.extend_nodes(prev, inst).collect()}
+    out = {r[storage.NODE_INDEX]: tuple(r) for r in pipeline.extend_nodes(prev, inst).collect()}
     assert out == {
         0: (0, "instance", "b", "new b", "train"),  # kept index and split, new text
         1: (1, "instance", "d", "old d", "test"),  # not in today's input: kept
@@ -420,19 +443,19 @@ def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, s
     result = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
     assert result == {"nodes": "ran", "embed": "ran", "neighbors": "ran", "aggregate": "ran"}
     assert [c[0] for c in CALLS] == ["embed", "neighbors", "aggregate"]  # nothing trained
-    paths = io.RunPaths(cfg.output, "2026-11-22")
-    assert not os.path.exists(paths.table(io.MODELS))
+    paths = storage.RunPaths(cfg.output, "2026-11-22")
+    assert not os.path.exists(paths.table(storage.MODELS))
     nodes = {
-        r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT])
-        for r in io.read_table(spark, paths, io.NODES).collect()
+        r[storage.NODE_ID] + "/" + r[storage.KIND]: (r[storage.NODE_INDEX], r[storage.SPLIT])
+        for r in storage.read_table(spark, paths, storage.NODES).collect()
     }
     prev = {
-        r[io.NODE_ID] + "/" + r[io.KIND]: (r[io.NODE_INDEX], r[io.SPLIT])
-        for r in io.read_table(spark, io.RunPaths(models_root), io.NODES).collect()
+        r[storage.NODE_ID] + "/" + r[storage.KIND]: (r[storage.NODE_INDEX], r[storage.SPLIT])
+        for r in storage.read_table(spark, storage.RunPaths(models_root), storage.NODES).collect()
     }
     assert {k: v for k, v in nodes.items() if k in prev} == prev
     assert nodes["f/instance"] == (7, "new") and nodes["g/instance"] == (8, "new")
-    feats = io.read_table(spark, paths, io.FEATURES)
+    feats = storage.read_table(spark, paths, storage.FEATURES)
     assert feats.count() == 7 and feats.where("split = 'new'").count() == 2
     # rerun: nodes pre-step and stages are complete
     assert set(pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"]).values()) == {
@@ -447,7 +470,7 @@ def test_select_changed(spark):
             (1, "instance", "b", "y", "train"),
             (2, "label", "L", "l", None),
         ],
-        io.schema(io.NODES),
+        storage.schema(storage.NODES),
     )
     cur = spark.createDataFrame(
         [
@@ -456,9 +479,9 @@ def test_select_changed(spark):
             (2, "label", "L", "l", None),
             (3, "instance", "c", "z", "new"),
         ],
-        io.schema(io.NODES),
+        storage.schema(storage.NODES),
     )
-    got = {r[io.NODE_INDEX]: r["reason"] for r in pipeline.select_changed(cur, prev).collect()}
+    got = {r[storage.NODE_INDEX]: r["reason"] for r in pipeline.select_changed(cur, prev).collect()}
     assert got == {1: "changed", 3: "new"}
     assert pipeline.select_changed(prev, prev).count() == 0
 
@@ -483,16 +506,16 @@ def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
     assert SEEN["embed"] == [1, 7]  # b (index 1) changed, f appended as 7
     assert SEEN["neighbors"] == [1, 7]
     assert SEEN["aggregate"] == [1, 7]
-    paths = io.RunPaths(cfg.output, "2026-11-22")
+    paths = storage.RunPaths(cfg.output, "2026-11-22")
     emb = {
-        r[io.NODE_INDEX]: r[io.DENSE][0]
-        for r in io.read_table(spark, paths, io.EMBEDDINGS).collect()
+        r[storage.NODE_INDEX]: r[storage.DENSE][0]
+        for r in storage.read_table(spark, paths, storage.EMBEDDINGS).collect()
     }
     assert sorted(emb) == list(range(8))  # every node, no duplicates
     assert emb[1] == float(len("green pear, ripe")) and emb[0] == float(len("red apple"))
-    feats = io.read_table(spark, paths, io.FEATURES)
-    assert feats.count() == 6 and feats.select(io.INSTANCE_ID).distinct().count() == 6
-    nb = io.read_table(spark, paths, io.NEIGHBORS)
+    feats = storage.read_table(spark, paths, storage.FEATURES)
+    assert feats.count() == 6 and feats.select(storage.INSTANCE_ID).distinct().count() == 6
+    nb = storage.read_table(spark, paths, storage.NEIGHBORS)
     assert nb.count() == 6
     m = Manifest(paths.manifest)
     assert m.stage("embed")["stats"]["selected"] == 2
@@ -514,9 +537,10 @@ def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
     # is back to the models run's text (changed against yesterday), and index 7 is 'h' today
     # but was 'f' yesterday (changed); 'a' and the labels are reused from yesterday
     assert SEEN["embed"] == [1, 7]
-    p2 = io.RunPaths(cfg.output, "2026-11-23")
+    p2 = storage.RunPaths(cfg.output, "2026-11-23")
     emb2 = {
-        r[io.NODE_INDEX]: r[io.DENSE][0] for r in io.read_table(spark, p2, io.EMBEDDINGS).collect()
+        r[storage.NODE_INDEX]: r[storage.DENSE][0]
+        for r in storage.read_table(spark, p2, storage.EMBEDDINGS).collect()
     }
     assert emb2[7] == float(len("honeydew"))
     assert sorted(emb2) == list(range(8))

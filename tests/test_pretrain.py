@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pina_spark import io
-from pina_spark.artifacts import (
+from pina_spark import storage
+from pina_spark.config import config_from_dict
+from pina_spark.models.artifacts import (
     OUTPUT_NODES,
     TRAIN_ROWS,
     g_dir,
@@ -24,12 +25,10 @@ from pina_spark.artifacts import (
     save_g,
     vectorizer_dir,
 )
-from pina_spark.bpre import Nodes, build_y, row_folds, variant_problem
-from pina_spark.config import config_from_dict
-from pina_spark.folds import fold_of, is_heldout
-from pina_spark.gtrain import exclude_self, predict_g, ranking_metrics, train_g
-from pina_spark.pretrain import run_stage
-from pina_spark.vectorizer import PhiPre
+from pina_spark.models.bpre import Nodes, build_y, row_folds, variant_problem
+from pina_spark.models.vectorizer import PhiPre
+from pina_spark.stages.pretrain.fits import exclude_self, predict_g, ranking_metrics, train_g
+from pina_spark.storage.folds import fold_of, is_heldout
 
 N_ARTICLES = 1000
 MIN_TAG = 5
@@ -61,7 +60,7 @@ def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.
     ``n_articles=None``: every article. ``test_fraction > 0``: articles with
     ``in_sample_fraction(str(article), test_fraction, "pina-test")`` are test articles and, as in
     the graph stage, absent from B_pre (tags are still kept by their count over all articles)."""
-    from pina_spark.folds import in_sample_fraction
+    from pina_spark.storage.folds import in_sample_fraction
 
     read = lambda name: open(os.path.join(d, name), encoding="utf-8").read().split("\n")  # noqa
     vocab, mult, tags, ti = (
@@ -88,11 +87,17 @@ def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.
     inst_index = {a: i for i, a in enumerate(tagged)}
     lab_index = {t: n_inst + j for j, t in enumerate(sorted(tag_items))}
     nodes = [
-        (i, io.KIND_INSTANCE, inst_ids[i], _article_text(mult[a], vocab), io.SPLIT_TRAIN)
+        (i, storage.KIND_INSTANCE, inst_ids[i], _article_text(mult[a], vocab), storage.SPLIT_TRAIN)
         for a, i in inst_index.items()
     ]
     nodes += [
-        (j, io.KIND_LABEL, lab_ids[j - n_inst], tags[t].replace("-", " ").replace("_", " "), None)
+        (
+            j,
+            storage.KIND_LABEL,
+            lab_ids[j - n_inst],
+            tags[t].replace("-", " ").replace("_", " "),
+            None,
+        )
         for t, j in lab_index.items()
     ]
     edges = []
@@ -112,24 +117,27 @@ def _citeulike_graph(d, n_articles=N_ARTICLES, min_tag=MIN_TAG, test_fraction=0.
 def _write_graph(spark, paths, nodes, edges):
     from pyspark.sql import types as T
 
-    ndf = spark.createDataFrame(nodes, io.schema(io.NODES))
-    io.write_table(ndf, paths, io.NODES)
+    ndf = spark.createDataFrame(nodes, storage.schema(storage.NODES))
+    storage.write_table(ndf, paths, storage.NODES)
     eschema = T.StructType(
         [
-            T.StructField(io.SRC_INDEX, T.LongType()),
-            T.StructField(io.DST_INDEX, T.LongType()),
-            T.StructField(io.WEIGHT, T.FloatType()),
-            T.StructField(io.BLOCK, T.StringType()),
-            T.StructField(io.VARIANT, T.StringType()),
+            T.StructField(storage.SRC_INDEX, T.LongType()),
+            T.StructField(storage.DST_INDEX, T.LongType()),
+            T.StructField(storage.WEIGHT, T.FloatType()),
+            T.StructField(storage.BLOCK, T.StringType()),
+            T.StructField(storage.VARIANT, T.StringType()),
         ]
     )
-    io.write_table(
-        spark.createDataFrame(edges, eschema), paths, io.PRETRAIN_EDGES, partition_by=[io.VARIANT]
+    storage.write_table(
+        spark.createDataFrame(edges, eschema),
+        paths,
+        storage.PRETRAIN_EDGES,
+        partition_by=[storage.VARIANT],
     )
 
 
 def _ctx(spark, cfg):
-    from pina_spark import pipeline
+    from pina_spark.orchestration import pipeline
 
     return pipeline.make_context(spark, cfg)
 
@@ -137,12 +145,12 @@ def _ctx(spark, cfg):
 def stage1(ctx):
     """Stage 1 as the pipeline runs it: fit the vectorizer, embed every node on the executors,
     train g from the ``embeddings`` table; returns the pretrain stage's statistics."""
-    from pina_spark import vectorizer_stage
-    from pina_spark.inference.embed import run_embed_stage
+    from pina_spark.stages.embed.stage import run
+    from pina_spark.stages.vectorizer import stage as vectorizer_stage
 
-    vectorizer_stage.run_stage(ctx)
-    run_embed_stage(ctx)
-    return run_stage(ctx)
+    vectorizer_stage.run(ctx)
+    run(ctx)
+    return run(ctx)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +188,7 @@ def citeulike_run(spark, citeulike_dir, tmp_path_factory):
         "stats": stats,
         "nodes": nodes,
         "edges": edges,
-        "models": ctx.paths.table(io.MODELS),
+        "models": ctx.paths.table(storage.MODELS),
     }
 
 
@@ -207,21 +215,21 @@ def _graph_labels_problem(twins):
 
     nodes = pd.DataFrame(
         {
-            io.NODE_INDEX: [0, 1, 2, 3, 4, 5],
-            io.KIND: ["instance"] * 3 + ["label"] * 3,
-            io.NODE_ID: ["a", "b", "c", "a", "b", "c"],
-            io.TEXT: ["x"] * 6,
+            storage.NODE_INDEX: [0, 1, 2, 3, 4, 5],
+            storage.KIND: ["instance"] * 3 + ["label"] * 3,
+            storage.NODE_ID: ["a", "b", "c", "a", "b", "c"],
+            storage.TEXT: ["x"] * 6,
         }
     )
     B = [(0, 4), (0, 5), (1, 3), (2, 3)]  # a->b, a->c, b->a, c->a
     edges = B + [(i, i) for i in range(6)] + [(lab, i) for i, lab in B]
     epdf = pd.DataFrame(
         {
-            io.SRC_INDEX: [e[0] for e in edges],
-            io.DST_INDEX: [e[1] for e in edges],
-            io.WEIGHT: 1.0,
-            io.VARIANT: "pina",
-            io.BLOCK: "x",
+            storage.SRC_INDEX: [e[0] for e in edges],
+            storage.DST_INDEX: [e[1] for e in edges],
+            storage.WEIGHT: 1.0,
+            storage.VARIANT: "pina",
+            storage.BLOCK: "x",
         }
     )
     return variant_problem(epdf, "pina", Nodes(nodes), True, twins=twins)
@@ -301,7 +309,7 @@ def test_stage_artifacts_and_card(citeulike_run):
     card = json.load(open(os.path.join(models, "model_card.json")))
     assert card["versions"]["libpecos"] and card["config"]["neighbors"]["folds"] == FOLDS
     pina = card["variants"]["pina"]
-    n_inst = sum(1 for n in citeulike_run["nodes"] if n[1] == io.KIND_INSTANCE)
+    n_inst = sum(1 for n in citeulike_run["nodes"] if n[1] == storage.KIND_INSTANCE)
     assert pina["instance_rows"] == n_inst and pina["self_edges_dropped"] == n_inst
     assert pina["folds_train_s"] > 0 and len(pina["folds"]) == FOLDS
     assert card["variants"]["pina_naive"]["label_rows"] == 0
@@ -314,8 +322,8 @@ def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulik
     in the embed stage's batches): on this real sample it equals Phi_pre of the pretraining
     rows' texts encoded directly on the driver, the old design, within 1e-5, row by row in
     the same node order. The driver encoded nothing in the run."""
-    from pina_spark import bpre
-    from pina_spark.pretrain import features_from_embeddings
+    from pina_spark.models import bpre
+    from pina_spark.stages.pretrain.stage import features_from_embeddings
 
     ctx = citeulike_run["ctx"]
     nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
@@ -338,8 +346,10 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     the same plan, on this real sample, whether the tasks take X from their machine's
     memory-mapped ``embeddings`` (``store``: the bundle holds no X, the driver builds none) or
     from a bundle the driver wrote with X in it (``bundle``: tables pyarrow cannot read)."""
-    from pina_spark import bpre, gtrain, pretrain
-    from pina_spark.pretrain import features_from_embeddings
+    from pina_spark.models import bpre
+    from pina_spark.stages.pretrain import fits as gtrain
+    from pina_spark.stages.pretrain import stage as pretrain
+    from pina_spark.stages.pretrain.stage import features_from_embeddings
 
     ctx = citeulike_run["ctx"]
     nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
@@ -400,7 +410,9 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
 def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path):
     """A fit task whose input nodes are not all in ``embeddings`` fails with the fit's name
     and the missing node indices, not with a shape error inside PECOS."""
-    from pina_spark import bpre, gtrain, pretrain
+    from pina_spark.models import bpre
+    from pina_spark.stages.pretrain import fits as gtrain
+    from pina_spark.stages.pretrain import stage as pretrain
 
     ctx = citeulike_run["ctx"]
     nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
@@ -414,7 +426,7 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
     scratch = str(tmp_path / "scratch")
     gtrain.write_bundles(lambda v: b, ["pina_naive"], scratch)
     # the driver checks the same before it starts any task, with the InputError it always gave
-    with pytest.raises(io.InputError, match=r"lacks 1 of the .* node_index \[1000000000\]"):
+    with pytest.raises(storage.InputError, match=r"lacks 1 of the .* node_index \[1000000000\]"):
         pretrain.check_embeddings_cover(spark, ctx.paths, np.sort(pb["rows"]))
     pretrain.check_embeddings_cover(spark, ctx.paths, rows)  # the run's own rows: all there
     fit = gtrain.Fit("pina_naive", "full")
@@ -448,8 +460,8 @@ def test_heldout_p1_beats_popularity(citeulike_run):
                 pop[lab] = pop.get(lab, 0) + 1
     top = max(pop, key=lambda lab: (pop[lab], -lab))
     baseline_p1 = np.mean([top in labels_of[i] for i in held])
-    models = citeulike_run["ctx"].paths.table(io.MODELS)
-    rep = json.loads(io.read_bytes(models + "/model_card.json"))["pretrain_report"]
+    models = citeulike_run["ctx"].paths.table(storage.MODELS)
+    rep = json.loads(storage.read_bytes(models + "/model_card.json"))["pretrain_report"]
     for v in ("pina", "pina_naive"):
         ev = rep["variants"][v]
         assert ev["heldout_rows"] == len(held)
@@ -476,16 +488,16 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
             expect = {
                 s
                 for s in srcs.tolist()
-                if nodes[s][1] == io.KIND_INSTANCE and fold_of(nodes[s][2], FOLDS) == f
+                if nodes[s][1] == storage.KIND_INSTANCE and fold_of(nodes[s][2], FOLDS) == f
             }
             assert excluded == expect and len(expect) > 0
-            assert all(nodes[s][1] == io.KIND_INSTANCE for s in excluded)
+            assert all(nodes[s][1] == storage.KIND_INSTANCE for s in excluded)
             seen |= excluded
             assert np.array_equal(
                 np.load(os.path.join(g_dir(models, v, f), OUTPUT_NODES)), full_out
             )
         # every instance row is left out by exactly one fold model
-        assert seen == {s for s in srcs.tolist() if nodes[s][1] == io.KIND_INSTANCE}
+        assert seen == {s for s in srcs.tolist() if nodes[s][1] == storage.KIND_INSTANCE}
 
 
 def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
@@ -493,7 +505,7 @@ def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
     and the tf-idf, then weighted and normalised by hand."""
     phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
     nodes = citeulike_run["nodes"]
-    sample = nodes[::97][:12] + [n for n in nodes if n[1] == io.KIND_LABEL][:4]
+    sample = nodes[::97][:12] + [n for n in nodes if n[1] == storage.KIND_LABEL][:4]
     texts = [n[3] for n in sample]
     dense, sparse = phi.transform(texts, batch_size=5)
     w = phi.dense_weight
@@ -512,7 +524,7 @@ def test_saved_models_reload_and_align(citeulike_run):
     models = citeulike_run["models"]
     phi = PhiPre.load(vectorizer_dir(models))
     nodes = citeulike_run["nodes"]
-    sample = [n for n in nodes if n[1] == io.KIND_INSTANCE][:40]
+    sample = [n for n in nodes if n[1] == storage.KIND_INSTANCE][:40]
     X = phi.features([n[3] for n in sample])
     cfg = citeulike_run["cfg"]
     m1, out1 = (
@@ -552,7 +564,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     import torch
     from safetensors.numpy import load_file
 
-    from pina_spark.encoders import minilm_path
+    from pina_spark.models.encoders import minilm_path
 
     torch.set_num_threads(2)
     nodes, edges = _citeulike_graph(citeulike_dir, n_articles=150)
@@ -578,7 +590,7 @@ def test_xtransformer_encoder_trains_and_encodes_on_cpu(spark, citeulike_dir, tm
     ctx = _ctx(spark, cfg)
     _write_graph(spark, ctx.paths, nodes, edges)
     stats = stage1(ctx)
-    models = ctx.paths.table(io.MODELS)
+    models = ctx.paths.table(storage.MODELS)
     vec = vectorizer_dir(models)
     spec = json.load(open(os.path.join(vec, "encoder.json")))
     assert spec["kind"] == "xtransformer" and spec["path"] == "encoder"

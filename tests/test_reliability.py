@@ -24,9 +24,11 @@ import threading
 
 import pytest
 
-from pina_spark import folds, io, pipeline
+from pina_spark import storage
 from pina_spark.config import dump_config, load_config
-from pina_spark.manifest import Manifest
+from pina_spark.orchestration import pipeline
+from pina_spark.storage import folds
+from pina_spark.storage.manifest import Manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_YAML = os.path.join(ROOT, "pina_spark", "conf", "demo.yaml")
@@ -34,20 +36,20 @@ SAMPLE_FRACTION = 0.3
 STAGES = ("graph", "vectorizer", "embed", "pretrain", "neighbors", "aggregate")
 FAULT_STAGES = ("graph", "embed", "neighbors", "aggregate")
 MODULES = {
-    "graph": "pina_spark.graph",
-    "vectorizer": "pina_spark.vectorizer_stage",
-    "embed": "pina_spark.inference.embed",
-    "pretrain": "pina_spark.pretrain",
-    "neighbors": "pina_spark.inference.neighbors",
-    "aggregate": "pina_spark.aggregate",
+    "graph": "pina_spark.stages.graph",
+    "vectorizer": "pina_spark.stages.vectorizer.stage",
+    "embed": "pina_spark.stages.embed.stage",
+    "pretrain": "pina_spark.stages.pretrain.stage",
+    "neighbors": "pina_spark.stages.neighbors.stage",
+    "aggregate": "pina_spark.stages.aggregate",
     "datasets": "pina_spark.datasets",
 }
 #: published tables of each stage compared row by row
 TABLES = {
-    "graph": (io.NODES, io.I2I_EDGES, io.INSTANCE_LABELS, io.PRETRAIN_EDGES),
-    "embed": (io.EMBEDDINGS,),
-    "neighbors": (io.NEIGHBORS,),
-    "aggregate": (io.FEATURES,),
+    "graph": (storage.NODES, storage.I2I_EDGES, storage.INSTANCE_LABELS, storage.PRETRAIN_EDGES),
+    "embed": (storage.EMBEDDINGS,),
+    "neighbors": (storage.NEIGHBORS,),
+    "aggregate": (storage.FEATURES,),
 }
 HANG_GUARD_S = 900  # not a timing assertion: only cancels a stage that would never end
 
@@ -72,7 +74,7 @@ def _plain(v):
 
 
 def _table(spark, root, rel):
-    df = io.read_table(spark, io.RunPaths(root), rel)
+    df = storage.read_table(spark, storage.RunPaths(root), rel)
     cols = sorted(df.columns)
     return cols, sorted((tuple(_plain(r[c]) for c in cols) for r in df.collect()), key=repr)
 
@@ -80,7 +82,9 @@ def _table(spark, root, rel):
 def _assert_same_tables(spark, root_a, root_b, stages):
     for st in stages:
         for rel in TABLES.get(st, ()):
-            if rel == io.I2I_EDGES and not io.is_complete(spark, io.RunPaths(root_a).table(rel)):
+            if rel == storage.I2I_EDGES and not storage.is_complete(
+                spark, storage.RunPaths(root_a).table(rel)
+            ):
                 continue
             ca, ra = _table(spark, root_a, rel)
             cb, rb = _table(spark, root_b, rel)
@@ -106,16 +110,16 @@ def sample_inputs(tmp_path_factory):
     inst = pq.read_table(full["instances"]).to_pandas()
     keep = {
         i
-        for i in inst[io.INSTANCE_ID]
+        for i in inst[storage.INSTANCE_ID]
         if folds.in_sample_fraction(i, SAMPLE_FRACTION, "pina-reliability")
     }
     paths = {}
     for name, uri in full.items():
         df = pq.read_table(uri).to_pandas()
         col = {
-            "instances": io.INSTANCE_ID,
-            "instance_labels": io.INSTANCE_ID,
-            "events": io.ITEM_ID,
+            "instances": storage.INSTANCE_ID,
+            "instance_labels": storage.INSTANCE_ID,
+            "events": storage.ITEM_ID,
         }.get(name)
         if col:
             df = df[df[col].isin(keep)]
@@ -189,7 +193,7 @@ def test_rerun_of_a_complete_run_is_skipped_and_unchanged(spark, run_a, tmp_path
         rel: _table(spark, cfg.output, rel)
         for st in FAULT_STAGES
         for rel in TABLES[st]
-        if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))
+        if storage.is_complete(spark, storage.RunPaths(cfg.output).table(rel))
     }
     result = _run(spark, cfg, STAGES, force=False)
     assert {s: result[s] for s in STAGES} == {s: "skipped" for s in STAGES}
@@ -211,14 +215,14 @@ def test_injected_fault_fails_the_stage_with_max_failures_1(spark, run_a, tmp_pa
     before = {
         rel: _table(spark, cfg.output, rel)
         for rel in TABLES[stage]
-        if io.is_complete(spark, io.RunPaths(cfg.output).table(rel))
+        if storage.is_complete(spark, storage.RunPaths(cfg.output).table(rel))
     }
     with pytest.raises(Exception, match="injected fault") as e:
         _run(spark, cfg, [stage])
     assert f"stage {stage}" in str(e.value)
     for rel, tab in before.items():
         assert _table(spark, cfg.output, rel) == tab, f"{rel} changed by a failed run"
-    entry = Manifest(io.RunPaths(cfg.output).manifest).stage(stage)
+    entry = Manifest(storage.RunPaths(cfg.output).manifest).stage(stage)
     assert entry["status"] == "failed" and "injected fault" in entry["error"]
     assert (
         not os.listdir(os.path.join(cfg.output, "_staging"))
@@ -287,7 +291,7 @@ def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_p
     cfg = _copy_run(run_a, tmp_path / "corrupt_g", ["inference.rows_per_task=1000"])
     files = [
         f
-        for f in _model_files(cfg.output, io.MODELS + "/g/pina/full")
+        for f in _model_files(cfg.output, storage.MODELS + "/g/pina/full")
         if not f.endswith("output_nodes.npy")
     ]
     assert files, "no g model files found"
@@ -301,7 +305,7 @@ def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_p
 
 def test_missing_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "missing_vec", ["inference.rows_per_task=1000"])
-    vec = os.path.join(cfg.output, io.VECTORIZER)
+    vec = os.path.join(cfg.output, storage.VECTORIZER)
     assert os.path.isdir(vec)
     shutil.rmtree(vec)
     with pytest.raises(Exception) as e:
@@ -311,7 +315,7 @@ def test_missing_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_pa
 
 def test_corrupt_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_path):
     cfg = _copy_run(run_a, tmp_path / "corrupt_vec", ["inference.rows_per_task=1000"])
-    files = [f for f in _model_files(cfg.output, io.VECTORIZER) if not f.endswith(".json")]
+    files = [f for f in _model_files(cfg.output, storage.VECTORIZER) if not f.endswith(".json")]
     assert files, "no vectorizer files found"
     for f in files:
         with open(f, "wb") as fh:
@@ -331,9 +335,9 @@ def test_broadcast_over_limit_is_refused_before_running(spark, run_a, tmp_path):
             "aggregate.broadcast_max_mb=0",
         ],
     )
-    before = _table(spark, cfg.output, io.FEATURES)
+    before = _table(spark, cfg.output, storage.FEATURES)
     with pytest.raises(Exception) as e:
         _run(spark, cfg, ["aggregate"])
     msg = str(e.value)
     assert "broadcast_max_mb" in msg and "shuffle" in msg, msg
-    assert _table(spark, cfg.output, io.FEATURES) == before
+    assert _table(spark, cfg.output, storage.FEATURES) == before

@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from pina_spark import __version__, cli
-from pina_spark.evaluate import PER_INSTANCE_FILE, paired_ttest, per_instance_parquet
+from pina_spark import __version__
+from pina_spark.cli import commands as cli
+from pina_spark.stages.evaluate.stage import PER_INSTANCE_FILE, paired_ttest, per_instance_parquet
 
 
 def _run(root, p1_pina, ids, p1_per_instance, quarantined=3):

@@ -1,5 +1,5 @@
 """Spark conf precedence: spark-submit --conf and the platform's spark-defaults win over the
-config's spark.conf, which only fills keys they left unset (pina_spark/session.py)."""
+config's spark.conf, which only fills keys they left unset (pina_spark/orchestration/session.py)."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from pina_spark.config import config_from_dict
-from pina_spark.session import fill_unset, get_spark
+from pina_spark.orchestration.session import fill_unset, get_spark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,7 +22,7 @@ YAML_CONF = {
 
 
 def test_spark_defaults_parsing(tmp_path, monkeypatch):
-    from pina_spark.session import spark_defaults
+    from pina_spark.orchestration.session import spark_defaults
 
     (tmp_path / "spark-defaults.conf").write_text(
         "# comment\nspark.a  1\nspark.b=two words\n\nspark.c\tx=y\n"
@@ -57,7 +57,7 @@ def test_spark_submit_and_platform_defaults_win_over_yaml(tmp_path, launcher):
         textwrap.dedent(f"""
         import json, logging
         from pina_spark.config import config_from_dict
-        from pina_spark.session import get_spark
+        from pina_spark.orchestration.session import get_spark
         logging.basicConfig(level=logging.INFO)
         cfg = config_from_dict({{"output": "/tmp/x", "spark": {{"master": None,
                                  "conf": {json.dumps(YAML_CONF)}}}}})
@@ -121,7 +121,7 @@ def test_spark_redacts_the_same_secret_keys_as_the_manifest(spark):
     which also covers keys Spark's default regex misses."""
     import re
 
-    from pina_spark.redact import is_secret_key
+    from pina_spark.config.redact import is_secret_key
 
     rx = spark.conf.get("spark.redaction.regex")
     for key in (

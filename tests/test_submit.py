@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from pina_spark import io, pipeline
+from pina_spark import storage
+from pina_spark.orchestration import pipeline
 
 from demo_run import JOBS, last_json
 
@@ -127,7 +128,7 @@ def test_spark_submit_stage(stage, demo_submit_run):
     # Python driver's stderr into its stdout)
     log_text = res["stdout"] + res["stderr"]
     assert f"stage {stage}: start" in log_text and f"stage {stage}: done in" in log_text
-    paths = io.RunPaths(run["output"])
+    paths = storage.RunPaths(run["output"])
     for rel in pipeline.STAGES[stage].outputs:
         assert os.path.exists(os.path.join(paths.table(rel), "_SUCCESS")), rel
     with open(paths.manifest) as fh:
@@ -143,7 +144,7 @@ def test_demo_encoder_parity(demo_submit_run):
     res = demo_submit_run["results"].get("evaluate") or {}
     if res.get("rc") != 0:
         pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
-    ev = io.RunPaths(demo_submit_run["output"]).table(io.EVAL)
+    ev = storage.RunPaths(demo_submit_run["output"]).table(storage.EVAL)
     parity = json.load(open(os.path.join(ev, "encoder_parity.json")))
     metrics = json.load(open(os.path.join(ev, "metrics.json")))
     assert metrics["encoder_parity"] == parity and parity["encoder"] == "minilm"
@@ -164,33 +165,37 @@ def test_eval_is_published_whole_by_evaluate_alone(demo_submit_run):
     res = demo_submit_run["results"].get("evaluate") or {}
     if res.get("rc") != 0:
         pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
-    paths = io.RunPaths(demo_submit_run["output"])
-    ev = paths.table(io.EVAL)
-    card = json.load(open(os.path.join(paths.table(io.MODELS), "model_card.json")))
+    paths = storage.RunPaths(demo_submit_run["output"])
+    ev = paths.table(storage.EVAL)
+    card = json.load(open(os.path.join(paths.table(storage.MODELS), "model_card.json")))
     assert json.load(open(os.path.join(ev, "pretrain.json"))) == card["pretrain_report"]
     assert set(card["pretrain_report"]["variants"]) == {"pina", "pina_naive"}
-    version = io.table_version(ev)
-    assert version and io.read_commit(paths, "evaluate")["tables"][io.EVAL] == version
-    assert io.read_commit(paths, "pretrain")["tables"].keys() == {io.MODELS}
-    assert io.read_commit(paths, "vectorizer")["tables"].keys() == {io.VECTORIZER}
+    version = storage.table_version(ev)
+    assert version and storage.read_commit(paths, "evaluate")["tables"][storage.EVAL] == version
+    assert storage.read_commit(paths, "pretrain")["tables"].keys() == {storage.MODELS}
+    assert storage.read_commit(paths, "vectorizer")["tables"].keys() == {storage.VECTORIZER}
 
 
 def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, spark):
     """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
     frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
     frozen-encoder reference that benchmarks/encoder_parity.py puts beside a fine-tuned run)."""
-    from pina_spark.artifacts import ENCODER_JSON
-    from pina_spark.encoders import load_encoder
-    from pina_spark.parity import measure_run
+    from pina_spark.models.artifacts import ENCODER_JSON
+    from pina_spark.models.encoders import load_encoder
+    from pina_spark.models.parity import measure_run
 
     res = demo_submit_run["results"].get("evaluate") or {}
     if res.get("rc") != 0:
         pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
     out = demo_submit_run["output"]
-    ran = json.load(open(os.path.join(io.RunPaths(out).table(io.EVAL), "encoder_parity.json")))
-    spec = json.load(open(os.path.join(io.RunPaths(out).table(io.VECTORIZER), ENCODER_JSON)))
+    ran = json.load(
+        open(os.path.join(storage.RunPaths(out).table(storage.EVAL), "encoder_parity.json"))
+    )
+    spec = json.load(
+        open(os.path.join(storage.RunPaths(out).table(storage.VECTORIZER), ENCODER_JSON))
+    )
     enc = load_encoder({"kind": "minilm", "path": None, "max_length": spec["max_length"]})
-    again = measure_run(spark, io.RunPaths(out), ran["sample"]["max_per_split"], encoder=enc)
+    again = measure_run(spark, storage.RunPaths(out), ran["sample"]["max_per_split"], encoder=enc)
     assert (
         again["vectors"] == "encoder given" and again["candidate_labels"] == ran["candidate_labels"]
     )
@@ -227,7 +232,7 @@ def test_neighbors_only_change_skips_pretrain(demo_submit_run, tmp_path):
         pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
     copy = str(tmp_path / "demo-copy")
     shutil.copytree(demo_submit_run["output"], copy, symlinks=True)  # copy2 keeps the mtimes
-    paths = io.RunPaths(copy)
+    paths = storage.RunPaths(copy)
     before = json.load(open(paths.manifest))["stages"]
     r = subprocess.run(
         [

@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from pina_spark import io
-from pina_spark.folds import is_validation
+from pina_spark import storage
+from pina_spark.storage.folds import is_validation
 
 from test_downstream import build_synthetic_run, small_cfg
 
@@ -20,9 +20,9 @@ POISON_IDS = set()
 
 
 def _check_no_test_rows(nodes_pdf, emb_pdf):
-    assert not set(nodes_pdf[io.NODE_ID]) & POISON_IDS, "a test instance reached a tune stage"
-    assert not nodes_pdf[io.TEXT].fillna("").str.contains("POISON").any()
-    assert all(np.abs(np.asarray(d)).max() < 1e5 for d in emb_pdf[io.DENSE])
+    assert not set(nodes_pdf[storage.NODE_ID]) & POISON_IDS, "a test instance reached a tune stage"
+    assert not nodes_pdf[storage.TEXT].fillna("").str.contains("POISON").any()
+    assert all(np.abs(np.asarray(d)).max() < 1e5 for d in emb_pdf[storage.DENSE])
 
 
 def fake_neighbors_stage(ctx):
@@ -30,17 +30,19 @@ def fake_neighbors_stage(ctx):
     from pyspark.sql import types as T
 
     spark = ctx.spark
-    nodes = io.read_table(spark, ctx.paths, io.NODES).toPandas()
-    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas()
+    nodes = storage.read_table(spark, ctx.paths, storage.NODES).toPandas()
+    emb = storage.read_table(spark, ctx.paths, storage.EMBEDDINGS).toPandas()
     _check_no_test_rows(nodes, emb)
-    assert (nodes[io.SPLIT] != io.SPLIT_TEST).all(), "phase 1 must keep validation rows as train"
-    SEEN["neighbors"].append(sorted(nodes.loc[nodes[io.KIND] == "instance", io.NODE_ID]))
-    dense = {int(i): np.asarray(d) for i, d in zip(emb[io.NODE_INDEX], emb[io.DENSE])}
-    labels = nodes.loc[nodes[io.KIND] == "label", io.NODE_INDEX].astype(int).tolist()
+    assert (
+        nodes[storage.SPLIT] != storage.SPLIT_TEST
+    ).all(), "phase 1 must keep validation rows as train"
+    SEEN["neighbors"].append(sorted(nodes.loc[nodes[storage.KIND] == "instance", storage.NODE_ID]))
+    dense = {int(i): np.asarray(d) for i, d in zip(emb[storage.NODE_INDEX], emb[storage.DENSE])}
+    labels = nodes.loc[nodes[storage.KIND] == "label", storage.NODE_INDEX].astype(int).tolist()
     L = np.stack([dense[lab] for lab in labels])
     k = ctx.cfg.neighbors.k
     rows = []
-    for i in nodes.loc[nodes[io.KIND] == "instance", io.NODE_INDEX].astype(int):
+    for i in nodes.loc[nodes[storage.KIND] == "instance", storage.NODE_INDEX].astype(int):
         s = L @ dense[i]
         order = np.argsort(-s, kind="stable")[:k]
         w = np.maximum(s[order], 1e-6)
@@ -48,10 +50,14 @@ def fake_neighbors_stage(ctx):
         for v in ("pina", "pina_naive"):
             rows.append((i, [labels[o] for o in order], [float(x) for x in w], v))
     schema = T.StructType(
-        list(io.schema(io.NEIGHBORS).fields) + [T.StructField(io.VARIANT, T.StringType())]
+        list(storage.schema(storage.NEIGHBORS).fields)
+        + [T.StructField(storage.VARIANT, T.StringType())]
     )
-    io.write_table(
-        spark.createDataFrame(rows, schema), ctx.paths, io.NEIGHBORS, partition_by=(io.VARIANT,)
+    storage.write_table(
+        spark.createDataFrame(rows, schema),
+        ctx.paths,
+        storage.NEIGHBORS,
+        partition_by=(storage.VARIANT,),
     )
     return {"rows": len(rows)}
 
@@ -60,45 +66,48 @@ def fake_aggregate_stage(ctx):
     from pyspark.sql import types as T
 
     spark = ctx.spark
-    nodes = io.read_table(spark, ctx.paths, io.NODES).toPandas()
-    emb = io.read_table(spark, ctx.paths, io.EMBEDDINGS).toPandas()
+    nodes = storage.read_table(spark, ctx.paths, storage.NODES).toPandas()
+    emb = storage.read_table(spark, ctx.paths, storage.EMBEDDINGS).toPandas()
     _check_no_test_rows(nodes, emb)
     SEEN["aggregate"].append(len(nodes))
-    nb = io.read_table(spark, ctx.paths, io.NEIGHBORS).toPandas()
-    by = {int(r[io.NODE_INDEX]): r for _, r in emb.iterrows()}
-    ids = dict(zip(nodes[io.NODE_INDEX].astype(int), nodes[io.NODE_ID]))
-    split = dict(zip(nodes[io.NODE_INDEX].astype(int), nodes[io.SPLIT]))
+    nb = storage.read_table(spark, ctx.paths, storage.NEIGHBORS).toPandas()
+    by = {int(r[storage.NODE_INDEX]): r for _, r in emb.iterrows()}
+    ids = dict(zip(nodes[storage.NODE_INDEX].astype(int), nodes[storage.NODE_ID]))
+    split = dict(zip(nodes[storage.NODE_INDEX].astype(int), nodes[storage.SPLIT]))
     a = ctx.cfg.aggregate.v1_weight
     rows = []
     for _, r in nb.iterrows():
-        i = int(r[io.INSTANCE_INDEX])
-        v1 = sum(w * np.asarray(by[int(j)][io.DENSE]) for j, w in zip(r[io.NEIGHBOR], r[io.SCORE]))
-        d = np.concatenate([np.asarray(by[i][io.DENSE]), a * v1])
+        i = int(r[storage.INSTANCE_INDEX])
+        v1 = sum(
+            w * np.asarray(by[int(j)][storage.DENSE])
+            for j, w in zip(r[storage.NEIGHBOR], r[storage.SCORE])
+        )
+        d = np.concatenate([np.asarray(by[i][storage.DENSE]), a * v1])
         rows.append(
             (
                 ids[i],
                 split[i],
                 [float(x) for x in d / max(np.linalg.norm(d), 1e-9)],
-                [int(x) for x in by[i][io.SPARSE_INDICES]],
-                [float(x) for x in by[i][io.SPARSE_VALUES]],
-                [ids[int(j)] for j in r[io.NEIGHBOR]],
-                [float(w) for w in r[io.SCORE]],
-                r[io.VARIANT],
+                [int(x) for x in by[i][storage.SPARSE_INDICES]],
+                [float(x) for x in by[i][storage.SPARSE_VALUES]],
+                [ids[int(j)] for j in r[storage.NEIGHBOR]],
+                [float(w) for w in r[storage.SCORE]],
+                r[storage.VARIANT],
             )
         )
-    schema = io.schema(io.FEATURES).add(io.VARIANT, T.StringType())
-    io.write_table(
+    schema = storage.schema(storage.FEATURES).add(storage.VARIANT, T.StringType())
+    storage.write_table(
         spark.createDataFrame(rows, schema),
         ctx.paths,
-        io.FEATURES,
-        partition_by=(io.VARIANT, io.SPLIT),
+        storage.FEATURES,
+        partition_by=(storage.VARIANT, storage.SPLIT),
     )
     return {"rows": len(rows)}
 
 
 @pytest.fixture
 def fake_stages(monkeypatch):
-    from pina_spark import pipeline
+    from pina_spark.orchestration import pipeline
 
     for name, fn in (("neighbors", "fake_neighbors_stage"), ("aggregate", "fake_aggregate_stage")):
         monkeypatch.setitem(
@@ -112,28 +121,32 @@ def fake_stages(monkeypatch):
 def _copy_without_test_rows(spark, src_root, dst_root):
     from pyspark.sql import functions as F
 
-    src, dst = io.RunPaths(src_root), io.RunPaths(dst_root)
-    nodes = io.read_table(spark, src, io.NODES).where(
-        F.col(io.SPLIT).isNull() | (F.col(io.SPLIT) != "test")
+    src, dst = storage.RunPaths(src_root), storage.RunPaths(dst_root)
+    nodes = storage.read_table(spark, src, storage.NODES).where(
+        F.col(storage.SPLIT).isNull() | (F.col(storage.SPLIT) != "test")
     )
-    keep = nodes.select(io.NODE_INDEX)
-    io.write_table(nodes, dst, io.NODES)
-    io.write_table(
-        io.read_table(spark, src, io.EMBEDDINGS).join(keep, io.NODE_INDEX, "left_semi"),
-        dst,
-        io.EMBEDDINGS,
-    )
-    io.write_table(
-        io.read_table(spark, src, io.INSTANCE_LABELS).join(
-            keep.withColumnRenamed(io.NODE_INDEX, io.INSTANCE_INDEX), io.INSTANCE_INDEX, "left_semi"
+    keep = nodes.select(storage.NODE_INDEX)
+    storage.write_table(nodes, dst, storage.NODES)
+    storage.write_table(
+        storage.read_table(spark, src, storage.EMBEDDINGS).join(
+            keep, storage.NODE_INDEX, "left_semi"
         ),
         dst,
-        io.INSTANCE_LABELS,
+        storage.EMBEDDINGS,
+    )
+    storage.write_table(
+        storage.read_table(spark, src, storage.INSTANCE_LABELS).join(
+            keep.withColumnRenamed(storage.NODE_INDEX, storage.INSTANCE_INDEX),
+            storage.INSTANCE_INDEX,
+            "left_semi",
+        ),
+        dst,
+        storage.INSTANCE_LABELS,
     )
 
 
 def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
-    from pina_spark.tune import run_tune
+    from pina_spark.orchestration.tune import run_tune
 
     root = str(tmp_path / "run")
     paths, inst_ids, splits, truth = build_synthetic_run(
@@ -146,7 +159,7 @@ def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
     )
     table = run_tune(cfg, ["neighbors.k=1,3"], spark=spark)
 
-    res = json.loads(io.read_bytes(paths.table("tune/results.json")))
+    res = json.loads(storage.read_bytes(paths.table("tune/results.json")))
     assert len(res["points"]) == 2 and [p["params"]["neighbors.k"] for p in res["points"]] == [1, 3]
     train_ids = [i for i, s in zip(inst_ids, splits) if s == "train"]
     valid = [i for i in train_ids if is_validation(i, 0.25)]
@@ -157,16 +170,16 @@ def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
     assert res["best"] in {p["id"] for p in res["points"]}
     assert "pretrained on all train rows" in res["note"]
     assert table.startswith("# pina-spark tune") and "| neighbors.k |" in table
-    assert os.path.exists(io.local_path(paths.table("tune/results.md")))
+    assert os.path.exists(storage.local_path(paths.table("tune/results.md")))
     # the stand-in stages saw train rows only (validation rows as 'train' in phase 1)
     assert SEEN["neighbors"] == [sorted(train_ids)] * 2
     # derived tables: no test instance; validation rows are the 'test' of the tuning run
-    work = io.RunPaths(paths.table("tune/work"))
-    nodes = io.read_table(spark, work, io.NODES).toPandas()
-    assert not set(nodes[io.NODE_ID]) & POISON_IDS
-    assert sorted(nodes.loc[nodes[io.SPLIT] == "test", io.NODE_ID]) == sorted(valid)
-    pred = io.read_table(spark, work, io.PREDICTIONS).toPandas()
-    assert set(pred[io.INSTANCE_ID]) == set(valid)
+    work = storage.RunPaths(paths.table("tune/work"))
+    nodes = storage.read_table(spark, work, storage.NODES).toPandas()
+    assert not set(nodes[storage.NODE_ID]) & POISON_IDS
+    assert sorted(nodes.loc[nodes[storage.SPLIT] == "test", storage.NODE_ID]) == sorted(valid)
+    pred = storage.read_table(spark, work, storage.PREDICTIONS).toPandas()
+    assert set(pred[storage.INSTANCE_ID]) == set(valid)
 
     # the same point on a copy of the run with the test rows deleted: identical results
     root_b = str(tmp_path / "run_no_test")
@@ -175,7 +188,7 @@ def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
         root_b, train={"variants": ["baseline", "pina"]}, task={"validation_fraction": 0.25}
     )
     run_tune(cfg_b, ["neighbors.k=3"], spark=spark)
-    res_b = json.loads(io.read_bytes(io.RunPaths(root_b).table("tune/results.json")))
+    res_b = json.loads(storage.read_bytes(storage.RunPaths(root_b).table("tune/results.json")))
     assert _same(res_b["points"][0]["valid"], res["points"][1]["valid"])
 
 
@@ -189,7 +202,7 @@ def _same(a, b):
 
 def test_tune_grid_errors_name_the_key(spark, tmp_path):
     from pina_spark.config import ConfigError
-    from pina_spark.tune import point_config
+    from pina_spark.orchestration.tune import point_config
 
     cfg = small_cfg(str(tmp_path / "run"))
     with pytest.raises(ConfigError, match="neighbors.kk"):

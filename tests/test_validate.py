@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pina_spark import io, validate
+from pina_spark import storage, validate
 from pina_spark.config import config_from_dict
 
 
@@ -29,7 +29,7 @@ def _cfg(tmp_path, **inputs):
 
 
 def _reasons(quarantine, key):
-    return sorted(((r[key] or "<null>"), r[io.REASON]) for r in quarantine.collect())
+    return sorted(((r[key] or "<null>"), r[storage.REASON]) for r in quarantine.collect())
 
 
 def _check_adds_up(stats):
@@ -139,7 +139,7 @@ def test_instances_labels_pairs_reasons(validated):
         "missing_text": 2,
     }
     assert stats["instances"]["rows_in"] == 10
-    assert _reasons(quarantine["instances"], io.INSTANCE_ID) == [
+    assert _reasons(quarantine["instances"], storage.INSTANCE_ID) == [
         ("  ", "missing_id"),
         ("<null>", "missing_id"),
         ("i1", "duplicate_id"),
@@ -163,7 +163,7 @@ def test_instances_labels_pairs_reasons(validated):
         ("i1", "l2"),
         ("i2", "l1"),
     ]
-    assert set(quarantine["instances"].columns) >= {io.REASON, io.CORRUPT}
+    assert set(quarantine["instances"].columns) >= {storage.REASON, storage.CORRUPT}
 
 
 def test_events_reasons(validated):
@@ -188,7 +188,7 @@ def test_events_reasons(validated):
 
 
 def _event_rows(tbl_or_df):
-    cols = ["basket_id", "item_id", "event_time", "weight", io.CORRUPT, io.REASON]
+    cols = ["basket_id", "item_id", "event_time", "weight", storage.CORRUPT, storage.REASON]
     if hasattr(tbl_or_df, "to_pylist"):
         rows = tbl_or_df.to_pylist()
     else:
@@ -256,7 +256,7 @@ def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
     give, for ids made of every kind of character the rules name."""
     import pyarrow as pa
 
-    from pina_spark import collected_events
+    from pina_spark.validate import events as collected_events
 
     odd = [
         "",
@@ -308,7 +308,7 @@ def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
         "_corrupt_record string"
     )
     df = spark.createDataFrame(rows, schema)
-    want = [r[io.REASON] for r in validate.tag_event_rows(df).collect()]
+    want = [r[storage.REASON] for r in validate.tag_event_rows(df).collect()]
     tbl = pa.table(
         {
             n: pa.array([r[k] for r in rows], t)
@@ -323,7 +323,7 @@ def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
             )
         }
     )
-    got = collected_events.tag_rows(tbl).column(io.REASON).to_pylist()
+    got = collected_events.tag_rows(tbl).column(storage.REASON).to_pylist()
     diff = [(rows[k], want[k], got[k]) for k in range(len(rows)) if want[k] != got[k]]
     assert not diff, diff
     assert {"missing_basket", "missing_item", "invalid_id", "invalid_utf8"} <= set(want)
@@ -412,9 +412,9 @@ def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_pa
     assert st_arrow["instance_labels"]["reasons"]["duplicate_pair"] > 20
     assert st_arrow["instances"]["reasons"]["duplicate_id"] > 40
     for name in heads:
-        cols = [f.name for f in io.schema(name).fields]
+        cols = [f.name for f in storage.schema(name).fields]
         assert _rows(t_arrow[name], cols) == _rows(t_spark[name], cols), name
-        qcols = cols + [io.CORRUPT, io.REASON]
+        qcols = cols + [storage.CORRUPT, storage.REASON]
         assert _rows(q_arrow[name], qcols) == _rows(q_spark[name], qcols), name
         assert t_arrow[name].schema == t_spark[name].schema, name
 
@@ -438,7 +438,7 @@ def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files,
     pq.write_table(pa.table({"label_id": ["l1", "l2"], "text": ["x" * 30, "y" * 30]}), lab)
     cfg = _cfg(tmp_path, **{**base_files, "labels": lab})
     raw = validate.read_inputs(spark, cfg)
-    rows, size = io.parquet_size(lab)
+    rows, size = storage.parquet_size(lab)
     assert rows == 2 and size > 60
     monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", size)
     assert "labels" in validate.driver_tables(spark, cfg, raw, {})
@@ -447,8 +447,8 @@ def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files,
 
 
 def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
-    """io.read_input_arrow (the driver's pyarrow read of the collected path) gives the rows and
-    types io.read_input gives: absent optional column as nulls, an integer weight as double, a
+    """storage.read_input_arrow (the driver's pyarrow read of the collected path) gives the rows and
+    types storage.read_input gives: absent optional column as nulls, an integer weight as double, a
     null _corrupt_record; a folder of part files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -468,9 +468,9 @@ def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
             str(d / f"part-{k}.parquet"),
         )
     (d / "_SUCCESS").write_text("")
-    raw = io.read_input(spark, str(d), "events")
-    by_spark = io.collect_arrow(raw)
-    by_arrow = io.read_input_arrow(str(d), "events")
+    raw = storage.read_input(spark, str(d), "events")
+    by_spark = storage.collect_arrow(raw)
+    by_arrow = storage.read_input_arrow(str(d), "events")
     assert by_arrow.schema.names == by_spark.schema.names
     assert by_arrow.schema.types == by_spark.schema.types
     key = [(c, "ascending") for c in ("basket_id", "item_id")]
@@ -524,14 +524,14 @@ def test_invalid_utf8_and_unparseable(spark, tmp_path):
     assert stats["labels"]["reasons"] == {"unparseable": 1}
     assert stats["events"]["reasons"] == {"unparseable": 1}
     bad = quarantine["events"].first()
-    assert bad[io.CORRUPT] is not None and "heavy" in bad[io.CORRUPT]
+    assert bad[storage.CORRUPT] is not None and "heavy" in bad[storage.CORRUPT]
 
 
 # --------------------------------------------------------------------------- errors
 def test_missing_column_names_column_and_file(spark, tmp_path, base_files):
     bad = _csv(tmp_path / "inst_nocol.csv", ["instance_id", "title"], [["i1", "x"]])
     cfg = _cfg(tmp_path, **{**base_files, "instances": bad})
-    with pytest.raises(io.InputError, match=r"inst_nocol\.csv.*text"):
+    with pytest.raises(storage.InputError, match=r"inst_nocol\.csv.*text"):
         validate.validate_inputs(spark, cfg)
 
 
@@ -541,19 +541,19 @@ def test_wrong_type_names_column_and_file(spark, tmp_path, base_files):
     p = str(tmp_path / "inst_int.parquet")
     pd.DataFrame({"instance_id": [1, 2], "text": ["a", "b"]}).to_parquet(p)
     cfg = _cfg(tmp_path, **{**base_files, "instances": p})
-    with pytest.raises(io.InputError, match=r"inst_int\.parquet.*'instance_id'.*bigint"):
+    with pytest.raises(storage.InputError, match=r"inst_int\.parquet.*'instance_id'.*bigint"):
         validate.validate_inputs(spark, cfg)
 
 
 def test_missing_path(spark, tmp_path, base_files):
     cfg = _cfg(tmp_path, **{**base_files, "labels": str(tmp_path / "nope.csv")})
-    with pytest.raises(io.InputError, match=r"input\.labels: .*nope\.csv does not exist"):
+    with pytest.raises(storage.InputError, match=r"input\.labels: .*nope\.csv does not exist"):
         validate.validate_inputs(spark, cfg)
 
 
 def test_required_input_not_configured(spark, tmp_path, base_files):
     cfg = _cfg(tmp_path, instances=base_files["instances"])
-    with pytest.raises(io.InputError, match=r"input\.labels: required \(task\.labels=given\)"):
+    with pytest.raises(storage.InputError, match=r"input\.labels: required \(task\.labels=given\)"):
         validate.validate_inputs(spark, cfg)
 
 
@@ -566,11 +566,11 @@ def test_empty_table_is_an_error(spark, tmp_path, base_files):
         pa.table({"label_id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), p
     )
     cfg = _cfg(tmp_path, **{**base_files, "labels": p})
-    with pytest.raises(io.InputError, match=r"input\.labels: .*empty\.parquet has no rows"):
+    with pytest.raises(storage.InputError, match=r"input\.labels: .*empty\.parquet has no rows"):
         validate.validate_inputs(spark, cfg)
     header_only = _csv(tmp_path / "hdr.csv", ["label_id", "text"], [])
     cfg = _cfg(tmp_path, **{**base_files, "labels": header_only})
-    with pytest.raises(io.InputError, match=r"hdr\.csv has no rows"):
+    with pytest.raises(storage.InputError, match=r"hdr\.csv has no rows"):
         validate.validate_inputs(spark, cfg)
 
 
@@ -584,14 +584,14 @@ def test_invariant_violation_raises(spark):
 
     def by_reason(df):
         return {
-            r[io.REASON]: r["n"]
-            for r in df.groupBy(io.REASON).count().toDF(io.REASON, "n").collect()
+            r[storage.REASON]: r["n"]
+            for r in df.groupBy(storage.REASON).count().toDF(storage.REASON, "n").collect()
         }
 
     tagged = validate.validate_instances(raw)
     n_in = raw.count()
     assert validate.reason_counts("instances", "mem", n_in, by_reason(tagged))["rows_used"] == 1
-    doubled = tagged.unionByName(tagged.withColumn(io.REASON, F.lit("missing_text")))
+    doubled = tagged.unionByName(tagged.withColumn(storage.REASON, F.lit("missing_text")))
     with pytest.raises(validate.ValidationInvariantError, match="1 rows in but 1 used"):
         validate.reason_counts("instances", "mem", n_in, by_reason(doubled))
 

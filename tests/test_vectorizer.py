@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from pina_spark.config import PretrainConfig
-from pina_spark.vectorizer import PhiPre, combine, stack_features
+from pina_spark.models.vectorizer import PhiPre, combine, stack_features
 
 TEXTS = [
     "collaborative topic regression for tag recommendation",
@@ -125,7 +125,7 @@ def test_load_rejects_missing_folder(tmp_path):
 
 def test_hf_encoder_is_shipped_inside_the_vectorizer(phi, tmp_path):
     """kind hf: the model folder is copied into vectorizer/encoder and reloaded from there."""
-    from pina_spark.encoders import minilm_path
+    from pina_spark.models.encoders import minilm_path
 
     cfg = PretrainConfig(
         tfidf=TFIDF, max_length=32, dense_weight=0.6, encoder="hf", encoder_path=minilm_path()

@@ -5,14 +5,14 @@ Modules: :mod:`.demo` (the generator), :mod:`.synthetic` (the scale generator),
 :mod:`.instacart` (the converters), :mod:`.common` (split rule, constants, writers).
 
 Every function here writes single Parquet files with pyarrow (no Spark needed) whose columns are
-exactly the input contract of :data:`pina_spark.io.INPUT_COLUMNS` (all strings except ``weight``):
+exactly the input contract of :data:`pina_spark.storage.INPUT_COLUMNS` (all strings except ``weight``):
 
 - ``instances``: ``instance_id, text, split`` (``split`` in ``train``/``test``)
 - ``labels``: ``label_id, text``
 - ``instance_labels``: ``instance_id, label_id``
 - ``events``: ``basket_id, item_id[, event_time]``
 
-Test splits are id-seeded (:func:`pina_spark.folds.in_sample_fraction`, 20 %), never random, so a
+Test splits are id-seeded (:func:`pina_spark.storage.folds.in_sample_fraction`, 20 %), never random, so a
 rerun gives the same split. Every writer is idempotent: rerunning writes byte-identical files.
 
 Sources (``prepare_data``):
@@ -65,17 +65,17 @@ Examples
 
 from typing import Dict, Optional
 
-from ..io import InputError
-from .citeulike import citeulike_text, prepare_citeulike
-from .common import SOURCES, STATS_FILE, TEST_FRACTION, TEST_SALT
-from .demo import DEMO_TEST_SALT, demo_catalogue, prepare_demo, write_demo_data
-from .instacart import prepare_instacart
-from .synthetic import (
+from pina_spark.datasets.citeulike import citeulike_text, prepare_citeulike
+from pina_spark.datasets.common import SOURCES, STATS_FILE, TEST_FRACTION, TEST_SALT
+from pina_spark.datasets.demo import DEMO_TEST_SALT, demo_catalogue, prepare_demo, write_demo_data
+from pina_spark.datasets.instacart import prepare_instacart
+from pina_spark.datasets.synthetic import (
     SyntheticSpec,
     prepare_synthetic,
     synthetic_catalogue,
     write_synthetic_data,
 )
+from pina_spark.storage import InputError
 
 __all__ = [
     "write_demo_data",
@@ -134,7 +134,7 @@ def prepare_data(
     >>> prepare_data("demo", None, tempfile.mkdtemp(), instances=10)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    pina_spark.io.InputError: prepare-data --source demo: --instances and --seed are for ...
+    pina_spark.storage.InputError: prepare-data --source demo: --instances and --seed are for ...
     """
     if source not in SOURCES:
         raise ValueError(f"prepare_data: unknown source {source!r} (known: {', '.join(SOURCES)})")

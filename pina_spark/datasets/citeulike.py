@@ -4,8 +4,8 @@ import logging
 import os
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from .. import io
-from .common import (
+from pina_spark import storage
+from pina_spark.datasets.common import (
     STATS_FILE,
     TEST_FRACTION,
     TEST_SALT,
@@ -26,7 +26,7 @@ def _parse_counted_line(line: str, path: str, lineno: int) -> List[str]:
         return []
     n = int(parts[0])
     if n != len(parts) - 1:
-        raise io.InputError(f"{path}:{lineno + 1}: count {n} != {len(parts) - 1} entries")
+        raise storage.InputError(f"{path}:{lineno + 1}: count {n} != {len(parts) - 1} entries")
     return parts[1:]
 
 
@@ -58,7 +58,7 @@ def prepare_citeulike(
     ----------
     input_dir : str or None
         Folder with ``mult.dat``, ``vocabulary.dat``, ``tags.dat``, ``tag-item.dat``,
-        ``users.dat`` (``None`` or a folder lacking one: :class:`pina_spark.io.InputError`).
+        ``users.dat`` (``None`` or a folder lacking one: :class:`pina_spark.storage.InputError`).
     output_dir : str
         Where the four Parquet files and ``prepare_stats.json`` go.
     min_tag_articles : int
@@ -94,7 +94,7 @@ def prepare_citeulike(
     ti_path = os.path.join(d, "tag-item.dat")
     tag_items = _read_lines(ti_path)
     if len(tag_items) != len(tags):
-        raise io.InputError(f"{ti_path}: {len(tag_items)} lines but tags.dat has {len(tags)}")
+        raise storage.InputError(f"{ti_path}: {len(tag_items)} lines but tags.dat has {len(tags)}")
     raw_pairs = dup_pairs = bad_pairs = 0
     kept_pairs: List[Tuple[str, str]] = []
     kept_tags: List[int] = []
@@ -135,19 +135,24 @@ def prepare_citeulike(
 
     paths = {
         "instances": _write(
-            out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts, io.SPLIT: splits}
+            out, "instances", {storage.INSTANCE_ID: ids, storage.TEXT: texts, storage.SPLIT: splits}
         ),
         "labels": _write(
-            out, "labels", {io.LABEL_ID: [str(t) for t in kept_tags], io.TEXT: label_texts}
+            out,
+            "labels",
+            {storage.LABEL_ID: [str(t) for t in kept_tags], storage.TEXT: label_texts},
         ),
         "instance_labels": _write(
             out,
             "instance_labels",
-            {io.INSTANCE_ID: [a for a, _ in kept_pairs], io.LABEL_ID: [t for _, t in kept_pairs]},
+            {
+                storage.INSTANCE_ID: [a for a, _ in kept_pairs],
+                storage.LABEL_ID: [t for _, t in kept_pairs],
+            },
         ),
-        "events": _write(out, "events", {io.BASKET_ID: ev_b, io.ITEM_ID: ev_i}),
+        "events": _write(out, "events", {storage.BASKET_ID: ev_b, storage.ITEM_ID: ev_i}),
     }
-    n_test = sum(s == io.SPLIT_TEST for s in splits)
+    n_test = sum(s == storage.SPLIT_TEST for s in splits)
     stats = {
         "source": "citeulike-t",
         "rules": {

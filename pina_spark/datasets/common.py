@@ -6,8 +6,8 @@ import os
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import io
-from ..folds import in_sample_fraction
+from pina_spark import storage
+from pina_spark.storage.folds import in_sample_fraction
 
 SOURCES = ("demo", "instacart", "citeulike-t", "synthetic")
 TEST_SALT = "pina-test"
@@ -21,7 +21,7 @@ def _fields(names: Sequence[str]) -> list:
     """The contract's Arrow fields of these columns: strings, except ``weight`` (float64)."""
     import pyarrow as pa
 
-    return [pa.field(c, pa.float64() if c == io.WEIGHT else pa.string()) for c in names]
+    return [pa.field(c, pa.float64() if c == storage.WEIGHT else pa.string()) for c in names]
 
 
 def _write(out_dir: str, name: str, columns: Dict[str, list]) -> str:
@@ -139,15 +139,19 @@ def _read_lines(path: str) -> List[str]:
 
 
 def _split_of(instance_id: str, salt: str = TEST_SALT) -> str:
-    return io.SPLIT_TEST if in_sample_fraction(instance_id, TEST_FRACTION, salt) else io.SPLIT_TRAIN
+    return (
+        storage.SPLIT_TEST
+        if in_sample_fraction(instance_id, TEST_FRACTION, salt)
+        else storage.SPLIT_TRAIN
+    )
 
 
 def _need(input_dir: Optional[str], source: str, files: Sequence[str]) -> str:
     if not input_dir:
-        raise io.InputError(
+        raise storage.InputError(
             f"prepare-data --source {source}: --input (folder of the raw data " f"set) is required"
         )
     missing = [f for f in files if not os.path.isfile(os.path.join(input_dir, f))]
     if missing:
-        raise io.InputError(f"prepare-data --source {source}: {input_dir} lacks {missing}")
+        raise storage.InputError(f"prepare-data --source {source}: {input_dir} lacks {missing}")
     return input_dir

@@ -6,10 +6,10 @@ import logging
 import os
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
-from .. import io
-from ..folds import in_sample_fraction
-from . import vocabulary as vocab
-from .common import STATS_FILE, TEST_FRACTION, _write, _write_json
+from pina_spark import storage
+from pina_spark.datasets import vocabulary as vocab
+from pina_spark.datasets.common import STATS_FILE, TEST_FRACTION, _write, _write_json
+from pina_spark.storage.folds import in_sample_fraction
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +136,9 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
         del p["dept_label"]
         iid = p["instance_id"]
         p["split"] = (
-            io.SPLIT_TEST
+            storage.SPLIT_TEST
             if in_sample_fraction(iid, TEST_FRACTION, DEMO_TEST_SALT)
-            else io.SPLIT_TRAIN
+            else storage.SPLIT_TRAIN
         )
         pairs += [(iid, label_id[t]) for t in labs]
     pairs.sort()
@@ -271,35 +271,35 @@ def write_demo_data(out_dir: str) -> Dict[str, str]:
             out,
             "instances",
             {
-                io.INSTANCE_ID: [p["instance_id"] for p in products],
-                io.TEXT: [p["text"] for p in products],
-                io.SPLIT: [p["split"] for p in products],
+                storage.INSTANCE_ID: [p["instance_id"] for p in products],
+                storage.TEXT: [p["text"] for p in products],
+                storage.SPLIT: [p["split"] for p in products],
             },
         ),
         "labels": _write(
             out,
             "labels",
             {
-                io.LABEL_ID: [lab["label_id"] for lab in labels],
-                io.TEXT: [lab["text"] for lab in labels],
+                storage.LABEL_ID: [lab["label_id"] for lab in labels],
+                storage.TEXT: [lab["text"] for lab in labels],
             },
         ),
         "instance_labels": _write(
             out,
             "instance_labels",
-            {io.INSTANCE_ID: [a for a, _ in pairs], io.LABEL_ID: [b for _, b in pairs]},
+            {storage.INSTANCE_ID: [a for a, _ in pairs], storage.LABEL_ID: [b for _, b in pairs]},
         ),
         "events": _write(
             out,
             "events",
             {
-                io.BASKET_ID: [r[0] for r in events],
-                io.ITEM_ID: [r[1] for r in events],
-                io.EVENT_TIME: [r[2] for r in events],
+                storage.BASKET_ID: [r[0] for r in events],
+                storage.ITEM_ID: [r[1] for r in events],
+                storage.EVENT_TIME: [r[2] for r in events],
             },
         ),
     }
-    n_test = sum(p["split"] == io.SPLIT_TEST for p in products)
+    n_test = sum(p["split"] == storage.SPLIT_TEST for p in products)
     log.info(
         "demo data in %s: %d products (%d test), %d labels, %d pairs, %d events in %d " "baskets",
         out,

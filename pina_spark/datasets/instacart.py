@@ -5,8 +5,16 @@ import logging
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from .. import io
-from .common import STATS_FILE, TEST_FRACTION, TEST_SALT, _need, _split_of, _write, _write_json
+from pina_spark import storage
+from pina_spark.datasets.common import (
+    STATS_FILE,
+    TEST_FRACTION,
+    TEST_SALT,
+    _need,
+    _split_of,
+    _write,
+    _write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +33,7 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[s
     ----------
     input_dir : str or None
         Folder with ``order_products_sample.csv`` and ``products.csv`` (``None`` or a folder
-        lacking one: :class:`pina_spark.io.InputError`).
+        lacking one: :class:`pina_spark.storage.InputError`).
     output_dir : str
         Where the Parquet files and ``prepare_stats.json`` go.
 
@@ -95,19 +103,19 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[s
     op = op.sort_values(["order_id", "product_id"], kind="mergesort")
     paths = {
         "instances": _write(
-            out, "instances", {io.INSTANCE_ID: ids, io.TEXT: texts, io.SPLIT: splits}
+            out, "instances", {storage.INSTANCE_ID: ids, storage.TEXT: texts, storage.SPLIT: splits}
         ),
         "events": _write(
             out,
             "events",
             {
-                io.BASKET_ID: op["order_id"].astype(str).tolist(),
-                io.ITEM_ID: op["product_id"].astype(str).tolist(),
-                io.EVENT_TIME: [order_time[o] for o in op["order_id"].tolist()],
+                storage.BASKET_ID: op["order_id"].astype(str).tolist(),
+                storage.ITEM_ID: op["product_id"].astype(str).tolist(),
+                storage.EVENT_TIME: [order_time[o] for o in op["order_id"].tolist()],
             },
         ),
     }
-    n_test = sum(s == io.SPLIT_TEST for s in splits)
+    n_test = sum(s == storage.SPLIT_TEST for s in splits)
     stats: Dict[str, Any] = {
         "source": "instacart",
         "rules": {

@@ -32,8 +32,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Tuple
 
-from .. import io
-from .common import (
+from pina_spark import storage
+from pina_spark.datasets.common import (
     STATS_FILE,
     TEST_FRACTION,
     TEST_SALT,
@@ -41,7 +41,7 @@ from .common import (
     _split_of,
     _write_json,
 )
-from .vocabulary import (
+from pina_spark.datasets.vocabulary import (
     CATEGORY_VARIANTS,
     DEPARTMENTS,
     HUB_CATEGORIES,
@@ -690,8 +690,8 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
         return values.take(pa.array(idx, mask=idx < 0))
 
     with (
-        ParquetStream(out, "instances", [io.INSTANCE_ID, io.TEXT, io.SPLIT]) as inst,
-        ParquetStream(out, "instance_labels", [io.INSTANCE_ID, io.LABEL_ID]) as il,
+        ParquetStream(out, "instances", [storage.INSTANCE_ID, storage.TEXT, storage.SPLIT]) as inst,
+        ParquetStream(out, "instance_labels", [storage.INSTANCE_ID, storage.LABEL_ID]) as il,
     ):
 
         def sink(blocks: List[Dict[str, Any]]) -> None:
@@ -709,21 +709,21 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
                     head, take(variants, b["variant"]), ", ", null_handling="skip"
                 )
                 split = [_split_of(i) for i in ids.to_pylist()]
-                counts["test"] += split.count(io.SPLIT_TEST)
-                inst.write({io.INSTANCE_ID: ids, io.TEXT: text, io.SPLIT: split})
+                counts["test"] += split.count(storage.SPLIT_TEST)
+                inst.write({storage.INSTANCE_ID: ids, storage.TEXT: text, storage.SPLIT: split})
                 row, lab = _product_labels(shop, b)
                 il.write(
                     {
-                        io.INSTANCE_ID: ids.take(pa.array(row)),
-                        io.LABEL_ID: label_ids.take(pa.array(lab)),
+                        storage.INSTANCE_ID: ids.take(pa.array(row)),
+                        storage.LABEL_ID: label_ids.take(pa.array(lab)),
                     }
                 )
                 counts["instance_labels"] += len(row)
                 item_ids.append(ids)
 
         cat = _catalogue(shop, sink)
-    with ParquetStream(out, "labels", [io.LABEL_ID, io.TEXT]) as lab_out:
-        lab_out.write({io.LABEL_ID: label_ids, io.TEXT: shop.label_texts})
+    with ParquetStream(out, "labels", [storage.LABEL_ID, storage.TEXT]) as lab_out:
+        lab_out.write({storage.LABEL_ID: label_ids, storage.TEXT: shop.label_texts})
 
     all_ids = pa.concat_arrays(item_ids)
     pools = _Pools(shop, cat)
@@ -733,7 +733,9 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
     bwidth = len(str(target))
     bought = np.zeros(n, dtype=np.int64)
     n_events = n_baskets = 0
-    with ParquetStream(out, "events", [io.BASKET_ID, io.ITEM_ID, io.EVENT_TIME]) as ev:
+    with ParquetStream(
+        out, "events", [storage.BASKET_ID, storage.ITEM_ID, storage.EVENT_TIME]
+    ) as ev:
         k = 0
         while n_events < target:
             basket_parts, item_parts = [], []
@@ -762,9 +764,9 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
             local = pa.array(bglob - b_lo)
             ev.write(
                 {
-                    io.BASKET_ID: pa.array(_ids("b", b_lo, b_hi, bwidth)).take(local),
-                    io.ITEM_ID: all_ids.take(pa.array(item)),
-                    io.EVENT_TIME: pa.array(when).take(local),
+                    storage.BASKET_ID: pa.array(_ids("b", b_lo, b_hi, bwidth)).take(local),
+                    storage.ITEM_ID: all_ids.take(pa.array(item)),
+                    storage.EVENT_TIME: pa.array(when).take(local),
                 }
             )
             bought += np.bincount(item, minlength=n)

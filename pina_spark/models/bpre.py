@@ -1,0 +1,235 @@
+"""B_pre as driver-side XMC problems: the inputs both halves of pretraining read.
+
+The ``vectorizer`` stage (tf-idf fit, encoder fine-tuning) and the ``pretrain`` stage (g) both
+start from the published ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and
+``nodes``: :func:`load_problems` collects them to the driver through Arrow and turns each
+variant into an XMC problem (rows = input nodes, columns = output nodes, Y = edge weights) with
+the leave-self-out rule, the twins of ``task.labels: graph`` and every row's fold
+(:func:`row_folds`). Stage modules share this code; they never import each other.
+
+Examples
+--------
+>>> nodes, problems, all_rows = load_problems(spark, paths, cfg)  # doctest: +SKIP
+>>> sorted(problems)                                             # doctest: +SKIP
+['pina', 'pina_naive']
+"""
+
+import logging
+import time
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from pina_spark import storage
+from pina_spark.storage.folds import fold_of
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Nodes",
+    "build_y",
+    "collect_arrow",
+    "load_inputs",
+    "load_problems",
+    "row_folds",
+    "twin_columns",
+    "variant_problem",
+]
+
+
+def build_y(
+    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, rows: np.ndarray, cols: np.ndarray
+):
+    """Y (csr float32, sorted indices, duplicates summed) with ``Y[r, c]`` = weight of edge
+    ``rows[r] -> cols[c]``; ``rows``/``cols`` sorted unique node indices covering the edges.
+
+    Examples
+    --------
+    >>> Y = build_y(np.array([5, 5, 7]), np.array([1, 9, 9]), np.ones(3), np.array([5, 7]),
+    ...             np.array([1, 9]))
+    >>> Y.toarray().tolist()
+    [[1.0, 1.0], [0.0, 1.0]]
+    """
+    import scipy.sparse as sp
+
+    r = np.searchsorted(rows, src)
+    c = np.searchsorted(cols, dst)
+    if len(src) and (
+        np.any(r >= len(rows))
+        or np.any(rows[np.minimum(r, len(rows) - 1)] != src)
+        or np.any(c >= len(cols))
+        or np.any(cols[np.minimum(c, len(cols) - 1)] != dst)
+    ):
+        raise ValueError("build_y: an edge endpoint is not in rows/cols")
+    Y = sp.coo_matrix(
+        (np.asarray(weight, dtype=np.float32), (r, c)), shape=(len(rows), len(cols))
+    ).tocsr()
+    Y.sum_duplicates()
+    Y.sort_indices()
+    return Y
+
+
+def collect_arrow(df):
+    """Collect a (small) DataFrame to pandas through Arrow (:func:`pina_spark.storage.collect_arrow`).
+
+    Examples
+    --------
+    >>> pdf = collect_arrow(spark.range(3))  # doctest: +SKIP
+    """
+    return storage.collect_arrow(df).to_pandas()
+
+
+def load_inputs(spark, paths):
+    from pyspark.sql import functions as F
+
+    edges = storage.read_table(spark, paths, storage.PRETRAIN_EDGES).select(
+        F.col(storage.SRC_INDEX).cast("long"),
+        F.col(storage.DST_INDEX).cast("long"),
+        F.col(storage.WEIGHT).cast("float"),
+        F.col(storage.BLOCK).cast("string"),
+        F.col(storage.VARIANT).cast("string"),
+    )
+    nodes = storage.read_table(spark, paths, storage.NODES)
+    used = (
+        edges.select(F.col(storage.SRC_INDEX).alias(storage.NODE_INDEX))
+        .union(edges.select(F.col(storage.DST_INDEX).alias(storage.NODE_INDEX)))
+        .distinct()
+    )
+    nodes = nodes.join(used, storage.NODE_INDEX, "left_semi").select(
+        storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT
+    )
+    t0 = time.time()
+    epdf = collect_arrow(edges)
+    npdf = collect_arrow(nodes).sort_values(storage.NODE_INDEX).reset_index(drop=True)
+    log.info(
+        "pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes",
+        time.time() - t0,
+        len(epdf),
+        len(npdf),
+    )
+    if len(epdf) == 0:
+        raise storage.InputError(f"{paths.table(storage.PRETRAIN_EDGES)} has no edges")
+    return epdf, npdf
+
+
+class Nodes:
+    """Driver-side lookup of the collected nodes by node_index."""
+
+    def __init__(self, npdf):
+        self.index = npdf[storage.NODE_INDEX].to_numpy(dtype=np.int64)
+        self.kind = npdf[storage.KIND].astype(str).to_numpy()
+        self.node_id = npdf[storage.NODE_ID].astype(str).to_numpy()
+        self.text = npdf[storage.TEXT].to_numpy(dtype=object)
+
+    def pos(self, idx: np.ndarray) -> np.ndarray:
+        p = np.searchsorted(self.index, idx)
+        bad = (p >= len(self.index)) | (self.index[np.minimum(p, len(self.index) - 1)] != idx)
+        if np.any(bad):
+            raise storage.InputError(
+                f"pretrain_edges reference node indices missing from nodes: "
+                f"{np.asarray(idx)[bad][:5].tolist()}"
+            )
+        return p
+
+
+def twin_columns(row_ids: np.ndarray, cols: np.ndarray, nodes: Nodes, is_inst: np.ndarray):
+    """``task.labels: graph``: items are instances AND labels (same ``node_id``). Returns
+    ``(twin_col_node, entity)``: for every row, the node index of the LABEL node with the row's
+    id when that node is an output column (else -1), and the id of the train instance the row
+    stands for (its own id for instance rows; for a label row, its id when that item is also an
+    instance row, else ``None``)."""
+    col_kind = nodes.kind[nodes.pos(cols)]
+    col_ids = nodes.node_id[nodes.pos(cols)]
+    label_col = {i: int(n) for i, n, k in zip(col_ids, cols, col_kind) if k == storage.KIND_LABEL}
+    twin = np.array(
+        [label_col.get(i, -1) if inst else -1 for i, inst in zip(row_ids, is_inst)], dtype=np.int64
+    )
+    inst_ids = set(row_ids[is_inst].tolist())
+    entity = np.array(
+        [i if (inst or i in inst_ids) else None for i, inst in zip(row_ids, is_inst)], dtype=object
+    )
+    return twin, entity
+
+
+def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
+    """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F)`` for
+    rows that stand for a train instance (instance rows; with ``task.labels: graph`` also the
+    label rows of those items, see :func:`twin_columns`), ``-1`` for the other label rows.
+
+    Examples
+    --------
+    >>> from pina_spark.storage.folds import fold_of
+    >>> f = row_folds(np.array(["a", None, "a"], dtype=object), 5)
+    >>> f[1], f[0] == f[2] == fold_of("a", 5)
+    (-1, True)
+    """
+    out = np.full(len(entity), -1, dtype=np.int64)
+    has = np.array([e is not None for e in entity], dtype=bool)
+    out[has] = [fold_of(e, folds) for e in entity[has]]
+    return out
+
+
+def variant_problem(
+    epdf, variant: str, nodes: Nodes, leave_self_out: bool, twins: bool = False
+) -> Dict[str, Any]:
+    """One variant's XMC problem. ``twins`` (``task.labels: graph``): an item's label node is the
+    same item as its instance node; held-out and fold exclusions then drop both rows, and the
+    twin is excluded from predictions like self (see :func:`twin_columns`)."""
+    e = epdf[epdf[storage.VARIANT] == variant]
+    src = e[storage.SRC_INDEX].to_numpy(dtype=np.int64)
+    dst = e[storage.DST_INDEX].to_numpy(dtype=np.int64)
+    w = e[storage.WEIGHT].to_numpy(dtype=np.float32)
+    rows = np.unique(src)
+    cols = np.unique(dst)
+    row_kind = nodes.kind[nodes.pos(rows)]
+    blocks = e[storage.BLOCK].value_counts().to_dict()
+    keep = np.ones(len(src), dtype=bool)
+    if leave_self_out:
+        src_is_inst = nodes.kind[nodes.pos(src)] == storage.KIND_INSTANCE
+        keep = ~((src == dst) & src_is_inst)
+    Y = build_y(src[keep], dst[keep], w[keep], rows, cols)
+    is_inst = row_kind == storage.KIND_INSTANCE
+    row_ids = nodes.node_id[nodes.pos(rows)]
+    if twins:
+        twin_col, entity = twin_columns(row_ids, cols, nodes, is_inst)
+    else:
+        twin_col = np.full(len(rows), -1, dtype=np.int64)
+        entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
+    return {
+        "variant": variant,
+        "rows": rows,
+        "cols": cols,
+        "Y": Y,
+        "is_inst": is_inst,
+        "twin_col": twin_col,
+        "entity": entity,
+        "stats": {
+            "input_rows": int(len(rows)),
+            "instance_rows": int(is_inst.sum()),
+            "label_rows": int((~is_inst).sum()),
+            "output_nodes": int(len(cols)),
+            "output_instance_nodes": int(
+                (nodes.kind[nodes.pos(cols)] == storage.KIND_INSTANCE).sum()
+            ),
+            "edges": int(len(src)),
+            "edges_by_block": {str(k): int(v) for k, v in blocks.items()},
+            "self_edges_dropped": int((~keep).sum()),
+            "twin_label_rows": int(sum(e is not None for e in entity[~is_inst])),
+            "positives": int(Y.nnz),
+            "rows_without_positive": int((np.diff(Y.indptr) == 0).sum()),
+        },
+    }
+
+
+def load_problems(spark, paths, cfg) -> Tuple[Nodes, Dict[str, Dict[str, Any]], np.ndarray]:
+    """``(nodes, problems, all_rows)``: the collected nodes, one :func:`variant_problem` per
+    variant of B_pre, and the sorted union of every variant's input rows (the rows Phi_pre is
+    fitted on and g reads its X for)."""
+    epdf, npdf = load_inputs(spark, paths)
+    nodes = Nodes(npdf)
+    problems = {
+        v: variant_problem(epdf, v, nodes, cfg.neighbors.leave_self_out, cfg.task.labels_are_items)
+        for v in sorted(epdf[storage.VARIANT].unique().tolist())
+    }
+    all_rows = np.unique(np.concatenate([pb["rows"] for pb in problems.values()]))
+    return nodes, problems, all_rows

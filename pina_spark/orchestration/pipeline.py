@@ -1,0 +1,796 @@
+"""Stage order, resume/skip, run dates, reuse of an earlier run's models, incremental runs,
+progress logging and manifest writes.
+
+Stage modules never import each other (the train stage reads ``features`` through
+:func:`pina_spark.stages.aggregate.features_to_csr`, the table's owner): each exposes
+``run(ctx) -> dict`` (statistics) and reads/writes published tables through
+:mod:`pina_spark.storage`; this module runs them in the order of :data:`pina_spark.stages.STAGES`.
+
+Resume
+    A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
+    outputs are complete on storage (``_SUCCESS``); ``run.force`` (``--force``) redoes everything.
+    The fingerprint of a stage hashes: the input files (path, size, mtime), ``run.models`` (and
+    the models run's vectorizer and pretrain entries), the config sections of the stage, and the
+    manifest entries (fingerprint + finish time) of every stage before it. So a stage that is
+    redone invalidates every later stage, whichever subset of stages a command names
+    (``jobs/<stage>.py`` steps and ``pina-spark run`` agree).
+
+Run dates
+    With ``run.run_date`` every output goes under ``<output>/run_date=<date>/`` (its own manifest
+    too); rerunning a date republishes that date's tables (staging + atomic swap, so no duplicate
+    rows), other dates are never touched.
+
+Models of an earlier run (``run.models``)
+    When ``run.models`` names an earlier run root and this command does not run the ``graph``
+    stage, a ``nodes`` pre-step (:func:`prepare_nodes_from_models`) builds this run's node index
+    space from the models run's ``nodes``: every node keeps its index (so ``output_nodes.npy`` of
+    the models' g still points at the right nodes), an existing instance takes its text from the
+    new instances table when present there, and instances not seen before are appended after the
+    largest index, sorted by ``instance_id``, with ``split`` as given or ``new``
+    (:func:`extend_nodes`).
+
+Incremental (``run.incremental``, needs ``run.models``)
+    The embed, neighbors and aggregate stages recompute only new or changed nodes (a hash of
+    ``node_id`` + ``text`` compared with a base run: the latest earlier ``run_date`` of the same
+    output with complete outputs, else the models run). See :func:`select_changed` and
+    :data:`INCREMENTAL`. The stage runs on a subset view of its input table (a path overlay);
+    the pipeline then publishes recomputed rows + the base run's rows for everything else.
+
+Examples
+--------
+>>> from pina_spark.config import config_from_dict
+>>> cfg = config_from_dict({"output": "/tmp/r", "input": {"instances": "i.csv",
+...     "labels": "l.csv", "instance_labels": "il.csv"}})
+>>> [s.name for s in plan(cfg, ("graph", "pretrain"))]
+['graph', 'pretrain']
+"""
+
+import dataclasses as dc
+import logging
+import time
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from pina_spark import storage
+from pina_spark.config import STAGE_NAMES, PinaConfig
+from pina_spark.orchestration.promotion import resolve_models
+from pina_spark.runtime.progress import StageProgress
+from pina_spark.stages import STAGES, StageContext, StageSpec
+from pina_spark.storage.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+#: split given to instances appended by :func:`extend_nodes` when the input has none
+SPLIT_NEW = "new"
+#: pseudo-stage name (manifest entry) of the ``nodes`` pre-step of a ``run.models`` run
+NODES_STEP = "nodes"
+
+
+#: outputs that are folders of files, not Parquet tables (no row counts)
+NON_TABLE_OUTPUTS = (storage.VECTORIZER, storage.MODELS, storage.DOWNSTREAM_MODELS, storage.EVAL)
+
+
+def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
+    """The stages to consider, in pipeline order."""
+    return [STAGES[s] for s in STAGE_NAMES if s in stages]
+
+
+def models_run_root(cfg: PinaConfig) -> Optional[str]:
+    """Root of the run whose models are reused (``run.models``), or ``None``."""
+    return storage.norm(cfg.run.models) if cfg.run.models else None
+
+
+def _models_root(cfg: PinaConfig, paths: storage.RunPaths) -> str:
+    """Where the run's models are: ``run.models``' models folder, else the run's own."""
+    return (
+        storage.RunPaths(cfg.run.models).table(storage.MODELS)
+        if cfg.run.models
+        else paths.table(storage.MODELS)
+    )
+
+
+def make_context(spark, cfg: PinaConfig) -> StageContext:
+    paths = storage.RunPaths(cfg.output, cfg.run.run_date)
+    manifest = Manifest(paths.manifest)
+    models_root = _models_root(cfg, paths)
+    return StageContext(
+        spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
+    )
+
+
+def open_run(spark, root: str, allow_uncommitted: bool = False) -> StageContext:
+    """A context over an existing run root (``<output>`` or ``<output>/run_date=D``), with the
+    config recorded in its manifest: for notebooks and ad-hoc inspection.
+
+    Like a stage, it refuses a root where a step's tables were published by a run of that step
+    that never committed (they may not belong together); ``allow_uncommitted=True`` opens it
+    anyway, for looking into what a crashed run left.
+
+    Raises
+    ------
+    pina_spark.storage.UncommittedError
+        Names the steps and their uncommitted tables.
+
+    Examples
+    --------
+    >>> ctx = open_run(spark, "runs/demo/run")                                  # doctest: +SKIP
+    >>> storage.read_table(ctx.spark, ctx.paths, storage.NODES).count()                   # doctest: +SKIP
+    """
+    from pina_spark.config import ConfigError, config_from_dict
+
+    paths = storage.RunPaths(root)
+    manifest = Manifest(paths.manifest)
+    if "config" not in manifest.data:
+        raise ConfigError(
+            f"{paths.manifest}: no run manifest with a config (is {root} a run "
+            "root? e.g. runs/demo/run or <output>/run_date=YYYY-MM-DD)"
+        )
+    cfg = config_from_dict(manifest.data["config"], paths.manifest)
+    models_root = _models_root(cfg, paths)
+    ctx = StageContext(
+        spark=spark, cfg=cfg, paths=paths, manifest=manifest, models_root=models_root
+    )
+    if not allow_uncommitted:
+        _refuse_uncommitted(
+            _uncommitted(ctx, _stage_outputs()),
+            f"{root} holds tables published by a run that did not commit",
+            "they may not belong together",
+            "or pass allow_uncommitted=True to look at them anyway",
+        )
+    return ctx
+
+
+# --------------------------------------------------------------------------- the runner
+def run_pipeline(
+    spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None, force: Optional[bool] = None
+) -> Dict[str, Any]:
+    """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}`` (plus
+    ``"nodes"`` when the pre-step of a ``run.models`` run was considered).
+
+    Examples
+    --------
+    >>> run_pipeline(spark, cfg, ["graph"])          # doctest: +SKIP
+    {'graph': 'ran'}
+    """
+    force = cfg.run.force if force is None else force
+    stages = tuple(stages or STAGE_NAMES)
+    cfg = resolve_models(cfg)  # run.models: latest -> the promoted run, decided once
+    ctx = make_context(spark, cfg)
+    run_id = storage.held_run_id(ctx.paths.root) or uuid.uuid4().hex[:12]
+    with storage.acquire_lease(
+        ctx.paths.root, run_id, stale_s=cfg.run.lease_stale_s, heartbeat_s=cfg.run.lease_heartbeat_s
+    ):
+        return _run_leased(ctx, run_id, stages, force)
+
+
+def _run_leased(
+    ctx: StageContext, run_id: str, stages: Tuple[str, ...], force: bool
+) -> Dict[str, Any]:
+    """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
+    spark, cfg = ctx.spark, ctx.cfg
+    storage.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
+    ctx.manifest.set_run_info(cfg.to_dict())
+    ctx.manifest.start_run(
+        run_id,
+        list(stages),
+        spark_version=spark.version,
+        run_date=cfg.run.run_date,
+        models=cfg.run.models,
+    )
+    log.info(
+        "run %s: stages %s, output %s%s",
+        run_id,
+        ",".join(stages),
+        ctx.paths.root,
+        f", models of {cfg.run.models}" if cfg.run.models else "",
+    )
+    base = _hash(storage.input_fingerprint(spark, dc.astuple(cfg.input)) + _models_token(cfg))
+    result: Dict[str, str] = {}
+    try:
+        mroot = models_run_root(cfg)
+        if mroot and mroot != storage.norm(ctx.paths.root):
+            if "graph" in stages:
+                log.warning(
+                    "run.models is set but the graph stage is run too: its nodes index "
+                    "space may not match the models of %s",
+                    mroot,
+                )
+            else:
+                result[NODES_STEP] = _run_step(
+                    ctx,
+                    NODES_STEP,
+                    _hash(base + "nodes"),
+                    (storage.NODES,),
+                    force,
+                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
+                    run_id,
+                )
+        for spec in plan(cfg, stages):
+            fp = _hash(
+                base
+                + cfg.fingerprint(*spec.fingerprint_sections(cfg))
+                + _upstream_token(ctx, spec.name)
+            )
+            if cfg.run.incremental and spec.name in INCREMENTAL:
+                fn = _incremental_runner(spec)
+            else:
+                fn = spec.load()
+            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id)
+    except BaseException as e:
+        ctx.manifest.finish_run(run_id, result, status="failed", error=f"{type(e).__name__}: {e}")
+        raise
+    ctx.manifest.finish_run(run_id, result, status="complete")
+    return result
+
+
+def _stage_outputs() -> Dict[str, Tuple[str, ...]]:
+    """Outputs of every step, keyed by name, in pipeline order (the nodes pre-step first)."""
+    out: Dict[str, Tuple[str, ...]] = {NODES_STEP: (storage.NODES,)}
+    out.update({name: spec.outputs for name, spec in STAGES.items()})
+    return out
+
+
+def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[str, List[str]]:
+    """``{step: [tables]}`` of ``owners`` whose published version no commit lists, counting a
+    never-listed table only for a step the manifest shows unfinished (storage.uncommitted_tables)."""
+    unfinished = set()
+    for st in owners:
+        e = ctx.manifest.stage(st)
+        if e and e.get("status") in ("running", "failed"):
+            unfinished.add(st)
+    return storage.uncommitted_tables(ctx.paths, owners, unfinished)
+
+
+def _refuse_uncommitted(bad: Dict[str, List[str]], what: str, why: str, fix: str) -> None:
+    """Raise :class:`pina_spark.storage.UncommittedError` listing ``bad`` (step -> tables), if any."""
+    if bad:
+        tables = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
+        raise storage.UncommittedError(f"{what} ({tables}): {why}. Rerun {', '.join(bad)} {fix}")
+
+
+def require_upstream_committed(ctx: StageContext, name: str) -> None:
+    """Refuse to run ``name`` on outputs of an earlier step (in :data:`STAGES` order) that were
+    published by a run of that step which never committed (e.g. a driver killed after ``nodes``
+    was published but before ``graph/pretrain_edges``): the tables would not belong together.
+
+    Raises
+    ------
+    pina_spark.storage.UncommittedError
+        Names the upstream step, its uncommitted tables and the fix (rerun that step).
+    """
+    owners = _stage_outputs()
+    order = list(owners)
+    upstream = {
+        st: rels
+        for st, rels in owners.items()
+        if st != name and order.index(st) < order.index(name)
+    }
+    _refuse_uncommitted(
+        _uncommitted(ctx, upstream),
+        f"stage {name} refuses to read upstream tables of {ctx.paths.root} that were "
+        f"published by a run that did not commit",
+        "the stage did not finish, so its tables may not belong together",
+        "first",
+    )
+
+
+def _run_step(
+    ctx: StageContext,
+    name: str,
+    fp: str,
+    outputs: Sequence[str],
+    force: bool,
+    fn: Callable[[StageContext], Dict[str, Any]],
+    run_id: str = "",
+) -> str:
+    spark = ctx.spark
+    # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
+    outputs_ok = all(storage.is_complete(spark, ctx.paths.table(o)) for o in outputs)
+    if not force and ctx.manifest.is_complete(name, fp) and outputs_ok:
+        log.info("stage %s: complete for fingerprint %s, skipped", name, fp)
+        return "skipped"
+    require_upstream_committed(ctx, name)
+    log.info("stage %s: start (fingerprint %s, root %s)", name, fp, ctx.paths.root)
+    ctx.manifest.mark_started(name, fp)
+    t0 = time.time()
+    try:
+        with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
+            stats = fn(ctx) or {}
+    except Exception as e:
+        ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
+        log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
+        raise
+    dt = time.time() - t0
+    commit = storage.commit_stage(ctx.paths, name, outputs, run_id)
+    rows = _output_rows(spark, ctx.paths, outputs)
+    total = sum(rows.values())
+    rate = round(total / dt, 1) if dt > 0 and rows else None
+    ctx.manifest.record_stage(
+        name,
+        stats,
+        fp,
+        dt,
+        rows_out=rows,
+        rows_per_s=rate,
+        committed=commit["tables"],
+        models_version=models_version(ctx, name),
+    )
+    log.info(
+        "stage %s: done in %.1fs, rows out %s%s %s",
+        name,
+        dt,
+        rows or "-",
+        f" ({rate} rows/s)" if rate is not None else "",
+        _brief(stats),
+    )
+    return "ran"
+
+
+def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> Dict[str, int]:
+    """Row counts of the published output tables, from the Parquet footers (pyarrow, no Spark
+    job) for local folders, else a Spark count (also footer-only for Parquet)."""
+    rows = {}
+    for rel in outputs:
+        if rel in NON_TABLE_OUTPUTS:
+            continue
+        uri = paths.table(rel)
+        try:
+            if not storage.is_remote(uri):
+                import pyarrow.dataset as pads
+
+                rows[rel] = int(
+                    pads.dataset(
+                        storage.local_path(uri),
+                        format="parquet",
+                        partitioning="hive",
+                        exclude_invalid_files=True,
+                    ).count_rows()
+                )
+            else:
+                rows[rel] = int(spark.read.parquet(uri).count())
+        except Exception as e:  # an empty folder, a non-table output
+            log.debug("no row count for %s: %s", rel, e)
+    return rows
+
+
+def _upstream_token(ctx: StageContext, name: str) -> str:
+    """Fingerprint + finish time of every earlier stage (and the nodes pre-step)."""
+    parts = []
+    for up in (NODES_STEP,) + STAGE_NAMES[: STAGE_NAMES.index(name)]:
+        e = ctx.manifest.stage(up)
+        if e and e.get("status") == "complete":
+            parts.append(f"{up}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+        else:
+            parts.append(f"{up}:-")
+    return "|".join(parts)
+
+
+def _models_token(cfg: PinaConfig) -> str:
+    root = models_run_root(cfg)
+    if not root:
+        return ""
+    m = Manifest(storage.RunPaths(root).manifest)
+    parts = [root]
+    for st in ("vectorizer", "pretrain"):  # the stages that wrote the reused model folders
+        e = m.stage(st) or {}
+        parts.append(f"{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+    return ":".join(parts)
+
+
+def models_version(ctx: StageContext, stage: str) -> Optional[str]:
+    """Version of the model folder ``stage``'s outputs are computed with (its
+    :attr:`StageSpec.model_folder`: the vectorizer for embed, g's models after), or ``None``."""
+    from pina_spark.models.artifacts import vectorizer_dir
+
+    folder = STAGES[stage].model_folder if stage in STAGES else None
+    if folder == storage.VECTORIZER:
+        return storage.table_version(vectorizer_dir(ctx.models_root))
+    if folder == storage.MODELS:
+        return storage.table_version(ctx.models_root)
+    return None
+
+
+def _hash(s: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
+def _brief(stats: Dict[str, Any]) -> str:
+    items = [(k, v) for k, v in stats.items() if isinstance(v, (int, float, str))][:8]
+    return " ".join(f"{k}={v}" for k, v in items)
+
+
+# --------------------------------------------------------------------------- nodes of a models run
+def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
+    """The node index space of a run that reuses ``prev_nodes``' models.
+
+    Every row of ``prev_nodes`` keeps its ``node_index``, ``kind`` and ``split``; an instance
+    present in ``instances`` takes its (new) text from there. Instances not in ``prev_nodes`` are
+    appended with indices ``max(node_index)+1 ...`` in ``instance_id`` order, ``split`` as given
+    (non-null) or ``new_split``. Rows with a null/blank id are dropped; a duplicated id keeps the
+    smallest (text, split) so the result does not depend on partitioning.
+
+    Parameters
+    ----------
+    prev_nodes : DataFrame in the ``nodes`` schema (see docs/design.md).
+    instances : DataFrame with ``instance_id``, ``text`` and optionally ``split``.
+
+    Examples
+    --------
+    >>> extend_nodes(prev, spark.createDataFrame([("z", "new item", None)],
+    ...              "instance_id string, text string, split string")).show()  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    inst = instances
+    if storage.SPLIT not in inst.columns:
+        inst = inst.withColumn(storage.SPLIT, F.lit(None).cast("string"))
+    if storage.CORRUPT in inst.columns:
+        inst = inst.where(F.col(storage.CORRUPT).isNull())
+    inst = (
+        inst.where(
+            F.col(storage.INSTANCE_ID).isNotNull() & (F.trim(F.col(storage.INSTANCE_ID)) != "")
+        )
+        .groupBy(storage.INSTANCE_ID)
+        .agg(F.min(F.struct(storage.TEXT, storage.SPLIT)).alias("_v"))
+        .select(
+            F.col(storage.INSTANCE_ID).alias("_id"),
+            F.col("_v." + storage.TEXT).alias("_text"),
+            F.col("_v." + storage.SPLIT).alias("_split"),
+        )
+    )
+    prev = prev_nodes.select(
+        storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT, storage.SPLIT
+    )
+    prev_inst = prev.where(F.col(storage.KIND) == storage.KIND_INSTANCE)
+    kept = prev.join(
+        inst,
+        (prev[storage.KIND] == F.lit(storage.KIND_INSTANCE))
+        & (prev[storage.NODE_ID] == inst["_id"]),
+        "left",
+    ).select(
+        storage.NODE_INDEX,
+        storage.KIND,
+        storage.NODE_ID,
+        F.coalesce(F.col("_text"), F.col(storage.TEXT)).alias(storage.TEXT),
+        storage.SPLIT,
+    )
+    new = inst.join(prev_inst, inst["_id"] == prev_inst[storage.NODE_ID], "left_anti")
+    start = prev.agg(F.max(storage.NODE_INDEX)).collect()[0][0]
+    start = -1 if start is None else int(start)
+    spark = prev_nodes.sparkSession
+    ordered = new.orderBy("_id")
+    indexed = ordered.rdd.zipWithIndex().map(
+        lambda t: (
+            start + 1 + t[1],
+            storage.KIND_INSTANCE,
+            t[0]["_id"],
+            t[0]["_text"],
+            t[0]["_split"] if t[0]["_split"] is not None else new_split,
+        )
+    )
+    from pyspark.sql import types as T
+
+    new_df = spark.createDataFrame(
+        indexed,
+        T.StructType(
+            [
+                T.StructField(storage.NODE_INDEX, T.LongType()),
+                T.StructField(storage.KIND, T.StringType()),
+                T.StructField(storage.NODE_ID, T.StringType()),
+                T.StructField(storage.TEXT, T.StringType()),
+                T.StructField(storage.SPLIT, T.StringType()),
+            ]
+        ),
+    )
+    return kept.unionByName(new_df)
+
+
+def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -> Dict[str, Any]:
+    """The ``nodes`` pre-step of a ``run.models`` run: publish this run's ``nodes`` as
+    :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
+    from pyspark.sql import functions as F
+
+    root = models_run_root(cfg)
+    if root is None:
+        raise ValueError("prepare_nodes_from_models: the config has no run.models")
+    prev = storage.read_table(spark, storage.RunPaths(root), storage.NODES)
+    if cfg.input.instances:
+        inst = storage.read_input(spark, cfg.input.instances, "instances")
+        nodes = extend_nodes(prev, inst)
+    else:
+        nodes = prev
+    n_prev = prev.count()
+    storage.write_table(
+        nodes.repartition(max(1, spark.sparkContext.defaultParallelism)).sortWithinPartitions(
+            storage.NODE_INDEX
+        ),
+        paths,
+        storage.NODES,
+    )
+    out = storage.read_table(spark, paths, storage.NODES)
+    n = out.count()
+    n_new = (
+        out.where(
+            F.col(storage.NODE_INDEX) >= prev.agg(F.max(storage.NODE_INDEX)).collect()[0][0] + 1
+        ).count()
+        if n_prev
+        else n
+    )
+    log.info(
+        "nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev, n_new
+    )
+    return {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
+
+
+# --------------------------------------------------------------------------- incremental runs
+def row_hash(df):
+    """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text``."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(
+        "_row_hash",
+        F.sha2(
+            F.concat_ws(
+                "\u001f", F.col(storage.NODE_ID), F.coalesce(F.col(storage.TEXT), F.lit(""))
+            ),
+            256,
+        ),
+    )
+
+
+def select_changed(current_nodes, previous_nodes):
+    """Nodes of ``current_nodes`` that are new or changed against ``previous_nodes``.
+
+    Both are ``nodes`` tables of the same index space (see :func:`extend_nodes`). A node is
+    ``new`` when its ``(node_index, kind)`` is absent from ``previous_nodes`` and ``changed`` when
+    the hash of ``node_id`` + ``text`` differs. Returns ``node_index, kind, node_id, reason``.
+
+    Examples
+    --------
+    >>> select_changed(today, yesterday).groupBy("reason").count().show()  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    cur = row_hash(current_nodes).select(
+        storage.NODE_INDEX, storage.KIND, storage.NODE_ID, "_row_hash"
+    )
+    prev = row_hash(previous_nodes).select(
+        storage.NODE_INDEX, storage.KIND, F.col("_row_hash").alias("_prev_hash")
+    )
+    j = cur.join(prev, [storage.NODE_INDEX, storage.KIND], "left")
+    return j.where(
+        F.col("_prev_hash").isNull() | (F.col("_prev_hash") != F.col("_row_hash"))
+    ).select(
+        storage.NODE_INDEX,
+        storage.KIND,
+        storage.NODE_ID,
+        F.when(F.col("_prev_hash").isNull(), F.lit("new"))
+        .otherwise(F.lit("changed"))
+        .alias("reason"),
+    )
+
+
+def list_run_dates(spark, output: str) -> List[str]:
+    """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
+    out = []
+    for name, is_dir in storage.list_dir(spark, output):
+        if is_dir and name.startswith("run_date="):
+            out.append(name[len("run_date=") :])
+    return sorted(out)
+
+
+def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[storage.RunPaths]:
+    """Where unchanged rows of ``rel`` are copied from: the latest earlier ``run_date`` of the
+    same output whose ``nodes`` and ``rel`` are complete, else the models run (when complete)."""
+    if cfg.run.run_date:
+        for d in reversed(list_run_dates(spark, cfg.output)):
+            if d >= cfg.run.run_date:
+                continue
+            p = storage.RunPaths(cfg.output, d)
+            if storage.is_complete(spark, p.table(storage.NODES)) and storage.is_complete(
+                spark, p.table(rel)
+            ):
+                return p
+    root = models_run_root(cfg)
+    if root:
+        p = storage.RunPaths(root)
+        if storage.is_complete(spark, p.table(storage.NODES)) and storage.is_complete(
+            spark, p.table(rel)
+        ):
+            return p
+    return None
+
+
+def _base_used_other_models(ctx: StageContext, base: storage.RunPaths, stage: str) -> Optional[str]:
+    """Why the rows of ``base`` cannot be merged with rows computed now (``None`` when they
+    can): its ``stage`` ran with another version of the model folder it reads (the vectorizer
+    or g's models: a retrain in between), or recorded none (a run older than model versions)."""
+    now = models_version(ctx, stage)
+    entry = Manifest(base.manifest).stage(stage) or {}
+    then = entry.get("models_version")
+    if then is None and now is None:
+        return None
+    if then != now:
+        return (
+            f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
+            f", the models of {ctx.models_root} are version {now or 'unknown'} (retrained since)"
+        )
+    return None
+
+
+@dc.dataclass(frozen=True)
+class IncrementalSpec:
+    """How a stage runs incrementally: ``subset`` is the input table handed to the stage as a
+    subset view (rows of the selected nodes; ``key`` is its node column), ``output`` the table
+    merged afterwards (recomputed rows + base rows of the unselected nodes, matched on
+    ``output_key``; ``output_by_id``: the key is ``instance_id``, mapped through ``nodes``)."""
+
+    subset: str
+    key: str
+    output: str
+    output_key: str
+    partition_by: Tuple[str, ...] = ()
+    output_by_id: bool = False
+    kinds: Tuple[str, ...] = (storage.KIND_INSTANCE, storage.KIND_LABEL)
+
+
+#: embed: every new/changed node; neighbors: new/changed instances (g is unchanged, so an
+#: instance's neighbours depend only on its own text); aggregate: instances recomputed by
+#: neighbors or with a new/changed neighbour.
+INCREMENTAL: Dict[str, IncrementalSpec] = {
+    "embed": IncrementalSpec(
+        storage.NODES, storage.NODE_INDEX, storage.EMBEDDINGS, storage.NODE_INDEX
+    ),
+    "neighbors": IncrementalSpec(
+        storage.EMBEDDINGS,
+        storage.NODE_INDEX,
+        storage.NEIGHBORS,
+        storage.INSTANCE_INDEX,
+        (storage.VARIANT,),
+        kinds=(storage.KIND_INSTANCE,),
+    ),
+    "aggregate": IncrementalSpec(
+        storage.NEIGHBORS,
+        storage.INSTANCE_INDEX,
+        storage.FEATURES,
+        storage.INSTANCE_ID,
+        (storage.VARIANT, storage.SPLIT),
+        output_by_id=True,
+        kinds=(storage.KIND_INSTANCE,),
+    ),
+}
+
+
+class OverlayPaths(storage.RunPaths):
+    """A :class:`~pina_spark.storage.RunPaths` that redirects some relative names to other URIs
+    (staging stays under the real root, so publishing is a same-filesystem rename)."""
+
+    def __init__(self, base: storage.RunPaths, overrides: Dict[str, str]):
+        super().__init__(base.output, base.run_date)
+        self.overrides = dict(overrides)
+
+    def table(self, rel: str) -> str:
+        return self.overrides.get(rel) or super().table(rel)
+
+
+def _copy_side_files(spark, src: str, dst: str) -> None:
+    """Copy the small non-Parquet files a stage keeps inside its table folder (e.g. the features
+    metadata JSON) from ``src`` to the republished ``dst``."""
+    for name, is_dir in storage.list_dir(spark, src):
+        if is_dir or name.startswith(
+            ("part-", "_SUCCESS", ".", "_committed", "_started", storage.VERSION_FILE)
+        ):
+            continue
+        data = storage.read_bytes(storage.join(src, name))
+        if data is not None:
+            storage.write_bytes(storage.join(dst, name), data)
+
+
+def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], Dict[str, Any]]:
+    inc = INCREMENTAL[spec.name]
+
+    def run(ctx: StageContext) -> Dict[str, Any]:
+        return run_incremental(ctx, spec, inc)
+
+    return run
+
+
+def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) -> Dict[str, Any]:
+    """Run ``spec`` on the selected rows only and publish them merged with the base run's rows.
+
+    Falls back to a full run when there is no complete base (first incremental run)."""
+    from pyspark.sql import functions as F
+
+    spark, paths = ctx.spark, ctx.paths
+    base = incremental_base(spark, ctx.cfg, inc.output)
+    if base is None:
+        log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
+        stats = spec.load()(ctx) or {}
+        return dict(stats, incremental="full (no base run)")
+    other = _base_used_other_models(ctx, base, spec.name)
+    if other:
+        log.warning("stage %s: full recompute instead of incremental: %s", spec.name, other)
+        stats = spec.load()(ctx) or {}
+        return dict(stats, incremental=f"full ({other})")
+    nodes = storage.read_table(spark, paths, storage.NODES)
+    sel = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
+    sel = sel.where(F.col(storage.KIND).isin(list(inc.kinds))).select(storage.NODE_INDEX)
+    if spec.name == "aggregate":
+        # also instances whose (recomputed) neighbour lists touch a changed node
+        changed_any = select_changed(nodes, storage.read_table(spark, base, storage.NODES)).select(
+            F.col(storage.NODE_INDEX).alias("_n")
+        )
+        nb = storage.read_table(spark, paths, storage.NEIGHBORS)
+        touched = (
+            nb.select(storage.INSTANCE_INDEX, F.explode(storage.NEIGHBOR).alias("_n"))
+            .join(changed_any, "_n", "left_semi")
+            .select(F.col(storage.INSTANCE_INDEX).alias(storage.NODE_INDEX))
+        )
+        sel = sel.unionByName(touched)
+    sel = sel.distinct()
+    scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
+    sel_uri = scratch + "/selection"
+    sel.write.mode("overwrite").parquet(sel_uri)
+    sel = spark.read.parquet(sel_uri)
+    n_sel = sel.count()
+    try:
+        out_uri = scratch + "/output"
+        if n_sel:
+            full_in = storage.read_table(spark, paths, inc.subset)
+            sub = full_in.join(
+                sel.withColumnRenamed(storage.NODE_INDEX, inc.key), inc.key, "left_semi"
+            )
+            sub_paths = storage.RunPaths(scratch)
+            storage.write_table(
+                sub,
+                sub_paths,
+                "input",
+                partition_by=[c for c in inc.partition_by if c in sub.columns]
+                if inc.subset != storage.NODES
+                else (),
+            )
+            overlay = OverlayPaths(
+                paths, {inc.subset: sub_paths.table("input"), inc.output: out_uri}
+            )
+            sub_ctx = dc.replace(ctx, paths=overlay, selection=sel_uri)
+            stats = spec.load()(sub_ctx) or {}
+            recomputed = spark.read.parquet(out_uri)
+        else:
+            stats = {}
+            recomputed = None
+        old = spark.read.parquet(base.table(inc.output))
+        if inc.output_by_id:
+            keys = nodes.join(sel, storage.NODE_INDEX, "left_semi").select(
+                F.col(storage.NODE_ID).alias(inc.output_key)
+            )
+            current = nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE).select(
+                F.col(storage.NODE_ID).alias(inc.output_key)
+            )
+        else:
+            keys = sel.withColumnRenamed(storage.NODE_INDEX, inc.output_key)
+            current = nodes.select(F.col(storage.NODE_INDEX).alias(inc.output_key))
+        reused = old.join(keys, inc.output_key, "left_anti").join(
+            current, inc.output_key, "left_semi"
+        )
+        merged = (
+            reused if recomputed is None else reused.unionByName(recomputed.select(*reused.columns))
+        )
+        storage.write_table(merged, paths, inc.output, partition_by=list(inc.partition_by))
+        _copy_side_files(
+            spark,
+            out_uri if recomputed is not None else base.table(inc.output),
+            paths.table(inc.output),
+        )
+    finally:
+        storage.delete_path(spark, scratch)
+    n_reused = storage.read_table(spark, paths, inc.output).count()
+    log.info(
+        "stage %s: incremental against %s: %d rows recomputed, %d rows in total",
+        spec.name,
+        base.root,
+        n_sel,
+        n_reused,
+    )
+    return dict(stats, incremental_base=base.root, selected=n_sel)

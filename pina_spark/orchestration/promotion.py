@@ -1,0 +1,117 @@
+"""The promoted model: ``<output>/_PROMOTED``, a small JSON pointer to the run root whose
+``models/`` scheduled runs follow (``--models latest``).
+
+Only the evaluate stage writes it (:func:`consider`, with ``evaluate.promote: true``), and only
+when the run passes the gate: ``evaluate.gate_metric`` of ``evaluate.gate_variant`` is not below
+the currently promoted run's value by more than ``evaluate.gate_tolerance`` (the first run of an
+output is promoted when it has the metric). A failed gate leaves the pointer as it was, so a
+retraining that got worse never reaches the daily runs. :func:`resolve_models` turns
+``run.models: latest`` into that run root once, on the driver, before anything runs.
+
+Examples
+--------
+>>> decide({"value": 0.40}, 0.39, tolerance=0.02)
+(True, '0.3900 >= promoted 0.4000 - tolerance 0.0200')
+>>> decide({"value": 0.40}, 0.37, tolerance=0.02)
+(False, '0.3700 < promoted 0.4000 - tolerance 0.0200')
+>>> decide(None, 0.10, tolerance=0.0)
+(True, 'no promoted run yet')
+"""
+
+import json
+import logging
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from pina_spark import storage
+from pina_spark.config import ConfigError, PinaConfig
+
+log = logging.getLogger(__name__)
+
+#: file under ``output`` (not under a ``run_date=`` folder: it spans dates)
+PROMOTED = "_PROMOTED"
+#: the ``run.models`` / ``--models`` value that means "the promoted run"
+LATEST = "latest"
+
+
+def pointer_uri(output: str) -> str:
+    return storage.join(output, PROMOTED)
+
+
+def read_promoted(output: str) -> Optional[Dict[str, Any]]:
+    """The pointer of ``output``, or ``None`` when nothing was promoted yet."""
+    raw = storage.read_bytes(pointer_uri(output))
+    return json.loads(raw) if raw else None
+
+
+def resolve_models(cfg: PinaConfig) -> PinaConfig:
+    """``run.models: latest`` -> the promoted run root of ``cfg.output``; other values as is."""
+    if cfg.run.models != LATEST:
+        return cfg
+    p = read_promoted(cfg.output)
+    if not p or not p.get("run"):
+        raise ConfigError(
+            f"run.models=latest: no promoted run at {pointer_uri(cfg.output)} (run "
+            "the evaluate stage of a full run with evaluate.promote: true first, "
+            "or pass --models <run root>)"
+        )
+    import dataclasses as dc
+
+    log.info(
+        "run.models=latest: promoted run %s (%s %s=%s, promoted %s)",
+        p["run"],
+        p.get("variant"),
+        p.get("metric"),
+        p.get("value"),
+        p.get("promoted_at"),
+    )
+    return cfg.replace(run=dc.replace(cfg.run, models=p["run"]))
+
+
+def decide(promoted: Optional[Dict[str, Any]], value: float, tolerance: float) -> Tuple[bool, str]:
+    """``(passes, reason)`` of the gate for a run whose metric is ``value``."""
+    if not promoted or promoted.get("value") is None:
+        return True, "no promoted run yet"
+    ref = float(promoted["value"])
+    if value >= ref - tolerance:
+        return True, f"{value:.4f} >= promoted {ref:.4f} - tolerance {tolerance:.4f}"
+    return False, f"{value:.4f} < promoted {ref:.4f} - tolerance {tolerance:.4f}"
+
+
+def consider(cfg: PinaConfig, run_root: str, metrics: Dict[str, Any]) -> Dict[str, Any]:
+    """The gate of the evaluate stage: promote ``run_root`` (write the pointer) when it passes.
+    Returns the decision, recorded in the stage's manifest statistics."""
+    ev = cfg.evaluate
+    value = (metrics.get("variants", {}).get(ev.gate_variant) or {}).get(ev.gate_metric)
+    if value is None:
+        decision = {
+            "promoted": False,
+            "reason": f"no {ev.gate_metric} for variant " f"{ev.gate_variant} in this run",
+        }
+        log.warning("promotion: %s", decision["reason"])
+        return decision
+    current = read_promoted(cfg.output)
+    ok, reason = decide(current, float(value), ev.gate_tolerance)
+    decision = {
+        "promoted": ok,
+        "reason": reason,
+        "variant": ev.gate_variant,
+        "metric": ev.gate_metric,
+        "value": float(value),
+    }
+    if ok:
+        pointer = {
+            "run": storage.norm(run_root),
+            "variant": ev.gate_variant,
+            "metric": ev.gate_metric,
+            "value": float(value),
+            "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "previous": (current or {}).get("run"),
+        }
+        storage.write_bytes(pointer_uri(cfg.output), json.dumps(pointer, indent=1).encode())
+        log.info("promotion: %s promoted (%s)", run_root, reason)
+    else:
+        log.warning(
+            "promotion: %s NOT promoted: %s; %s stays", run_root, reason, (current or {}).get("run")
+        )
+    return decision

@@ -1,0 +1,460 @@
+"""``pina-spark tune``: grid search of the cheap stages on a validation split carved from TRAIN.
+
+The test split is never read: a tuning run works in ``<root>/tune/work`` on derived tables built
+from the *non-test* rows of the finished run ``<root>`` (``cfg.output`` + ``run.run_date``):
+
+* ``nodes``: label nodes + train instances (``split = 'test'`` rows are filtered out in the
+  scan); ``node_index`` is kept, so g's ``output_nodes.npy`` still applies,
+* ``graph/instance_labels`` and ``embeddings``: restricted to those nodes.
+
+The validation rows are the train instances with
+:func:`pina_spark.storage.folds.is_validation` (``task.validation_fraction``). For every grid point:
+
+1. *phase 1* (``neighbors``, ``aggregate``): ``nodes`` has the validation rows still as
+   ``train``, so with ``neighbors.train_mode: out_of_fold`` their neighbours come from the fold
+   model that never saw them (out-of-sample for g, like real test rows);
+2. *phase 2* (``train``, ``evaluate``): ``nodes`` is republished with the validation rows as
+   ``test``; the downstream models are trained on the remaining train rows and scored on the
+   validation rows (the train stage takes train/test membership from ``nodes``, not from the
+   ``split`` column of ``features``).
+
+The embeddings and the pretrained models (vectorizer, g) of the run are reused
+(``run.models`` when the run itself reused another run's models). Caveat reported in the table
+header: g was pretrained on every train row *including* the validation rows (their labels are in
+B_pre); only ``out_of_fold`` keeps their neighbours out-of-sample.
+
+``neighbors`` is rerun only when the ``neighbors``/``inference`` sections change from one point
+to the next (points are ordered with ``neighbors.*`` keys varying slowest), ``aggregate`` when
+those or ``aggregate`` change.
+
+Outputs: ``<root>/tune/results.json``, ``<root>/tune/results.md`` and
+``<root>/tune/points/<id>/metrics.json`` (validation metrics of each point).
+
+Examples
+--------
+>>> parse_grid(["neighbors.k=3,5", "neighbors.weighting=l1,softmax"])
+{'neighbors.k': [3, 5], 'neighbors.weighting': ['l1', 'softmax']}
+>>> [p["neighbors.k"] for p in grid_points({"neighbors.k": [3, 5]})]
+[3, 5]
+"""
+
+import copy
+import hashlib
+import itertools
+import json
+import logging
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from pina_spark import storage
+from pina_spark.config import ConfigError, PinaConfig, config_from_dict
+from pina_spark.config import variants as V
+from pina_spark.stages import STAGES, StageContext
+from pina_spark.storage.folds import is_validation
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "run_tune",
+    "parse_grid",
+    "grid_points",
+    "point_id",
+    "derive_validation_nodes",
+    "results_markdown",
+    "TUNE_DIR",
+]
+
+TUNE_DIR = "tune"
+PHASE1 = ("neighbors", "aggregate")
+PHASE2 = ("train", "evaluate")
+#: variants trained for each point (the others do not depend on the tuned stages)
+TUNED_VARIANTS = (V.BASELINE, V.PINA_NAIVE, V.PINA)
+
+
+def parse_grid(
+    specs: Sequence[str], base: Optional[Dict[str, List[Any]]] = None
+) -> Dict[str, List[Any]]:
+    """``["KEY=v1,v2", ...]`` (values parsed as YAML scalars) merged over ``base``
+    (``tune.grid``); a key given on the command line replaces the config's list.
+
+    Examples
+    --------
+    >>> parse_grid(["aggregate.v1_weight=0.5,1"], {"neighbors.k": [5]})
+    {'neighbors.k': [5], 'aggregate.v1_weight': [0.5, 1]}
+    >>> parse_grid(["neighbors.k"])
+    Traceback (most recent call last):
+    ...
+    pina_spark.config.ConfigError: --grid 'neighbors.k': expected KEY=v1,v2,...
+    """
+    import yaml
+
+    grid: Dict[str, List[Any]] = {k: list(v) for k, v in (base or {}).items()}
+    for spec in specs or []:
+        if "=" not in spec:
+            raise ConfigError(f"--grid {spec!r}: expected KEY=v1,v2,...")
+        key, raw = spec.split("=", 1)
+        key = key.strip()
+        vals = [yaml.safe_load(v.strip()) for v in raw.split(",") if v.strip() != ""]
+        if not key or not vals:
+            raise ConfigError(f"--grid {spec!r}: expected KEY=v1,v2,... with at least one value")
+        grid[key] = vals
+    for key, vals in grid.items():
+        if not isinstance(vals, list) or not vals:
+            raise ConfigError(f"tune.grid.{key}: expected a non-empty list of values")
+    return grid
+
+
+def grid_points(grid: Dict[str, List[Any]]) -> List[Dict[str, Any]]:
+    """Cartesian product of ``grid``; ``neighbors.*``/``inference.*`` keys vary slowest so that
+    consecutive points share the neighbours table as long as possible.
+
+    Examples
+    --------
+    >>> grid_points({"aggregate.v1_weight": [0.5, 1.0], "neighbors.k": [3, 5]})[:2]
+    [{'neighbors.k': 3, 'aggregate.v1_weight': 0.5}, {'neighbors.k': 3, 'aggregate.v1_weight': 1.0}]
+    """
+    keys = sorted(
+        grid,
+        key=lambda k: (
+            0
+            if k.split(".")[0] in ("neighbors", "inference")
+            else 1
+            if k.startswith("aggregate.")
+            else 2,
+            k,
+        ),
+    )
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def point_id(point: Dict[str, Any]) -> str:
+    """Stable short id of a grid point.
+
+    Examples
+    --------
+    >>> point_id({"neighbors.k": 5}) == point_id({"neighbors.k": 5})
+    True
+    """
+    return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _set_key(data: Dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    parts = key.split(".")
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"tune grid key {key!r}: {p!r} is not a config section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def point_config(cfg: PinaConfig, point: Dict[str, Any], work_root: str) -> PinaConfig:
+    """The config of one grid point, run in ``work_root`` (strict: an unknown key or a bad value
+    raises :class:`ConfigError` naming it)."""
+    data = copy.deepcopy(cfg.to_dict())
+    for k, v in point.items():
+        if k.split(".")[0] in ("output", "run", "input", "task", "tune"):
+            raise ConfigError(
+                f"tune grid key {k!r}: only stage parameters can be tuned "
+                f"(neighbors.*, aggregate.*, train.*, evaluate.*, inference.*)"
+            )
+        _set_key(data, k, v)
+    data["output"] = work_root
+    data["run"] = {"run_date": None, "models": None, "incremental": False, "force": False}
+    tv = [v for v in data["train"]["variants"] if v in TUNED_VARIANTS] or [V.PINA]
+    data["train"]["variants"] = tv
+    data["evaluate"]["report_examples"] = 0
+    data["tune"] = {}
+    return config_from_dict(data, source=f"<tune point {point}>")
+
+
+def derive_validation_nodes(nodes_pdf, fraction: float):
+    """From the non-test ``nodes`` rows (pandas), the phase-1 and phase-2 tables and the
+    validation ids. Phase 1 keeps validation rows as ``train``; phase 2 marks them ``test``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> pdf = pd.DataFrame({"node_index": [0, 1, 2], "kind": ["instance", "instance", "label"],
+    ...                     "node_id": ["a", "b", "L"], "text": ["x", "y", "z"],
+    ...                     "split": ["train", "train", None]})
+    >>> p1, p2, valid = derive_validation_nodes(pdf, 0.5)
+    >>> sorted(p2.loc[p2.split == "test", "node_id"]) == sorted(valid)
+    True
+    >>> (p1.split == "test").any()
+    False
+    """
+    if (nodes_pdf[storage.SPLIT] == storage.SPLIT_TEST).any():
+        raise ValueError("derive_validation_nodes: test rows must be filtered out before")
+    inst = (nodes_pdf[storage.KIND] == storage.KIND_INSTANCE) & (
+        nodes_pdf[storage.SPLIT] == storage.SPLIT_TRAIN
+    )
+    is_val = inst & nodes_pdf[storage.NODE_ID].map(lambda i: is_validation(str(i), fraction))
+    p1 = nodes_pdf.copy()
+    p2 = nodes_pdf.copy()
+    p2.loc[is_val, storage.SPLIT] = storage.SPLIT_TEST
+    return p1, p2, sorted(nodes_pdf.loc[is_val, storage.NODE_ID].tolist())
+
+
+def results_markdown(results: Dict[str, Any]) -> str:
+    """The markdown table of ``results.json`` (one row per point, best ``metric`` in bold).
+
+    Examples
+    --------
+    >>> r = {"note": "n", "metric": "P@1", "variant": "pina", "keys": ["neighbors.k"],
+    ...      "points": [{"id": "a", "params": {"neighbors.k": 3},
+    ...                  "valid": {"pina": {"P@1": 0.5, "P@3": 0.3, "P@5": 0.2}}}],
+    ...      "best": "a"}
+    >>> print(results_markdown(r).splitlines()[-1])
+    | **a** | 3 | **50.00** | 30.00 | 20.00 |
+    """
+    keys = results["keys"]
+    vs = results.get("variants_shown") or [results["variant"]]
+    cols = [f"{v} P@{k}" for v in vs for k in (1, 3, 5)]
+    lines = [
+        f"# pina-spark tune: validation {results['metric']} of `{results['variant']}`",
+        "",
+        results["note"],
+        "",
+        "| point | " + " | ".join(keys) + " | " + " | ".join(cols) + " |",
+        "|" + "---|" * (1 + len(keys) + len(cols)),
+    ]
+    for p in results["points"]:
+        best = p["id"] == results.get("best")
+        cells = []
+        for v in vs:
+            m = p["valid"].get(v, {})
+            for k in (1, 3, 5):
+                x = m.get(f"P@{k}")
+                s = "" if x is None else f"{100 * x:.2f}"
+                if best and v == results["variant"] and f"P@{k}" == results["metric"] and s:
+                    s = f"**{s}**"
+                cells.append(s)
+        pid = f"**{p['id']}**" if best else p["id"]
+        lines.append(
+            f"| {pid} | "
+            + " | ".join(str(p["params"][k]) for k in keys)
+            + " | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
+    """Run the grid on the validation split; write ``tune/results.{json,md}``; return the table.
+
+    Parameters
+    ----------
+    cfg : the finished run's config (its ``embeddings`` and ``models`` are reused).
+    grid_specs : ``["KEY=v1,v2", ...]`` (merged over ``tune.grid``).
+    spark : optional session (default: :func:`pina_spark.orchestration.session.get_spark`).
+
+    Examples
+    --------
+    >>> print(run_tune(cfg, ["neighbors.k=3,10"]))     # doctest: +SKIP
+    # pina-spark tune: validation P@1 of `pina`
+    ...
+    """
+
+    from pina_spark.storage.manifest import Manifest
+
+    if spark is None:
+        from pina_spark.orchestration.session import get_spark
+
+        spark = get_spark(cfg.spark)
+    grid = parse_grid(grid_specs, cfg.tune.grid)
+    if not grid:
+        raise ConfigError("tune: empty grid; pass --grid KEY=v1,v2 or set tune.grid")
+    src = storage.RunPaths(cfg.output, cfg.run.run_date)
+    tune_root = src.table(TUNE_DIR)
+    work = storage.RunPaths(tune_root + "/work")
+    models_root = (
+        storage.RunPaths(cfg.run.models).table(storage.MODELS)
+        if cfg.run.models
+        else src.table(storage.MODELS)
+    )
+    points = grid_points(grid)
+    cfgs = [point_config(cfg, p, work.output) for p in points]  # all checked before any work
+    metric = cfg.tune.metric
+    if metric not in ("P@1", "P@3", "P@5"):
+        raise ConfigError(f"tune.metric: {metric!r} is not one of ['P@1', 'P@3', 'P@5']")
+    t_all = time.time()
+
+    # derived tables: the test rows are filtered out in the scan and never materialised
+    phase1_nodes, phase2_nodes, valid_ids, n_train_rows = _work_tables(spark, cfg, src, work)
+    log.info(
+        "tune: %d train rows, %d validation rows, %d grid points",
+        n_train_rows,
+        len(valid_ids),
+        len(points),
+    )
+    nodes_schema = storage.schema(storage.NODES)
+
+    def publish_nodes(pdf):
+        df = spark.createDataFrame(pdf[[f.name for f in nodes_schema.fields]], nodes_schema)
+        storage.write_table(df.coalesce(1), work, storage.NODES)
+
+    manifest = Manifest(work.manifest)
+    last_nb: Optional[str] = None
+    last_agg: Optional[str] = None
+    rows: List[Dict[str, Any]] = []
+    for point, pcfg in zip(points, cfgs):
+        pid = point_id(point)
+        t0 = time.time()
+        ctx = StageContext(
+            spark=spark, cfg=pcfg, paths=work, manifest=manifest, models_root=models_root
+        )
+        nb_fp = pcfg.fingerprint("neighbors", "inference")
+        agg_fp = nb_fp + pcfg.fingerprint("aggregate")
+        publish_nodes(phase1_nodes)
+        ran = []
+        if nb_fp != last_nb:
+            _run(ctx, "neighbors", pid)
+            ran.append("neighbors")
+        if agg_fp != last_agg or ran:
+            _run(ctx, "aggregate", pid)
+            ran.append("aggregate")
+        last_nb, last_agg = nb_fp, agg_fp
+        publish_nodes(phase2_nodes)
+        for name in PHASE2:
+            _run(ctx, name, pid)
+            ran.append(name)
+        rows.append(_point_row(work, tune_root, pid, point, ran, t0))
+
+    results = _results(cfg, metric, points, rows, valid_ids, n_train_rows, models_root)
+    results["seconds"] = round(time.time() - t_all, 1)
+    table = results_markdown(results)
+    storage.write_bytes(
+        f"{tune_root}/results.json", json.dumps(results, indent=2, default=str).encode()
+    )
+    storage.write_bytes(f"{tune_root}/results.md", (table + "\n").encode("utf-8"))
+    log.info(
+        "tune: %d points in %.1fs, best %s %s",
+        len(rows),
+        time.time() - t_all,
+        results["best"],
+        results["best_params"],
+    )
+    return table
+
+
+def _work_tables(spark, cfg: PinaConfig, src, work):
+    """Write the tune work folder's ``graph/instance_labels`` and ``embeddings`` (train and
+    label rows only: the test rows are filtered out in the scan and never materialised) and
+    return ``(phase-1 nodes, phase-2 nodes, validation ids, train rows)``."""
+    from pyspark.sql import functions as F
+
+    nodes = (
+        storage.read_table(spark, src, storage.NODES)
+        .where(
+            (F.col(storage.KIND) == storage.KIND_LABEL)
+            | (
+                (F.col(storage.KIND) == storage.KIND_INSTANCE)
+                & (F.col(storage.SPLIT) == storage.SPLIT_TRAIN)
+            )
+        )
+        .select(storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT, storage.SPLIT)
+    )
+    nodes_pdf = nodes.toPandas().sort_values(storage.NODE_INDEX).reset_index(drop=True)
+    phase1_nodes, phase2_nodes, valid_ids = derive_validation_nodes(
+        nodes_pdf, cfg.task.validation_fraction
+    )
+    n_train_rows = int((nodes_pdf[storage.KIND] == storage.KIND_INSTANCE).sum()) - len(valid_ids)
+    if not valid_ids or n_train_rows <= 0:
+        raise ConfigError(
+            f"task.validation_fraction={cfg.task.validation_fraction} gives "
+            f"{len(valid_ids)} validation and {n_train_rows} train rows"
+        )
+    keep = spark.createDataFrame(nodes_pdf[[storage.NODE_INDEX]].astype("int64"))
+    keep_inst = keep.withColumnRenamed(storage.NODE_INDEX, storage.INSTANCE_INDEX)
+    il = storage.read_table(spark, src, storage.INSTANCE_LABELS).join(
+        F.broadcast(keep_inst), storage.INSTANCE_INDEX, "left_semi"
+    )
+    storage.write_table(il, work, storage.INSTANCE_LABELS)
+    emb = storage.read_table(spark, src, storage.EMBEDDINGS).join(
+        F.broadcast(keep), storage.NODE_INDEX, "left_semi"
+    )
+    storage.write_table(emb, work, storage.EMBEDDINGS)
+    return phase1_nodes, phase2_nodes, valid_ids, n_train_rows
+
+
+def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, models_root):
+    """The results document: every point's validation scores, the best point by ``metric`` of
+    ``pina`` (else the first variant), and the note on what the validation split means."""
+    variant = V.PINA if any(V.PINA in r["valid"] for r in rows) else next(iter(rows[0]["valid"]))
+    scored = [r for r in rows if r["valid"].get(variant, {}).get(metric) is not None]
+    best = max(scored, key=lambda r: r["valid"][variant][metric])["id"] if scored else None
+    oof = cfg.neighbors.train_mode == "out_of_fold"
+    note = (
+        f"Validation split: {len(valid_ids)} of {len(valid_ids) + n_train_rows} train "
+        f"instances (task.validation_fraction={cfg.task.validation_fraction}, by hash of the "
+        f"id); downstream models retrained on the other {n_train_rows}; test rows never "
+        f"read. **Caveat:** g (and the vectorizer) were pretrained on all train rows, "
+        f"validation rows included; "
+        + (
+            "with neighbors.train_mode=out_of_fold the validation rows' neighbours come from "
+            "the fold model that never saw them (out-of-sample for g)."
+            if oof
+            else "with neighbors.train_mode=in_sample their neighbours are in-sample for g, so "
+            "validation scores are optimistic."
+        )
+        + " Values are percent."
+    )
+    results = {
+        "note": note,
+        "metric": metric,
+        "variant": variant,
+        "keys": list(points[0]),
+        "variants_shown": [
+            v for v in (V.PINA, V.PINA_NAIVE, V.BASELINE) if any(v in r["valid"] for r in rows)
+        ],
+        "validation_fraction": cfg.task.validation_fraction,
+        "n_valid": len(valid_ids),
+        "n_train": n_train_rows,
+        "models": models_root,
+        "points": rows,
+        "best": best,
+        "best_params": next((r["params"] for r in rows if r["id"] == best), None),
+    }
+    return results
+
+
+def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> Dict[str, Any]:
+    """Read a point's metrics from the work folder, keep them under ``tune/points/<id>/`` and
+    return its row of the results."""
+    raw = storage.read_bytes(work.table(storage.EVAL) + "/metrics.json")
+    if raw is None:
+        raise IOError(f"tune point {pid}: {work.table(storage.EVAL)}/metrics.json not written")
+    m = json.loads(raw)
+    storage.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
+    storage.write_bytes(
+        f"{tune_root}/points/{pid}/point.json",
+        json.dumps({"id": pid, "params": point}, default=str).encode(),
+    )
+    valid = {v: {k: m["variants"][v].get(k) for k in ("P@1", "P@3", "P@5")} for v in m["variants"]}
+    log.info("tune point %s %s: %s", pid, point, {v: round(x["P@1"], 4) for v, x in valid.items()})
+    return {
+        "id": pid,
+        "params": point,
+        "valid": valid,
+        "significance": m.get("significance", {}),
+        "n_valid_scored": m.get("n_test_scored"),
+        "stages_run": ran,
+        "seconds": round(time.time() - t0, 1),
+    }
+
+
+def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
+    """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
+    spec = STAGES[name]
+    ctx.manifest.mark_started(name, pid)
+    t0 = time.time()
+    try:
+        stats = spec.load()(ctx) or {}
+    except Exception as e:
+        ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
+        raise
+    ctx.manifest.record_stage(name, stats, pid, time.time() - t0)
+    return stats

@@ -1,0 +1,194 @@
+"""The aggregate stage: plan, build the lazy ``features`` job of every variant, write and
+publish it, record the widths and the plan.
+
+The job composes two choices of the plan: the strategy (:class:`BroadcastPath` or
+:class:`ShufflePath`: ``rows`` of a variant and the ``reducer`` over them) and the writer
+(:class:`ArrowSink` or :class:`SparkSink`: how the reducer's output is written).
+"""
+
+import dataclasses as dc
+import logging
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from pina_spark import storage
+from pina_spark.config import variants as V
+from pina_spark.runtime import faults
+from pina_spark.stages.aggregate import labelfeatures, layout
+from pina_spark.stages.aggregate.broadcast import BroadcastPath
+from pina_spark.stages.aggregate.kernels import ReduceTask
+from pina_spark.stages.aggregate.plan import (
+    AggregateInputs,
+    AggregatePlan,
+    measure_embeddings,
+    plan_aggregate,
+    resolve_sparse_dim,
+)
+from pina_spark.stages.aggregate.shuffle import ShufflePath
+from pina_spark.stages.aggregate.sink import make_sink
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run", "build_features", "make_path"]
+
+
+def make_path(spark, inputs: AggregateInputs, plan: AggregatePlan):
+    """Driver side: the strategy object of the plan (for ``broadcast`` this ships the
+    embeddings: release it after the write)."""
+    if plan.strategy == "broadcast":
+        return BroadcastPath(spark, inputs, plan)
+    return ShufflePath(spark, inputs, plan)
+
+
+def build_features(spark, inputs: AggregateInputs, plan: AggregatePlan, sink, fault_plan=None):
+    """The lazy job of every variant, one ``mapInArrow`` per variant, and the strategy object
+    (call its ``release()`` after the job ran). Driver side.
+
+    With a :class:`~pina_spark.stages.aggregate.sink.SparkSink` the DataFrame has the columns of
+    ``storage.schema(storage.FEATURES)`` plus ``variant``; with an
+    :class:`~pina_spark.stages.aggregate.sink.ArrowSink` it lists the files the executors wrote
+    (``variant, split, rows, path``).
+    """
+    path = make_path(spark, inputs, plan)
+    parts = []
+    for v in plan.variants:
+        task = ReduceTask(
+            v1_weight=plan.v1_weight,
+            with_v1=v != V.VECTORIZER_ONLY,
+            dense_dim=plan.dense_dim,
+            sparse_dim=plan.sparse_dim,
+            fault_plan=fault_plan,
+        )
+        out_v = path.rows(v).mapInArrow(sink.wrap(path.reducer(task), v), sink.schema)
+        parts.append(sink.label(out_v, v))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out, path
+
+
+def run(ctx) -> Dict[str, Any]:
+    """Pipeline entry point: read ``nodes``, ``embeddings``, ``neighbors``; publish
+    ``features`` partitioned by ``(variant, split)``; return statistics (the plan's
+    :meth:`~pina_spark.stages.aggregate.plan.AggregatePlan.to_dict`, ``rows`` per variant and split,
+    ``widths``, timings). Driver side.
+
+    Examples
+    --------
+    >>> run(ctx)["rows"]          # doctest: +SKIP
+    {'pina': {'test': 5195, 'train': 20780}, ...}
+    """
+    t0 = time.time()
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    inputs, sparse_dim = _inputs(ctx)
+    lf_stats: Dict[str, Any] = {}
+    scratch = None
+    try:
+        if cfg.aggregate.label_features != "text":
+            inputs, scratch, lf_stats = _with_label_features(ctx, inputs, sparse_dim)
+        t_plan = time.time()
+        staging = paths.staging(storage.FEATURES)
+        plan = plan_aggregate(spark, inputs, cfg.aggregate, staging, sparse_dim)
+        sink = make_sink(spark, plan.writer, staging)
+        df, path = build_features(spark, inputs, plan, sink, faults.fault_plan(cfg, "aggregate"))
+        plan_s = time.time() - t_plan
+        t1 = time.time()
+        try:
+            final = sink.publish(spark, df, paths)
+        finally:
+            path.release()
+        write_s = time.time() - t1
+    finally:
+        if scratch is not None:
+            storage.delete_path(spark, scratch)
+    meta = layout.write_meta(final, plan.dense_dim, plan.sparse_dim, plan.variants)
+    counts = layout.partition_counts(spark, final)
+    stats = dict(
+        plan.to_dict(),
+        **lf_stats,
+        plan_s=round(plan_s, 3),
+        rows=counts,
+        widths=meta["widths"],
+        write_s=round(write_s, 2),
+        time_s=round(time.time() - t0, 2),
+    )
+    log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], plan.reason)
+    return stats
+
+
+def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]):
+    """``aggregate.label_features`` ``pifa`` / ``text_pifa``: write the virtual label-feature
+    rows to a scratch folder of the run's staging area and return ``(inputs that aggregate
+    them, the scratch folder, statistics)``."""
+    from pyspark.sql import functions as F
+
+    spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
+    t = time.time()
+    _, dense_dim, sparse_dim = measure_embeddings(inputs, sparse_dim)
+    scratch = paths.staging("aggregate_label_features")
+    try:
+        task = labelfeatures.build(
+            spark,
+            inputs.nodes,
+            inputs.embeddings,
+            storage.read_table(spark, paths, storage.INSTANCE_LABELS),
+            dict(
+                mode=cfg.aggregate.label_features,
+                folds=int(cfg.neighbors.folds),
+                dense_dim=dense_dim,
+                sparse_dim=sparse_dim,
+                max_nnz=int(cfg.aggregate.label_features_max_nnz),
+            ),
+            scratch,
+        )
+    except BaseException:
+        storage.discard_staging(spark, scratch)
+        raise
+    extra = spark.read.parquet(scratch)
+    emb_cols = [storage.NODE_INDEX, storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES]
+    nodes = inputs.nodes.select(
+        storage.NODE_INDEX, storage.NODE_ID, storage.KIND, storage.SPLIT
+    ).unionByName(
+        extra.select(
+            storage.NODE_INDEX,
+            storage.NODE_ID,
+            storage.KIND,
+            F.lit(None).cast("string").alias(storage.SPLIT),
+        )
+    )
+    augmented = dc.replace(
+        inputs,
+        nodes=nodes,
+        embeddings=inputs.embeddings.select(*emb_cols).unionByName(extra.select(*emb_cols)),
+        neighbors=labelfeatures.route_neighbors(inputs.nodes, inputs.neighbors, task),
+        label_features_uri=scratch,
+    )
+    stats = {
+        "label_features_rows": storage.count_rows_arrow(scratch),
+        "label_features_s": round(time.time() - t, 2),
+    }
+    log.info("aggregate: label features %s", stats)
+    return augmented, scratch, stats
+
+
+def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
+    """The published input tables of the run and S (``None`` when the models do not say)."""
+    spark, paths = ctx.spark, ctx.paths
+    nodes = storage.read_table(spark, paths, storage.NODES)
+    embeddings = storage.read_table(spark, paths, storage.EMBEDDINGS)
+    neighbors = storage.read_table(spark, paths, storage.NEIGHBORS)
+    selection = None
+    if ctx.selection:
+        selection = spark.read.parquet(ctx.selection)
+    inputs = AggregateInputs(
+        nodes=nodes,
+        embeddings=embeddings,
+        neighbors=neighbors,
+        embeddings_uri=paths.table(storage.EMBEDDINGS),
+        nodes_uri=paths.table(storage.NODES),
+        selection=selection,
+    )
+    sparse_dim = resolve_sparse_dim(ctx.models_root, None)
+    if sparse_dim is None:
+        log.warning("aggregate: no sparse_dim in the vectorizer of %s", ctx.models_root)
+    return inputs, sparse_dim

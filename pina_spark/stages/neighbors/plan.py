@@ -1,0 +1,361 @@
+"""Driver side: decide once what an inference stage does, from config plus facts.
+
+:func:`plan_embed` and :func:`plan_neighbors` read the models folder, the table sizes and
+whether pyarrow reaches the tables, and return a frozen :class:`EmbedPlan` /
+:class:`NeighborPlan`. The stage logs the plan and writes it into its statistics
+(:meth:`NeighborPlan.info`); the executor paths only follow it.
+
+Examples
+--------
+>>> n_partitions(11688, 4000, 2), n_partitions(11688, 4000, 1), n_partitions(3, 4000, 8)
+(4, 3, 3)
+>>> m = GModel("pina", 1, "/r/models/g/pina/fold=1", "v1", 12)
+>>> m.name, GModel("pina", FULL_ROUTE, "/r/models/g/pina/full", "v1", 12).name
+('pina/fold=1', 'pina/full')
+"""
+
+import dataclasses as dc
+import logging
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from pina_spark import runtime, storage
+from pina_spark.config import variants
+from pina_spark.models import artifacts
+from pina_spark.runtime import embstore
+from pina_spark.runtime.embstore import choose_embeddings_via
+from pina_spark.stages.neighbors.nodes import node_maps
+from pina_spark.stages.neighbors.topk import col_map
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "VARIANTS",
+    "FULL_ROUTE",
+    "Sink",
+    "GModel",
+    "EmbedPlan",
+    "NeighborPlan",
+    "n_partitions",
+    "choose_embeddings_via",
+    "plan_embed",
+    "plan_neighbors",
+    "LENGTH_CAP",
+    "LENGTH_SQL",
+    "RANK_CHUNK",
+    "text_length",
+    "length_offsets",
+]
+
+#: g variants, in output order
+VARIANTS = variants.GRAPH  # the variants with a g (pina, pina_naive)
+#: the route of rows predicted by the full g (other routes are fold numbers)
+FULL_ROUTE = -1
+
+
+@dc.dataclass(frozen=True)
+class Sink:
+    """Where the tasks of ``embeddings_via: files`` write the neighbour rows themselves.
+
+    Attributes:
+        uri: the staging folder (``variant=<v>/part-<task>.parquet`` under it).
+        compression: Parquet codec (Spark's ``spark.sql.parquet.compression.codec``).
+    """
+
+    uri: str
+    compression: Optional[str] = None
+
+
+@dc.dataclass(frozen=True)
+class GModel:
+    """One g model of the neighbours stage.
+
+    Attributes:
+        variant: ``pina`` | ``pina_naive``.
+        route: :data:`FULL_ROUTE` (the full model) or the fold of a fold model.
+        uri: its folder (:func:`pina_spark.models.artifacts.g_dir`).
+        version: fingerprint of the folder's files (executor cache key).
+        topk: candidates PECOS returns per row (``k`` + the excluded ones, capped).
+    """
+
+    variant: str
+    route: int
+    uri: str
+    version: str
+    topk: int
+
+    @property
+    def name(self) -> str:
+        """``pina/full``, ``pina/fold=2``: the model's name in the statistics."""
+        return artifacts.g_name(self.variant, None if self.route == FULL_ROUTE else self.route)
+
+
+@dc.dataclass(frozen=True)
+class EmbedPlan:
+    """What the embed stage does.
+
+    Attributes:
+        vectorizer: the ``PhiPre`` folder.
+        version: its fingerprint (executor cache key).
+        rows: nodes to embed.
+        partitions: tasks (:func:`n_partitions`).
+        batch_size: rows per encoder batch.
+        length_offsets: ``(text length, chunk, rank of its first node)`` per text length and
+            chunk of node indices (:func:`length_offsets`): with the nodes sorted by (text
+            length, node index), a batch is ``batch_size`` consecutive ranks, so it pads to
+            texts of nearly one length.
+    """
+
+    vectorizer: str
+    version: str
+    rows: int
+    partitions: int
+    batch_size: int
+    length_offsets: Tuple[Tuple[int, int, int], ...] = dc.field(default=(), repr=False)
+
+
+@dc.dataclass(frozen=True)
+class NeighborPlan:
+    """What the neighbours stage does; :meth:`info` is the part written to its statistics.
+
+    Attributes:
+        variants: g variants predicted, in output order.
+        train_mode: ``in_sample`` | ``out_of_fold``.
+        folds: fold models per variant (0 with ``in_sample``).
+        instance_nodes: instance nodes of this run's ``nodes``.
+        partitions: tasks.
+        embeddings_via: ``files`` | ``shuffle`` (:func:`choose_embeddings_via`), and why.
+        models: every g model a task may need (variants x routes).
+        remapped_nodes: g's output nodes are mapped from the models run's node indices.
+        writer: ``arrow`` (the ``files`` tasks write the Parquet files) | ``spark``.
+        g_mmap: g is loaded in PECOS' memory-mapped form.
+        dense_dim: Phi_dnn width (the ``shuffle`` path rebuilds X from it).
+        use_twin: an instance's label twin is excluded like self.
+        store: ``embeddings_via: files`` only, the spec of :func:`embstore.open_store`.
+        selection: an incremental run's selection table (``None``: every instance).
+    """
+
+    variants: Tuple[str, ...]
+    train_mode: str
+    folds: int
+    instance_nodes: int
+    partitions: int
+    embeddings_via: str
+    embeddings_via_reason: str
+    models: Tuple[GModel, ...]
+    remapped_nodes: bool
+    writer: str
+    g_mmap: bool
+    dense_dim: int
+    use_twin: bool
+    store: Optional[Mapping[str, Any]] = None
+    selection: Optional[str] = None
+
+    def info(self) -> Dict[str, Any]:
+        """Plain facts for the stage statistics and the manifest."""
+        return {
+            "variants": list(self.variants),
+            "folds": self.folds,
+            "instance_nodes": self.instance_nodes,
+            "partitions": self.partitions,
+            "embeddings_via": self.embeddings_via,
+            "embeddings_via_reason": self.embeddings_via_reason,
+            "train_mode": self.train_mode,
+            "models": sorted(m.name for m in self.models),
+            "candidates_per_row": {m.name: m.topk for m in self.models},
+            "remapped_nodes": self.remapped_nodes,
+            "writer": self.writer,
+            "g_mmap": self.g_mmap,
+        }
+
+
+def n_partitions(n_rows: int, rows_per_task: int, slots: int = 1) -> int:
+    """Tasks for ``n_rows``: about ``rows_per_task`` rows each, rounded up to a multiple of the
+    task slots (every slot busy to the end of the stage), never more tasks than rows."""
+    base = int(math.ceil(n_rows / float(max(1, rows_per_task))))
+    slots = max(1, int(slots))
+    return max(1, min(int(math.ceil(base / slots)) * slots, max(1, int(n_rows))))
+
+
+#: texts longer than this many characters are ordered as if this long (the encoder truncates
+#: them to its ``max_length`` tokens anyway)
+LENGTH_CAP = 4096
+#: the length by which the embed stage orders a node's text (Spark SQL over ``text``)
+LENGTH_SQL = f"least(coalesce(char_length({storage.TEXT}), 0), {LENGTH_CAP})"
+
+
+#: nodes of one text length are ranked within chunks of this many consecutive node indices (one
+#: window partition each), so no task sorts more than this many rows of one length
+RANK_CHUNK = 1 << 20
+
+
+def text_length(text: Optional[str]) -> int:
+    """:data:`LENGTH_SQL` in Python (characters, i.e. code points; the tests check they agree).
+
+    >>> text_length(None), text_length("shoe"), text_length("x" * 5000)
+    (0, 4, 4096)
+    """
+    return min(len(text or ""), LENGTH_CAP)
+
+
+def length_offsets(counts: Mapping[Tuple[int, int], int]) -> Tuple[Tuple[int, int, int], ...]:
+    """``(length, chunk, rank of its first node)`` for every text length and chunk of node
+    indices (``node_index div RANK_CHUNK``), in that order: the nodes sorted by (text length,
+    node index) are ranked 0 .. n-1, and the embed stage's batch ``b`` holds ranks
+    ``b * batch_size`` to ``(b + 1) * batch_size - 1``.
+
+    >>> length_offsets({(5, 0): 3, (2, 1): 1, (2, 0): 1, (9, 0): 1})
+    ((2, 0, 0), (2, 1, 1), (5, 0, 2), (9, 0, 5))
+    """
+    out, start = [], 0
+    for length, chunk in sorted(counts):
+        out.append((int(length), int(chunk), start))
+        start += int(counts[(length, chunk)])
+    return tuple(out)
+
+
+def plan_embed(
+    vectorizer_uri: str,
+    inference_cfg,
+    n_rows: int,
+    version: str = "",
+    slots: int = 1,
+    length_counts: Optional[Mapping[Tuple[int, int], int]] = None,
+) -> EmbedPlan:
+    """The :class:`EmbedPlan` of ``n_rows`` nodes (``inference_cfg``: the ``inference``
+    section; ``slots``: task slots of the application; ``length_counts``: nodes per (text
+    length, chunk of node indices), :func:`pina_spark.stages.embed.stage.length_counts`, whose sum
+    must be ``n_rows``; without it the plan sizes the tasks only, and the embed stage refuses
+    it).
+
+    Examples
+    --------
+    >>> from pina_spark.config import InferenceConfig
+    >>> plan_embed("/r/models/vectorizer", InferenceConfig(rows_per_task=100), 250).partitions
+    3
+    """
+    if length_counts is not None and sum(length_counts.values()) != int(n_rows):
+        raise ValueError(
+            f"plan_embed: {sum(length_counts.values())} nodes by length, {n_rows} in all"
+        )
+    return EmbedPlan(
+        vectorizer=vectorizer_uri,
+        version=version,
+        rows=int(n_rows),
+        partitions=n_partitions(n_rows, inference_cfg.rows_per_task, slots),
+        batch_size=int(inference_cfg.batch_size),
+        length_offsets=length_offsets(length_counts or {}),
+    )
+
+
+def plan_neighbors(
+    spark,
+    ctx,
+    nodes: Callable[[], Any],
+    variants: Optional[List[str]] = None,
+    sink: Optional[Sink] = None,
+) -> Tuple[NeighborPlan, Dict[str, Any]]:
+    """The :class:`NeighborPlan` of a run, and g's output column -> node_index map per model
+    name (``-1``: may not be a neighbour; broadcast to the tasks).
+
+    ``nodes``: a function returning this run's ``nodes`` DataFrame, called only when needed.
+    ``variants``: default, every variant with a full g in the models folder. ``sink``: where
+    ``files`` tasks write their rows (``writer == "arrow"``); ignored with ``shuffle``.
+    """
+    cfg = ctx.cfg
+    nb, inf = cfg.neighbors, cfg.inference
+    models = storage.norm(ctx.models_root)
+    artifacts.require_models(spark, models)
+    if variants is None:
+        variants = [v for v in VARIANTS if storage.path_exists(spark, artifacts.g_dir(models, v))]
+    if not variants:
+        raise storage.InputError(
+            f"no g model found: expected {artifacts.g_dir(models, 'pina')} and/or "
+            f"{artifacts.g_dir(models, 'pina_naive')}"
+        )
+    out_of_fold = nb.train_mode == "out_of_fold"
+    n_folds = 0
+    if out_of_fold:
+        folds_json = f"{models}/{artifacts.FOLDS_JSON}"
+        n_folds = int(artifacts.read_json(folds_json).get("folds") or 0)
+        if n_folds < 2:
+            raise storage.InputError(
+                f"neighbors.train_mode=out_of_fold but {folds_json} "
+                f"lists no fold models (folds={n_folds}): the models were "
+                f"trained in_sample; set neighbors.train_mode=in_sample or "
+                f"retrain them"
+            )
+        if n_folds != nb.folds:
+            log.warning(
+                "neighbors.folds=%d but the models were trained with %d folds; using %d",
+                nb.folds,
+                n_folds,
+                n_folds,
+            )
+    enc = artifacts.read_json(f"{artifacts.vectorizer_dir(models)}/{artifacts.ENCODER_JSON}")
+    dense_dim = int(enc["dense_dim"])
+
+    for rel in (storage.NODES, storage.EMBEDDINGS):  # both complete, whichever way they are read
+        storage.require_complete(spark, ctx.paths, rel)
+    remap, label_idx, n_inst = node_maps(spark, ctx, nodes, nb.node_kinds != "both")
+    emb_uri, nodes_uri = ctx.paths.table(storage.EMBEDDINGS), ctx.paths.table(storage.NODES)
+    via, via_reason = choose_embeddings_via(
+        inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.selection or None
+    )
+    routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
+    g_models: List[GModel] = []
+    col_maps: Dict[str, Any] = {}
+    extra = 2 if nb.leave_self_out else 0
+    for v in variants:
+        for r in routes:
+            uri = artifacts.g_dir(models, v, None if r == FULL_ROUTE else r)
+            if not storage.path_exists(spark, uri):
+                raise storage.InputError(
+                    f"model artifact missing: {uri} (train_mode={nb.train_mode})"
+                )
+            cmap = col_map(artifacts.read_output_nodes(uri), remap, label_idx, nb.node_kinds)
+            n_out, n_bad = len(cmap), int((cmap < 0).sum())
+            cap = max(100, 10 * (nb.k + extra))
+            topk = int(max(1, min(n_out, nb.k + extra + n_bad, cap)))
+            m = GModel(v, r, uri, artifacts.version(spark, uri), topk)
+            if nb.k + extra + n_bad > cap:
+                log.warning(
+                    "neighbors: %s: %d of %d outputs are excluded by node_kinds=%s; "
+                    "candidates capped at %d, some rows may get fewer than k",
+                    m.name,
+                    n_bad,
+                    n_out,
+                    nb.node_kinds,
+                    cap,
+                )
+            g_models.append(m)
+            col_maps[m.name] = cmap
+
+    store = None
+    n_rows = n_inst
+    if via == "files":
+        # each task takes its slice of the instance nodes (every one, or an incremental run's
+        # selection) and their X from the memory-mapped store of its machine (embstore)
+        sparse_dim = int(enc["sparse_dim"])
+        store = embstore.store_spec(emb_uri, nodes_uri, dense_dim, sparse_dim)
+        if ctx.selection:
+            n_sel = storage.count_rows_arrow(ctx.selection)
+            n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
+    plan = NeighborPlan(
+        variants=tuple(variants),
+        train_mode=nb.train_mode,
+        folds=n_folds,
+        instance_nodes=n_inst,
+        partitions=n_partitions(n_rows, inf.rows_per_task, runtime.task_slots(spark)),
+        embeddings_via=via,
+        embeddings_via_reason=via_reason,
+        models=tuple(g_models),
+        remapped_nodes=remap is not None,
+        writer="arrow" if (via == "files" and sink is not None) else "spark",
+        g_mmap=bool(inf.g_mmap),
+        dense_dim=dense_dim,
+        use_twin=bool(nb.leave_self_out and cfg.task.labels_are_items),
+        store=store,
+        selection=(ctx.selection or None) if via == "files" else None,
+    )
+    return plan, col_maps

@@ -1,0 +1,560 @@
+"""g's fits: the independent XR-Linear models of the pretrain stage, and where they run.
+
+Per variant, the pretrain stage fits up to F + 2 models on the same X and Y: the held-out
+evaluation model (not saved: it predicts the held-out rows for g's report), the ``full`` model
+and, out of fold, one model per fold. They are independent of each other, so they are
+:class:`Fit` s of one plan, decided once on the driver, and run either
+
+- on the driver, one after another (``pretrain.train_on: driver``; what ``auto`` picks in local
+  mode, where executors share the driver's cores), or
+- as Spark tasks, one fit per task (``executors``; what ``auto`` picks on a cluster): the driver
+  writes each variant's inputs once (:func:`save_bundle`: Y and the row facts, one ``.npz``)
+  under the run's staging folder, every task loads its variant's bundle, takes its rows' X from
+  its machine's memory-mapped ``embeddings`` (:class:`FitTask` ``store``; where pyarrow does not
+  reach the table, X travels in the bundle instead), trains with PECOS on the task's cores
+  (``spark.task.cpus``) and copies the model folder back next to the bundle; the driver then
+  assembles and publishes the models folder as before.
+
+Both paths run the same function, :func:`run_fit`, on the same inputs, so they save the same
+models (test: ``test_pretrain.py::test_fits_on_executors_equal_fits_on_the_driver``).
+
+Examples
+--------
+>>> fits = plan_fits("pina", has_heldout=True, folds=3)
+>>> [f.name for f in fits]
+['pina/holdout-eval', 'pina/full', 'pina/fold=0', 'pina/fold=1', 'pina/fold=2']
+"""
+
+import dataclasses as dc
+import json
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from pina_spark import runtime, storage
+from pina_spark.models.artifacts import g_dir, g_name, save_g
+from pina_spark.runtime.progress import heartbeat
+from pina_spark.storage import npz
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Fit",
+    "FitTask",
+    "plan_fits",
+    "make_bundle",
+    "save_bundle",
+    "load_bundle",
+    "run_fit",
+    "write_bundles",
+    "fits_on_executors",
+    "variant_card",
+    "train_g",
+    "predict_g",
+    "exclude_self",
+    "ranking_metrics",
+]
+
+P_KS = (1, 3, 5)
+R_KS = (1, 3, 5, 10)
+HELDOUT = "holdout-eval"
+
+
+# --------------------------------------------------------------------------- training blocks
+def exclude_self(
+    pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: Optional[np.ndarray] = None
+):
+    """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]`` (and the
+    column of ``twin_nodes[r]`` when given and >= 0: the item's label node, task.labels: graph).
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> P = sp.csr_matrix(np.array([[0.9, 0.5], [0.2, 0.8]]))
+    >>> exclude_self(P, np.array([10, 11]), np.array([10, 12])).toarray().tolist()
+    [[0.0, 0.5], [0.2, 0.8]]
+    """
+    import scipy.sparse as sp
+
+    pred = sp.csr_matrix(pred, copy=True)
+    for nodes_r in (row_nodes, twin_nodes):
+        if nodes_r is None or not len(output_nodes):
+            continue
+        nodes_r = np.asarray(nodes_r, dtype=np.int64)
+        pos = np.searchsorted(output_nodes, nodes_r)
+        pos = np.minimum(pos, len(output_nodes) - 1)
+        hit = (output_nodes[pos] == nodes_r) & (nodes_r >= 0)
+        for r in np.flatnonzero(hit):
+            s, e = pred.indptr[r], pred.indptr[r + 1]
+            pred.data[s:e][pred.indices[s:e] == pos[r]] = 0.0
+    pred.eliminate_zeros()
+    return pred
+
+
+def ranking_metrics(
+    pred, truth, p_ks: Sequence[int] = P_KS, r_ks: Sequence[int] = R_KS
+) -> Dict[str, float]:
+    """Mean P@k and R@k of score matrix ``pred`` against binary ``truth`` (same shape), over
+    rows with at least one positive. Ties: score desc, column asc.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> P = sp.csr_matrix(np.array([[0.9, 0.5, 0.0], [0.1, 0.2, 0.3]]))
+    >>> T = sp.csr_matrix(np.array([[1, 0, 0], [1, 0, 0]]))
+    >>> m = ranking_metrics(P, T, (1,), (1, 3))
+    >>> m["P@1"], m["R@3"], m["rows"]
+    (0.5, 1.0, 2)
+    """
+    import scipy.sparse as sp
+
+    pred = sp.csr_matrix(pred)
+    truth = sp.csr_matrix(truth)
+    truth.eliminate_zeros()
+    kmax = max(list(p_ks) + list(r_ks))
+    hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
+    npos = []
+    for r in range(pred.shape[0]):
+        pos = set(truth.indices[truth.indptr[r] : truth.indptr[r + 1]].tolist())
+        if not pos:
+            continue
+        s, e = pred.indptr[r], pred.indptr[r + 1]
+        idx, val = pred.indices[s:e], pred.data[s:e]
+        order = np.lexsort((idx, -val))[:kmax]
+        top = idx[order]
+        hit = np.array([t in pos for t in top], dtype=np.float64)
+        for k in hits:
+            hits[k].append(hit[:k].sum())
+        npos.append(len(pos))
+    out: Dict[str, float] = {"rows": len(npos)}
+    if not npos:
+        return out
+    npos_a = np.array(npos, dtype=np.float64)
+    for k in p_ks:
+        out[f"P@{k}"] = round(float(np.mean(np.array(hits[k]) / k)), 6)
+    for k in r_ks:
+        out[f"R@{k}"] = round(float(np.mean(np.array(hits[k]) / npos_a)), 6)
+    return out
+
+
+def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: Optional[dict] = None):
+    """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
+
+    Parameters
+    ----------
+    X : csr_matrix float32
+        Phi_pre features of the training rows (sorted indices).
+    Y : csr_matrix float32
+        Training rows x output nodes.
+    xcfg : config.XLinearConfig
+        nr_splits, max_leaf_size, seed, Cp, Cn, threshold, solver_type, beam_size, topk,
+        post_processor.
+    what : str
+        Name used in the progress log.
+    threads : int
+        PECOS threads (-1: every core of the machine; a Spark task passes its own cores).
+    times : dict, optional
+        Filled with the wall seconds of the three steps: ``pifa`` (label features),
+        ``tree`` (hierarchical k-means), ``rankers`` (the linear models of every level);
+        ``layers``, the seconds of each level of the rankers, top first (from PECOS' own
+        "Training Layer" log records), and ``widths``, the nodes of each level.
+
+    Examples
+    --------
+    >>> model = train_g(X, Y, cfg.pretrain.xlinear)  # doctest: +SKIP
+    """
+    import scipy.sparse as sp
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    X = sp.csr_matrix(X, dtype=np.float32)
+    X.sort_indices()
+    Y = sp.csr_matrix(Y, dtype=np.float32)
+    Y.sort_indices()
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"train_g: X has {X.shape[0]} rows but Y has {Y.shape[0]}")
+    with heartbeat(
+        f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
+        f"({Y.nnz} positives, {X.shape[1]} features)"
+    ):
+        t0 = time.time()
+        label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
+        t1 = time.time()
+        chain = Indexer.gen(
+            label_feat,
+            indexer_type="hierarchicalkmeans",
+            nr_splits=int(xcfg.nr_splits),
+            max_leaf_size=int(xcfg.max_leaf_size),
+            seed=int(xcfg.seed),
+        )
+        t2 = time.time()
+        clock = _LayerClock()
+        with clock:
+            model = XLinearModel.train(
+                X,
+                Y.tocsc(),
+                C=chain,
+                Cp=float(xcfg.Cp),
+                Cn=float(xcfg.Cn),
+                threshold=float(xcfg.threshold),
+                solver_type=str(xcfg.solver_type),
+                beam_size=int(xcfg.beam_size),
+                only_topk=int(xcfg.topk),
+                post_processor=str(xcfg.post_processor),
+                threads=int(threads),
+            )
+    if times is not None:
+        end = time.time()
+        times.update(
+            {
+                "pifa": round(t1 - t0, 2),
+                "tree": round(t2 - t1, 2),
+                "rankers": round(end - t2, 2),
+                "layers": clock.layers(end),
+                # nodes of each level of the label tree, top first (the last: the outputs)
+                "widths": [int(c.shape[0]) for c in chain],
+            }
+        )
+    return model
+
+
+class _LayerClock(logging.Handler):
+    """Times PECOS' levels from its "Training Layer i of n" log records, while in a ``with``
+    block (the PECOS logger is set to INFO there, and restored after).
+
+    >>> c = _LayerClock()
+    >>> c.starts = [10.0, 10.5, 12.0]
+    >>> c.layers(15.0)
+    [0.5, 1.5, 3.0]
+    """
+
+    LOGGER = "pecos.xmc.base"
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.starts: List[float] = []
+        self._level = logging.NOTSET
+        self._propagate = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Training Layer" in record.getMessage():
+            self.starts.append(record.created)
+
+    def __enter__(self) -> "_LayerClock":
+        lg = logging.getLogger(self.LOGGER)
+        self._level, self._propagate = lg.level, lg.propagate
+        if lg.getEffectiveLevel() > logging.INFO:
+            # heard here only: INFO records must not reach handlers the user set above INFO
+            lg.setLevel(logging.INFO)
+            lg.propagate = False
+        lg.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        lg = logging.getLogger(self.LOGGER)
+        lg.removeHandler(self)
+        lg.setLevel(self._level)
+        lg.propagate = self._propagate
+
+    def layers(self, end: float) -> List[float]:
+        """Seconds of each level, given the end of the last one."""
+        ts = self.starts + [end]
+        return [round(b - a, 2) for a, b in zip(ts, ts[1:])]
+
+
+def predict_g(model, X, xcfg, topk: Optional[int] = None):
+    """Scores of g on X (csr rows x outputs) with the configured beam/post-processor.
+
+    Examples
+    --------
+    >>> P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)  # doctest: +SKIP
+    """
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix(X, dtype=np.float32)
+    X.sort_indices()
+    return model.predict(
+        X,
+        beam_size=int(xcfg.beam_size),
+        only_topk=int(topk if topk is not None else xcfg.topk),
+        post_processor=str(xcfg.post_processor),
+    )
+
+
+# --------------------------------------------------------------------------- the plan
+@dc.dataclass(frozen=True)
+class Fit:
+    """One model of g: ``kind`` is ``heldout`` (evaluation model, not saved), ``full`` or
+    ``fold`` (``fold`` = f of ``folds``)."""
+
+    variant: str
+    kind: str
+    fold: Optional[int] = None
+    folds: int = 0
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.variant}/{HELDOUT}"
+            if self.kind == "heldout"
+            else g_name(self.variant, self.fold)
+        )
+
+
+def plan_fits(variant: str, has_heldout: bool, folds: int) -> List[Fit]:
+    """The fits of one variant, in the order the driver runs them."""
+    out = [Fit(variant, "heldout")] if has_heldout else []
+    out.append(Fit(variant, "full"))
+    out += [Fit(variant, "fold", f, folds) for f in range(folds)]
+    return out
+
+
+def make_bundle(pb: Dict[str, Any], X, fold, out) -> Dict[str, Any]:
+    """A variant's training inputs as arrays: X, Y and, per row, its node, kind, twin column,
+    fold (``-1``: in every fold model) and held-out flag. ``X`` is ``None`` when the fit
+    tasks read it themselves (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
+    return {
+        "X": X,
+        "Y": pb["Y"],
+        "rows": np.asarray(pb["rows"], dtype=np.int64),
+        "cols": np.asarray(pb["cols"], dtype=np.int64),
+        "is_inst": np.asarray(pb["is_inst"], dtype=bool),
+        "twin": np.asarray(pb["twin_col"], dtype=np.int64),
+        "fold": np.asarray(fold, dtype=np.int64),
+        "out": np.asarray(out, dtype=bool),
+    }
+
+
+def has_heldout(b: Dict[str, Any]) -> bool:
+    held = b["is_inst"] & b["out"]
+    return bool(held.any() and (~held).any())
+
+
+def save_bundle(b: Dict[str, Any]) -> bytes:
+    """One ``.npz`` (no pickles) of a bundle.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> b = {"X": sp.csr_matrix(np.eye(2, dtype=np.float32)), "Y": sp.csr_matrix(np.eye(2)),
+    ...      "rows": np.arange(2), "cols": np.arange(2), "is_inst": np.ones(2, bool),
+    ...      "twin": -np.ones(2, np.int64), "fold": np.zeros(2, np.int64),
+    ...      "out": np.zeros(2, bool)}
+    >>> load_bundle(save_bundle(b))["X"].toarray().tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    arrays = {k: v for k, v in b.items() if k not in ("X", "Y")}
+    mats = {"Y": b["Y"]} if b.get("X") is None else {"X": b["X"], "Y": b["Y"]}
+    return npz.dumps(mats, arrays)
+
+
+def load_bundle(raw: bytes) -> Dict[str, Any]:
+    """The bundle :func:`save_bundle` wrote (``X`` absent when it was written without)."""
+    mats, arrays = npz.loads(raw, ["Y"], optional=["X"])
+    b: Dict[str, Any] = {k: arrays[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
+    b.update(mats)
+    return b
+
+
+# --------------------------------------------------------------------------- one fit
+def run_fit(
+    fit: Fit, b: Dict[str, Any], xcfg, models_dir: str, threads: int = -1
+) -> Dict[str, Any]:
+    """Train ``fit`` on bundle ``b``; save it under ``models_dir`` (its :func:`g_dir`) unless it
+    is the held-out evaluation model, whose P@k / R@k on the held-out rows it returns instead.
+    Returns the fit's card."""
+    X, Y, rows, cols = b["X"], b["Y"], b["rows"], b["cols"]
+    is_inst, twin, v = b["is_inst"], b["twin"], fit.variant
+    if fit.kind == "heldout":
+        out = b["out"]
+        held = is_inst & out
+        t0 = time.time()
+        m = train_g(X[~out], Y[~out], xcfg, what=f"g[{fit.name}]", threads=threads)
+        train_s = time.time() - t0
+        with tempfile.TemporaryDirectory() as d:
+            size = save_g(m, cols, d)
+        kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
+        pred = exclude_self(
+            predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)), rows[held], cols, twin[held]
+        )
+        truth = exclude_self(Y[held], rows[held], cols, twin[held])
+        ev: Dict[str, Any] = ranking_metrics(pred, truth)
+        ev.update(
+            {
+                "heldout_rows": int(held.sum()),
+                "train_rows": int((~out).sum()),
+                "heldout_twin_label_rows": int((out & ~is_inst).sum()),
+                "train_s": round(train_s, 2),
+                "model_size_bytes": size,
+            }
+        )
+        return {"fit": fit.name, "heldout_eval": ev}
+    keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
+    t0 = time.time()
+    steps: Dict[str, Any] = {}
+    m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads, times=steps)
+    secs = round(time.time() - t0, 2)
+    info: Dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
+    if fit.kind == "fold":
+        info.update(
+            {
+                "folds": fit.folds,
+                "excluded_instance_rows": int((~keep & is_inst).sum()),
+                "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
+            }
+        )
+    info["output_nodes"] = int(len(cols))
+    if fit.kind == "full":
+        info["positives"] = int(Y.nnz)
+    info["train_s"] = secs
+    info["steps_s"] = steps
+    size = save_g(m, cols, g_dir(models_dir, v, fit.fold), train_rows=rows[keep], info=info)
+    return {
+        "fit": fit.name,
+        **{k: x for k, x in info.items() if k not in ("variant",)},
+        "size_bytes": size,
+    }
+
+
+def variant_card(
+    stats: Dict[str, Any], results: Sequence[Dict[str, Any]], F: int
+) -> Dict[str, Any]:
+    """The model card entry of a variant from its fits' cards (same keys as always: the
+    problem's statistics, ``heldout_eval``, ``full``, ``folds``, ``folds_train_s``,
+    ``folds_size_bytes``)."""
+    vcard: Dict[str, Any] = dict(stats)
+    folds = []
+    for r in results:
+        if "heldout_eval" in r:
+            vcard["heldout_eval"] = r["heldout_eval"]
+        elif r.get("fold") is None:
+            vcard["full"] = {
+                "train_s": r["train_s"],
+                "size_bytes": r["size_bytes"],
+                "rows": r["rows"],
+                "steps_s": r.get("steps_s", {}),
+            }
+        else:
+            folds.append(
+                {
+                    k: r[k]
+                    for k in (
+                        "fold",
+                        "rows",
+                        "excluded_instance_rows",
+                        "excluded_twin_label_rows",
+                        "train_s",
+                        "size_bytes",
+                    )
+                }
+            )
+    if F:
+        folds.sort(key=lambda c: c["fold"])
+        vcard["folds"] = folds
+        vcard["folds_train_s"] = round(sum(c["train_s"] for c in folds), 2)
+        vcard["folds_size_bytes"] = int(sum(c["size_bytes"] for c in folds))
+    return vcard
+
+
+# --------------------------------------------------------------------------- fits as Spark tasks
+@dc.dataclass(frozen=True)
+class FitTask:
+    """What a fit task needs (the executor function closes over one tuple of these).
+
+    Attributes:
+        fit: the model to train.
+        bundle: URI of its variant's :func:`save_bundle` file.
+        out: URI the task copies its model folder to (``<scratch>/models``: same layout as the
+            models folder).
+        xlinear: ``pretrain.xlinear`` as a plain dict (rebuilt into the config on the executor).
+        store: ``None`` (X is in the bundle) or the spec of :func:`pina_spark.runtime.embstore.open_store`:
+            the task takes its rows' X from its machine's memory-mapped ``embeddings`` (the
+            bundle then holds no X, and the driver never builds one), ``dense_dim`` +
+            ``sparse_dim`` wide.
+    """
+
+    fit: Fit
+    bundle: str
+    out: str
+    xlinear: Dict[str, Any]
+    store: Optional[Dict[str, Any]] = None
+
+
+def _fit_work(tasks: Sequence[FitTask]):
+    """Driver side: the executor function of the fit tasks (``i`` -> ``tasks[i]``)."""
+
+    def work(i: int, threads: int) -> Dict[str, Any]:
+        from pina_spark.config import XLinearConfig
+
+        t = tasks[i]
+        b = load_bundle(storage.read_inputs_of(t.bundle, f"fit {t.fit.name}"))
+        if t.store is not None:
+            from pina_spark.runtime import embstore
+
+            E = embstore.open_store(t.store)
+            width = int(t.store["dense_dim"]) + int(t.store["sparse_dim"])
+            b["X"] = embstore.features_of_nodes(E, b["rows"], width, f"g[{t.fit.name}]")
+        xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
+        with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
+            card = run_fit(t.fit, b, xcfg, d, threads=threads)
+            if t.fit.kind != "heldout":
+                src = g_dir(d, t.fit.variant, t.fit.fold)
+                storage.copy_dir(src, g_dir(t.out, t.fit.variant, t.fit.fold))
+        return {"card": json.dumps(card, sort_keys=True)}
+
+    return work
+
+
+def bundle_uri(scratch: str, variant: str) -> str:
+    """Where :func:`write_bundles` puts a variant's bundle under ``scratch``."""
+    return f"{scratch}/inputs/{variant}.npz"
+
+
+def write_bundles(
+    bundle_of: Callable[[str], Dict[str, Any]], variants: Sequence[str], scratch: str
+) -> None:
+    """Write each variant's bundle (``bundle_of(variant)``, called once per variant and
+    dropped once written: one variant's matrices at a time) for :func:`fits_on_executors`."""
+    for v in variants:
+        b = bundle_of(v)
+        storage.write_bytes(bundle_uri(scratch, v), save_bundle(b))
+        del b
+
+
+def fits_on_executors(
+    spark,
+    fits: Sequence[Fit],
+    xcfg,
+    scratch: str,
+    models_dir: str,
+    store: Optional[Dict[str, Any]] = None,
+) -> List[Dict[str, Any]]:
+    """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
+    ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end
+    up in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec
+    of :func:`pina_spark.runtime.embstore.open_store`) the bundles hold no X: each task takes its rows
+    from its machine's memory-mapped ``embeddings``. Returns the fits' cards in the order of
+    ``fits``."""
+    with heartbeat(f"{len(fits)} fits of g as Spark tasks"):
+        tasks = [
+            FitTask(
+                f,
+                bundle_uri(scratch, f.variant),
+                f"{scratch}/models",
+                xcfg.to_dict(),
+                store,
+            )
+            for f in fits
+        ]
+        rows = runtime.one_task_each(spark, len(tasks), _fit_work(tasks), "card string")
+    cards = {i: json.loads(r["card"]) for i, r in rows.items()}
+    for f in fits:
+        if f.kind != "heldout":
+            dst = g_dir(models_dir, f.variant, f.fold)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            storage.copy_dir(g_dir(f"{scratch}/models", f.variant, f.fold), dst)
+    return [cards[i] for i in range(len(tasks))]
