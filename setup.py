@@ -50,11 +50,25 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.7",
 ]
 
+LONG_DESCRIPTION = """\
+# pina-spark
+
+PINA (Predicted Instance Neighborhood Aggregation, Chien et al., ICML 2023) for extreme
+multi-label classification on Apache Spark: co-purchase and label graphs from raw logs, a text
+vectorizer and a neighbour predictor pretrained with PECOS, neighbour prediction and aggregation
+on the executors, and the downstream XR-Linear model with the paper's ablations.
+
+Command line: `pina-spark run --config FILE` (also `demo`, `status`, `compare`, `tune`), or one
+stage per `spark-submit jobs/<stage>.py`. PySpark is the platform's: `pip install
+"pina-spark[spark]"` adds it for local use. Documentation, results and benchmarks are in the
+project repository (README.md, RESULTS.md, docs/).
+"""
+
 setup(
     name="pina-spark",
     version=_version(),
     description="PINA (Predicted Instance Neighborhood Aggregation) for XMC on Apache Spark",
-    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description=LONG_DESCRIPTION,
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pina_spark", "pina_spark.*"]),
     package_data={"pina_spark": ["conf/*.yaml"], "pina_spark.datasets": ["demo_vocabulary.json"]},
