@@ -2,10 +2,10 @@
 and ``pina-spark compare RUN_A RUN_B``. No SparkSession: the manifest, ``eval/metrics.json`` and
 ``eval/per_instance.parquet`` are read with :func:`pina_spark.storage.read_bytes` (local or ``s3://``).
 
-Examples
---------
->>> print(status_text("runs/demo/run"))                          # doctest: +SKIP
->>> print(compare_text("runs/demo/run", "runs/demo-k10/run"))    # doctest: +SKIP
+Example::
+
+    print(status_text("runs/demo/run"))
+    print(compare_text("runs/demo/run", "runs/demo-k10/run"))
 """
 
 import json

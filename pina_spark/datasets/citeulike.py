@@ -70,11 +70,10 @@ def prepare_citeulike(
         Absolute paths of ``instances``, ``labels``, ``instance_labels``, ``events``, and the
         statistics also written to ``prepare_stats.json``.
 
-    Examples
-    --------
-    >>> paths, stats = prepare_citeulike("../shared/data/citeulike-t", "/tmp/cul")  # doctest: +SKIP
-    >>> stats["tags"]["kept"]  # doctest: +SKIP
-    8311
+    Example::
+
+        paths, stats = prepare_citeulike("../shared/data/citeulike-t", "/tmp/cul")
+        stats["tags"]["kept"]  # 8311
     """
     files = ["mult.dat", "vocabulary.dat", "tags.dat", "tag-item.dat", "users.dat"]
     d = _need(input_dir, "citeulike-t", files)

@@ -42,11 +42,10 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[s
     (paths, stats)
         Absolute paths of ``instances`` and ``events``, and the statistics.
 
-    Examples
-    --------
-    >>> paths, stats = prepare_instacart("../shared/data/instacart", "/tmp/ic")  # doctest: +SKIP
-    >>> stats["instances"]["rows"]  # doctest: +SKIP
-    14190
+    Example::
+
+        paths, stats = prepare_instacart("../shared/data/instacart", "/tmp/ic")
+        stats["instances"]["rows"]  # 14190
     """
     import numpy as np
     import pandas as pd

@@ -188,9 +188,9 @@ def publish(spark, local_dir: str, dst: str) -> None:
     at any point leaves the previous folder complete and loadable (a crash between the two
     renames is repaired by :func:`pina_spark.storage.recover`).
 
-    Examples
-    --------
-    >>> publish(spark, "/tmp/work/models", "s3://b/run/models")  # doctest: +SKIP
+    Example::
+
+        publish(spark, "/tmp/work/models", "s3://b/run/models")
     """
     try:
         master = spark.sparkContext.master
@@ -241,9 +241,9 @@ def save_g(
     """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
     local folder; returns its size in bytes.
 
-    Examples
-    --------
-    >>> save_g(model, np.arange(5), "/tmp/g")  # doctest: +SKIP
+    Example::
+
+        save_g(model, np.arange(5), "/tmp/g")
     """
     import numpy as np
 
@@ -267,9 +267,9 @@ def load_g(local_dir: str, device: str = "cpu", *, predict_only: bool = True, mm
     workers then share one copy of the weights in the page cache and each load takes
     milliseconds; predictions are the same.
 
-    Examples
-    --------
-    >>> g = load_g("/run/models/g/pina/full")   # doctest: +SKIP
+    Example::
+
+        g = load_g("/run/models/g/pina/full")
     """
     from pecos.xmc.xlinear.model import XLinearModel
 
@@ -292,9 +292,9 @@ def g_mmap_copy(local_dir: str) -> str:
     by a hash of the model files' paths, sizes and times, so a retrained model is never served
     stale.
 
-    Examples
-    --------
-    >>> g = XLinearModel.load(g_mmap_copy("/tmp/g"), is_predict_only=True)  # doctest: +SKIP
+    Example::
+
+        g = XLinearModel.load(g_mmap_copy("/tmp/g"), is_predict_only=True)
     """
     import hashlib
 
@@ -321,9 +321,9 @@ def g_mmap_copy(local_dir: str) -> str:
 def load_vectorizer(local_dir: str, device: str):
     """``PhiPre.load`` of a local folder, checked first (a ``runtime.get_model`` loader).
 
-    Examples
-    --------
-    >>> phi = load_vectorizer("/run/models/vectorizer", "cpu")   # doctest: +SKIP
+    Example::
+
+        phi = load_vectorizer("/run/models/vectorizer", "cpu")
     """
     from pina_spark.models.vectorizer import PhiPre
 

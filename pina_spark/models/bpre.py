@@ -7,11 +7,10 @@ variant into an XMC problem (rows = input nodes, columns = output nodes, Y = edg
 the leave-self-out rule, the twins of ``task.labels: graph`` and every row's fold
 (:func:`row_folds`). Stage modules share this code; they never import each other.
 
-Examples
---------
->>> nodes, problems, all_rows = load_problems(spark, paths, cfg)  # doctest: +SKIP
->>> sorted(problems)                                             # doctest: +SKIP
-['pina', 'pina_naive']
+Example::
+
+    nodes, problems, all_rows = load_problems(spark, paths, cfg)
+    sorted(problems)  # ['pina', 'pina_naive']
 """
 
 import logging
@@ -74,7 +73,8 @@ def collect_arrow(df):
 
     Examples
     --------
-    >>> pdf = collect_arrow(spark.range(3))  # doctest: +SKIP
+    >>> collect_arrow(spark.range(3))["id"].tolist()
+    [0, 1, 2]
     """
     return storage.collect_arrow(df).to_pandas()
 

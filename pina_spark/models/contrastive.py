@@ -167,10 +167,10 @@ def fine_tune(
     dict
         Pairs, batches, steps, loss (first and last 10% of steps), seconds, device, settings.
 
-    Examples
-    --------
-    >>> fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc",
-    ...           ContrastiveConfig())  # doctest: +SKIP
+    Example::
+
+        fine_tune(["red shoe"], ["shoes"], minilm_path(), "/tmp/enc",
+                  ContrastiveConfig())
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

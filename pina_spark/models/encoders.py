@@ -20,11 +20,10 @@ Every encoder returns float32 rows with unit L2 norm; an empty (or ``None``) tex
 and is never fed to the model. Heavy libraries (torch, transformers, pecos) are imported inside
 functions only, so the driver can import this module without them.
 
-Examples
---------
->>> enc = load_encoder({"kind": "minilm", "path": None, "max_length": 32})  # doctest: +SKIP
->>> enc.encode(["deep learning for tags", ""]).shape                       # doctest: +SKIP
-(2, 384)
+Example::
+
+    enc = load_encoder({"kind": "minilm", "path": None, "max_length": 32})
+    enc.encode(["deep learning for tags", ""]).shape  # (2, 384)
 """
 
 import logging
@@ -114,10 +113,9 @@ class Encoder:
     def encode(self, texts: Sequence[Optional[str]], batch_size: int = 128) -> np.ndarray:
         """Encode ``texts`` -> float32 ``(n, dim)`` with unit-norm rows (zeros for empty text).
 
-        Examples
-        --------
-        >>> enc.encode(["a title"]).dtype          # doctest: +SKIP
-        dtype('float32')
+        Example::
+
+            enc.encode(["a title"]).dtype  # dtype('float32')
         """
         texts = list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -161,10 +159,9 @@ class MeanPoolEncoder(Encoder):
     device : str
         ``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``.
 
-    Examples
-    --------
-    >>> MeanPoolEncoder(None, "minilm", 32).encode(["graph networks"]).shape  # doctest: +SKIP
-    (1, 384)
+    Example::
+
+        MeanPoolEncoder(None, "minilm", 32).encode(["graph networks"]).shape  # (1, 384)
     """
 
     def __init__(
@@ -232,9 +229,9 @@ class XTransformerEncoder(Encoder):
     device : str
         ``cpu``, ``cuda`` or ``auto``.
 
-    Examples
-    --------
-    >>> XTransformerEncoder("/run/models/vectorizer/encoder", 16).encode(["x"])  # doctest: +SKIP
+    Example::
+
+        XTransformerEncoder("/run/models/vectorizer/encoder", 16).encode(["x"])
     """
 
     def __init__(self, path: str, max_length: int = 64, device: str = "cpu"):
@@ -287,11 +284,10 @@ def load_encoder(
     base_dir : str, optional
         Folder that relative ``path`` values are relative to (the vectorizer folder).
 
-    Examples
-    --------
-    >>> enc = load_encoder({"kind": "minilm", "path": None, "max_length": 64})  # doctest: +SKIP
-    >>> enc.dim                                                                 # doctest: +SKIP
-    384
+    Example::
+
+        enc = load_encoder({"kind": "minilm", "path": None, "max_length": 64})
+        enc.dim  # 384
     """
     if not isinstance(spec, dict) or "kind" not in spec:
         raise ValueError(f"encoder spec: expected a dict with 'kind', got {spec!r}")
@@ -361,10 +357,10 @@ def train_xtransformer_encoder(
     dict
         Statistics (rows, labels, seconds, steps config).
 
-    Examples
-    --------
-    >>> train_xtransformer_encoder(texts, Y, X, "/tmp/enc", max_length=16,
-    ...                            params={"num_train_epochs": 1})  # doctest: +SKIP
+    Example::
+
+        train_xtransformer_encoder(texts, Y, X, "/tmp/enc", max_length=16,
+                                   params={"num_train_epochs": 1})
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

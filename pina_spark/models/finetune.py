@@ -8,10 +8,10 @@ xtransformer``: a PECOS XR-Transformer is fine-tuned on B_pre of variant ``pina`
 text encoder is kept. Both return ``(encoder, folder, statistics)``; the stage saves the folder
 inside the vectorizer.
 
-Examples
---------
->>> enc, folder, stats = fine_tune_contrastive(problems, nodes, cfg.pretrain, "/tmp/ct",
-...                                            twins=False)  # doctest: +SKIP
+Example::
+
+    enc, folder, stats = fine_tune_contrastive(problems, nodes, cfg.pretrain, "/tmp/ct",
+                                               twins=False)
 """
 
 import logging
@@ -67,10 +67,9 @@ def contrastive_candidates(
     instance node, or with ``twins`` -- ``task.labels: graph`` -- a label node that is the item)
     are left out, so the encoder never saw what the held-out report asks g to predict.
 
-    Examples
-    --------
-    >>> contrastive_candidates(problems, nodes, "both")["anchor"][:3]  # doctest: +SKIP
-    array([0, 0, 1])
+    Example::
+
+        contrastive_candidates(problems, nodes, "both")["anchor"][:3]  # array([0, 0, 1])
     """
     anchors, targets = [], []
     for pb in problems.values():

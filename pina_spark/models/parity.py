@@ -143,10 +143,10 @@ def measure_run(
     node (same ``node_id``) is no candidate for it: only train items have one, and its text is
     the instance's own.
 
-    Examples
-    --------
-    >>> measure_run(spark, RunPaths("/tmp/run"))["gap"]  # doctest: +SKIP
-    {'cos_true': 0.004, 'cos_margin': 0.002, 'P@1': 0.01, 'R@5': 0.003}
+    Example::
+
+        measure_run(spark, RunPaths("/tmp/run"))["gap"]
+        # {'cos_true': 0.004, 'cos_margin': 0.002, 'P@1': 0.01, 'R@5': 0.003}
     """
     if not storage.is_complete(spark, paths.table(storage.EMBEDDINGS)):
         log.info(

@@ -16,11 +16,11 @@ Folder layout written by :meth:`PhiPre.save` (local path or ``s3://``)::
                     (encoder.json path "encoder", relative); minilm is loaded from the
                     installed wheel
 
-Examples
---------
->>> phi = PhiPre.fit(["tag one", "an article about tags"], cfg.pretrain)  # doctest: +SKIP
->>> dense, sparse = phi.transform(["an article"])                      # doctest: +SKIP
->>> X = phi.features(["an article"])  # [dense, sparse]: the input of g  # doctest: +SKIP
+Example::
+
+    phi = PhiPre.fit(["tag one", "an article about tags"], cfg.pretrain)
+    dense, sparse = phi.transform(["an article"])
+    X = phi.features(["an article"])  # [dense, sparse]: the input of g
 """
 
 import json
@@ -109,11 +109,11 @@ class PhiPre:
     dense_dim, sparse_dim : int
         ``D`` and ``S``.
 
-    Examples
-    --------
-    >>> phi = PhiPre.fit(texts, cfg.pretrain)          # doctest: +SKIP
-    >>> phi.save("s3://bucket/run/models/vectorizer")  # doctest: +SKIP
-    >>> phi = PhiPre.load("s3://bucket/run/models/vectorizer", device="cuda")  # doctest: +SKIP
+    Example::
+
+        phi = PhiPre.fit(texts, cfg.pretrain)
+        phi.save("s3://bucket/run/models/vectorizer")
+        phi = PhiPre.load("s3://bucket/run/models/vectorizer", device="cuda")
     """
 
     def __init__(
@@ -138,9 +138,9 @@ class PhiPre:
     def fit_tfidf(texts: Sequence[Optional[str]], pretrain_cfg):
         """Fit only Phi_stat: the PECOS tf-idf ``Preprocessor`` (settings ``pretrain_cfg.tfidf``).
 
-        Examples
-        --------
-        >>> pre = PhiPre.fit_tfidf(["a b", "b c"], PretrainConfig(tfidf={}))  # doctest: +SKIP
+        Example::
+
+            pre = PhiPre.fit_tfidf(["a b", "b c"], PretrainConfig(tfidf={}))
         """
         from pecos.utils.featurization.text.preprocess import Preprocessor
 
@@ -180,9 +180,9 @@ class PhiPre:
         preprocessor : pecos Preprocessor, optional
             An already fitted tf-idf (from :meth:`fit_tfidf` on the same texts).
 
-        Examples
-        --------
-        >>> phi = PhiPre.fit(["a b", "b c"], PretrainConfig())  # doctest: +SKIP
+        Example::
+
+            phi = PhiPre.fit(["a b", "b c"], PretrainConfig())
         """
         from pina_spark.models.encoders import load_encoder
 
@@ -228,9 +228,9 @@ class PhiPre:
     def save(self, dir_uri: str) -> None:
         """Write the vectorizer to ``dir_uri`` (local or ``s3://``), built in a local temp dir.
 
-        Examples
-        --------
-        >>> phi.save("/tmp/run/models/vectorizer")  # doctest: +SKIP
+        Example::
+
+            phi.save("/tmp/run/models/vectorizer")
         """
         tmp = tempfile.mkdtemp(prefix="pina-vectorizer-")
         try:
@@ -264,11 +264,10 @@ class PhiPre:
     def load(cls, dir_uri: str, device: str = "cpu") -> "PhiPre":
         """Load a saved vectorizer (remote folders are cached locally once per machine).
 
-        Examples
-        --------
-        >>> phi = PhiPre.load("/tmp/run/models/vectorizer")  # doctest: +SKIP
-        >>> phi.dense_dim                                     # doctest: +SKIP
-        384
+        Example::
+
+            phi = PhiPre.load("/tmp/run/models/vectorizer")
+            phi.dense_dim  # 384
         """
         from pecos.utils.featurization.text.preprocess import Preprocessor
 
@@ -315,11 +314,10 @@ class PhiPre:
 
         Concatenating both parts gives unit-norm rows (or zero rows for empty text).
 
-        Examples
-        --------
-        >>> dense, sparse = phi.transform(["a title", ""])  # doctest: +SKIP
-        >>> float((dense[0] ** 2).sum() + sparse[0].multiply(sparse[0]).sum())  # doctest: +SKIP
-        1.0
+        Example::
+
+            dense, sparse = phi.transform(["a title", ""])
+            float((dense[0] ** 2).sum() + sparse[0].multiply(sparse[0]).sum())  # 1.0
         """
         import scipy.sparse as sp
 
@@ -339,10 +337,9 @@ class PhiPre:
     def features(self, texts: Sequence[Optional[str]], batch_size: int = 128):
         """``hstack([dense, sparse])``: X for g (csr float32, dense block first, sorted indices).
 
-        Examples
-        --------
-        >>> phi.features(["a title"]).shape == (1, phi.dense_dim + phi.sparse_dim)  # doctest: +SKIP
-        True
+        Example::
+
+            phi.features(["a title"]).shape == (1, phi.dense_dim + phi.sparse_dim)  # True
         """
         dense, sparse = self.transform(texts, batch_size=batch_size)
         return stack_features(dense, sparse)

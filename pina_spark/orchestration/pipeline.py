@@ -111,10 +111,10 @@ def open_run(spark, root: str, allow_uncommitted: bool = False) -> StageContext:
     pina_spark.storage.UncommittedError
         Names the steps and their uncommitted tables.
 
-    Examples
-    --------
-    >>> ctx = open_run(spark, "runs/demo/run")                                  # doctest: +SKIP
-    >>> storage.read_table(ctx.spark, ctx.paths, storage.NODES).count()                   # doctest: +SKIP
+    Example::
+
+        ctx = open_run(spark, "runs/demo/run")
+        storage.read_table(ctx.spark, ctx.paths, storage.NODES).count()
     """
     from pina_spark.config import ConfigError, config_from_dict
 
@@ -147,10 +147,9 @@ def run_pipeline(
     """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}`` (plus
     ``"nodes"`` when the pre-step of a ``run.models`` run was considered).
 
-    Examples
-    --------
-    >>> run_pipeline(spark, cfg, ["graph"])          # doctest: +SKIP
-    {'graph': 'ran'}
+    Example::
+
+        run_pipeline(spark, cfg, ["graph"])  # {'graph': 'ran'}
     """
     force = cfg.run.force if force is None else force
     stages = tuple(stages or STAGE_NAMES)
@@ -416,10 +415,10 @@ def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
     prev_nodes : DataFrame in the ``nodes`` schema (see docs/design.md).
     instances : DataFrame with ``instance_id``, ``text`` and optionally ``split``.
 
-    Examples
-    --------
-    >>> extend_nodes(prev, spark.createDataFrame([("z", "new item", None)],
-    ...              "instance_id string, text string, split string")).show()  # doctest: +SKIP
+    Example::
+
+        extend_nodes(prev, spark.createDataFrame([("z", "new item", None)],
+                     "instance_id string, text string, split string")).show()
     """
     from pyspark.sql import functions as F
 
@@ -547,9 +546,9 @@ def select_changed(current_nodes, previous_nodes):
     ``new`` when its ``(node_index, kind)`` is absent from ``previous_nodes`` and ``changed`` when
     the hash of ``node_id`` + ``text`` differs. Returns ``node_index, kind, node_id, reason``.
 
-    Examples
-    --------
-    >>> select_changed(today, yesterday).groupBy("reason").count().show()  # doctest: +SKIP
+    Example::
+
+        select_changed(today, yesterday).groupBy("reason").count().show()
     """
     from pyspark.sql import functions as F
 

@@ -251,11 +251,11 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     grid_specs : ``["KEY=v1,v2", ...]`` (merged over ``tune.grid``).
     spark : optional session (default: :func:`pina_spark.orchestration.session.get_spark`).
 
-    Examples
-    --------
-    >>> print(run_tune(cfg, ["neighbors.k=3,10"]))     # doctest: +SKIP
-    # pina-spark tune: validation P@1 of `pina`
-    ...
+    Example::
+
+        print(run_tune(cfg, ["neighbors.k=3,10"]))
+        # # pina-spark tune: validation P@1 of `pina`
+        # ...
     """
 
     from pina_spark.storage.manifest import Manifest

@@ -16,13 +16,13 @@ holds per node index the node facts the neighbours stage draws its rows from
 table gets a new key, so a stale copy is never served. The build avoids ``pyarrow.dataset``
 (its import costs ~0.3 s in a fresh Python worker).
 
-Examples
---------
->>> spec = {"embeddings": "/r/embeddings", "nodes": "/r/nodes", "dense_dim": 384,
-...         "sparse_dim": 60965}                                  # doctest: +SKIP
->>> spec["key"] = tables_key(spec["embeddings"], spec["nodes"], 384, 60965)  # doctest: +SKIP
->>> E = open_store(spec)          # executor side only             # doctest: +SKIP
->>> X = features(E, store_rows(E, [3, 17]), 384 + 60965)         # doctest: +SKIP
+Example::
+
+    spec = {"embeddings": "/r/embeddings", "nodes": "/r/nodes", "dense_dim": 384,
+            "sparse_dim": 60965}
+    spec["key"] = tables_key(spec["embeddings"], spec["nodes"], 384, 60965)
+    E = open_store(spec)  # executor side only
+    X = features(E, store_rows(E, [3, 17]), 384 + 60965)
 """
 
 import logging

@@ -9,10 +9,10 @@ their tasks done/total, from Spark's status tracker (Spark's own console progres
 
     stage neighbors: 2m30s, Spark stage 14 (mapInArrow at ...): 35/100 tasks done, 4 running
 
-Examples
---------
->>> with StageProgress(spark, "embed", run_id="abc", interval_s=30):   # doctest: +SKIP
-...     run(ctx)
+Example::
+
+    with StageProgress(spark, "embed", run_id="abc", interval_s=30):
+        run(ctx)
 """
 
 import contextlib

@@ -37,11 +37,10 @@ strategies), :mod:`.sink` (the two writers), :mod:`.layout` (the table's folders
 file), :mod:`.stage` (the pipeline entry point), :mod:`.export` (reading ``features`` back as
 CSR, PECOS ``.npz`` export).
 
-Examples
---------
->>> stats = run(ctx)                                  # doctest: +SKIP
->>> stats["strategy"], stats["rows"]["pina"]["test"]        # doctest: +SKIP
-('broadcast', 5195)
+Example::
+
+    stats = run(ctx)
+    stats["strategy"], stats["rows"]["pina"]["test"]  # ('broadcast', 5195)
 """
 
 from pina_spark.stages.aggregate.export import (

@@ -73,10 +73,9 @@ def run(ctx) -> Dict[str, Any]:
     :meth:`~pina_spark.stages.aggregate.plan.AggregatePlan.to_dict`, ``rows`` per variant and split,
     ``widths``, timings). Driver side.
 
-    Examples
-    --------
-    >>> run(ctx)["rows"]          # doctest: +SKIP
-    {'pina': {'test': 5195, 'train': 20780}, ...}
+    Example::
+
+        run(ctx)["rows"]  # {'pina': {'test': 5195, 'train': 20780}, ...}
     """
     t0 = time.time()
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths

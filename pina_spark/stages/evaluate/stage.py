@@ -322,10 +322,9 @@ def _ordered(variants: Iterable[str]) -> List[str]:
 def run(ctx) -> Dict[str, Any]:
     """Score every variant of ``predictions`` on the test split and write ``eval/``.
 
-    Examples
-    --------
-    >>> run(ctx)   # doctest: +SKIP
-    {'variants': ['baseline', 'pina'], 'n_test': 500, ...}
+    Example::
+
+        run(ctx)  # {'variants': ['baseline', 'pina'], 'n_test': 500, ...}
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     nodes, test, n_train = _test_split(spark, paths)

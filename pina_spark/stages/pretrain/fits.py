@@ -163,9 +163,9 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: Optional[dict
         ``layers``, the seconds of each level of the rankers, top first (from PECOS' own
         "Training Layer" log records), and ``widths``, the nodes of each level.
 
-    Examples
-    --------
-    >>> model = train_g(X, Y, cfg.pretrain.xlinear)  # doctest: +SKIP
+    Example::
+
+        model = train_g(X, Y, cfg.pretrain.xlinear)
     """
     import scipy.sparse as sp
     from pecos.xmc import Indexer, LabelEmbeddingFactory
@@ -269,9 +269,9 @@ class _LayerClock(logging.Handler):
 def predict_g(model, X, xcfg, topk: Optional[int] = None):
     """Scores of g on X (csr rows x outputs) with the configured beam/post-processor.
 
-    Examples
-    --------
-    >>> P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)  # doctest: +SKIP
+    Example::
+
+        P = predict_g(model, X, cfg.pretrain.xlinear, topk=11)
     """
     import scipy.sparse as sp
 

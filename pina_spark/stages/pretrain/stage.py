@@ -101,9 +101,9 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
         When a row has no embedding (the embed stage did not run on these ``nodes``) or the
         table's widths are not the vectorizer's.
 
-    Examples
-    --------
-    >>> X = features_from_embeddings(spark, ctx.paths, all_rows, 384, 20000)  # doctest: +SKIP
+    Example::
+
+        X = features_from_embeddings(spark, ctx.paths, all_rows, 384, 20000)
     """
     from pina_spark.runtime.arrow import features_from_arrow
 
@@ -198,11 +198,11 @@ def run(ctx) -> Dict[str, Any]:
     """Pretraining g: train g (full [+ F fold models]) per variant on X read from
     ``embeddings``, report, publish.
 
-    Examples
-    --------
-    >>> from pina_spark import pipeline
-    >>> run(pipeline.make_context(spark, cfg))  # doctest: +SKIP
-    {'variants': 'pina,pina_naive', 'input_rows': 2200, 'encoded_rows': 0, ...}
+    Example::
+
+        from pina_spark.orchestration import pipeline
+        run(pipeline.make_context(spark, cfg))
+        # {'variants': 'pina,pina_naive', 'input_rows': 2200, 'encoded_rows': 0, ...}
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(storage.MODELS)

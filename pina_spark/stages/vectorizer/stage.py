@@ -19,11 +19,11 @@ the pretrain stage trains g from the ``embeddings`` table: the driver encodes no
 ``run.models`` set to an earlier run: nothing is fitted; the stage checks that the run's
 vectorizer folder is complete.
 
-Examples
---------
->>> from pina_spark import pipeline
->>> run(pipeline.make_context(spark, cfg))  # doctest: +SKIP
-{'encoder': 'minilm', 'fitted_on_rows': 2200, 'encoded_rows': 0, ...}
+Example::
+
+    from pina_spark.orchestration import pipeline
+    run(pipeline.make_context(spark, cfg))
+    # {'encoder': 'minilm', 'fitted_on_rows': 2200, 'encoded_rows': 0, ...}
 """
 
 import json
