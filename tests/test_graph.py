@@ -13,6 +13,7 @@ from pina_spark import storage
 from pina_spark.config import GraphConfig, config_from_dict
 from pina_spark.runtime import faults
 from pina_spark.stages import graph
+from pina_spark.stages.graph import scoring
 
 EV_SCHEMA = "basket_id string, item_id string"
 STRATEGIES = ("broadcast", "shuffle")
@@ -125,7 +126,7 @@ def test_llr_matches_known_values_and_scipy(spark):
     from scipy.stats import chi2_contingency
 
     cases = [(1, 0, 0, 1), (10, 0, 0, 10), (5, 1195, 1195, 98790), (3, 7, 12, 78), (2, 1, 1, 0)]
-    cols = [graph._llr(*[F.lit(float(k)) for k in c]).alias(f"c{i}") for i, c in enumerate(cases)]
+    cols = [scoring._llr(*[F.lit(float(k)) for k in c]).alias(f"c{i}") for i, c in enumerate(cases)]
     got = list(spark.range(1).select(*cols).first())
     assert got[0] == pytest.approx(4 * math.log(2))  # Mahout's unit test: 2.772589
     assert got[1] == pytest.approx(40 * math.log(2))  # 27.72589
@@ -607,8 +608,6 @@ def test_tables_built_on_the_driver_equal_the_spark_path(spark, tmp_path, monkey
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pina_spark import validate
-
     rnd = random.Random(5)
     ids = [f"{p}{k}" for p in ("Z", "a", "\u00e9", "\u4e2d", "i") for k in range(12)]
     inst = [(i, f"text {i}", rnd.choice(["train", "train", "test", None])) for i in ids]
@@ -630,7 +629,7 @@ def test_tables_built_on_the_driver_equal_the_spark_path(spark, tmp_path, monkey
     got = {}
     for mode in ("driver", "spark"):
         if mode == "spark":
-            monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 0)
+            monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_ROWS", 0)
         cfg = config_from_dict(
             {
                 "output": str(tmp_path / mode),

@@ -3,13 +3,15 @@
 Driver side. When the graph stage validated ``instances``, ``labels`` and ``instance_labels`` on
 the driver (:mod:`pina_spark.validate.tables`) and the labels are given (``task.labels:
 given``), the three tables these rows make are built here with pyarrow and numpy and written by
-:func:`pina_spark.storage.write_arrow`, instead of a Spark job each (a window over the ids, two joins,
-the unions and ``distinct`` of B_pre's blocks). Definitions are those of
-:func:`pina_spark.stages.graph.assign_node_indices`, :func:`~pina_spark.stages.graph.index_instance_labels`
-and :func:`~pina_spark.stages.graph.pretrain_edges` (for ``side_info`` ``label_text`` and ``naive``;
-``i2i`` and ``both`` need the train-only co-purchase graph, which stays a Spark frame, so their
-B_pre stays with Spark): ids in ascending order of their UTF-8 bytes (Spark's string order),
-instances first. ``tests/test_graph.py`` checks that both give the same tables.
+:func:`pina_spark.storage.write_arrow` (:class:`pina_spark.stages.graph.publish.DriverGraphPath`),
+instead of a Spark job each (a window over the ids, two joins, the unions and ``distinct`` of
+B_pre's blocks). Definitions are those of
+:func:`pina_spark.stages.graph.nodes.assign_node_indices`,
+:func:`pina_spark.stages.graph.labels.index_instance_labels` and
+:func:`pina_spark.stages.graph.bpre.pretrain_edges` (for ``side_info`` ``label_text`` and
+``naive``; ``i2i`` and ``both`` need the train-only co-purchase graph, which stays a Spark frame,
+so their B_pre stays with Spark): ids in ascending order of their UTF-8 bytes (Spark's string
+order), instances first. ``tests/test_graph.py`` checks that both give the same tables.
 
 Examples
 --------
@@ -131,10 +133,10 @@ def _n_instances(nodes) -> int:
 
 def pretrain_edges(nodes, instance_labels, side_info: str):
     """B_pre of both variants (``pina``: the blocks of ``side_info``; ``pina_naive``: B), the
-    table :func:`pina_spark.stages.graph.pretrain_edges` gives for labels given and ``side_info`` in
-    :data:`SIDE_INFO`: B = (train instance, label) pairs, once each; ``label_text`` adds I_inst
-    (every train instance to itself), I_label (every label of B to itself) and BT (B
-    reversed)."""
+    table :func:`pina_spark.stages.graph.bpre.pretrain_edges` gives for labels given and
+    ``side_info`` in :data:`SIDE_INFO`: B = (train instance, label) pairs, once each;
+    ``label_text`` adds I_inst (every train instance to itself), I_label (every label of B to
+    itself) and BT (B reversed)."""
     import numpy as np
     import pyarrow as pa
 
