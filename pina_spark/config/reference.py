@@ -1,7 +1,8 @@
 """``docs/config.md``: every config key with its type, default and meaning, generated from the
-dataclasses of :mod:`pina_spark.config` (types from the annotations, defaults from the fields,
-meanings from each ``Attributes:`` entry of the docstrings, on one line). ``make docs`` rewrites it;
-``tests/test_config_reference.py`` fails when it is stale or a key has no documented meaning.
+dataclasses of :mod:`pina_spark.config.sections` (types from the annotations, defaults from the
+fields, meanings from each ``Attributes:`` entry of the docstrings, on one line). ``make docs``
+rewrites it; ``tests/test_config_reference.py`` fails when it is stale or a key has no
+documented meaning.
 
 Examples
 --------
@@ -18,15 +19,15 @@ import sys
 import typing
 from typing import Any, Dict, List, Literal, Tuple, get_args, get_origin
 
-from pina_spark import config as C
+from pina_spark.config.sections import PinaConfig, _to_plain
 
 HEADER = """# Configuration reference
 
-Generated from `pina_spark/config.py` by `make docs` (`python -m pina_spark.config.reference >
-docs/config.md`); `tests/test_config_reference.py` fails when this page is stale. Keys are
-dotted paths into the YAML file (`--set KEY=VALUE` on the command line); an unknown key, a wrong
-type or a value out of range is an error naming the key and the file. `pina-spark skeleton`
-prints every key with its default as YAML.
+Generated from `pina_spark/config/sections.py` by `make docs`
+(`python -m pina_spark.config.reference > docs/config.md`); `tests/test_config_reference.py`
+fails when this page is stale. Keys are dotted paths into the YAML file (`--set KEY=VALUE` on
+the command line); an unknown key, a wrong type or a value out of range is an error naming the
+key and the file. `pina-spark skeleton` prints every key with its default as YAML.
 
 `spark.conf` only fills Spark conf keys that spark-submit `--conf`, the platform's
 spark-defaults (EMR configuration classifications) or a notebook's running session left unset:
@@ -93,10 +94,10 @@ def _default(f: dc.Field) -> str:
         value = f.default_factory()
     else:
         return "(required)"
-    return json.dumps(C._to_plain(value))
+    return json.dumps(_to_plain(value))
 
 
-def reference_rows(cls=C.PinaConfig, prefix: str = "") -> List[Tuple[str, str, str, str]]:
+def reference_rows(cls=PinaConfig, prefix: str = "") -> List[Tuple[str, str, str, str]]:
     """``(key, type, default, meaning)`` for every leaf key, in declaration order (sections
     recurse; a section's own row is not listed)."""
     hints = typing.get_type_hints(cls)
@@ -121,9 +122,9 @@ def _cell(s: str) -> str:
 
 def reference_markdown() -> str:
     """The whole page."""
-    hints = typing.get_type_hints(C.PinaConfig)
+    hints = typing.get_type_hints(PinaConfig)
     sections = [
-        (f.name, hints[f.name]) for f in dc.fields(C.PinaConfig) if dc.is_dataclass(hints[f.name])
+        (f.name, hints[f.name]) for f in dc.fields(PinaConfig) if dc.is_dataclass(hints[f.name])
     ]
     rows = reference_rows()
     out = [HEADER]

@@ -1,0 +1,183 @@
+"""Loading a config: YAML files (local or a URI), ``--set key.sub=value`` overrides, the checks
+across sections, and the text forms (:func:`dump_config`, :func:`skeleton`). Only this module
+knows YAML; the sections themselves are :mod:`pina_spark.config.sections`.
+
+Examples
+--------
+>>> cfg = config_from_dict({"output": "/tmp/run", "input": {"instances": "i.parquet"}})
+>>> cfg.neighbors.k
+5
+>>> config_from_dict({"output": "/tmp/run", "neighbours": {}})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+pina_spark.config.sections.ConfigError: <dict>: unknown key 'neighbours' (known: aggregate, ...)
+>>> apply_overrides({"neighbors": {"k": 5}}, ["neighbors.k=7", "spark.conf.spark.x.y=1"])
+{'neighbors': {'k': 7}, 'spark': {'conf': {'spark.x.y': '1'}}}
+>>> parse_stages("pretrain,graph")
+('graph', 'pretrain')
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from pina_spark.config.sections import STAGE_NAMES, ConfigError, PinaConfig
+
+__all__ = [
+    "load_config",
+    "config_from_dict",
+    "apply_overrides",
+    "dump_config",
+    "skeleton",
+    "parse_stages",
+]
+
+
+def load_config(
+    path: Optional[str],
+    overrides: Optional[List[str]] = None,
+    base: Optional[Dict[str, Any]] = None,
+) -> PinaConfig:
+    """Read a YAML file (or start from ``base``), apply ``key.sub=value`` overrides, build.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "c.yaml")
+    >>> _ = open(p, "w").write("output: /tmp/x\\nneighbors: {k: 3}\\n")
+    >>> load_config(p, ["neighbors.k=7"]).neighbors.k
+    7
+    """
+    import yaml
+
+    data: Dict[str, Any] = dict(base or {})
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(_read_text(str(path))) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found")
+        except (yaml.YAMLError, ValueError) as e:  # ValueError: e.g. an impossible date
+            raise ConfigError(f"{path}: not valid YAML: {e}")
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, found {type(loaded).__name__}")
+        data = _deep_merge(data, loaded)
+    if overrides:
+        data = apply_overrides(data, overrides, source)
+    return config_from_dict(data, source)
+
+
+def _read_text(path: str) -> str:
+    """A local file, or a URI (``s3://bucket/conf/emr.yaml``: EMR steps) read with pyarrow.fs."""
+    if "://" in path and not path.startswith("file://"):
+        import pyarrow.fs as pafs
+
+        fs, p = pafs.FileSystem.from_uri(path)
+        if fs.get_file_info(p).type == pafs.FileType.NotFound:
+            raise FileNotFoundError(path)
+        with fs.open_input_stream(p) as fh:
+            return fh.read().decode("utf-8")
+    with open(path[len("file://") :] if path.startswith("file://") else path) as fh:
+        return fh.read()
+
+
+def config_from_dict(data: Dict[str, Any], source: str = "<dict>") -> PinaConfig:
+    """Build a :class:`PinaConfig` strictly from a plain dict (see module docstring)."""
+    cfg = PinaConfig.from_dict(data, source)
+    _check_combinations(cfg, source)
+    return cfg
+
+
+def apply_overrides(
+    data: Dict[str, Any], overrides: List[str], source: str = "<cli>"
+) -> Dict[str, Any]:
+    """Apply ``a.b.c=value`` strings; values are parsed as YAML scalars/lists (``k=[1,2]``)."""
+    import yaml
+
+    out = _deep_merge({}, data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key.sub=value ({source})")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"--set {item!r}: empty key ({source})")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except (yaml.YAMLError, ValueError):  # ValueError: YAML date-like, e.g. 2026-13-01
+            value = raw
+        node = out
+        parts = key.split(".")
+        if parts[:2] == ["spark", "conf"] and len(parts) > 3:
+            # Spark conf keys contain dots: spark.conf.spark.executor.memory -> one key
+            parts = parts[:2] + [".".join(parts[2:])]
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = {}
+            elif not isinstance(nxt, dict):
+                raise ConfigError(f"--set {key}: '{p}' is not a section ({source})")
+            node[p] = dict(nxt)
+            node = node[p]
+        # spark.conf values keep their raw string form (Spark conf values are strings)
+        node[parts[-1]] = raw if parts[:2] == ["spark", "conf"] else value
+    return out
+
+
+def dump_config(cfg: PinaConfig) -> str:
+    """YAML text of a config (round-trips through :func:`load_config`)."""
+    import yaml
+
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+def skeleton() -> Dict[str, Any]:
+    """All keys with their defaults (``output`` as a placeholder)."""
+    return PinaConfig.from_dict({"output": "<required>"}).to_dict()
+
+
+def _check_combinations(cfg: PinaConfig, source: str) -> None:
+    """Cross-field checks. Leak policy: see README "Leak guards"."""
+    inp = cfg.input
+    if cfg.side_info in ("i2i", "both") and not inp.events:
+        raise ConfigError(
+            f"{source}: side_info={cfg.side_info} needs input.events " "(raw co-purchase logs)"
+        )
+    if cfg.task.labels == "graph" and not inp.events:
+        raise ConfigError(f"{source}: task.labels=graph needs input.events")
+    out = cfg.output.rstrip("/")
+    for name, uri in cfg.input.to_dict().items():
+        if not uri:
+            continue
+        u = str(uri).rstrip("/")
+        if out == u or out.startswith(u + "/"):
+            raise ConfigError(
+                f"{source}: output {cfg.output} is input.{name} ({uri}) or lies "
+                "inside it: publishing would replace or mix with the input. "
+                "Choose an output folder outside the inputs"
+            )
+    if cfg.run.incremental and not cfg.run.models:
+        raise ConfigError(
+            f"{source}: run.incremental needs run.models (an earlier run whose "
+            "models are reused)"
+        )
+
+
+def _deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_stages(spec: Optional[str]) -> Tuple[str, ...]:
+    """``"graph,pretrain"`` -> ordered tuple; unknown names are errors."""
+    if not spec:
+        return STAGE_NAMES
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    bad = [s for s in names if s not in STAGE_NAMES]
+    if bad:
+        raise ConfigError(f"--stages: unknown stage(s) {bad} (known: {', '.join(STAGE_NAMES)})")
+    return tuple(s for s in STAGE_NAMES if s in names)
