@@ -11,13 +11,21 @@ Precedence of Spark conf (highest first):
 Levels 2 and 3 only fill keys that level 1 left unset: a YAML file can never silently override
 what an operator passed on the command line or what the platform configured. The keys kept from
 the launcher are logged (INFO) when the config asked for another value.
+
+Some keys count only when spark-submit submits the application (``spark.yarn.*`` such as
+``spark.yarn.maxAppAttempts``, read by the YARN client; ``spark.submit.*``; ``spark.driver.memory``,
+the heap of a driver JVM that is already running). When spark-submit (or a running session)
+started the JVM before this code runs, such a key from the config cannot take effect: the session
+warns once per key, naming it, unless the launcher already has the config's value. When this
+process starts the JVM itself (``pina-spark run`` from a plain ``python``), the config's conf is
+part of that launch and these keys apply: no warning.
 """
 
 import logging
 import os
 import re
 import sys
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Set, Tuple
 
 from pina_spark.config.redact import SECRET_KEY_RE
 
@@ -33,10 +41,68 @@ DEFAULT_CONF: Dict[str, str] = {
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.ui.showConsoleProgress": "false",
     # Spark's own redaction (UI environment page, event logs, YARN and JVM logs of the conf)
-    # with the same key rule as the manifest and model card (pina_spark.config.redact); Spark's default
-    # misses credential, private key and api key
+    # with the same key rule as the manifest and model card (pina_spark.config.redact); Spark's
+    # default misses credential, private key and api key
     "spark.redaction.regex": "(?i)" + SECRET_KEY_RE.pattern,
 }
+
+
+#: prefixes and keys of the conf read when spark-submit submits the application
+SUBMIT_TIME_PREFIXES = ("spark.yarn.", "spark.submit.")
+SUBMIT_TIME_KEYS = frozenset({"spark.driver.memory"})
+
+#: submit-time keys this process has warned about (once each)
+_WARNED_SUBMIT_TIME: Set[str] = set()
+
+
+def is_submit_time_key(key: str) -> bool:
+    """Whether ``key`` counts only when spark-submit submits the application.
+
+    Examples
+    --------
+    >>> [is_submit_time_key(k) for k in ("spark.yarn.maxAppAttempts", "spark.driver.memory",
+    ...                                  "spark.submit.deployMode", "spark.executor.memory")]
+    [True, True, True, False]
+    """
+    return key in SUBMIT_TIME_KEYS or key.startswith(SUBMIT_TIME_PREFIXES)
+
+
+def submit_time_misses(
+    wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]
+) -> Dict[str, Optional[str]]:
+    """The submit-time keys of ``wanted`` whose value is not in effect in a JVM that was started
+    before the config was read: ``{key: the launcher's value (None: unset)}``.
+
+    Examples
+    --------
+    >>> submit_time_misses({"spark.yarn.maxAppAttempts": "1", "spark.driver.memory": "8g",
+    ...                     "spark.sql.shuffle.partitions": "4"}, {"spark.driver.memory": "8g"}.get)
+    {'spark.yarn.maxAppAttempts': None}
+    """
+    out: Dict[str, Optional[str]] = {}
+    for k, v in wanted.items():
+        current = is_set(k)
+        if is_submit_time_key(k) and (current is None or str(current) != str(v)):
+            out[k] = None if current is None else str(current)
+    return out
+
+
+def _warn_submit_time(wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]) -> None:
+    for k, current in sorted(submit_time_misses(wanted, is_set).items()):
+        if k in _WARNED_SUBMIT_TIME:
+            continue
+        _WARNED_SUBMIT_TIME.add(k)
+        v = wanted[k]
+        how = f"--driver-memory {v}" if k == "spark.driver.memory" else f"--conf {k}={v}"
+        log.warning(
+            "spark conf %s=%s from the config has no effect: it is read when spark-submit "
+            "submits the application, before this driver runs; pass it to spark-submit "
+            "(%s, e.g. in the EMR step). In effect: %s",
+            k,
+            v,
+            how,
+            current if current is not None else "the platform's or Spark's default",
+        )
 
 
 def fill_unset(
@@ -60,6 +126,14 @@ def fill_unset(
     return apply, kept
 
 
+def _jvm_started() -> bool:
+    """Whether the driver JVM is already up (spark-submit started it, or an earlier session of
+    this process did): then its launch conf is fixed."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
 def _launcher_conf() -> Callable[[str], Optional[str]]:
     """Lookup of the conf the launcher gave (or will give) the driver JVM.
 
@@ -72,7 +146,7 @@ def _launcher_conf() -> Callable[[str], Optional[str]]:
     """
     from pyspark import SparkConf, SparkContext
 
-    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if _jvm_started():
         SparkContext._ensure_initialized()  # attach to the launcher's JVM
         conf = SparkConf()
         return lambda k: conf.get(k, None)
@@ -137,8 +211,8 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
 
     Under spark-submit the session is built on the launcher's conf (master and resources come
     from spark-submit); ``spark.master`` of the config is then ignored, and the config's
-    ``spark.conf`` only fills keys the launcher left unset (module docstring). Refuses to run on
-    an executor.
+    ``spark.conf`` only fills keys the launcher left unset (module docstring), and a key of it
+    that only spark-submit reads is warned about (once). Refuses to run on an executor.
     """
     from pyspark import TaskContext
 
@@ -155,7 +229,9 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
     if spark_cfg is not None:
         conf.update(spark_cfg.conf)
     conf.update(extra_conf or {})
+    from_config = dict(spark_cfg.conf) if spark_cfg is not None else {}
     if active is not None:
+        _warn_submit_time(from_config, lambda k: _session_value(active, k))
         apply, kept = fill_unset(conf, lambda k: _session_value(active, k))
         _log_kept(kept)
         for k, v in apply.items():
@@ -164,7 +240,10 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
             except Exception:  # static conf of a running session: leave as launched
                 log.debug("spark conf %s cannot be set on a running session", k)
         return active
-    apply, kept = fill_unset(conf, _launcher_conf())
+    launcher = _launcher_conf()
+    if _jvm_started():
+        _warn_submit_time(from_config, launcher)
+    apply, kept = fill_unset(conf, launcher)
     _log_kept(kept)
     builder = SparkSession.builder.appName(spark_cfg.app_name if spark_cfg else "pina-spark")
     master = spark_cfg.master if spark_cfg is not None else "local[2]"
