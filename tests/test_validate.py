@@ -117,10 +117,9 @@ def validated(spark, base_dir, base_files):
     cfg = config_from_dict(
         {"output": str(base_dir / "run"), "input": {**base_files, "events": ev, "filter_pairs": fp}}
     )
-    stats = {}
-    tables, quarantine = validate.validate_inputs(spark, cfg, stats)
-    _check_adds_up(stats)
-    return tables, quarantine, stats
+    result = validate.validate_inputs(spark, cfg)
+    _check_adds_up(result.counts)
+    return result.tables, result.quarantine, result.counts
 
 
 def test_instances_labels_pairs_reasons(validated):
@@ -230,11 +229,12 @@ def test_events_validated_on_collection_equal_the_spark_path(spark, tmp_path, ba
     ev = _csv(tmp_path / "events.csv", ["basket_id", "item_id", "event_time", "weight"], rows)
     cfg = _cfg(tmp_path, **base_files, events=ev)
     raw = validate.read_inputs(spark, cfg)
-    st_spark, st_arrow = {}, {}
-    t_spark, q_spark = validate.validate_inputs(spark, cfg, st_spark, raw=raw)
-    t_arrow, q_arrow = validate.validate_inputs(
-        spark, cfg, st_arrow, raw=raw, rows_in={"events": len(rows)}, on_driver=("events",)
+    by_spark = validate.validate_inputs(spark, cfg, raw=raw)
+    by_arrow = validate.validate_inputs(
+        spark, cfg, raw=raw, rows_in={"events": len(rows)}, on_driver=("events",)
     )
+    t_spark, q_spark, st_spark = by_spark.tables, by_spark.quarantine, by_spark.counts
+    t_arrow, q_arrow, st_arrow = by_arrow.tables, by_arrow.quarantine, by_arrow.counts
     _check_adds_up(st_arrow)
     assert st_arrow == st_spark
     reasons = st_arrow["events"]["reasons"]
@@ -399,11 +399,10 @@ def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_pa
     on_driver = validate.driver_tables(spark, cfg, raw, rows_in)
     assert on_driver == validate.DRIVER_TABLES
     assert rows_in == {"instances": len(inst), "labels": len(labs), "instance_labels": len(pairs)}
-    st_spark, st_arrow = {}, {}
-    t_spark, q_spark = validate.validate_inputs(spark, cfg, st_spark, raw=raw)
-    t_arrow, q_arrow = validate.validate_inputs(
-        spark, cfg, st_arrow, raw=raw, rows_in=rows_in, on_driver=on_driver
-    )
+    by_spark = validate.validate_inputs(spark, cfg, raw=raw)
+    by_arrow = validate.validate_inputs(spark, cfg, raw=raw, rows_in=rows_in, on_driver=on_driver)
+    t_spark, q_spark, st_spark = by_spark.tables, by_spark.quarantine, by_spark.counts
+    t_arrow, q_arrow, st_arrow = by_arrow.tables, by_arrow.quarantine, by_arrow.counts
     _check_adds_up(st_arrow)
     assert st_arrow == st_spark
     seen = set().union(*(st_arrow[n]["reasons"] for n in heads))
@@ -427,12 +426,13 @@ def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files,
 
     cfg = _cfg(tmp_path, **base_files)
     raw = validate.read_inputs(spark, cfg)
-    monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 6)
+    monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_ROWS", 6)
     rows_in = {}
     assert validate.driver_tables(spark, cfg, raw, rows_in) == ("labels",)
     assert rows_in == {"instances": 10, "labels": 5, "instance_labels": 9}
-    monkeypatch.setattr(validate, "DRIVER_MAX_ROWS", 100)
-    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", 30)  # labels 27 characters, pairs 34
+    monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_ROWS", 100)
+    # labels 27 characters, pairs 34
+    monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_BYTES", 30)
     assert validate.driver_tables(spark, cfg, raw, {}) == ("labels",)
     lab = str(tmp_path / "labels.parquet")
     pq.write_table(pa.table({"label_id": ["l1", "l2"], "text": ["x" * 30, "y" * 30]}), lab)
@@ -440,9 +440,9 @@ def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files,
     raw = validate.read_inputs(spark, cfg)
     rows, size = storage.parquet_size(lab)
     assert rows == 2 and size > 60
-    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", size)
+    monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_BYTES", size)
     assert "labels" in validate.driver_tables(spark, cfg, raw, {})
-    monkeypatch.setattr(validate, "DRIVER_MAX_BYTES", size - 1)
+    monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_BYTES", size - 1)
     assert "labels" not in validate.driver_tables(spark, cfg, raw, {})
 
 
@@ -514,8 +514,8 @@ def test_invalid_utf8_and_unparseable(spark, tmp_path):
         events=ev,
         _extra={"side_info": "i2i", "task": {"labels": "graph"}},
     )
-    stats = {}
-    tables, quarantine = validate.validate_inputs(spark, cfg, stats)
+    result = validate.validate_inputs(spark, cfg)
+    tables, quarantine, stats = result.tables, result.quarantine, result.counts
     _check_adds_up(stats)
     assert stats["instances"]["reasons"] == {"invalid_utf8": 1}
     q = quarantine["instances"].collect()

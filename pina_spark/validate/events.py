@@ -2,7 +2,7 @@
 
 Driver side. With the ``broadcast`` pair plan (:func:`pina_spark.stages.graph.pair_plan`) the graph
 stage needs the clean (basket, item) rows on the driver as Arrow anyway. The Spark path of
-:func:`pina_spark.validate.validate_events` costs a join, a window over every row (a shuffle
+:func:`pina_spark.validate.spark.validate_events` costs a join, a window over every row (a shuffle
 and a sort), a persisted copy and a count, and then the rows were collected a second time. Here
 the events are read once:
 
@@ -10,18 +10,20 @@ the events are read once:
    pyarrow reaches (:func:`pina_spark.storage.read_input_arrow`; ~8x faster than a Spark collect of
    the same rows here), else by one Spark job (no Spark SQL rule: Java's regular expressions
    cost more than the collect itself);
-2. the driver applies the row rules (:func:`tag_rows`: the rules of
-   :func:`pina_spark.validate.tag_event_rows` in pyarrow, same order), flags ``unknown_item``
+2. the driver applies the row rules of :data:`pina_spark.validate.rules.RULES` in pyarrow
+   (:func:`tag_rows`, each id tested once per distinct value), flags ``unknown_item``
    (``pyarrow.compute.is_in`` against the clean instance ids) and ``duplicate_event``
    (:func:`flag_duplicates`: numpy over integer codes, the same order as the Spark path:
    earliest ``event_time``, nulls last, then smallest weight);
 3. the reasons are counted and rows in = used + quarantined is checked
-   (:func:`pina_spark.validate.reason_counts`).
+   (:func:`pina_spark.validate.rules.reason_counts`).
+
+The pyarrow helpers every driver-side table uses (:func:`with_reason`, :func:`flag_unknown`,
+:func:`split_by_reason`) live here too; :mod:`pina_spark.validate.tables` reads them.
 
 The reasons and the kept rows are those of the Spark path (``tests/test_validate.py`` runs both
-on the same rows, and both rule sets on every kind of character). One difference in kind:
-pyarrow's RE2 may know newer Unicode format characters than the JVM's regex tables, so an id
-holding a character assigned after the JVM's Unicode version is ``invalid_id`` here. Large logs
+on the same rows, and both rule sets on every kind of character; see
+:data:`pina_spark.validate.rules.BAD_ID` for the one difference in kind). Large logs
 (``shuffle`` plan) keep the Spark path.
 
 Examples
@@ -36,9 +38,10 @@ Examples
 """
 
 import logging
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from pina_spark import storage, validate
+from pina_spark import storage
+from pina_spark.validate.rules import CHECKS, MAX_TEXT_CHARS, RULES, column, reason_counts
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +51,15 @@ __all__ = [
     "flag_duplicates",
     "flag_unknown_items",
     "flag_unknown",
-    "blank",
-    "has_fffd",
-    "bad_id",
-    "fffd",
-    "bad_chars",
     "with_reason",
+    "tag_row_rules",
     "encode_ids",
-    "per_value",
     "split_by_reason",
 ]
 
-DUPLICATE = "duplicate_event"
-UNKNOWN = "unknown_item"
+_RULES = RULES["events"]
+(_UNKNOWN,) = _RULES.unknown
+_DUPLICATE = _RULES.duplicate
 
 
 def validate_events(raw, instance_ids, rows_in: int, uri: str) -> Tuple[Any, Any, Dict[str, Any]]:
@@ -93,64 +92,9 @@ def validate_events(raw, instance_ids, rows_in: int, uri: str) -> Tuple[Any, Any
     return split_by_reason(tbl, "events", rows_in, uri)
 
 
-#: RE2 (pyarrow) forms of :data:`pina_spark.validate.BLANK_CHARS` (Java's ``(?U)\\s`` is the
-#: Unicode White_Space property, inside Z and Cc) and :data:`pina_spark.validate.BAD_ID_CHARS`
-#: (RE2 has no class intersection: the Zs spaces but U+0020 are listed)
-BLANK_ONLY = r"^[\p{Z}\p{Cc}\p{Cf}]*$"
-BAD_ID = r"[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\x{00A0}\x{1680}\x{2000}-\x{200A}\x{202F}\x{205F}\x{3000}]"
-
-
-def column(tbl, name):
-    """One column of ``tbl`` as a single array."""
-    return tbl.column(name).combine_chunks()
-
-
-def blank(c):
-    """Null, empty, or only white space / control / format characters: the Spark rule
-    ``validate._blank`` (Java ``(?U)\\s``, ``\\p{Z}``, ``\\p{Cc}``, ``\\p{Cf}``) in RE2."""
-    import pyarrow.compute as pc
-
-    return pc.or_(pc.is_null(c), pc.fill_null(pc.match_substring_regex(c, BLANK_ONLY), True))
-
-
-def any_of(tbl, names, test):
-    """Rows where ``test`` holds for any of the columns ``names`` (null counts as false)."""
-    import pyarrow.compute as pc
-
-    out = None
-    for n in names:
-        one = pc.fill_null(test(column(tbl, n)), False)
-        out = one if out is None else pc.or_(out, one)
-    return out
-
-
-def fffd(c):
-    """Values holding U+FFFD (what Spark's text readers put for bytes that are not UTF-8)."""
-    import pyarrow.compute as pc
-
-    return pc.match_substring(c, validate.REPLACEMENT_CHAR)
-
-
-def bad_chars(c):
-    """Values holding a character no id may hold (:data:`BAD_ID`)."""
-    import pyarrow.compute as pc
-
-    return pc.match_substring_regex(c, BAD_ID)
-
-
-def has_fffd(tbl, names):
-    """Rows holding U+FFFD in any of ``names``: the rule ``validate._has_fffd``."""
-    return any_of(tbl, names, fffd)
-
-
-def bad_id(tbl, names):
-    """Rows whose ids in ``names`` hold a character no id may hold: ``validate._bad_id``."""
-    return any_of(tbl, names, bad_chars)
-
-
 def with_reason(tbl, rules):
     """``tbl`` plus ``reason``: the name of the first ``(mask, name)`` of ``rules`` that holds,
-    else null (``validate._tag``)."""
+    else null (a ``CASE WHEN`` in rule order, as on the Spark path)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -160,36 +104,39 @@ def with_reason(tbl, rules):
     return tbl.append_column(storage.REASON, reason)
 
 
+def tag_row_rules(tbl, table: str, max_text_chars: int, enc: Optional[Dict[str, Any]] = None):
+    """The row rules of ``table`` (:data:`pina_spark.validate.rules.RULES`, defaults first) over
+    the pyarrow Table ``tbl``: ``tbl`` plus ``reason``; ``enc``: dictionary-encoded columns
+    (:func:`encode_ids`), tested once per distinct value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rules = RULES[table]
+    for col, value in rules.defaults:  # a blank value becomes the default
+        values = column(tbl, col)
+        blank = CHECKS["blank"].arrow(values, max_text_chars)
+        values = pc.if_else(blank, pa.scalar(value, pa.string()), values)
+        tbl = tbl.set_column(tbl.schema.get_field_index(col), col, values)
+    return with_reason(
+        tbl, [(r.arrow_mask(tbl, max_text_chars, enc), r.reason) for r in rules.rows]
+    )
+
+
 def encode_ids(tbl) -> Dict[str, Any]:
     """``basket_id`` and ``item_id`` dictionary-encoded once (an id repeats on every row of its
     basket, or of its item): the row rules test each distinct id once
-    (:func:`per_value`) and :func:`flag_duplicates` uses the codes."""
+    (:func:`pina_spark.validate.rules.per_value`) and :func:`flag_duplicates` uses the codes."""
     import pyarrow.compute as pc
 
-    return {n: pc.dictionary_encode(column(tbl, n)) for n in (storage.BASKET_ID, storage.ITEM_ID)}
-
-
-def per_value(enc, test, if_null: bool):
-    """The boolean ``test`` of a dictionary-encoded column, evaluated once per distinct value
-    and spread back to the rows (``if_null`` on null rows).
-
-    Examples
-    --------
-    >>> import pyarrow as pa, pyarrow.compute as pc
-    >>> enc = pc.dictionary_encode(pa.array(["a", " ", "a", None]))
-    >>> per_value(enc, blank, True).to_pylist()
-    [False, True, False, True]
-    """
-    import pyarrow.compute as pc
-
-    return pc.fill_null(test(enc.dictionary).take(enc.indices), if_null)
+    return {n: pc.dictionary_encode(column(tbl, n)) for n in _DUPLICATE.keys}
 
 
 def tag_rows(tbl, enc=None):
-    """The row rules of :func:`pina_spark.validate.tag_event_rows`, in the same order, in
-    pyarrow: ``tbl`` (the contract columns and ``_corrupt_record``) plus ``reason``; ``enc``:
-    :func:`encode_ids` of ``tbl`` when the caller has it. ``tests/test_validate.py`` checks both
-    give the same reason on every kind of character.
+    """The row rules of ``events`` (those :func:`pina_spark.validate.spark.tag_event_rows`
+    applies, in the same order) in pyarrow: ``tbl`` (the contract columns and
+    ``_corrupt_record``) plus ``reason``; ``enc``: :func:`encode_ids` of ``tbl`` when the caller
+    has it. ``tests/test_validate.py`` checks both give the same reason on every kind of
+    character.
 
     Examples
     --------
@@ -200,38 +147,15 @@ def tag_rows(tbl, enc=None):
     >>> tag_rows(t).column("reason").to_pylist()
     [None, 'missing_basket', 'invalid_id', 'invalid_weight']
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     enc = encode_ids(tbl) if enc is None else enc
-    ids = (storage.BASKET_ID, storage.ITEM_ID)
-
-    def on_ids(test):
-        return pc.or_(*(per_value(enc[n], test, False) for n in ids))
-
-    w = column(tbl, storage.WEIGHT).cast(pa.float64())
-    bad_weight = pc.fill_null(pc.or_(pc.or_(pc.is_nan(w), pc.is_inf(w)), pc.less(w, 0.0)), False)
-    fffd_time = has_fffd(tbl, (storage.EVENT_TIME,))
-    return with_reason(
-        tbl,
-        [
-            (pc.is_valid(column(tbl, storage.CORRUPT)), "unparseable"),
-            (per_value(enc[storage.BASKET_ID], blank, True), "missing_basket"),
-            (per_value(enc[storage.ITEM_ID], blank, True), "missing_item"),
-            (
-                pc.or_(on_ids(fffd), fffd_time),
-                "invalid_utf8",
-            ),
-            (on_ids(bad_chars), "invalid_id"),
-            (bad_weight, "invalid_weight"),
-        ],
-    )
+    return tag_row_rules(tbl, "events", MAX_TEXT_CHARS, enc)
 
 
 def split_by_reason(tbl, table: str, rows_in: int, uri: str):
     """``(clean, quarantine, counts)`` of a tagged table: the clean rows with the contract
     columns of ``table``, the others with ``_corrupt_record`` and ``reason``, and the counts
-    of :func:`pina_spark.validate.reason_counts` (rows in = used + quarantined checked)."""
+    of :func:`pina_spark.validate.rules.reason_counts` (rows in = used + quarantined
+    checked)."""
     import pyarrow.compute as pc
 
     cols = [f.name for f in storage.schema(table).fields]
@@ -240,7 +164,7 @@ def split_by_reason(tbl, table: str, rows_in: int, uri: str):
     for vc in pc.value_counts(reason.combine_chunks()).to_pylist():
         if vc["values"] is not None:
             by_reason[vc["values"]] = int(vc["counts"])
-    counts = validate.reason_counts(table, uri, rows_in, by_reason)
+    counts = reason_counts(table, uri, rows_in, by_reason)
     bad = pc.is_valid(reason)
     quarantine = tbl.filter(bad).select([*cols, storage.CORRUPT, storage.REASON])
     clean = tbl.filter(pc.invert(bad)).select(cols)
@@ -258,12 +182,12 @@ def flag_unknown_items(tbl, instance_ids):
     >>> flag_unknown_items(t, pa.array(["a"])).column("reason").to_pylist()
     [None, 'unknown_item', 'missing_item']
     """
-    return flag_unknown(tbl, storage.ITEM_ID, instance_ids, UNKNOWN)
+    return flag_unknown(tbl, _UNKNOWN.column, instance_ids, _UNKNOWN.reason)
 
 
 def flag_unknown(tbl, col: str, known_ids, reason: str):
     """``tbl`` with ``reason`` on the rows still valid whose ``col`` is not in ``known_ids``
-    (a pyarrow array): ``validate._flag_unknown`` in pyarrow."""
+    (a pyarrow array): the left join of :mod:`pina_spark.validate.spark` in pyarrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -277,9 +201,10 @@ def flag_unknown(tbl, col: str, known_ids, reason: str):
 def flag_duplicates(tbl, enc=None):
     """``tbl`` with ``reason = duplicate_event`` on every valid row but the first of its
     (basket_id, item_id) among the valid rows, first by ``event_time`` (nulls last), then
-    ``weight`` (nulls last): the order of :func:`pina_spark.validate.validate_events`. Rows tied
-    on all four columns are identical, so which of them is kept does not matter. ``enc``:
-    :func:`encode_ids` of ``tbl`` when the caller has it."""
+    ``weight`` (nulls last): the ``duplicate_event`` rule of
+    :data:`pina_spark.validate.rules.RULES`, in numpy. Rows tied on all four columns are
+    identical, so which of them is kept does not matter. ``enc``: :func:`encode_ids` of ``tbl``
+    when the caller has it."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -297,7 +222,9 @@ def flag_duplicates(tbl, enc=None):
         c = tbl.column(name)
         return _codes(c if every else c.take(rows))
 
-    b, i = codes(storage.BASKET_ID), codes(storage.ITEM_ID)
+    basket, item = _DUPLICATE.keys  # a key of two ids, an order of a time and a weight
+    time, weight = _DUPLICATE.order
+    b, i = codes(basket), codes(item)
     key = b * (int(i.max()) + 1) + i
     s = np.sort(key)  # a value sort (SIMD in numpy) is ~20x cheaper than an argsort here
     same = s[1:] == s[:-1]
@@ -309,12 +236,12 @@ def flag_duplicates(tbl, enc=None):
     dup = rows[repeated]  # valid rows whose (basket, item) is repeated
     dkey = key[repeated]
     t = pc.rank(
-        tbl.column(storage.EVENT_TIME).take(dup).combine_chunks(),
+        tbl.column(time).take(dup).combine_chunks(),
         null_placement="at_end",
         tiebreaker="dense",
     )
     t = t.to_numpy(zero_copy_only=False)
-    w = tbl.column(storage.WEIGHT).take(dup).to_numpy(zero_copy_only=False).astype(np.float64)
+    w = tbl.column(weight).take(dup).to_numpy(zero_copy_only=False).astype(np.float64)
     w = np.where(np.isnan(w), np.inf, w)  # valid weights are finite: NaN here is a null
     first = np.lexsort((w, t, dkey))
     losers = np.ones(len(dup), dtype=bool)
@@ -322,7 +249,7 @@ def flag_duplicates(tbl, enc=None):
     losers[first[np.r_[True, k[1:] != k[:-1]]]] = False
     mask = np.zeros(tbl.num_rows, dtype=bool)
     mask[dup[losers]] = True
-    flagged = pc.if_else(pa.array(mask), pa.scalar(DUPLICATE, pa.string()), reason)
+    flagged = pc.if_else(pa.array(mask), pa.scalar(_DUPLICATE.reason, pa.string()), reason)
     log.info("events: %d duplicate (basket, item) rows", int(losers.sum()))
     return tbl.set_column(tbl.schema.get_field_index(storage.REASON), storage.REASON, flagged)
 

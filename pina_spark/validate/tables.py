@@ -4,19 +4,17 @@ Driver side. The Spark path of :func:`pina_spark.validate.validate_inputs` spend
 count, a tagging pass with Java regular expressions, a window over the ids (a shuffle and a
 sort), for ``instance_labels`` two joins, a persisted copy and a ``groupBy`` of the reasons:
 four to six Spark jobs of 0.4-4 s each whatever the size, most of the graph stage on inputs of
-up to a few million rows (issue #17's step timings). Tables up to
-:data:`pina_spark.validate.DRIVER_MAX_ROWS` rows are read once instead (by pyarrow where the
-input is Parquet that pyarrow reaches, :func:`pina_spark.storage.read_input_arrow`; else one Spark
-collect) and tagged here with the same rules, in the same order:
+up to a few million rows. Tables up to :data:`pina_spark.validate.spark.DRIVER_MAX_ROWS` rows
+are read once instead (by pyarrow where the input is Parquet that pyarrow reaches,
+:func:`pina_spark.storage.read_input_arrow`; else one Spark collect) and tagged here with the
+rules of :data:`pina_spark.validate.rules.RULES`, in the same order as on Spark:
 
-- the row rules of :func:`pina_spark.validate.validate_instances`,
-  :func:`~pina_spark.validate.validate_labels` and the pair rules of
-  :func:`~pina_spark.validate.validate_instance_labels` (RE2 forms of the Java expressions,
-  :mod:`pina_spark.validate.events`);
+- the row rules (the pyarrow side of each :class:`~pina_spark.validate.rules.Check`: RE2 forms
+  of the Java expressions);
 - ``unknown_instance`` / ``unknown_label`` against the clean ids (``pyarrow.compute.is_in``);
 - ``duplicate_id`` / ``duplicate_pair`` by :func:`flag_first`: the first valid row of each
-  key under the Spark path's order (text, then split, ascending, nulls last; strings compared
-  by their UTF-8 bytes on both sides).
+  key under the rule's order (text, then split, ascending, nulls last; strings compared by
+  their UTF-8 bytes on both sides).
 
 Same reasons, same kept rows as the Spark path: ``tests/test_validate.py`` runs both on the same
 rows (every rule, seeded random rows with every kind of character the rules name).
@@ -32,10 +30,14 @@ Examples
 
 from typing import Any, Dict, Sequence, Tuple
 
-from pina_spark import storage, validate
-from pina_spark.validate import events as ce
+from pina_spark import storage
+from pina_spark.validate.events import flag_unknown, split_by_reason, tag_row_rules
+from pina_spark.validate.rules import MAX_TEXT_CHARS, RULES
 
-__all__ = ["validate_table", "tag_instances", "tag_labels", "tag_pairs", "flag_first"]
+__all__ = ["validate_table", "tag_table", "tag_instances", "tag_labels", "tag_pairs", "flag_first"]
+
+#: the tables with driver-side rules here
+TABLES = ("instances", "labels", "instance_labels")
 
 
 def validate_table(
@@ -64,28 +66,28 @@ def validate_table(
     (clean, quarantine, counts)
         pyarrow Tables of the clean rows (contract columns) and of the others (with
         ``_corrupt_record`` and ``reason``), and the counts of
-        :func:`pina_spark.validate.reason_counts`.
+        :func:`pina_spark.validate.rules.reason_counts`.
     """
-    if name == "instances":
-        tagged = tag_instances(tbl, max_text_chars)
-    elif name == "labels":
-        tagged = tag_labels(tbl, max_text_chars)
-    elif name == "instance_labels":
-        tagged = tag_pairs(tbl, known["instances"], known["labels"])
-    else:
-        raise ValueError(f"collected_tables: no driver-side rules for table {name!r}")
-    return ce.split_by_reason(tagged, name, rows_in, uri)
+    if name not in TABLES:
+        raise ValueError(f"validate.tables: no driver-side rules for table {name!r}")
+    return split_by_reason(tag_table(name, tbl, max_text_chars, known), name, rows_in, uri)
 
 
-def _too_long(c, max_chars: int):
-    import pyarrow.compute as pc
+def tag_table(name: str, tbl, max_text_chars: int, known: Dict[str, Any]):
+    """Every rule of table ``name`` (:data:`pina_spark.validate.rules.RULES`) over ``tbl``:
+    the row rules, the unknown ids against ``known`` (``{table: pyarrow array of its clean
+    ids}``), then the duplicates: ``tbl`` plus ``reason``."""
+    rules = RULES[name]
+    tagged = tag_row_rules(tbl, name, max_text_chars)
+    for u in rules.unknown:
+        tagged = flag_unknown(tagged, u.column, known[u.table], u.reason)
+    dup = rules.duplicate
+    return flag_first(tagged, list(dup.keys), list(dup.order), dup.reason)
 
-    return pc.fill_null(pc.greater(pc.utf8_length(c), int(max_chars)), False)
 
-
-def tag_instances(tbl, max_text_chars: int = validate.MAX_TEXT_CHARS):
-    """:func:`pina_spark.validate.validate_instances` in pyarrow: a blank ``split`` becomes
-    ``train``, then the row rules, then ``duplicate_id``.
+def tag_instances(tbl, max_text_chars: int = MAX_TEXT_CHARS):
+    """The rules of ``instances`` in pyarrow: a blank ``split`` becomes ``train``, then the row
+    rules, then ``duplicate_id``.
 
     Examples
     --------
@@ -97,57 +99,17 @@ def tag_instances(tbl, max_text_chars: int = validate.MAX_TEXT_CHARS):
     >>> out.column("reason").to_pylist(), out.column("split").to_pylist()
     (['duplicate_id', None, 'invalid_split', None], ['train', 'test', 'dev', 'train'])
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    split = ce.column(tbl, storage.SPLIT)
-    split = pc.if_else(ce.blank(split), pa.scalar(storage.SPLIT_TRAIN, pa.string()), split)
-    tbl = tbl.set_column(tbl.schema.get_field_index(storage.SPLIT), storage.SPLIT, split)
-    text = ce.column(tbl, storage.TEXT)
-    tagged = ce.with_reason(
-        tbl,
-        [
-            (pc.is_valid(ce.column(tbl, storage.CORRUPT)), "unparseable"),
-            (ce.blank(ce.column(tbl, storage.INSTANCE_ID)), "missing_id"),
-            (ce.has_fffd(tbl, (storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)), "invalid_utf8"),
-            (ce.bad_id(tbl, (storage.INSTANCE_ID,)), "invalid_id"),
-            (ce.blank(text), "missing_text"),
-            (_too_long(text, max_text_chars), "text_too_long"),
-            (
-                pc.invert(
-                    pc.fill_null(pc.is_in(split, value_set=pa.array(validate.VALID_SPLITS)), False)
-                ),
-                "invalid_split",
-            ),
-        ],
-    )
-    return flag_first(tagged, [storage.INSTANCE_ID], [storage.TEXT, storage.SPLIT], "duplicate_id")
+    return tag_table("instances", tbl, max_text_chars, {})
 
 
-def tag_labels(tbl, max_text_chars: int = validate.MAX_TEXT_CHARS):
-    """:func:`pina_spark.validate.validate_labels` in pyarrow (example in the module
-    docstring)."""
-    import pyarrow.compute as pc
-
-    text = ce.column(tbl, storage.TEXT)
-    tagged = ce.with_reason(
-        tbl,
-        [
-            (pc.is_valid(ce.column(tbl, storage.CORRUPT)), "unparseable"),
-            (ce.blank(ce.column(tbl, storage.LABEL_ID)), "missing_id"),
-            (ce.has_fffd(tbl, (storage.LABEL_ID, storage.TEXT)), "invalid_utf8"),
-            (ce.bad_id(tbl, (storage.LABEL_ID,)), "invalid_id"),
-            (ce.blank(text), "missing_text"),
-            (_too_long(text, max_text_chars), "text_too_long"),
-        ],
-    )
-    return flag_first(tagged, [storage.LABEL_ID], [storage.TEXT], "duplicate_id")
+def tag_labels(tbl, max_text_chars: int = MAX_TEXT_CHARS):
+    """The rules of ``labels`` in pyarrow (example in the module docstring)."""
+    return tag_table("labels", tbl, max_text_chars, {})
 
 
 def tag_pairs(tbl, instance_ids, label_ids):
-    """:func:`pina_spark.validate.validate_instance_labels` in pyarrow: the pair rules, then
-    ``unknown_instance`` and ``unknown_label`` against the clean ids, then
-    ``duplicate_pair``.
+    """The rules of ``instance_labels`` in pyarrow: the pair rules, then ``unknown_instance``
+    and ``unknown_label`` against the clean ids, then ``duplicate_pair``.
 
     Examples
     --------
@@ -157,35 +119,16 @@ def tag_pairs(tbl, instance_ids, label_ids):
     >>> tag_pairs(t, pa.array(["a"]), pa.array(["x"])).column("reason").to_pylist()
     [None, 'duplicate_pair', 'unknown_instance', 'missing_id']
     """
-    import pyarrow.compute as pc
-
-    ids = (storage.INSTANCE_ID, storage.LABEL_ID)
-    tagged = ce.with_reason(
-        tbl,
-        [
-            (pc.is_valid(ce.column(tbl, storage.CORRUPT)), "unparseable"),
-            (
-                pc.or_(
-                    ce.blank(ce.column(tbl, storage.INSTANCE_ID)),
-                    ce.blank(ce.column(tbl, storage.LABEL_ID)),
-                ),
-                "missing_id",
-            ),
-            (ce.has_fffd(tbl, ids), "invalid_utf8"),
-            (ce.bad_id(tbl, ids), "invalid_id"),
-        ],
-    )
-    tagged = ce.flag_unknown(tagged, storage.INSTANCE_ID, instance_ids, "unknown_instance")
-    tagged = ce.flag_unknown(tagged, storage.LABEL_ID, label_ids, "unknown_label")
-    return flag_first(tagged, list(ids), [], "duplicate_pair")
+    known = {"instances": instance_ids, "labels": label_ids}
+    return tag_table("instance_labels", tbl, MAX_TEXT_CHARS, known)
 
 
 def flag_first(tbl, keys: Sequence[str], order: Sequence[str], reason: str):
     """``tbl`` with ``reason`` on every valid row (``reason`` null) but the first of its
     ``keys`` among the valid rows, ordered by ``order`` ascending, nulls last: the window of
-    ``validate._flag_duplicates``. Rows tied on ``keys`` and ``order`` are the same row as far
-    as the contract columns go (the Spark path's orders end with every column), so which of
-    them is kept does not matter.
+    the Spark path (:mod:`pina_spark.validate.spark`). Rows tied on ``keys`` and ``order`` are
+    the same row as far as the contract columns go (the Spark path's orders end with every
+    column), so which of them is kept does not matter.
 
     Examples
     --------
