@@ -556,12 +556,12 @@ def test_tampered_model_copy_fails_its_checksums_and_cache_is_private(tmp_path, 
         runtime.verify_checksums(os.path.join(d, "g"), "m")
     monkeypatch.delenv("PINA_MODEL_CACHE", raising=False)
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "local1") + "," + str(tmp_path / "l2"))
-    root = runtime._cache_root()
+    root = runtime.checksums._cache_root()
     assert root.startswith(str(tmp_path / "local1"))
     assert os.stat(root).st_mode & 0o777 == 0o700
     os.chmod(root, 0o755)
     with pytest.raises(runtime.ModelLoadError, match="not private"):
-        runtime._cache_root()
+        runtime.checksums._cache_root()
 
 
 _CALLS = []

@@ -1,5 +1,5 @@
 """Executor runtime: device choice from task resources, the per-worker model cache, load counts
-and load errors (pina_spark/runtime.py)."""
+and load errors (pina_spark/runtime: cache.py, device.py, checksums.py)."""
 
 import os
 import threading
@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from pina_spark import runtime
+from pina_spark.runtime import checksums
 
 
 # --------------------------------------------------------------------------- device choice
@@ -152,8 +153,9 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
         shutil.copytree(str(src), b)
 
     monkeypatch.setenv("PINA_MODEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime.io, "is_remote", lambda u: u.startswith("s3://"))
-    monkeypatch.setattr(runtime.io, "copy_dir", fake_copy)
+    # checksums.py reads both through the storage package, where the patch takes effect
+    monkeypatch.setattr(checksums.storage, "is_remote", lambda u: u.startswith("s3://"))
+    monkeypatch.setattr(checksums.storage, "copy_dir", fake_copy)
     uri = f"s3://bucket/{uuid.uuid4().hex}/models/vectorizer"
     d1 = runtime.local_model_dir(uri, "v1")
     d2 = runtime.local_model_dir(uri, "v1")
@@ -163,7 +165,7 @@ def test_remote_model_dir_is_copied_once(tmp_path, monkeypatch):
     def broken_copy(a, b):
         raise OSError("access denied")
 
-    monkeypatch.setattr(runtime.io, "copy_dir", broken_copy)
+    monkeypatch.setattr(checksums.storage, "copy_dir", broken_copy)
     with pytest.raises(runtime.ModelLoadError, match="s3://bucket/x/models/g"):
         runtime.local_model_dir("s3://bucket/x/models/g", "v1")
 
