@@ -76,7 +76,8 @@ def test_job_main_runs_one_stage(conf, captured, capsys):
 @pytest.mark.parametrize(
     "argv,needles",
     [
-        (["--set", "neighbours.k=3"], ["'neighbours'", "c.yaml"]),
+        (["--set", "neighbours.k=3"], ["--set", "'neighbours'", "did you mean 'neighbors'?"]),
+        (["--set", "neighbors.kk=3"], ["--set", "did you mean 'neighbors.k'?"]),
         (["--set", "neighbors.k=many"], ["neighbors.k", "expected an integer"]),
         (["--set", "side_info=graphy"], ["side_info", "is not one of"]),
         (["--stages", "graph,embedd"], ["--stages", "embedd"]),
@@ -93,6 +94,17 @@ def test_errors_exit_2_with_message(conf, captured, capsys, argv, needles):
     for n in needles:
         assert n in err
     assert captured == []
+
+
+def test_unknown_set_key_is_blamed_on_set_not_the_file(conf, captured, capsys):
+    assert cli.main(["run", "--config", conf, "--set", "neighbours.k=3"]) == 2
+    err = capsys.readouterr().err
+    assert "--set 'neighbours.k=3'" in err and "c.yaml" not in err
+    bad = os.path.join(os.path.dirname(conf), "typo.yaml")
+    with open(bad, "w") as fh:
+        fh.write("output: /tmp/x\nneighbours: {k: 3}\n")
+    assert cli.main(["run", "--config", bad]) == 2
+    assert "typo.yaml" in capsys.readouterr().err  # a typo in the file still names the file
 
 
 def test_config_file_errors_exit_2(tmp_path, captured, capsys):

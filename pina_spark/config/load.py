@@ -110,6 +110,7 @@ def apply_overrides(
         if parts[:2] == ["spark", "conf"] and len(parts) > 3:
             # Spark conf keys contain dots: spark.conf.spark.executor.memory -> one key
             parts = parts[:2] + [".".join(parts[2:])]
+        _check_key(parts, item)
         for p in parts[:-1]:
             nxt = node.get(p)
             if nxt is None:
@@ -121,6 +122,43 @@ def apply_overrides(
         # spark.conf values keep their raw string form (Spark conf values are strings)
         node[parts[-1]] = raw if parts[:2] == ["spark", "conf"] else value
     return out
+
+
+def _check_key(parts: List[str], item: str) -> None:
+    """The key of override ``item`` must name a config key; else the error names ``--set`` as
+    its source (not the YAML file the other keys came from) and the nearest known key.
+
+    >>> _check_key(["neighbours", "k"], "neighbours.k=3")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.config.sections.ConfigError: --set 'neighbours.k=3': unknown key 'neighbours' \
+(did you mean 'neighbors'? known: aggregate, ...)
+    """
+    import dataclasses as dc
+    import difflib
+    import typing
+
+    tp: Any = PinaConfig
+    for i, part in enumerate(parts):
+        if not dc.is_dataclass(tp):
+            return  # inside a mapping (spark.conf, quality.max_quarantine_fraction): any key
+        names = [f.name for f in dc.fields(tp)]
+        if part not in names:
+            removed = getattr(tp, "REMOVED", {})
+            if part in removed:
+                raise ConfigError(
+                    f"--set {item!r}: '{'.'.join(parts[: i + 1])}' was removed: {removed[part]}"
+                )
+            near = difflib.get_close_matches(part, names, n=1)
+            at = ".".join(parts[:i])
+            hint = f"did you mean '{at + '.' if at else ''}{near[0]}'? " if near else ""
+            raise ConfigError(
+                f"--set {item!r}: unknown key '{'.'.join(parts[: i + 1])}' "
+                f"({hint}known: {', '.join(sorted(names))})"
+            )
+        tp = typing.get_type_hints(tp)[part]
+        if typing.get_origin(tp) is typing.Union:  # Optional[X]
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
 
 
 def dump_config(cfg: PinaConfig) -> str:
