@@ -20,6 +20,7 @@ import pytest
 from pina_spark import runtime, storage
 from pina_spark.config import config_from_dict
 from pina_spark.orchestration import pipeline
+from pina_spark.storage import publishing
 from pina_spark.storage.manifest import Manifest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +87,8 @@ def two_runs(tmp_path_factory):
         )
     )
     code = os.path.dirname(
-        os.path.dirname(os.path.abspath(storage.__file__))
-    )  # the code under test
+        os.path.dirname(os.path.dirname(os.path.abspath(storage.__file__)))
+    )  # the code under test (storage is pina_spark/storage/__init__.py)
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
@@ -281,14 +282,14 @@ def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp
         _frame(spark, lo, hi, tag).write.parquet(st)
         stagings[tag] = st
     barrier = threading.Barrier(2, timeout=HANG_GUARD_S)
-    real_rename = storage._rename
+    real_rename = publishing._rename
 
     def rename(sp, src, dst):
         if dst == final and src in stagings.values():
             barrier.wait()
         return real_rename(sp, src, dst)
 
-    monkeypatch.setattr(storage, "_rename", rename)
+    monkeypatch.setattr(publishing, "_rename", rename)
     errors = {}
 
     def publish(tag):
@@ -425,7 +426,7 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
             shutil.copy2(os.path.join(src, rel), os.path.join(dst, rel))
         shutil.rmtree(src)
 
-    monkeypatch.setattr(storage, "_rename", s3_rename)
+    monkeypatch.setattr(publishing, "_rename", s3_rename)
     with pytest.raises(Crash):
         storage.write_table(_frame(spark, 100, 180, "new", parts=4), paths, "t")
     monkeypatch.undo()
@@ -523,14 +524,14 @@ def test_crash_in_publish_models_leaves_the_old_models_loadable(spark, tmp_path,
     monkeypatch.undo()
     assert storage.is_complete(spark, dst) and _models_tag(dst) == "v1"
     # a crash during the swap itself (after the old version was moved aside)
-    real_rename = storage._rename
+    real_rename = publishing._rename
 
     def rename(sp, src, target):
         if target == dst and "_staging" in src:
             raise OSError("driver killed between the two renames")
         return real_rename(sp, src, target)
 
-    monkeypatch.setattr(storage, "_rename", rename)
+    monkeypatch.setattr(publishing, "_rename", rename)
     with pytest.raises(OSError, match="between the two renames"):
         artifacts.publish(spark, _fake_models(str(tmp_path / "m3"), "v3"), dst)
     monkeypatch.undo()

@@ -204,8 +204,9 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
         "_load_features",
         lambda *a: built_on_driver.append(a[2]) or real_load(*a),
     )
-    if read_by == "driver":
-        monkeypatch.setattr(storage, "pyarrow_reaches", lambda uri: False)
+    if read_by == "driver":  # where the stage calls it and where storage's own modules do
+        for where in ("", ".fs", ".inputs", ".publishing", ".tables"):
+            monkeypatch.setattr(f"pina_spark.storage{where}.pyarrow_reaches", lambda uri: False)
     stats = downstream.run(make_context(spark, cfg2))
     assert stats["train_on"] == "executors" and stats["features_read_by"] == read_by
     if read_by == "tasks":

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from pina_spark import storage
+from pina_spark.storage import publishing, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,7 +74,7 @@ def test_write_table_publishes_complete_table_via_staging(spark, tmp_path, monke
         seen.append((staging, final, storage.is_complete(sp, staging), os.path.exists(final)))
         return real_publish(sp, staging, final)
 
-    monkeypatch.setattr(storage, "publish", spy)
+    monkeypatch.setattr(tables, "publish", spy)
     final = storage.write_table(_frame(spark, 0, 50, "v1"), paths, "t")
     assert len(seen) == 1
     staging, fin, complete, existed = seen[0]
@@ -118,7 +119,7 @@ def test_recover_restores_table_when_killed_between_the_two_renames(spark, tmp_p
     staging = paths.staging("graph/t")
     _frame(spark, 0, 70, "v2").write.parquet(staging)
     assert storage.is_complete(spark, staging)
-    storage._rename(spark, final, final + ".__old-deadbeef")
+    publishing._rename(spark, final, final + ".__old-deadbeef")
     # ... and the process died here. Readers get a clear error, never a half table:
     with pytest.raises(storage.InputError, match="missing or incomplete"):
         storage.read_table(spark, paths, "graph/t")
@@ -138,7 +139,7 @@ def test_recover_repairs_tables_it_was_not_told_about(spark, tmp_path):
     paths = _paths(tmp_path)
     storage.write_table(_frame(spark, 0, 5, "q1"), paths, "quarantine/events")
     final = paths.table("quarantine/events")
-    storage._rename(spark, final, final + ".__old-0badf00d")
+    publishing._rename(spark, final, final + ".__old-0badf00d")
     assert storage.recover(spark, paths, ["nodes", "graph/i2i_edges"]) == ["quarantine/events"]
     assert _rows(storage.read_table(spark, paths, "quarantine/events")) == _expected(0, 5, "q1")
 
@@ -177,7 +178,7 @@ def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path
     storage.write_table(
         spark.createDataFrame(rows, storage.schema(storage.NODES)), paths, storage.NODES
     )
-    assert storage._footer_has_contract(paths.table(storage.NODES), storage.schema(storage.NODES))
+    assert tables._footer_has_contract(paths.table(storage.NODES), storage.schema(storage.NODES))
     df = storage.read_table(spark, paths, storage.NODES, contract=True)
     assert [(f.name, f.dataType) for f in df.schema.fields] == [
         (f.name, f.dataType) for f in storage.schema(storage.NODES).fields
@@ -189,14 +190,14 @@ def test_read_table_contract_schema_only_when_the_footer_matches(spark, tmp_path
         + storage.schema(storage.NODES).fields[1:]
     )
     storage.write_table(spark.createDataFrame(rows, odd), paths, storage.NODES)
-    assert not storage._footer_has_contract(
+    assert not tables._footer_has_contract(
         paths.table(storage.NODES), storage.schema(storage.NODES)
     )
     df = storage.read_table(spark, paths, storage.NODES, contract=True)
     assert df.schema[storage.NODE_INDEX].dataType == T.IntegerType()
     assert sorted(r[storage.NODE_INDEX] for r in df.collect()) == [1, 2]
     # a table pyarrow does not reach here is read as before (schema inference)
-    assert not storage._footer_has_contract("hdfs:///nowhere/nodes", storage.schema(storage.NODES))
+    assert not tables._footer_has_contract("hdfs:///nowhere/nodes", storage.schema(storage.NODES))
 
 
 def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
@@ -251,7 +252,7 @@ def test_values_frame_reads_driver_values_from_a_file_not_from_the_tasks(
     assert os.listdir(os.path.join(paths.root, storage.STAGING)) == []
 
     far = _paths(tmp_path, "far")
-    monkeypatch.setattr(storage, "pyarrow_reaches", lambda uri: False)
+    monkeypatch.setattr(tables, "pyarrow_reaches", lambda uri: False)
     with storage.values_frame(spark, far, "node_index", values, "t") as df:
         assert sorted(r[0] for r in df.collect()) == sorted(values.tolist())
         assert "FileScan" not in _plan(df)
@@ -289,7 +290,8 @@ _CHILD = textwrap.dedent("""
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    from pina_spark import io
+    from pina_spark import storage
+    from pina_spark.storage import publishing
     paths = storage.RunPaths(root)
 
     def slow(batches):
@@ -300,12 +302,12 @@ _CHILD = textwrap.dedent("""
 
     if mode == "between":
         # die (whole process group, SIGKILL) right after the first rename of publish
-        real = storage._rename
+        real = publishing._rename
         def rename_then_die(sp, src, dst):
             real(sp, src, dst)
             if ".__old-" in dst:
                 os.killpg(os.getpgid(0), 9)
-        storage._rename = rename_then_die
+        publishing._rename = rename_then_die
     df = (spark.range(0, 400000, numPartitions=12)
           .selectExpr("id as x", "concat('v2-', cast(id as string)) as tag")
           .mapInPandas(slow if mode == "during" else (lambda b: b), "x long, tag string"))

@@ -22,8 +22,8 @@ import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
-from pina_spark import storage
 from pina_spark.config import redact
+from pina_spark.storage.files import read_bytes, write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Manifest:
         self.data: Dict[str, Any] = self._read()
 
     def _read(self) -> Dict[str, Any]:
-        raw = storage.read_bytes(self.uri)
+        raw = read_bytes(self.uri)
         data = json.loads(raw) if raw else {"stages": {}}
         data.setdefault("stages", {})
         return data
@@ -140,9 +140,7 @@ class Manifest:
         data = self._read()
         change(data)
         data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        storage.write_bytes(
-            self.uri, json.dumps(data, indent=2, sort_keys=True, default=str).encode()
-        )
+        write_bytes(self.uri, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
         self.data = data
 
     def save(self) -> None:

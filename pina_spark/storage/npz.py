@@ -1,5 +1,6 @@
 """Numpy ``.npz`` bytes of sparse matrices and arrays (no pickles): the inputs the driver hands
-to model-fitting Spark tasks (:mod:`pina_spark.stages.pretrain.fits`, :mod:`pina_spark.stages.train.tasks`).
+to model-fitting Spark tasks (:mod:`pina_spark.stages.pretrain.fits`,
+:mod:`pina_spark.stages.train.tasks`).
 
 Examples
 --------

@@ -1,0 +1,244 @@
+"""Readers of the input tables (Parquet, CSV, JSON lines) with their explicit schemas.
+
+A schema is never inferred. A missing file, a missing required column or a wrong column type
+raises :class:`~pina_spark.storage.schemas.InputError` naming the column and the file, before
+any job runs. Lines that cannot be parsed are kept in ``_corrupt_record`` (:data:`CORRUPT`).
+"""
+
+from typing import Dict, List, Sequence
+
+from pina_spark.storage.fs import parquet_dataset, parquet_files, path_exists, pyarrow_reaches
+from pina_spark.storage.schemas import INPUT_COLUMNS, InputError, schema
+
+
+def _format_of(uri: str) -> str:
+    u = uri.rstrip("/").lower()
+    if u.endswith(".csv") or u.endswith(".csv.gz"):
+        return "csv"
+    if u.endswith(".jsonl") or u.endswith(".json") or u.endswith(".jsonl.gz"):
+        return "jsonl"
+    return "parquet"
+
+
+CORRUPT = "_corrupt_record"
+
+
+def arrow_readable(uri: str) -> bool:
+    """Whether the driver reads the input at ``uri`` with pyarrow: Parquet that pyarrow
+    reaches (:func:`pyarrow_reaches`).
+
+    Examples
+    --------
+    >>> arrow_readable("data/events.parquet"), arrow_readable("data/events.csv")
+    (True, False)
+    """
+    return _format_of(uri) == "parquet" and pyarrow_reaches(uri)
+
+
+def read_input_arrow(uri: str, table: str):
+    """The rows of a Parquet input table as a pyarrow Table read by the driver (contract
+    columns, absent optional ones as nulls, plus a null ``_corrupt_record``: what
+    :func:`read_input` gives), or ``None`` when the input is not Parquet or pyarrow does not
+    reach it (then read it with Spark). Call :func:`read_input` first: it checks the columns
+    and their types.
+
+    Examples
+    --------
+    >>> read_input_arrow("events.csv", "events") is None
+    True
+    """
+    if not arrow_readable(uri):
+        return None
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    dset = parquet_dataset(uri)
+    if dset is None:
+        return None
+    full = to_arrow_schema(schema(table))
+    present = set(dset.schema.names)
+    tbl = dset.to_table(columns=[f.name for f in full if f.name in present])
+    cols = [
+        tbl.column(f.name).cast(f.type) if f.name in present else pa.nulls(tbl.num_rows, f.type)
+        for f in full
+    ]
+    return pa.table(cols + [pa.nulls(tbl.num_rows, pa.string())], names=[*full.names, CORRUPT])
+
+
+def read_input(spark, uri: str, table: str):
+    """Read an input table with its explicit schema (never inferred).
+
+    Returns a DataFrame with the table's columns (optional ones filled with nulls when absent)
+    plus ``_corrupt_record`` (string, non-null for CSV/JSON lines that could not be parsed).
+    A missing file, a missing required column or a wrong column type raises :class:`InputError`
+    naming the column and the file.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not uri:
+        raise InputError(f"input.{table}: no path given")
+    if not path_exists(spark, uri):
+        raise InputError(f"input.{table}: {uri} does not exist")
+    required, optional = INPUT_COLUMNS[table]
+    full = schema(table)
+    fmt = _format_of(uri)
+    if fmt == "parquet":
+        try:
+            df = spark.read.parquet(uri)
+        except Exception as e:  # AnalysisException: 0-byte file, empty folder, not Parquet
+            # Spark 4: UNABLE_TO_INFER_SCHEMA; Spark 3.5 reads the 0-byte file's footer and
+            # fails with "is not a Parquet file (length is too low: 0)"
+            if any(
+                m in str(e)
+                for m in (
+                    "UNABLE_TO_INFER_SCHEMA",
+                    "Unable to infer schema",
+                    "is not a Parquet file",
+                )
+            ):
+                raise InputError(
+                    f"input.{table}: {uri} is empty or not a Parquet table (no "
+                    f"schema could be read)"
+                ) from None
+            raise
+        present = {f.name: f.dataType for f in df.schema.fields}
+        _check_columns(present.keys(), required, uri, table)
+        _check_parquet_files_agree(uri, table, [f.name for f in full.fields])
+        for field in full.fields:
+            if field.name in present and present[field.name] != field.dataType:
+                ok = isinstance(field.dataType, T.DoubleType) and isinstance(
+                    present[field.name], (T.FloatType, T.IntegerType, T.LongType)
+                )
+                if not ok:
+                    raise InputError(
+                        f"{uri}: column '{field.name}' of {table} has type "
+                        f"{present[field.name].simpleString()}, expected "
+                        f"{field.dataType.simpleString()}"
+                    )
+        cols = [
+            F.col(f.name).cast(f.dataType).alias(f.name)
+            if f.name in present
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in full.fields
+        ]
+        return df.select(*cols, F.lit(None).cast("string").alias(CORRUPT))
+    # text formats: check the header / keys first, then read with the explicit schema
+    header = _peek_columns(spark, uri, fmt)
+    _check_columns(header, required, uri, table)
+    types = {f.name: f.dataType for f in full.fields}
+    if fmt == "csv":
+        # CSV columns are positional: the schema follows the header's order; columns outside
+        # the contract are read as strings and dropped below. enforceSchema=False makes Spark
+        # check every file's header against these names (a folder of CSV files with different
+        # column orders fails instead of being misread).
+        present_fields = [T.StructField(c, types.get(c, T.StringType())) for c in header]
+    else:
+        # a JSON line may omit a key (null): read every contract column by name
+        present_fields = list(full.fields)
+        header = [f.name for f in full.fields]
+    read_schema = T.StructType(present_fields + [T.StructField(CORRUPT, T.StringType())])
+    reader = (
+        spark.read.schema(read_schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+    )
+    if fmt == "csv":
+        # multiLine: a quoted field may hold a newline (one record, not two halves)
+        df = (
+            reader.option("header", True)
+            .option("multiLine", True)
+            .option("escape", '"')
+            .option("enforceSchema", False)
+            .csv(uri)
+        )
+    else:
+        df = reader.json(uri)
+    cols = [
+        F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
+        for f in full.fields
+    ]
+    return df.select(*cols, F.col(CORRUPT))
+
+
+def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> None:
+    """Every data file of a Parquet folder must give each contract column the same type (Spark
+    takes one file's schema and fails later, mid-job, with a raw conversion error otherwise).
+    Reads the footers with pyarrow where it reaches ``uri``; a single file is its own schema."""
+    if not pyarrow_reaches(uri):
+        return
+    found = parquet_files(uri)
+    if not found or len(found[1]) < 2:
+        return
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    def spark_type(t) -> str:
+        try:
+            return from_arrow_type(t).simpleString()
+        except Exception:
+            return str(t)
+
+    fs, files = found
+    seen: Dict[str, Dict[str, str]] = {}
+    for fi in files:
+        try:
+            with fs.open_input_file(fi.path) as fh:
+                sch = pq.read_schema(fh)
+        except Exception as e:
+            raise InputError(
+                f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet "
+                f"file: {type(e).__name__}: {e}"
+            ) from None
+        for c in columns:
+            if c in sch.names:
+                seen.setdefault(c, {}).setdefault(spark_type(sch.field(c).type), fi.path)
+    for c, types in seen.items():
+        if len(types) > 1:
+            detail = ", ".join(f"{t} (e.g. {p})" for t, p in sorted(types.items()))
+            raise InputError(
+                f"{uri}: the files of {table} disagree on the type of column "
+                f"'{c}': {detail}; rewrite them with one type"
+            )
+
+
+#: JSON lines looked at to find the keys of a table (a key absent from all of them is missing)
+JSON_PEEK_LINES = 1000
+
+
+def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
+    import json
+
+    from pyspark.sql import functions as F
+
+    if fmt == "csv":
+        import csv
+
+        first = spark.read.text(uri).limit(1).collect()
+        if not first:
+            raise InputError(f"{uri}: input is empty (no header / no rows)")
+        return [c.strip().lstrip("\ufeff") for c in next(csv.reader([first[0][0]]))]
+    lines = (
+        spark.read.text(uri).filter(F.trim(F.col("value")) != "").limit(JSON_PEEK_LINES).collect()
+    )
+    if not lines:
+        raise InputError(f"{uri}: input is empty (no rows)")
+    keys: List[str] = []
+    for row in lines:
+        try:
+            obj = json.loads(row[0])
+        except ValueError:
+            continue  # an unparseable line: it lands in _corrupt_record
+        if isinstance(obj, dict):
+            keys += [k for k in obj if k not in keys]
+    if not keys:
+        raise InputError(f"{uri}: none of the first {len(lines)} lines is a JSON object")
+    return keys
+
+
+def _check_columns(present, required, uri, table):
+    missing = [c for c in required if c not in set(present)]
+    if missing:
+        raise InputError(
+            f"{uri}: {table} is missing required column(s) {missing} " f"(found {sorted(present)})"
+        )
