@@ -201,9 +201,9 @@ def get_model(
     name : str, optional
         Short model name for the statistics (default: ``uri``).
 
-    Examples
-    --------
-    >>> get_model("/tmp/x", lambda d, dev: d)   # doctest: +SKIP
+    Example::
+
+        get_model("/tmp/x", lambda d, dev: d)
     """
     require_executor("get_model")
     key = (uri, version, device)

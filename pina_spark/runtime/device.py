@@ -164,10 +164,9 @@ def one_task_each(spark, n: int, work: Callable[[int, int], Dict[str, Any]], sch
     model fits); ``threads`` is the task's ``spark.task.cpus``. ``work`` returns the row of
     ``schema`` without ``i``. Returns ``{i: Row}``, checked complete.
 
-    Examples
-    --------
-    >>> one_task_each(spark, 2, lambda i, t: {"sq": i * i}, "sq long")[1]["sq"]  # doctest: +SKIP
-    1
+    Example::
+
+        one_task_each(spark, 2, lambda i, t: {"sq": i * i}, "sq long")[1]["sq"]  # 1
     """
 
     def run(batches):
@@ -247,10 +246,9 @@ def process_device(device: str) -> str:
 def resolve_device(cfg_device: str = "auto", cfg_threads: int = 0) -> str:
     """Executor side: choose the task's device and set torch's thread count.
 
-    Examples
-    --------
-    >>> resolve_device("auto")        # doctest: +SKIP
-    'cpu'
+    Example::
+
+        resolve_device("auto")  # 'cpu'
     """
     tc = require_executor("resolve_device")
     try:

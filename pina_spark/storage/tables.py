@@ -77,7 +77,7 @@ def collect_arrow(df):
 
     Examples
     --------
-    >>> collect_arrow(spark.range(3)).num_rows      # doctest: +SKIP
+    >>> collect_arrow(spark.range(3)).num_rows
     3
     """
     import pyarrow as pa
@@ -260,9 +260,9 @@ def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[st
     written by pyarrow where pyarrow reaches the run root, else through Spark
     (:func:`frame_from_arrow`).
 
-    Examples
-    --------
-    >>> write_arrow(spark, pa.table({"a": [1]}), paths, "quarantine/x")   # doctest: +SKIP
+    Example::
+
+        write_arrow(spark, pa.table({"a": [1]}), paths, "quarantine/x")
     """
     parts = [partition_by] if partition_by else []
     if not pyarrow_reaches(paths.root):
@@ -300,10 +300,10 @@ def group_counts(spark, uri: str, cols: Sequence[str]):
     Spark job; a published table's partition folders are read as columns), else a Spark
     ``groupBy`` collected as Arrow.
 
-    Examples
-    --------
-    >>> group_counts(spark, paths.table("graph/pretrain_edges"),
-    ...              ["variant", "block"])  # doctest: +SKIP
+    Example::
+
+        group_counts(spark, paths.table("graph/pretrain_edges"),
+                     ["variant", "block"])
     """
     import pyarrow as pa
 

@@ -17,9 +17,12 @@ Examples
 >>> from pina_spark.config import config_from_dict
 >>> cfg = config_from_dict({"output": "/tmp/r", "input": {"instances": "i.csv",
 ...     "labels": "l.csv", "instance_labels": "il.csv"}})
->>> result = validate_inputs(spark, cfg)                          # doctest: +SKIP
->>> sorted(result.tables), result.counts["labels"]["rows_used"]   # doctest: +SKIP
-(['instance_labels', 'instances', 'labels'], 40)
+
+Example::
+
+    result = validate_inputs(spark, cfg)
+    sorted(result.tables), result.counts["labels"]["rows_used"]
+    # (['instance_labels', 'instances', 'labels'], 40)
 """
 
 from pina_spark.validate.rules import (

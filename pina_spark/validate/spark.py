@@ -28,8 +28,10 @@ Examples
 ...     "labels": "l.csv", "instance_labels": "il.csv"}})
 >>> required_tables(cfg)
 ('instances', 'labels', 'instance_labels')
->>> sorted(validate_inputs(spark, cfg).tables)                    # doctest: +SKIP
-['instance_labels', 'instances', 'labels']
+
+Example::
+
+    sorted(validate_inputs(spark, cfg).tables)  # ['instance_labels', 'instances', 'labels']
 """
 
 import contextlib
@@ -168,10 +170,10 @@ def validate_instances(raw, max_text_chars: int = MAX_TEXT_CHARS):
     Returns the raw frame plus a ``reason`` column (null = clean). A null split becomes
     ``train``.
 
-    Examples
-    --------
-    >>> raw = storage.read_input(spark, "instances.csv", "instances")        # doctest: +SKIP
-    >>> validate_instances(raw).filter("reason is null").count()        # doctest: +SKIP
+    Example::
+
+        raw = storage.read_input(spark, "instances.csv", "instances")
+        validate_instances(raw).filter("reason is null").count()
     """
     return _tag(raw, "instances", max_text_chars, {})
 
@@ -179,9 +181,9 @@ def validate_instances(raw, max_text_chars: int = MAX_TEXT_CHARS):
 def validate_labels(raw, max_text_chars: int = MAX_TEXT_CHARS):
     """Tag the rows of a raw ``labels`` frame (``reason`` null = clean).
 
-    Examples
-    --------
-    >>> validate_labels(storage.read_input(spark, "labels.csv", "labels"))   # doctest: +SKIP
+    Example::
+
+        validate_labels(storage.read_input(spark, "labels.csv", "labels"))
     """
     return _tag(raw, "labels", max_text_chars, {})
 
@@ -189,9 +191,9 @@ def validate_labels(raw, max_text_chars: int = MAX_TEXT_CHARS):
 def validate_instance_labels(raw, instances, labels):
     """Tag ``instance_labels`` rows against the clean ``instances`` and ``labels`` frames.
 
-    Examples
-    --------
-    >>> validate_instance_labels(raw, clean_instances, clean_labels)   # doctest: +SKIP
+    Example::
+
+        validate_instance_labels(raw, clean_instances, clean_labels)
     """
     return _tag(raw, "instance_labels", MAX_TEXT_CHARS, {"instances": instances, "labels": labels})
 
@@ -201,9 +203,9 @@ def tag_event_rows(raw):
     which need other rows): the raw frame plus ``reason``. The driver-side pass of
     :mod:`pina_spark.validate.events` applies the same rules in pyarrow.
 
-    Examples
-    --------
-    >>> tag_event_rows(storage.read_input(spark, "events.csv", "events"))  # doctest: +SKIP
+    Example::
+
+        tag_event_rows(storage.read_input(spark, "events.csv", "events"))
     """
     return _tag_rows(raw, RULES["events"], MAX_TEXT_CHARS)
 
@@ -211,10 +213,10 @@ def tag_event_rows(raw):
 def validate_events(raw, instances):
     """Tag ``events`` rows against the clean ``instances`` frame.
 
-    Examples
-    --------
-    >>> validate_events(storage.read_input(spark, "events.csv", "events"),
-    ...                 clean_instances)  # doctest: +SKIP
+    Example::
+
+        validate_events(storage.read_input(spark, "events.csv", "events"),
+                        clean_instances)
     """
     return _tag(raw, "events", MAX_TEXT_CHARS, {"instances": instances})
 
@@ -223,10 +225,10 @@ def validate_filter_pairs(raw):
     """Tag ``filter_pairs`` rows (pairs need not be known instances/labels: removing a pair that
     is never predicted is harmless).
 
-    Examples
-    --------
-    >>> validate_filter_pairs(
-    ...     storage.read_input(spark, "pairs.csv", "filter_pairs"))           # doctest: +SKIP
+    Example::
+
+        validate_filter_pairs(
+            storage.read_input(spark, "pairs.csv", "filter_pairs"))
     """
     return _tag(raw, "filter_pairs", MAX_TEXT_CHARS, {})
 
@@ -258,10 +260,9 @@ def read_inputs(spark, cfg) -> Dict[str, Any]:
     pina_spark.storage.InputError
         a required input not configured, a missing path, a missing column or a wrong type.
 
-    Examples
-    --------
-    >>> sorted(read_inputs(spark, cfg))                                  # doctest: +SKIP
-    ['instance_labels', 'instances', 'labels']
+    Example::
+
+        sorted(read_inputs(spark, cfg))  # ['instance_labels', 'instances', 'labels']
     """
     inp = cfg.input
     for name in required_tables(cfg):
@@ -362,11 +363,10 @@ def validate_inputs(
     pina_spark.validate.rules.ValidationInvariantError
         rows in != rows used + rows quarantined.
 
-    Examples
-    --------
-    >>> result = validate_inputs(spark, cfg)                            # doctest: +SKIP
-    >>> result.counts["events"]["reasons"]                               # doctest: +SKIP
-    {'unknown_item': 3, 'duplicate_event': 1}
+    Example::
+
+        result = validate_inputs(spark, cfg)
+        result.counts["events"]["reasons"]  # {'unknown_item': 3, 'duplicate_event': 1}
     """
     raw = read_inputs(spark, cfg) if raw is None else raw
     tables: Dict[str, Any] = {}
@@ -426,10 +426,10 @@ def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> T
     Spark job), else from one Spark aggregation (rows and characters of the string columns);
     the rows are put in ``rows_in`` so validation does not count again.
 
-    Examples
-    --------
-    >>> driver_tables(spark, cfg, read_inputs(spark, cfg), {})           # doctest: +SKIP
-    ('instances', 'labels', 'instance_labels')
+    Example::
+
+        driver_tables(spark, cfg, read_inputs(spark, cfg), {})
+        # ('instances', 'labels', 'instance_labels')
     """
     out = []
     for name in DRIVER_TABLES:
@@ -462,10 +462,9 @@ def count_input(raw, uri: str) -> int:
     """Rows of a raw input table: from the Parquet footers where pyarrow reaches the input (no
     Spark job), else ``raw.count()``.
 
-    Examples
-    --------
-    >>> count_input(read_inputs(spark, cfg)["events"], cfg.input.events)  # doctest: +SKIP
-    97222
+    Example::
+
+        count_input(read_inputs(spark, cfg)["events"], cfg.input.events)  # 97222
     """
     n = storage.count_rows_arrow(uri) if storage.arrow_readable(uri) else None
     return raw.count() if n is None else n

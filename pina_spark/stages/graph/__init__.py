@@ -45,8 +45,10 @@ Examples
 >>> from pina_spark.stages import graph
 >>> graph.basket_hash("o1", "a")
 '4ab133fe21657ecf9d16e820d757edfd57b2f0e0'
->>> graph.run(make_context(spark, cfg))["nodes"]                              # doctest: +SKIP
-{'instances': 120, 'labels': 40}
+
+Example::
+
+    graph.run(make_context(spark, cfg))["nodes"]  # {'instances': 120, 'labels': 40}
 """
 
 from pina_spark.stages.graph.baskets import basket_hash, basket_matrix, basket_stats, capped_baskets

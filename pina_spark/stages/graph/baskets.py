@@ -54,9 +54,9 @@ def capped_baskets(events, max_basket_size: int):
         ``basket_id, item_id, _basket_size`` (distinct items of the basket BEFORE the cap),
         hash-partitioned by ``basket_id`` (what :func:`co_counts` relies on).
 
-    Examples
-    --------
-    >>> capped_baskets(events, 100).filter("_basket_size >= 2")                  # doctest: +SKIP
+    Example::
+
+        capped_baskets(events, 100).filter("_basket_size >= 2")
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -86,9 +86,9 @@ def basket_stats(capped, max_basket_size: int) -> Dict[str, int]:
     Returns ``baskets``, ``baskets_one_item`` (contribute nothing), ``baskets_capped`` (had more
     than ``max_basket_size`` items), ``baskets_used`` (N: >= 2 items), ``events_distinct_kept``.
 
-    Examples
-    --------
-    >>> basket_stats(capped_baskets(events, 100), 100)["baskets_used"]         # doctest: +SKIP
+    Example::
+
+        basket_stats(capped_baskets(events, 100), 100)["baskets_used"]
     """
     from pyspark.sql import functions as F
 

@@ -42,10 +42,10 @@ def pretrain_edges(nodes, instance_labels, i2i, side_info: str, task_labels: str
         ``src_index, dst_index, weight (float), block, variant`` with variant ``pina`` (the
         configured side_info) and ``pina_naive`` (B only).
 
-    Examples
-    --------
-    >>> edges = pretrain_edges(nodes, il_idx, None, "label_text")  # doctest: +SKIP
-    >>> edges.groupBy("variant", "block").count()  # doctest: +SKIP
+    Example::
+
+        edges = pretrain_edges(nodes, il_idx, None, "label_text")
+        edges.groupBy("variant", "block").count()
     """
     from pyspark.sql import functions as F
 

@@ -28,9 +28,9 @@ def graph_labels(instances, i2i_all, i2i_train=None):
         ``label_id, text`` (train items that label at least one instance; label text = item
         text) and ``instance_id, label_id``.
 
-    Examples
-    --------
-    >>> labels, il = graph_labels(instances, edges_all, edges_train)            # doctest: +SKIP
+    Example::
+
+        labels, il = graph_labels(instances, edges_all, edges_train)
     """
     from pyspark.sql import functions as F
 
@@ -69,10 +69,9 @@ def graph_labels(instances, i2i_all, i2i_train=None):
 def index_instance_labels(nodes, instance_labels):
     """``instance_id, label_id`` -> ``instance_index, label_index`` through the ``nodes`` table.
 
-    Examples
-    --------
-    >>> index_instance_labels(nodes, il).columns                                 # doctest: +SKIP
-    ['instance_index', 'label_index']
+    Example::
+
+        index_instance_labels(nodes, il).columns  # ['instance_index', 'label_index']
     """
     from pyspark.sql import functions as F
 

@@ -91,17 +91,17 @@ def assign_node_indices(
     Examples
     --------
     >>> inst = spark.createDataFrame([("b", "B", "train"), ("a", "A", "test")],
-    ...                              "instance_id string, text string, split string"
-    ...                              )  # doctest: +SKIP
-    >>> lab = spark.createDataFrame([("x", "X")], "label_id string, text string")  # doctest: +SKIP
-    >>> assign_node_indices(inst, lab).orderBy("node_index").show()                # doctest: +SKIP
+    ...                              "instance_id string, text string, split string")
+    >>> lab = spark.createDataFrame([("x", "X")], "label_id string, text string")
+    >>> assign_node_indices(inst, lab).orderBy("node_index").show()
     +----------+--------+-------+----+-----+
     |node_index|    kind|node_id|text|split|
     +----------+--------+-------+----+-----+
     |         0|instance|      a|   A| test|
     |         1|instance|      b|   B|train|
-    |         2|   label|      x|   X| null|
+    |         2|   label|      x|   X| NULL|
     +----------+--------+-------+----+-----+
+    <BLANKLINE>
     """
     from pyspark.sql import functions as F
 

@@ -106,9 +106,9 @@ def co_counts(capped, fault_plan=None):
     DataFrame
         ``_item_a, _item_b, count`` with ``_item_a < _item_b`` (one row per pair).
 
-    Examples
-    --------
-    >>> co_counts(capped_baskets(events, 100)).filter("count >= 2")           # doctest: +SKIP
+    Example::
+
+        co_counts(capped_baskets(events, 100)).filter("count >= 2")
     """
     from pyspark.sql import functions as F
 

@@ -127,11 +127,10 @@ def run(ctx) -> Dict[str, Any]:
     ``steps_s`` (wall seconds per step, in run order here; the manifest stores its keys
     sorted) and ``time_s``.
 
-    Examples
-    --------
-    >>> from pina_spark.orchestration.pipeline import make_context
-    >>> run(make_context(spark, cfg))["nodes"]                           # doctest: +SKIP
-    {'instances': 120, 'labels': 40}
+    Example::
+
+        from pina_spark.orchestration.pipeline import make_context
+        run(make_context(spark, cfg))["nodes"]  # {'instances': 120, 'labels': 40}
     """
     t0 = time.time()
     timer = StepTimer("graph")
