@@ -1,9 +1,12 @@
 """`pina-spark status RUN` and `pina-spark compare RUN_A RUN_B` on runs made of their files
-(manifest, eval/metrics.json, eval/per_instance.parquet), and the CLI's --version and
---log-level."""
+(manifest, eval/metrics.json, eval/per_instance.parquet): tables, --json, the exit code of a run
+with a failed step, a closed pipe; and the CLI's --version, --log-level and --help."""
 
+import argparse
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -69,13 +72,110 @@ def _run(root, p1_pina, ids, p1_per_instance, quarantined=3):
 
 def test_status_shows_stages_rows_quarantine_and_failures(tmp_path, capsys):
     root = _run(str(tmp_path / "a"), 0.5, ["i1", "i2"], {"pina": [1, 0]})
-    assert cli.main(["status", root]) == 0
+    assert cli.main(["status", root]) == 3  # embed failed
     out = capsys.readouterr().out
     assert "| graph " in out and "12.5s" in out and "nodes=120" in out
     assert "stage embed failed: OSError: disk full" in out
     assert "not run: pretrain, neighbors, aggregate, train" in out
     assert "empty_text=3" in out and "| instances " in out
     assert "| pina " in out and "0.5000" in out
+
+
+def test_status_exit_code_is_3_only_when_a_step_failed(tmp_path, capsys):
+    root = _run(str(tmp_path / "a"), 0.5, ["i1"], {"pina": [1]})
+    assert cli.main(["status", root]) == 3
+    with open(os.path.join(root, "_manifest.json")) as fh:
+        m = json.load(fh)
+    m["stages"]["embed"] = {"status": "complete", "duration_s": 1.0}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(m, fh)
+    assert cli.main(["status", root]) == 0
+    capsys.readouterr()
+
+
+def test_status_json(tmp_path, capsys):
+    root = _run(str(tmp_path / "a"), 0.5, ["i1", "i2"], {"pina": [1, 0]})
+    assert cli.main(["status", root, "--json"]) == 3
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "pina-spark-status/1" and d["root"] == root
+    assert [e["stage"] for e in d["stages"]] == ["graph", "vectorizer", "embed", "evaluate"]
+    graph = d["stages"][0]
+    assert graph["rows_out"] == {"nodes": 120} and graph["duration_s"] == 12.5
+    assert d["failed"] == ["embed"] and d["stages"][2]["error"] == "OSError: disk full"
+    assert d["not_run"] == ["pretrain", "neighbors", "aggregate", "train"]
+    assert d["quarantine"]["instances"]["reasons"] == {"empty_text": 3}
+    assert d["metrics"]["variants"]["pina"]["P@1"] == 0.5
+    assert d["history"][0]["run_id"] == "abc"
+
+
+def test_compare_json(tmp_path, capsys):
+    a = _run(str(tmp_path / "a"), 0.4, ["i1", "i2"], {"pina": [1, 0]})
+    b = _run(str(tmp_path / "b"), 0.8, ["i1", "i2"], {"pina": [1, 1]})
+    assert cli.main(["compare", a, b, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "pina-spark-compare/1" and (d["a"], d["b"]) == (a, b)
+    row = [m for m in d["metrics"] if m["variant"] == "pina" and m["metric"] == "P@1"][0]
+    assert row["a"] == 0.4 and row["b"] == 0.8 and abs(row["diff"] - 0.4) < 1e-12
+    assert d["paired"]["pina"]["n_paired"] == 2 and "p" in d["paired"]["pina"]["P@1"]
+    assert {x["stage"] for x in d["durations"]} == {"graph", "vectorizer", "embed", "evaluate"}
+
+
+def test_a_closed_pipe_prints_no_traceback(tmp_path):
+    """`pina-spark status RUN | head -1`: the reader goes away before the output is written."""
+    root = _run(str(tmp_path / "a"), 0.5, ["i1"], {"pina": [1]})
+    exe = os.path.join(os.path.dirname(sys.executable), "pina-spark")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "pina_spark.cli"]
+    for args in (["status", root], ["status", root, "--json"], ["skeleton"]):
+        p = subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.close()  # head -1 has read its line and exited
+        err = p.stderr.read().decode()
+        rc = p.wait(timeout=60)
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+        assert rc == (3 if args[0] == "status" else 0)
+    r = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {' '.join(cmd)} status {root} | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.stdout == f"run {root}\n" and "Traceback" not in r.stderr
+
+
+def _parsers():
+    """The top-level parser and every subcommand's, as `pina-spark` builds them."""
+    made = []
+    orig = argparse.ArgumentParser.parse_args
+
+    def grab(self, *a, **k):
+        made.append(self)
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = grab
+    try:
+        with pytest.raises(SystemExit):
+            cli.main(["--version"])
+    finally:
+        argparse.ArgumentParser.parse_args = orig
+    top = made[0]
+    subs = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)][0]
+    return top, subs.choices
+
+
+def test_help_shows_examples_and_every_option_has_help(capsys):
+    top, subs = _parsers()
+    assert set(subs) >= {"run", "check", "demo", "status", "compare", "tune", "prepare-data"}
+    for name, p in list(subs.items()) + [("pina-spark", top)]:
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                continue
+            assert a.help, f"{name}: {a.option_strings or a.dest} has no help text"
+        text = p.format_help()
+        assert "examples:\n  pina-spark " in text, name
+    with pytest.raises(SystemExit) as e:
+        cli.main(["status", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "exit: 0 no step failed, 3 a step failed" in out and "--json" in out
 
 
 def test_compare_pairs_shared_test_ids(tmp_path, capsys):
@@ -123,4 +223,4 @@ def test_log_level_is_validated(argv, capsys):
 
 def test_log_level_any_case(tmp_path, capsys):
     root = _run(str(tmp_path / "a"), 0.5, ["i1"], {"pina": [1]})
-    assert cli.main(["status", root, "--log-level", "debug"]) == 0
+    assert cli.main(["status", root, "--log-level", "debug"]) == 3  # parsed; embed failed

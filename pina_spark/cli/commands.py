@@ -1,16 +1,24 @@
-"""Command line: ``pina-spark run | demo | prepare-data | tune | skeleton | status | compare``.
+"""Command line: ``pina-spark run | check | demo | prepare-data | tune | skeleton | status |
+compare``.
 
 Exit codes: 0 success; 1 an unexpected failure (a stage raised: Python traceback on stderr, the
 stage marked ``failed`` in ``_manifest.json``); 2 a usage, configuration or input error (message
-``pina-spark: error: ...`` naming the key and the file; nothing ran).
+``pina-spark: error: ...`` naming the key and the file; nothing ran; ``check``: the run cannot
+start); 3 ``status`` of a run with a failed step.
+
+``run`` (and ``jobs/<stage>.py``) check the inputs its stages read with pyarrow before it takes
+the run root's lease and starts Spark (:func:`pina_spark.cli.check.require_inputs`), so a
+missing input or a refused column is exit 2 with nothing written.
 
 Examples
 --------
+``pina-spark check --config conf/local.yaml``
 ``pina-spark run --config conf/local.yaml --set neighbors.k=10 --stages graph,pretrain``
 ``pina-spark demo --output runs/demo``
 ``pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t \
 --output data/cul``
 ``pina-spark prepare-data --source synthetic --instances 100000 --seed 1 --output data/syn100k``
+``pina-spark status runs/demo/run --json | head``
 """
 
 import argparse
@@ -21,6 +29,53 @@ import sys
 from typing import List, Optional
 
 log = logging.getLogger("pina_spark")
+
+#: exit code of a usage, configuration or input error (argparse's own code too)
+EXIT_USAGE = 2
+
+#: the examples under ``pina-spark --help`` (each subcommand shows its own)
+EXAMPLES = {
+    "run": """examples:
+  pina-spark run --config conf/local.yaml
+  pina-spark run --config conf/local.yaml --set neighbors.k=10 \\
+      --stages neighbors,aggregate,train,evaluate --force
+  pina-spark run --config conf/emr.yaml --run-date 2026-11-21 --models latest --incremental""",
+    "check": """examples:
+  pina-spark check --config my.yaml
+  pina-spark check --config conf/local.yaml --set input.events=data/ev.csv --json
+exit: 0 the run can start, 2 it cannot (config, input or lease problem)""",
+    "demo": """examples:
+  pina-spark demo --output /tmp/demo
+  pina-spark demo --output /tmp/demo-k10 --set neighbors.k=10""",
+    "prepare-data": """examples:
+  pina-spark prepare-data --source demo --output data/demo
+  pina-spark prepare-data --source citeulike-t --input ../shared/data/citeulike-t --output data/cul
+  pina-spark prepare-data --source synthetic --instances 100000 --seed 1 --output data/syn100k""",
+    "tune": """examples:
+  pina-spark tune --config conf/local.yaml --grid neighbors.k=3,5,10 \\
+      --grid aggregate.v1_weight=0.5,1""",
+    "skeleton": """examples:
+  pina-spark skeleton > my.yaml""",
+    "status": """examples:
+  pina-spark status runs/demo/run
+  pina-spark status s3://bucket/runs/prod/run_date=2026-11-21 --json
+exit: 0 no step failed, 3 a step failed, 2 no manifest there""",
+    "compare": """examples:
+  pina-spark compare runs/demo/run runs/demo-k10/run
+  pina-spark compare runs/a runs/b --json""",
+}
+
+
+def _emit(text: str) -> None:
+    """Print ``text`` to stdout; a reader that went away (``| head``) ends the output quietly
+    (no BrokenPipeError traceback, the command's exit code unchanged)."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null first
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -74,7 +129,12 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
-    p.add_argument("--config", required=config_required, help="YAML config file")
+    p.add_argument(
+        "--config",
+        required=config_required,
+        metavar="FILE",
+        help="YAML config file (local path or s3://...)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -129,14 +189,17 @@ def config_from_args(args, base=None):
 
 
 def run_stages(cfg, stages) -> dict:
-    """Take the run root's lease (before Spark starts, so a second run on the same root fails
-    at once naming the owner), then run the stages."""
+    """Check the inputs the stages read (pyarrow, :func:`pina_spark.cli.check.require_inputs`),
+    take the run root's lease (before Spark starts, so a second run on the same root fails at
+    once naming the owner), then run the stages."""
     import uuid
 
+    from pina_spark.cli.check import require_inputs
     from pina_spark.orchestration.pipeline import run_pipeline
     from pina_spark.orchestration.session import get_spark
     from pina_spark.storage import RunPaths, acquire_lease
 
+    require_inputs(cfg, stages)
     root = RunPaths(cfg.output, cfg.run.run_date).root
     with acquire_lease(
         root,
@@ -156,7 +219,7 @@ def _fail(e: BaseException) -> int:
 
     if isinstance(e, (ConfigError, InputError, LeaseError)):
         print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     import traceback
 
     print(scrub("".join(traceback.format_exception(type(e), e, e.__traceback__))), file=sys.stderr)
@@ -168,8 +231,18 @@ def _cmd_run(args) -> int:
 
     cfg = config_from_args(args)
     result = run_stages(cfg, parse_stages(args.stages))
-    print(json.dumps({"output": cfg.output, "stages": result}, indent=2))
+    _emit(json.dumps({"output": cfg.output, "stages": result}, indent=2))
     return 0
+
+
+def _cmd_check(args) -> int:
+    from pina_spark.cli.check import check_run, report_text
+    from pina_spark.config import parse_stages
+
+    cfg = config_from_args(args)
+    report = check_run(cfg, parse_stages(args.stages))
+    _emit(json.dumps(report.to_dict(), indent=2) if args.json else report_text(report))
+    return 0 if report.can_start else EXIT_USAGE
 
 
 def _cmd_demo(args) -> int:
@@ -184,26 +257,25 @@ def _cmd_demo(args) -> int:
     args.config = args.config or _packaged_demo_config()
     cfg = config_from_args(args, base=base)
     result = run_stages(cfg, parse_stages(args.stages))
-    print(
+    _emit(
         json.dumps(
             {"input": os.path.join(out, "input"), "output": cfg.output, "stages": result}, indent=2
         )
     )
-    print(f"\nDemo outputs are under {cfg.output}")
+    _emit(f"\nDemo outputs are under {cfg.output}")
     return 0
 
 
 def _packaged_demo_config() -> str:
-    import os
-
-    return os.path.join(os.path.dirname(__file__), "conf", "demo.yaml")
+    """``pina_spark/conf/demo.yaml``, the demo's config shipped in the wheel."""
+    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf", "demo.yaml")
 
 
 def _cmd_prepare(args) -> int:
     from pina_spark.datasets import prepare_data
 
     paths = prepare_data(args.source, args.input, args.output, args.instances, args.seed)
-    print(json.dumps(paths, indent=2))
+    _emit(json.dumps(paths, indent=2))
     return 0
 
 
@@ -223,7 +295,7 @@ def _cmd_tune(args) -> int:
 
     cfg = config_from_args(args)
     table = run_tune(cfg, args.grid)
-    print(table)
+    _emit(table)
     return 0
 
 
@@ -232,62 +304,123 @@ def _cmd_skeleton(args) -> int:
 
     from pina_spark.config import skeleton
 
-    print(yaml.safe_dump(skeleton(), sort_keys=False))
+    _emit(yaml.safe_dump(skeleton(), sort_keys=False))
     return 0
 
 
 def _cmd_status(args) -> int:
-    from pina_spark.cli.status import status_text
+    from pina_spark.cli.status import EXIT_STAGE_FAILED, status_data, status_text
 
-    print(status_text(args.run))
-    return 0
+    data = status_data(args.run)
+    _emit(json.dumps(data, indent=2) if args.json else status_text(args.run, data))
+    return EXIT_STAGE_FAILED if data["failed"] else 0
 
 
 def _cmd_compare(args) -> int:
-    from pina_spark.cli.status import compare_text
+    from pina_spark.cli.status import compare_data, compare_text
 
-    print(compare_text(args.run_a, args.run_b))
+    data = compare_data(args.run_a, args.run_b)
+    _emit(json.dumps(data, indent=2) if args.json else compare_text(args.run_a, args.run_b, data))
     return 0
+
+
+def _add_json(p: argparse.ArgumentParser, schema: str) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print one JSON document instead of tables (schema {schema}, see docs/cli.md)",
+    )
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps descriptions as argparse does, and prints an ``examples:`` epilog line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _subparser(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` ends with its examples (:data:`EXAMPLES`)."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=EXAMPLES.get(name),
+        formatter_class=_HelpFormatter,
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     from pina_spark import __version__
 
-    parser = argparse.ArgumentParser(prog="pina-spark", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"pina-spark {__version__}")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-
-    p = sub.add_parser("run", help="run pipeline stages")
-    add_config_args(p)
-    p.add_argument(
-        "--stages",
-        help="comma list of graph,vectorizer,embed,pretrain,neighbors,aggregate,"
-        "train,evaluate (default: all)",
+    parser = argparse.ArgumentParser(
+        prog="pina-spark",
+        description="PINA for extreme multi-label classification on Apache Spark.",
+        epilog="examples:\n"
+        "  pina-spark check --config my.yaml      # inputs, columns, what a run would do\n"
+        "  pina-spark run --config my.yaml\n"
+        "  pina-spark status runs/mydata\n"
+        "  pina-spark demo --output /tmp/demo\n"
+        "exit codes: 0 success, 1 a stage failed (traceback), 2 usage / config / input "
+        "error,\n  3 status: a step of the run failed. `pina-spark COMMAND --help` for more.",
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"pina-spark {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    stages_help = (
+        "comma list of graph,vectorizer,embed,pretrain,neighbors,aggregate,train,evaluate "
+        "(default: all)"
+    )
+
+    p = _subparser(sub, "run", "run pipeline stages")
+    add_config_args(p)
+    p.add_argument("--stages", help=stages_help)
     p.set_defaults(fn=_cmd_run)
 
-    p = sub.add_parser("demo", help="generate the built-in demo data and run the pipeline")
+    p = _subparser(
+        sub,
+        "check",
+        "pre-flight of a run, without Spark: the config, every input (exists, columns, "
+        "types, rows) and which stages a run would execute or skip, and why",
+    )
+    add_config_args(p)
+    p.add_argument("--stages", help=stages_help + ": the stages of the run to plan")
+    _add_json(p, "pina-spark-check/1")
+    p.set_defaults(fn=_cmd_check)
+
+    p = _subparser(sub, "demo", "generate the built-in demo data and run the pipeline")
     add_config_args(p, config_required=False)
-    p.add_argument("--output", default="runs/demo")
-    p.add_argument("--stages")
+    p.add_argument(
+        "--output",
+        default="runs/demo",
+        metavar="DIR",
+        help="folder for input/ and run/ (default runs/demo)",
+    )
+    p.add_argument("--stages", help=stages_help)
     p.set_defaults(fn=_cmd_demo)
 
-    p = sub.add_parser(
-        "prepare-data",
-        help="convert a shared data set to the input contract, or generate one",
+    p = _subparser(
+        sub, "prepare-data", "convert a shared data set to the input contract, or generate one"
     )
     p.add_argument(
-        "--source", required=True, choices=["instacart", "citeulike-t", "demo", "synthetic"]
+        "--source",
+        required=True,
+        choices=["instacart", "citeulike-t", "demo", "synthetic"],
+        help="the data set: a converter of a public one, the demo, or synthetic scale data",
     )
     p.add_argument("--input", help="folder of the raw data set (not needed for demo, synthetic)")
     p.add_argument("--instances", type=int, metavar="N", help="synthetic: number of products")
     p.add_argument("--seed", type=int, metavar="S", help="synthetic: random seed (default 0)")
-    p.add_argument("--output", required=True)
+    p.add_argument(
+        "--output", required=True, metavar="DIR", help="folder for the input-contract tables"
+    )
     add_log_level(p)
     p.set_defaults(fn=_cmd_prepare)
     prepare_parser = p
 
-    p = sub.add_parser("tune", help="grid over cheap stages on a validation split of train")
+    p = _subparser(sub, "tune", "grid over cheap stages on a validation split of train")
     add_config_args(p)
     p.add_argument(
         "--grid",
@@ -298,24 +431,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     p.set_defaults(fn=_cmd_tune)
 
-    p = sub.add_parser("skeleton", help="print every config key with its default")
+    p = _subparser(sub, "skeleton", "print every config key with its default")
     p.set_defaults(fn=_cmd_skeleton, log_level="INFO")
 
-    p = sub.add_parser(
+    p = _subparser(
+        sub,
         "status",
-        help="stages, times, row counts and quarantine of a run " "(from its _manifest.json)",
+        "stages, times, row counts and quarantine of a run (from its _manifest.json)",
     )
     p.add_argument("run", help="run root: <output> or <output>/run_date=YYYY-MM-DD")
+    _add_json(p, "pina-spark-status/1")
     add_log_level(p)
     p.set_defaults(fn=_cmd_status)
 
-    p = sub.add_parser(
+    p = _subparser(
+        sub,
         "compare",
-        help="metrics of two runs side by side, with a paired t-test "
-        "on the test instances both scored",
+        "metrics of two runs side by side, with a paired t-test on the test instances both "
+        "scored",
     )
     p.add_argument("run_a", help="run root A (the reference)")
     p.add_argument("run_b", help="run root B")
+    _add_json(p, "pina-spark-compare/1")
     add_log_level(p)
     p.set_defaults(fn=_cmd_compare)
 
@@ -340,6 +477,5 @@ def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
         result = run_stages(cfg, (stage,))
     except Exception as e:
         return _fail(e)
-    print(json.dumps({"output": cfg.output, "stages": result}))
+    _emit(json.dumps({"output": cfg.output, "stages": result}))
     return 0
-

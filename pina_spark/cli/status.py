@@ -2,6 +2,10 @@
 and ``pina-spark compare RUN_A RUN_B``. No SparkSession: the manifest, ``eval/metrics.json`` and
 ``eval/per_instance.parquet`` are read with :func:`pina_spark.storage.read_bytes` (local or ``s3://``).
 
+Each command has a data form (:func:`status_data`, :func:`compare_data`: what ``--json`` prints,
+schemas ``pina-spark-status/1`` and ``pina-spark-compare/1`` in docs/cli.md) and a text form
+built from it. ``status`` exits :data:`EXIT_STAGE_FAILED` when a step of the run failed.
+
 Example::
 
     print(status_text("runs/demo/run"))
@@ -18,6 +22,12 @@ from pina_spark.config import STAGE_NAMES, ConfigError
 log = logging.getLogger(__name__)
 
 _METRICS = "metrics.json"
+
+#: exit code of ``pina-spark status`` when a step of the run is ``failed`` (1 is an unexpected
+#: error, 2 a usage error or a folder without a manifest)
+EXIT_STAGE_FAILED = 3
+STATUS_SCHEMA = "pina-spark-status/1"
+COMPARE_SCHEMA = "pina-spark-compare/1"
 
 
 def _manifest(root: str) -> Dict[str, Any]:
@@ -36,7 +46,7 @@ def _metrics(root: str) -> Optional[Dict[str, Any]]:
     return json.loads(raw) if raw else None
 
 
-def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+def markdown_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     """A Markdown table (what the README shows; readable in a terminal too)."""
     cells = [[str(c) for c in header]] + [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -47,82 +57,115 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     )
 
 
-def _rows_out(entry: Dict[str, Any]) -> str:
-    rows = entry.get("rows_out") or {}
-    return ", ".join(f"{k}={v:,}" for k, v in sorted(rows.items())) or "-"
-
-
-def status_text(root: str) -> str:
-    """Stages (status, start, duration, rows out, rows/s), quarantine per input table, the last
-    command runs and, when the evaluate stage is complete, P@1 per variant."""
+def status_data(root: str) -> Dict[str, Any]:
+    """``pina-spark status --json``: the steps (status, start, duration, rows out, rows/s,
+    error), the steps not run, the failed ones, the quarantine per input table, the last five
+    commands, P@k per variant (when evaluate is complete) and the promotion decision."""
     m = _manifest(root)
     stages = m.get("stages", {})
     names = [n for n in ("nodes",) + STAGE_NAMES if n in stages]
-    rows = []
-    for n in names:
-        e = stages[n]
-        dur = e.get("duration_s")
-        rows.append(
-            [
-                n,
-                e.get("status"),
-                e.get("started"),
-                None if dur is None else f"{dur:.1f}s",
-                _rows_out(e),
-                e.get("rows_per_s"),
-            ]
-        )
-    out = [
-        f"run {storage.RunPaths(root).root}",
-        "",
-        _table(rows, ["stage", "status", "started", "duration", "rows out", "rows/s"]),
+    steps = [
+        {
+            "stage": n,
+            "status": stages[n].get("status"),
+            "started": stages[n].get("started"),
+            "duration_s": stages[n].get("duration_s"),
+            "rows_out": stages[n].get("rows_out") or {},
+            "rows_per_s": stages[n].get("rows_per_s"),
+            "error": stages[n].get("error"),
+        }
+        for n in names
     ]
-    missing = [n for n in STAGE_NAMES if n not in stages]
-    if missing:
-        out.append(f"\nnot run: {', '.join(missing)}")
-    failed = [(n, stages[n].get("error")) for n in names if stages[n].get("status") == "failed"]
-    for n, err in failed:
-        out.append(f"\nstage {n} failed: {err}")
     inputs = ((stages.get("graph") or {}).get("stats") or {}).get("inputs") or {}
-    if inputs:
+    quarantine = {
+        t: {k: s.get(k) for k in ("rows_in", "rows_used", "rows_quarantined")}
+        | {"reasons": dict(s.get("reasons") or {})}
+        for t, s in sorted(inputs.items())
+    }
+    history = [
+        {k: x.get(k) for k in ("run_id", "status", "started", "finished")}
+        | {"stages": list(x.get("stages") or [])}
+        for x in (m.get("history") or [])[-5:]
+    ]
+    metrics = _metrics(root) if (stages.get("evaluate") or {}).get("status") == "complete" else None
+    return {
+        "schema": STATUS_SCHEMA,
+        "root": storage.RunPaths(root).root,
+        "stages": steps,
+        "not_run": [n for n in STAGE_NAMES if n not in stages],
+        "failed": [n for n in names if stages[n].get("status") == "failed"],
+        "quarantine": quarantine,
+        "history": history,
+        "metrics": (
+            {"n_test_scored": metrics.get("n_test_scored"), "variants": metrics["variants"]}
+            if metrics and metrics.get("variants")
+            else None
+        ),
+        "promotion": ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion"),
+    }
+
+
+def status_text(root: str, data: Optional[Dict[str, Any]] = None) -> str:
+    """Stages (status, start, duration, rows out, rows/s), quarantine per input table, the last
+    command runs and, when the evaluate stage is complete, P@1 per variant."""
+    d = data or status_data(root)
+    rows = [
+        [
+            e["stage"],
+            e["status"],
+            e["started"],
+            None if e["duration_s"] is None else f"{e['duration_s']:.1f}s",
+            ", ".join(f"{k}={v:,}" for k, v in sorted(e["rows_out"].items())) or "-",
+            e["rows_per_s"],
+        ]
+        for e in d["stages"]
+    ]
+    out = [
+        f"run {d['root']}",
+        "",
+        markdown_table(rows, ["stage", "status", "started", "duration", "rows out", "rows/s"]),
+    ]
+    if d["not_run"]:
+        out.append(f"\nnot run: {', '.join(d['not_run'])}")
+    for e in d["stages"]:
+        if e["status"] == "failed":
+            out.append(f"\nstage {e['stage']} failed: {e['error']}")
+    if d["quarantine"]:
         q = [
             [
                 t,
-                s.get("rows_in"),
-                s.get("rows_used"),
-                s.get("rows_quarantined"),
-                ", ".join(f"{r}={c}" for r, c in sorted((s.get("reasons") or {}).items())) or "-",
+                s["rows_in"],
+                s["rows_used"],
+                s["rows_quarantined"],
+                ", ".join(f"{r}={c}" for r, c in sorted(s["reasons"].items())) or "-",
             ]
-            for t, s in sorted(inputs.items())
+            for t, s in d["quarantine"].items()
         ]
         out += [
             "",
             "quarantine (rows in <output>/quarantine/<table>):",
-            _table(q, ["table", "rows in", "used", "quarantined", "reasons"]),
+            markdown_table(q, ["table", "rows in", "used", "quarantined", "reasons"]),
         ]
-    hist = m.get("history") or []
-    if hist:
+    if d["history"]:
         h = [
-            [
-                x.get("run_id"),
-                x.get("status"),
-                x.get("started"),
-                x.get("finished"),
-                ",".join(x.get("stages") or []),
-            ]
-            for x in hist[-5:]
+            [x["run_id"], x["status"], x["started"], x["finished"], ",".join(x["stages"])]
+            for x in d["history"]
         ]
-        out += ["", "last commands:", _table(h, ["run", "status", "started", "finished", "stages"])]
-    metrics = _metrics(root) if (stages.get("evaluate") or {}).get("status") == "complete" else None
-    if metrics and metrics.get("variants"):
+        out += [
+            "",
+            "last commands:",
+            markdown_table(h, ["run", "status", "started", "finished", "stages"]),
+        ]
+    metrics = d["metrics"]
+    if metrics:
         p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics["variants"].items()]
         n_scored = metrics.get("n_test_scored")
         out += [
             "",
             f"P@1 on {n_scored if n_scored is not None else 'the'} scored test instances:",
-            _table(p, ["variant", "P@1"]),
+            markdown_table(p, ["variant", "P@1"]),
         ]
-    promotion = ((stages.get("evaluate") or {}).get("stats") or {}).get("promotion")
+    promotion = d["promotion"]
     if promotion:
         verdict = "promoted" if promotion.get("promoted") else "NOT promoted"
         out.append(f"\npromotion gate: {verdict} ({promotion.get('reason')})")
@@ -173,9 +216,10 @@ def paired_results(
     return out
 
 
-def compare_text(a_root: str, b_root: str) -> str:
-    """Metrics of two runs side by side (A, B, B - A per variant and metric), stage durations,
-    and the paired t-test on the test instances both runs scored."""
+def compare_data(a_root: str, b_root: str) -> Dict[str, Any]:
+    """``pina-spark compare --json``: each metric of each variant in A and B, the step durations,
+    and per variant the paired t-test on the test instances both runs scored (``{}`` when a
+    run has no ``eval/per_instance.parquet``)."""
     ma, mb = _metrics(a_root), _metrics(b_root)
     if ma is None or mb is None:
         root = a_root if ma is None else b_root
@@ -183,33 +227,53 @@ def compare_text(a_root: str, b_root: str) -> str:
             f"{storage.RunPaths(root).table(storage.EVAL)}/{_METRICS}: not found (run "
             "the evaluate stage of that run first)"
         )
-    out = [f"A = {storage.RunPaths(a_root).root}", f"B = {storage.RunPaths(b_root).root}", ""]
     va, vb = ma.get("variants", {}), mb.get("variants", {})
-    rows: List[List[Any]] = []
     keys = [
         k
         for k in ("P@1", "P@3", "P@5", "R@1", "R@5", "R@10")
         if any(k in x for x in list(va.values()) + list(vb.values()))
     ]
+    metrics = []
     for v in (
         [x for x in va if x in vb] + [x for x in va if x not in vb] + [x for x in vb if x not in va]
     ):
         for k in keys:
             a, b = va.get(v, {}).get(k), vb.get(v, {}).get(k)
-            rows.append(
-                [
-                    v,
-                    k,
-                    None if a is None else f"{a:.4f}",
-                    None if b is None else f"{b:.4f}",
-                    None if a is None or b is None else f"{b - a:+.4f}",
-                ]
-            )
-    out += [_table(rows, ["variant", "metric", "A", "B", "B - A"]), ""]
+            diff = None if a is None or b is None else b - a
+            metrics.append({"variant": v, "metric": k, "a": a, "b": b, "diff": diff})
     sa, sb = _manifest(a_root).get("stages", {}), _manifest(b_root).get("stages", {})
-    d = [[n, _dur(sa.get(n)), _dur(sb.get(n))] for n in STAGE_NAMES if n in sa or n in sb]
-    out += ["stage durations:", _table(d, ["stage", "A", "B"]), ""]
-    paired = paired_results(a_root, b_root)
+    durations = [
+        {
+            "stage": n,
+            "a_s": (sa.get(n) or {}).get("duration_s"),
+            "b_s": (sb.get(n) or {}).get("duration_s"),
+        }
+        for n in STAGE_NAMES
+        if n in sa or n in sb
+    ]
+    return {
+        "schema": COMPARE_SCHEMA,
+        "a": storage.RunPaths(a_root).root,
+        "b": storage.RunPaths(b_root).root,
+        "metrics": metrics,
+        "durations": durations,
+        "paired": paired_results(a_root, b_root),
+    }
+
+
+def compare_text(a_root: str, b_root: str, data: Optional[Dict[str, Any]] = None) -> str:
+    """Metrics of two runs side by side (A, B, B - A per variant and metric), stage durations,
+    and the paired t-test on the test instances both runs scored."""
+    d = data or compare_data(a_root, b_root)
+    out = [f"A = {d['a']}", f"B = {d['b']}", ""]
+    rows = [
+        [m["variant"], m["metric"], _f(m["a"]), _f(m["b"]), _signed(m["diff"])]
+        for m in d["metrics"]
+    ]
+    out += [markdown_table(rows, ["variant", "metric", "A", "B", "B - A"]), ""]
+    dur = [[x["stage"], _secs(x["a_s"]), _secs(x["b_s"])] for x in d["durations"]]
+    out += ["stage durations:", markdown_table(dur, ["stage", "A", "B"]), ""]
+    paired = d["paired"]
     if not paired:
         out.append(
             "paired t-test: no eval/per_instance.parquet in one of the runs (rerun its "
@@ -225,15 +289,17 @@ def compare_text(a_root: str, b_root: str) -> str:
     out += [
         "paired t-test of B against A on the test instances both runs scored "
         "(same instance_id):",
-        _table(t, ["variant", "metric", "paired", "A", "B", "p"]),
+        markdown_table(t, ["variant", "metric", "paired", "A", "B", "p"]),
     ]
     return "\n".join(out)
 
 
-def _dur(e: Optional[Dict[str, Any]]) -> Optional[str]:
-    if not e or e.get("duration_s") is None:
-        return None
-    return f"{e['duration_s']:.1f}s"
+def _secs(x: Optional[float]) -> Optional[str]:
+    return None if x is None else f"{x:.1f}s"
+
+
+def _signed(x: Optional[float]) -> Optional[str]:
+    return None if x is None else f"{x:+.4f}"
 
 
 def _f(x: Optional[float]) -> Optional[str]:

@@ -1,0 +1,215 @@
+"""``pina-spark check --config FILE [--set ...] [--stages ...]``: the pre-flight of a run. It
+starts no Spark and writes nothing under the run root: it builds the config (every error a run
+would give), looks at every configured input with pyarrow (exists, required columns, their
+types, row counts where cheap: :mod:`pina_spark.storage.preflight`), reads the run root's
+manifest and lease, and says which steps ``pina-spark run`` with the same arguments would run or
+skip, and why (:func:`pina_spark.orchestration.resume.plan_steps`, the decision the run takes).
+
+The inputs' fingerprint is computed as the run computes it (the same hash of every file's path,
+size and modification time, listed with pyarrow instead of Hadoop; a test checks that the two
+agree) for local inputs. For inputs on an object store (``s3://``) it is not computed: a step
+complete in the manifest is then reported ``unknown`` ("run decides"), from the manifest's
+recorded state only.
+
+Exit codes: 0 the run can start; 2 it cannot (a config error, an input the command reads that
+is missing or would be refused, the root's lease held by a live run).
+
+:func:`require_inputs` is the same input check, raising: ``pina-spark run`` and ``jobs/*.py``
+call it before they take the run root's lease and start Spark.
+
+Example::
+
+    report = check_run(cfg, STAGE_NAMES)
+    print(report_text(report)); report.can_start
+"""
+
+import dataclasses as dc
+from typing import Any, Dict, List, Optional, Sequence
+
+from pina_spark import storage
+from pina_spark.config import PinaConfig
+from pina_spark.orchestration.resume import StepPlan, inputs_read, plan_steps
+from pina_spark.storage.preflight import (
+    InputReport,
+    input_fingerprint_local,
+    inspect_input,
+    is_complete_arrow,
+)
+
+#: ``schema`` value of ``pina-spark check --json`` (docs/cli.md)
+SCHEMA = "pina-spark-check/1"
+
+
+@dc.dataclass(frozen=True)
+class CheckReport:
+    """What :func:`check_run` found. ``problems`` are the reasons the run cannot start (empty:
+    it can); ``inputs_read`` the tables the command's steps read (an input outside it is
+    reported but does not block)."""
+
+    root: str
+    stages: List[str]
+    inputs: List[InputReport]
+    inputs_read: List[str]
+    plan: List[StepPlan]
+    input_fingerprint: Optional[str]
+    manifest: bool
+    lease: Optional[str]
+    problems: List[str]
+    plan_note: Optional[str] = None
+
+    @property
+    def can_start(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The ``--json`` document (schema :data:`SCHEMA`, described in docs/cli.md)."""
+        return {
+            "schema": SCHEMA,
+            "root": self.root,
+            "stages": list(self.stages),
+            "can_start": self.can_start,
+            "problems": list(self.problems),
+            "lease": self.lease,
+            "manifest": self.manifest,
+            "input_fingerprint": self.input_fingerprint,
+            "inputs": [dict(r.to_dict(), read=r.table in self.inputs_read) for r in self.inputs],
+            "plan": [s.to_dict() for s in self.plan],
+            "plan_note": self.plan_note,
+        }
+
+
+def _configured(cfg: PinaConfig) -> Dict[str, str]:
+    return {
+        f.name: getattr(cfg.input, f.name)
+        for f in dc.fields(cfg.input)
+        if getattr(cfg.input, f.name)
+    }
+
+
+def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
+    """``(reports of every configured input, tables the command reads, problems)``."""
+    problems: List[str] = []
+    try:
+        needed = inputs_read(cfg, stages)
+    except storage.InputError as e:
+        needed, problems = {}, [str(e)]
+    reports = [inspect_input(uri, table) for table, uri in _configured(cfg).items()]
+    problems += [r.problem for r in reports if r.table in needed and r.blocks_run and r.problem]
+    return reports, sorted(needed), problems
+
+
+def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
+    """Raise :class:`pina_spark.storage.InputError` naming every problem of an input the command
+    reads (what :func:`check_run` reports), before any lease or Spark.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/tmp/r", "input": {"instances": "/no/i.csv",
+    ...     "labels": "/no/l.csv", "instance_labels": "/no/il.csv"}})
+    >>> require_inputs(cfg, ("graph",))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.schemas.InputError: input.instances: /no/i.csv does not exist; ...
+    >>> require_inputs(cfg, ("train",))  # the train stage reads no input
+    """
+    needed = inputs_read(cfg, stages)
+    bad = [r.problem for r in (inspect_input(u, t) for t, u in needed.items()) if r.blocks_run]
+    if bad:
+        raise storage.InputError("; ".join(p for p in bad if p))
+
+
+def check_run(cfg: PinaConfig, stages: Sequence[str]) -> CheckReport:
+    """The pre-flight of ``pina-spark run`` over ``stages`` with ``cfg`` (see the module
+    docstring). Reads only: the inputs' metadata, the root's manifest and lease."""
+    from pina_spark.orchestration.promotion import resolve_models
+    from pina_spark.storage.manifest import Manifest
+
+    cfg = resolve_models(cfg)
+    paths = storage.RunPaths(cfg.output, cfg.run.run_date)
+    reports, needed, problems = check_inputs(cfg, stages)
+    lease = None
+    plan: List[StepPlan] = []
+    has_manifest = False
+    note = None
+    fp = input_fingerprint_local(dc.astuple(cfg.input))
+    if not storage.pyarrow_reaches(paths.root):
+        note = f"pyarrow does not reach {paths.root} here: the run decides"
+    else:
+        try:
+            owner = storage.live_lease_owner(paths.root, cfg.run.lease_stale_s)
+            manifest = Manifest(paths.manifest)
+        except OSError as e:  # no credentials for the bucket here, ...
+            owner, manifest = None, None
+            note = f"{paths.root} not readable here ({type(e).__name__}: {e}): the run decides"
+        if owner is not None:
+            lease = storage.describe_lease(owner)
+            problems.append(f"{paths.root} is leased by {lease}: wait for it or use another output")
+        if manifest is not None:
+            has_manifest = bool(manifest.data.get("stages") or manifest.data.get("history"))
+            plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow)
+    return CheckReport(
+        root=paths.root,
+        stages=list(stages),
+        inputs=reports,
+        inputs_read=needed,
+        plan=plan,
+        input_fingerprint=fp,
+        manifest=has_manifest,
+        lease=lease,
+        problems=problems,
+        plan_note=note,
+    )
+
+
+def report_text(r: CheckReport) -> str:
+    """The report as a terminal reads it (Markdown tables)."""
+    from pina_spark.cli.status import markdown_table
+
+    out = [
+        f"run root {r.root}: "
+        + ("manifest found" if r.manifest else "no manifest yet")
+        + f"; lease {'held by ' + r.lease if r.lease else 'free'}",
+        "",
+        "inputs (read with pyarrow; no Spark):",
+    ]
+    rows = []
+    for i in r.inputs:
+        detail = i.problem or i.note or ", ".join(i.columns)
+        if i.table not in r.inputs_read:
+            detail = f"(not read by these stages) {detail}"
+        rows.append(
+            [
+                i.table,
+                i.status,
+                i.format,
+                i.files,
+                None if i.rows is None else f"{i.rows:,}",
+                detail,
+            ]
+        )
+    out.append(
+        markdown_table(rows, ["table", "status", "format", "files", "rows", "columns / problem"])
+    )
+    if r.plan:
+        out += [
+            "",
+            f"plan of `pina-spark run` over {','.join(r.stages)}:",
+            markdown_table(
+                [[s.step, s.action, s.reason] for s in r.plan], ["step", "action", "why"]
+            ),
+        ]
+    else:
+        out += ["", f"plan: not computed ({r.plan_note})"]
+    out.append(
+        f"\ninputs' fingerprint: {r.input_fingerprint} (as the run computes it)"
+        if r.input_fingerprint
+        else "\ninputs' fingerprint: not computed (inputs on an object store): a step complete "
+        "in the manifest shows as unknown"
+    )
+    if r.can_start:
+        out.append("\nresult: the run can start")
+    else:
+        out.append("\nresult: the run cannot start:")
+        out += [f"  - {p}" for p in r.problems]
+    return "\n".join(out)

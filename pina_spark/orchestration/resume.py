@@ -1,0 +1,233 @@
+"""Which steps a command runs and which it skips, and why: one decision (:func:`decide`) that
+``pina-spark run`` takes step by step as it goes (:mod:`pina_spark.orchestration.pipeline`),
+and that ``pina-spark check`` and the start of a run take for the whole command ahead of time
+(:func:`plan_steps`).
+
+A step is skipped when its manifest entry is ``complete`` for the same fingerprint and its
+outputs are complete on storage (``_SUCCESS``); ``run.force`` (``--force``) redoes every step
+named. The fingerprint (:func:`stage_fingerprint`) hashes the input files, ``run.models`` (and
+the models run's vectorizer and pretrain entries), the config sections of the stage, and the
+manifest entries (fingerprint + version) of every step before it, so a step that runs makes
+every later step of the command run too. The steps are the stages of the command in pipeline
+order, after the ``nodes`` pre-step of a ``run.models`` run that does not run ``graph``.
+
+Examples
+--------
+>>> decide("embed", "f1", {"status": "complete", "fingerprint": "f1"}, missing_outputs=[],
+...        force=False).action
+'skip'
+>>> decide("embed", "f2", {"status": "complete", "fingerprint": "f1"}, missing_outputs=[],
+...        force=False).reason
+'fingerprint changed (inputs, run.models, its config or an earlier step)'
+"""
+
+import dataclasses as dc
+import hashlib
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from pina_spark import storage
+from pina_spark.config import STAGE_NAMES, PinaConfig
+from pina_spark.stages import STAGES
+from pina_spark.storage.manifest import Manifest
+
+#: pseudo-stage name (manifest entry) of the ``nodes`` pre-step of a ``run.models`` run
+NODES_STEP = "nodes"
+
+RUN = "run"
+SKIP = "skip"
+#: complete in the manifest, but the fingerprint or the outputs cannot be read here
+UNKNOWN = "unknown"
+
+
+@dc.dataclass(frozen=True)
+class StepPlan:
+    """The decision for one step: ``action`` is :data:`RUN`, :data:`SKIP` or :data:`UNKNOWN`;
+    ``fingerprint`` the step's fingerprint now (``None`` when it cannot be computed here) and
+    ``recorded`` the one in the manifest."""
+
+    step: str
+    action: str
+    reason: str
+    fingerprint: Optional[str] = None
+    recorded: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dc.asdict(self)
+
+
+def hash_text(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
+def models_run_root(cfg: PinaConfig) -> Optional[str]:
+    """Root of the run whose models are reused (``run.models``), or ``None``."""
+    return storage.norm(cfg.run.models) if cfg.run.models else None
+
+
+def runs_nodes_step(cfg: PinaConfig, root: str, stages: Sequence[str]) -> bool:
+    """Whether a command over ``stages`` starts with the ``nodes`` pre-step: ``run.models``
+    names another run and the command does not run ``graph``."""
+    mroot = models_run_root(cfg)
+    return bool(mroot and mroot != storage.norm(root) and "graph" not in stages)
+
+
+def models_token(cfg: PinaConfig) -> str:
+    """``run.models`` and the manifest entries of the stages that wrote its model folders."""
+    root = models_run_root(cfg)
+    if not root:
+        return ""
+    m = Manifest(storage.RunPaths(root).manifest)
+    parts = [root]
+    for st in ("vectorizer", "pretrain"):  # the stages that wrote the reused model folders
+        e = m.stage(st) or {}
+        parts.append(f"{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+    return ":".join(parts)
+
+
+def base_token(cfg: PinaConfig, input_fingerprint: str) -> str:
+    """The part of every step's fingerprint that the inputs and ``run.models`` make."""
+    return hash_text(input_fingerprint + models_token(cfg))
+
+
+def upstream_token(manifest: Manifest, name: str) -> str:
+    """Fingerprint + version of every step before ``name`` (the nodes pre-step first)."""
+    parts = []
+    for up in (NODES_STEP,) + STAGE_NAMES[: STAGE_NAMES.index(name)]:
+        e = manifest.stage(up)
+        if e and e.get("status") == "complete":
+            parts.append(f"{up}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
+        else:
+            parts.append(f"{up}:-")
+    return "|".join(parts)
+
+
+def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str) -> str:
+    """The fingerprint of step ``name`` now (``base``: :func:`base_token`)."""
+    if name == NODES_STEP:
+        return hash_text(base + "nodes")
+    spec = STAGES[name]
+    return hash_text(
+        base + cfg.fingerprint(*spec.fingerprint_sections(cfg)) + upstream_token(manifest, name)
+    )
+
+
+def step_outputs(name: str) -> Sequence[str]:
+    return (storage.NODES,) if name == NODES_STEP else STAGES[name].outputs
+
+
+def decide(
+    name: str,
+    fingerprint: Optional[str],
+    entry: Optional[Dict[str, Any]],
+    missing_outputs: Optional[Sequence[str]],
+    force: bool,
+    earlier_runs: Sequence[str] = (),
+) -> StepPlan:
+    """Run or skip step ``name``, and why.
+
+    Parameters
+    ----------
+    fingerprint : the step's fingerprint now (:func:`stage_fingerprint`); ``None`` when it
+        cannot be computed (inputs on an object store, seen without Spark).
+    entry : the step's manifest entry (``None``: never ran on this root).
+    missing_outputs : outputs without ``_SUCCESS`` (``None``: not readable here).
+    earlier_runs : steps of the same command before this one that run.
+    """
+    recorded = (entry or {}).get("fingerprint")
+    plan = lambda action, why: StepPlan(name, action, why, fingerprint, recorded)  # noqa: E731
+    if force:
+        return plan(RUN, "--force (run.force)")
+    if earlier_runs:
+        return plan(RUN, f"an earlier step runs ({earlier_runs[0]})")
+    if not entry:
+        return plan(RUN, "never ran on this root")
+    status = entry.get("status")
+    if status != "complete":
+        error = f": {str(entry.get('error'))[:160]}" if entry.get("error") else ""
+        return plan(RUN, f"last attempt {status}{error}")
+    if fingerprint is not None and recorded != fingerprint:
+        return plan(RUN, "fingerprint changed (inputs, run.models, its config or an earlier step)")
+    if missing_outputs:
+        return plan(RUN, f"outputs incomplete: {', '.join(missing_outputs)}")
+    if fingerprint is None or missing_outputs is None:
+        what = "the inputs' fingerprint" if fingerprint is None else "the outputs"
+        return plan(UNKNOWN, f"complete in the manifest; {what} cannot be read here: run decides")
+    return plan(SKIP, f"complete for fingerprint {fingerprint}")
+
+
+def plan_steps(
+    cfg: PinaConfig,
+    stages: Sequence[str],
+    manifest: Manifest,
+    input_fingerprint: Optional[str],
+    output_complete: Callable[[str], Optional[bool]],
+) -> List[StepPlan]:
+    """The decision of every step of a command over ``stages`` on ``cfg``'s run root, taken
+    now, in order.
+
+    Parameters
+    ----------
+    manifest : the run root's manifest as it is now.
+    input_fingerprint : :func:`pina_spark.storage.input_fingerprint` of ``cfg.input`` (``None``
+        when it cannot be computed here).
+    output_complete : ``uri -> bool`` whether a published folder is complete (``None``: not
+        readable here).
+    """
+    paths = storage.RunPaths(cfg.output, cfg.run.run_date)
+    names = [s for s in STAGE_NAMES if s in stages]
+    if runs_nodes_step(cfg, paths.root, stages):
+        names.insert(0, NODES_STEP)
+    base = None if input_fingerprint is None else base_token(cfg, input_fingerprint)
+    out: List[StepPlan] = []
+    runs: List[str] = []
+    for name in names:
+        fp = None if base is None else stage_fingerprint(cfg, manifest, base, name)
+        done = {o: output_complete(paths.table(o)) for o in step_outputs(name)}
+        missing: Optional[List[str]] = [o for o, ok in done.items() if ok is False]
+        if not missing and any(ok is None for ok in done.values()):
+            missing = None
+        d = decide(name, fp, manifest.stage(name), missing, cfg.run.force, runs)
+        if d.action != SKIP:
+            runs.append(name)
+        out.append(d)
+    return out
+
+
+def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> Dict[str, str]:
+    """``{table: uri}`` of the inputs a command over ``stages`` reads: every configured table
+    when it runs ``graph``, ``instances`` for the ``nodes`` pre-step, ``filter_pairs`` for
+    ``evaluate``.
+
+    Raises
+    ------
+    pina_spark.storage.InputError
+        A table the config needs (``graph``) is not configured.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/tmp/r", "input": {"instances": "i.csv",
+    ...     "labels": "l.csv", "instance_labels": "il.csv", "filter_pairs": "p.csv"}})
+    >>> sorted(inputs_read(cfg, ("graph",))), sorted(inputs_read(cfg, ("train", "evaluate")))
+    (['filter_pairs', 'instance_labels', 'instances', 'labels'], ['filter_pairs'])
+    """
+    from pina_spark.validate import required_tables
+
+    inp = cfg.input
+    out: Dict[str, str] = {}
+    if "graph" in stages:
+        for name in required_tables(cfg):
+            if not getattr(inp, name):
+                why = (
+                    "task.labels=given"
+                    if name in ("labels", "instance_labels")
+                    else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
+                )
+                raise storage.InputError(f"input.{name}: required ({why}) but not configured")
+        out.update({f.name: getattr(inp, f.name) for f in dc.fields(inp) if getattr(inp, f.name)})
+    elif runs_nodes_step(cfg, storage.RunPaths(cfg.output, cfg.run.run_date).root, stages):
+        if inp.instances:
+            out["instances"] = inp.instances
+    if "evaluate" in stages and inp.filter_pairs:
+        out["filter_pairs"] = inp.filter_pairs
+    return out
