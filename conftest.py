@@ -3,7 +3,7 @@ pina_spark, run by `make test`): the test environment (offline Hugging Face, loc
 interpreter for Spark's Python workers) and ONE session-scoped local SparkSession.
 
 Docstring examples see ``spark`` (that session) in their namespace; the session starts only when
-a module's examples use it, so `pytest --doctest-modules pina_spark/config.py` stays Spark-free.
+a module's examples use it, so `pytest --doctest-modules pina_spark/config` stays Spark-free.
 """
 
 import os

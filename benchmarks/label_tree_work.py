@@ -17,7 +17,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from pina_spark import storage
-from pina_spark.stages.train.stage import read_model_dir
+from pina_spark.stages.train.model_dir import read_model_dir
 
 for run in sys.argv[1:]:
     paths = storage.RunPaths(run)

@@ -20,6 +20,7 @@ from pina_spark.config import config_from_dict, variants
 from pina_spark.orchestration.pipeline import make_context
 from pina_spark.runtime import embstore
 from pina_spark.stages import aggregate
+from pina_spark.storage import features, features_csr
 
 TOL = 1e-5
 
@@ -350,9 +351,7 @@ def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strat
         k = pos[citeulike_case.inst_ids[i]]
         assert not any(t.column(storage.DENSE)[k].as_py())
         assert t.column(storage.SPARSE_INDICES)[k].as_py() == []
-    meta = json.loads(
-        open(os.path.join(str(tmp), storage.FEATURES, aggregate.FEATURES_META)).read()
-    )
+    meta = json.loads(open(os.path.join(str(tmp), storage.FEATURES, features.FEATURES_META)).read())
     assert meta["sparse_dim"] == citeulike_case.S and meta["dense_dim"] == 32
 
 
@@ -397,7 +396,9 @@ def test_export_csr_round_trip(spark, citeulike_case, citeulike_runs, tmp_path):
     S, D = citeulike_case.S, 32
     for v, split in (("pina", "test"), ("vectorizer_only", "train")):
         out = str(tmp_path / f"X.{v}.{split}.npz")
-        info = aggregate.export_csr(spark, os.path.join(str(root), storage.FEATURES), v, split, out)
+        info = features_csr.export_csr(
+            spark, os.path.join(str(root), storage.FEATURES), v, split, out
+        )
         X = sp.load_npz(out)
         ids = open(info["ids_path"]).read().split("\n")[:-1]
         t = feats[v].filter(ds.field(storage.SPLIT) == split)
@@ -565,7 +566,7 @@ def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
 
 def test_mapped_embeddings_refuse_the_driver():
     with pytest.raises(RuntimeError, match="executor side"):
-        embstore.open_store({"key": "x"})
+        embstore.open_store(embstore.StoreSpec("e", "n", 1, 1, "x"))
 
 
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])

@@ -12,7 +12,7 @@ import pytest
 
 from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.stages.train.stage import read_model_dir
+from pina_spark.stages.train.model_dir import read_model_dir
 
 N_LABELS = 12
 WORDS_PER_LABEL = 6
@@ -189,8 +189,10 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     import shutil
 
     from pina_spark.orchestration.pipeline import make_context, run_pipeline
-    from pina_spark.stages import aggregate
-    from pina_spark.stages.train import stage as downstream
+    from pina_spark.stages import train
+    from pina_spark.stages.train import inputs
+    from pina_spark.storage import features as layout
+    from pina_spark.storage import features_csr
 
     cfg, paths, *_ = trained
     root2 = str(tmp_path / "run")
@@ -198,23 +200,23 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     cfg2 = small_cfg(root2, train={"train_on": "executors"})
     assert run_pipeline(spark, cfg2, ["train"]) == {"train": "skipped"}  # same outputs
     built_on_driver = []
-    real_load = downstream._load_features
+    real_load = inputs._load_features
     monkeypatch.setattr(
-        downstream,
+        inputs,
         "_load_features",
         lambda *a: built_on_driver.append(a[2]) or real_load(*a),
     )
     if read_by == "driver":  # where the stage calls it and where storage's own modules do
         for where in ("", ".fs", ".inputs", ".publishing", ".tables"):
             monkeypatch.setattr(f"pina_spark.storage{where}.pyarrow_reaches", lambda uri: False)
-    stats = downstream.run(make_context(spark, cfg2))
+    stats = train.run(make_context(spark, cfg2))
     assert stats["train_on"] == "executors" and stats["features_read_by"] == read_by
     if read_by == "tasks":
         assert built_on_driver == []  # no variant's features came through the driver
         # what a task reads is what the driver's reader gives, row for row
         feat = paths.table(storage.FEATURES)
         ids, X = real_load(spark, feat, "pina")
-        m = aggregate.read_variant(feat, "pina", aggregate.layout.read_sparse_width(feat, "pina"))
+        m = features_csr.read_variant(feat, "pina", layout.read_sparse_width(feat, "pina"))
         order = np.argsort(np.asarray(m.ids, dtype=object))
         assert [m.ids[i] for i in order] == sorted(ids) and len(set(ids)) == len(ids)
         assert (m.X[order] != X[np.argsort(np.asarray(ids, dtype=object))]).nnz == 0
@@ -253,8 +255,8 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
 
 
 def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
-    """A train task's own read of its variant (``aggregate.read_variant``, pyarrow, file by
-    file) aligned by ``downstream.align_features`` gives the driver's matrices
+    """A train task's own read of its variant (``features_csr.read_variant``, pyarrow, file by
+    file) aligned by ``inputs.align_features`` gives the driver's matrices
     (``_load_features`` through Spark), on a table with two files in one split, train and test
     rows missing, a first file without dense values, and a null split partition holding a real
     test id and a real train id with other values (read by neither: the driver skips null
@@ -262,9 +264,9 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pina_spark.stages import aggregate
-    from pina_spark.stages.aggregate import layout
-    from pina_spark.stages.train import stage as downstream
+    from pina_spark.stages.train import inputs
+    from pina_spark.storage import features as layout
+    from pina_spark.storage import features_csr
 
     D, S = 3, 5
     root = str(tmp_path / "features")
@@ -301,18 +303,18 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     layout.write_meta(root, D, S, ["pina"])
     train_ids = [f"i{k}" for k in range(6)]
     test_ids = [f"t{k}" for k in range(4)]
-    ids, X = downstream._load_features(spark, root, "pina")
-    m = aggregate.read_variant(root, "pina", layout.read_sparse_width(root, "pina"))
+    ids, X = inputs._load_features(spark, root, "pina")
+    m = features_csr.read_variant(root, "pina", layout.read_sparse_width(root, "pina"))
     assert sorted(m.ids) == sorted(ids) and "t1" not in m.ids and "i3" not in m.ids
-    on_driver = downstream.align_features(ids, X, train_ids, test_ids, "pina")
-    in_task = downstream.align_features(m.ids, m.X, train_ids, test_ids, "pina")
+    on_driver = inputs.align_features(ids, X, train_ids, test_ids, "pina")
+    in_task = inputs.align_features(m.ids, m.X, train_ids, test_ids, "pina")
     assert on_driver[2] == in_task[2] == (1,)  # t1 gets no prediction
     assert on_driver[3] == in_task[3] == (1, 1)
     for a, b in zip(on_driver[:2], in_task[:2]):
         assert a.shape == b.shape == (a.shape[0], 2 * D + 2 * S)
         assert (a != b).nnz == 0
     with pytest.raises(storage.InputError, match="variant pina has no row"):
-        downstream.align_features([], X[:0], train_ids, test_ids, "pina")
+        inputs.align_features([], X[:0], train_ids, test_ids, "pina")
 
 
 def test_evaluate_writes_metrics_report_plot(spark, trained):
@@ -401,7 +403,7 @@ def test_xtransformer_downstream_trains_and_predicts(spark, tmp_path):
 def test_frame_to_csr_shapes_and_sorted_indices():
     import pandas as pd
 
-    from pina_spark.stages.aggregate import frame_to_csr
+    from pina_spark.storage.features_csr import frame_to_csr
 
     pdf = pd.DataFrame(
         {

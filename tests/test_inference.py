@@ -344,7 +344,7 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
     numbers of a single-process call on those texts; the Spark SQL length equals
     :func:`plan.text_length`."""
     from pina_spark.stages.embed import stage as embed_mod
-    from pina_spark.stages.neighbors import plan as plan_mod
+    from pina_spark.stages.embed import plan as plan_mod
 
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     n = len(rows)
@@ -538,12 +538,7 @@ def test_store_features_equal_features_from_arrow(tmp_path):
         ),
         str(tmp_path / "nodes" / "part-0.parquet"),
     )
-    spec = {
-        "embeddings": str(tmp_path / "emb"),
-        "nodes": str(tmp_path / "nodes"),
-        "dense_dim": D,
-        "sparse_dim": S,
-    }
+    spec = embstore.StoreSpec(str(tmp_path / "emb"), str(tmp_path / "nodes"), D, S, key="test")
     out = str(tmp_path / "store")
     embstore._build(spec, out)
     E = {k: np.load(os.path.join(out, k + ".npy")) for k in embstore._MAPPED_FILES}

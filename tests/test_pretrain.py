@@ -7,6 +7,7 @@ one such tag), following docs/design.md: variant ``pina`` = B + I_inst + I_label
 its count (the rule of ``pina_spark.datasets``).
 """
 
+import dataclasses as dc
 import json
 import os
 
@@ -145,12 +146,11 @@ def _ctx(spark, cfg):
 def stage1(ctx):
     """Stage 1 as the pipeline runs it: fit the vectorizer, embed every node on the executors,
     train g from the ``embeddings`` table; returns the pretrain stage's statistics."""
-    from pina_spark.stages.embed.stage import run
-    from pina_spark.stages.vectorizer import stage as vectorizer_stage
+    from pina_spark.stages import embed, pretrain, vectorizer
 
-    vectorizer_stage.run(ctx)
-    run(ctx)
-    return run(ctx)
+    vectorizer.run(ctx)
+    embed.run(ctx)
+    return pretrain.run(ctx)
 
 
 @pytest.fixture(scope="module")
@@ -240,20 +240,20 @@ def test_graph_labels_twins_leave_folds_together():
     (and held-out) model that leaves out item a's instance row must leave out its label row too,
     and a's label node is excluded from a's predictions like self."""
     pb = _graph_labels_problem(twins=True)
-    assert pb["rows"].tolist() == [0, 1, 2, 3, 4, 5]
-    assert pb["twin_col"].tolist() == [3, 4, 5, -1, -1, -1]
-    assert pb["entity"].tolist() == ["a", "b", "c", "a", "b", "c"]
-    folds = row_folds(pb["entity"], 3)
+    assert pb.rows.tolist() == [0, 1, 2, 3, 4, 5]
+    assert pb.twin_col.tolist() == [3, 4, 5, -1, -1, -1]
+    assert pb.entity.tolist() == ["a", "b", "c", "a", "b", "c"]
+    folds = row_folds(pb.entity, 3)
     assert folds[0] == folds[3] == fold_of("a", 3) and folds[1] == folds[4]
     # a's label row (3) has a's labels b, c as instance columns (1, 2): the leak the fold avoids
-    assert pb["Y"][3].toarray()[0].tolist() == [0, 1, 1, 1, 0, 0]
-    P = exclude_self(sp.csr_matrix(np.ones((3, 6))), pb["rows"][:3], pb["cols"], pb["twin_col"][:3])
+    assert pb.Y[3].toarray()[0].tolist() == [0, 1, 1, 1, 0, 0]
+    P = exclude_self(sp.csr_matrix(np.ones((3, 6))), pb.rows[:3], pb.cols, pb.twin_col[:3])
     assert P.toarray().tolist() == [[0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 1], [1, 1, 0, 1, 1, 0]]
     # given labels (ids of labels and instances are different namespaces): no twins, label rows
     # stay in every fold
     pb = _graph_labels_problem(twins=False)
-    assert pb["twin_col"].tolist() == [-1] * 6
-    assert row_folds(pb["entity"], 3)[3:].tolist() == [-1, -1, -1]
+    assert pb.twin_col.tolist() == [-1] * 6
+    assert row_folds(pb.entity, 3)[3:].tolist() == [-1, -1, -1]
 
 
 def test_ranking_metrics_by_hand():
@@ -356,9 +356,9 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     pb = problems["pina_naive"]
     phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
     D, S = phi.dense_dim, phi.sparse_dim
-    X = features_from_embeddings(spark, ctx.paths, pb["rows"], D, S)
-    out = np.array([e is not None and is_heldout(e, HOLDOUT) for e in pb["entity"]])
-    b = gtrain.make_bundle(pb, X, bpre.row_folds(pb["entity"], FOLDS), out)
+    X = features_from_embeddings(spark, ctx.paths, pb.rows, D, S)
+    out = np.array([e is not None and is_heldout(e, HOLDOUT) for e in pb.entity])
+    b = gtrain.make_bundle(pb, X, bpre.row_folds(pb.entity, FOLDS), out)
     fits = gtrain.plan_fits("pina_naive", gtrain.has_heldout(b), FOLDS)
     assert [f.kind for f in fits] == ["heldout", "full"] + ["fold"] * FOLDS
     xcfg = ctx.cfg.pretrain.xlinear
@@ -370,7 +370,7 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     # above pretrain.mmap_max_mb the driver ships X in the bundles instead
     assert pretrain.fit_inputs(ctx.paths, "executors", D, S, 0)[0] is None
     if inputs == "store":
-        shipped = gtrain.make_bundle(pb, None, bpre.row_folds(pb["entity"], FOLDS), out)
+        shipped = gtrain.make_bundle(pb, None, bpre.row_folds(pb.entity, FOLDS), out)
         assert "X" not in gtrain.load_bundle(gtrain.save_bundle(shipped))
     else:
         shipped, store = b, None
@@ -416,18 +416,18 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
 
     ctx = citeulike_run["ctx"]
     nodes, problems, rows = bpre.load_problems(spark, ctx.paths, ctx.cfg)
-    pb = dict(problems["pina_naive"])
-    pb["rows"] = np.asarray(pb["rows"]).copy()
-    pb["rows"][-1] = 10**9  # a node the embed stage never saw
+    rows_bad = np.asarray(problems["pina_naive"].rows).copy()
+    rows_bad[-1] = 10**9  # a node the embed stage never saw
+    pb = dc.replace(problems["pina_naive"], rows=rows_bad)
     phi = PhiPre.load(vectorizer_dir(citeulike_run["models"]))
     store, _ = pretrain.fit_inputs(ctx.paths, "executors", phi.dense_dim, phi.sparse_dim, 8192)
-    n = len(pb["rows"])
+    n = len(pb.rows)
     b = gtrain.make_bundle(pb, None, np.zeros(n, np.int64), np.zeros(n, bool))
     scratch = str(tmp_path / "scratch")
     gtrain.write_bundles(lambda v: b, ["pina_naive"], scratch)
     # the driver checks the same before it starts any task, with the InputError it always gave
     with pytest.raises(storage.InputError, match=r"lacks 1 of the .* node_index \[1000000000\]"):
-        pretrain.check_embeddings_cover(spark, ctx.paths, np.sort(pb["rows"]))
+        pretrain.check_embeddings_cover(spark, ctx.paths, np.sort(pb.rows))
     pretrain.check_embeddings_cover(spark, ctx.paths, rows)  # the run's own rows: all there
     fit = gtrain.Fit("pina_naive", "full")
     with pytest.raises(

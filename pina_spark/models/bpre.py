@@ -13,6 +13,7 @@ Example::
     sorted(problems)  # ['pina', 'pina_naive']
 """
 
+import dataclasses as dc
 import logging
 import time
 from typing import Any, Dict, Tuple
@@ -69,7 +70,8 @@ def build_y(
 
 
 def collect_arrow(df):
-    """Collect a (small) DataFrame to pandas through Arrow (:func:`pina_spark.storage.collect_arrow`).
+    """Collect a (small) DataFrame to pandas through Arrow
+    (:func:`pina_spark.storage.collect_arrow`).
 
     Examples
     --------
@@ -169,9 +171,35 @@ def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
     return out
 
 
+@dc.dataclass(frozen=True)
+class Problem:
+    """One variant's XMC problem on B_pre: what g is trained on and the encoder fine-tuned on.
+
+    Attributes:
+        variant: ``pina`` | ``pina_naive``.
+        rows: input node indices, sorted (row ``r`` of ``Y``).
+        cols: output node indices, sorted (column ``c`` of ``Y``).
+        Y: sparse ``rows x cols`` targets (self entries of instance rows dropped with
+            ``leave_self_out``).
+        is_inst: per row, whether it is an instance node.
+        twin_col: per row, the column of its label twin (``task.labels: graph``), else ``-1``.
+        entity: per row, the id its folds and hold-out go by (``None``: a label row in no fold).
+        stats: plain counts for the logs and the model card.
+    """
+
+    variant: str
+    rows: np.ndarray
+    cols: np.ndarray
+    Y: Any
+    is_inst: np.ndarray
+    twin_col: np.ndarray
+    entity: np.ndarray
+    stats: Dict[str, Any]
+
+
 def variant_problem(
     epdf, variant: str, nodes: Nodes, leave_self_out: bool, twins: bool = False
-) -> Dict[str, Any]:
+) -> Problem:
     """One variant's XMC problem. ``twins`` (``task.labels: graph``): an item's label node is the
     same item as its instance node; held-out and fold exclusions then drop both rows, and the
     twin is excluded from predictions like self (see :func:`twin_columns`)."""
@@ -195,15 +223,15 @@ def variant_problem(
     else:
         twin_col = np.full(len(rows), -1, dtype=np.int64)
         entity = np.where(is_inst, row_ids, np.array(None, dtype=object)).astype(object)
-    return {
-        "variant": variant,
-        "rows": rows,
-        "cols": cols,
-        "Y": Y,
-        "is_inst": is_inst,
-        "twin_col": twin_col,
-        "entity": entity,
-        "stats": {
+    return Problem(
+        variant=variant,
+        rows=rows,
+        cols=cols,
+        Y=Y,
+        is_inst=is_inst,
+        twin_col=twin_col,
+        entity=entity,
+        stats={
             "input_rows": int(len(rows)),
             "instance_rows": int(is_inst.sum()),
             "label_rows": int((~is_inst).sum()),
@@ -218,10 +246,10 @@ def variant_problem(
             "positives": int(Y.nnz),
             "rows_without_positive": int((np.diff(Y.indptr) == 0).sum()),
         },
-    }
+    )
 
 
-def load_problems(spark, paths, cfg) -> Tuple[Nodes, Dict[str, Dict[str, Any]], np.ndarray]:
+def load_problems(spark, paths, cfg) -> Tuple[Nodes, Dict[str, Problem], np.ndarray]:
     """``(nodes, problems, all_rows)``: the collected nodes, one :func:`variant_problem` per
     variant of B_pre, and the sorted union of every variant's input rows (the rows Phi_pre is
     fitted on and g reads its X for)."""
@@ -231,5 +259,5 @@ def load_problems(spark, paths, cfg) -> Tuple[Nodes, Dict[str, Dict[str, Any]], 
         v: variant_problem(epdf, v, nodes, cfg.neighbors.leave_self_out, cfg.task.labels_are_items)
         for v in sorted(epdf[storage.VARIANT].unique().tolist())
     }
-    all_rows = np.unique(np.concatenate([pb["rows"] for pb in problems.values()]))
+    all_rows = np.unique(np.concatenate([pb.rows for pb in problems.values()]))
     return nodes, problems, all_rows

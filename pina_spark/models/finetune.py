@@ -15,12 +15,12 @@ Example::
 """
 
 import logging
-from typing import Any, Dict
+from typing import Dict
 
 import numpy as np
 
 from pina_spark import storage
-from pina_spark.models.bpre import Nodes
+from pina_spark.models.bpre import Nodes, Problem
 from pina_spark.runtime.progress import heartbeat
 from pina_spark.storage.folds import is_heldout
 
@@ -35,12 +35,12 @@ def fine_tune_xtransformer(pre, problems, nodes: Nodes, pcfg, out_dir: str):
 
     v = "pina" if "pina" in problems else sorted(problems)[0]
     pb = problems[v]
-    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(pb["rows"])]]
+    texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(pb.rows)]]
     X_tfidf = pre.predict(texts)
     with heartbeat(f"xtransformer fine-tuning on {v} ({len(texts)} rows)"):
         stats = train_xtransformer_encoder(
             texts,
-            pb["Y"],
+            pb.Y,
             X_tfidf,
             out_dir,
             init_path=pcfg.encoder_path,
@@ -53,7 +53,7 @@ def fine_tune_xtransformer(pre, problems, nodes: Nodes, pcfg, out_dir: str):
 
 
 def contrastive_candidates(
-    problems: Dict[str, Dict[str, Any]],
+    problems: Dict[str, Problem],
     nodes: "Nodes",
     which: str,
     holdout_fraction: float = 0.0,
@@ -73,15 +73,11 @@ def contrastive_candidates(
     """
     anchors, targets = [], []
     for pb in problems.values():
-        Y = pb["Y"].tocoo()
+        Y = pb.Y.tocoo()
         r, c = Y.row, Y.col
-        keep = (
-            pb["is_inst"][r]
-            & (pb["rows"][r] != pb["cols"][c])
-            & (pb["twin_col"][r] != pb["cols"][c])
-        )
-        anchors.append(pb["rows"][r[keep]])
-        targets.append(pb["cols"][c[keep]])
+        keep = pb.is_inst[r] & (pb.rows[r] != pb.cols[c]) & (pb.twin_col[r] != pb.cols[c])
+        anchors.append(pb.rows[r[keep]])
+        targets.append(pb.cols[c[keep]])
     anchor = np.concatenate(anchors) if anchors else np.zeros(0, np.int64)
     node = np.concatenate(targets) if targets else np.zeros(0, np.int64)
     kind = nodes.kind[nodes.pos(node)]

@@ -5,7 +5,7 @@ transport of the aggregate stage, and where the neighbours stage gathers g's inp
 Memory-mapped copy (:func:`open_store`)
 --------------------------------------
 The driver names the exact table files with :func:`tables_key` (paths, sizes, mtimes, widths)
-and ships a small spec: ``{"embeddings", "nodes", "dense_dim", "sparse_dim", "key"}``. On an
+and ships a small spec (:class:`StoreSpec`). On an
 executor, the first Python worker that needs it reads the two Parquet tables with
 ``pyarrow.parquet`` (one record batch at a time) into ``.npy`` files and an Arrow IPC file of node
 ids under :func:`mapped_root` (the executor's local dirs, removed when the application ends),
@@ -18,13 +18,12 @@ table gets a new key, so a stale copy is never served. The build avoids ``pyarro
 
 Example::
 
-    spec = {"embeddings": "/r/embeddings", "nodes": "/r/nodes", "dense_dim": 384,
-            "sparse_dim": 60965}
-    spec["key"] = tables_key(spec["embeddings"], spec["nodes"], 384, 60965)
+    spec = store_spec("/r/embeddings", "/r/nodes", 384, 60965)  # driver side
     E = open_store(spec)  # executor side only
     X = features(E, store_rows(E, [3, 17]), 384 + 60965)
 """
 
+import dataclasses as dc
 import logging
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -38,6 +37,7 @@ __all__ = [
     "estimate_mb",
     "tables_key",
     "choose_embeddings_via",
+    "StoreSpec",
     "store_spec",
     "open_store",
     "store_rows",
@@ -202,9 +202,33 @@ def choose_embeddings_via(
     return "files", f"auto: embeddings ~{size_mb:.1f} MB <= {section}.mmap_max_mb {mmap_max_mb}"
 
 
-def store_spec(
-    embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int
-) -> Dict[str, Any]:
+@dc.dataclass(frozen=True)
+class StoreSpec:
+    """The tables an executor machine memory-maps, as :func:`open_store` takes them.
+
+    Attributes:
+        embeddings: the ``embeddings`` table.
+        nodes: the ``nodes`` table.
+        dense_dim: Phi_dnn width D.
+        sparse_dim: tf-idf width S.
+        key: names the exact table files (:func:`tables_key`): the folder of the mapped copy.
+        extra: one more folder holding both tables' rows (the aggregate stage's label rows).
+    """
+
+    embeddings: str
+    nodes: str
+    dense_dim: int
+    sparse_dim: int
+    key: str
+    extra: Optional[str] = None
+
+    @property
+    def width(self) -> int:
+        """Columns of a feature row ``[dense ; sparse]``."""
+        return self.dense_dim + self.sparse_dim
+
+
+def store_spec(embeddings_uri: str, nodes_uri: str, dense_dim: int, sparse_dim: int) -> StoreSpec:
     """Driver side: the spec of :func:`open_store` for these tables (:func:`tables_key` names
     their exact files, so two stages of one application that ask for the same tables share one
     copy per machine). Raises ``ValueError`` when pyarrow cannot read a table here.
@@ -217,13 +241,13 @@ def store_spec(
     ...     print(str(e)[:54])
     embeddings store: /no/such/embeddings is not a Parquet
     """
-    return {
-        "embeddings": embeddings_uri,
-        "nodes": nodes_uri,
-        "dense_dim": int(dense_dim),
-        "sparse_dim": int(sparse_dim),
-        "key": tables_key(embeddings_uri, nodes_uri, int(dense_dim), int(sparse_dim)),
-    }
+    return StoreSpec(
+        embeddings=embeddings_uri,
+        nodes=nodes_uri,
+        dense_dim=int(dense_dim),
+        sparse_dim=int(sparse_dim),
+        key=tables_key(embeddings_uri, nodes_uri, int(dense_dim), int(sparse_dim)),
+    )
 
 
 # =========================================================================== Arrow helpers
@@ -393,7 +417,7 @@ def mapped_root(name: str = "pina-embeddings") -> str:
     return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), name)
 
 
-def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
+def open_store(spec: StoreSpec) -> Dict[str, Any]:
     """Executor side: the embeddings of ``spec`` as memory-mapped arrays: ``dense`` (rows x D
     float32), the tf-idf part as CSR (``sp_ptr``, ``sp_idx``, ``sp_val``), ``lookup``
     (node_index -> row, -1 = none), ``ids`` (node_index -> node_id, Arrow), ``dense_dim``,
@@ -401,17 +425,17 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     the node facts of :func:`node_facts` (``kind``, ``twin``, ``fold_unit``) that the
     neighbours stage draws its rows from.
 
-    The first Python worker of a machine reads the Parquet tables (``spec["embeddings"]``,
-    ``spec["nodes"]``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into
+    The first Python worker of a machine reads the Parquet tables (``spec.embeddings``,
+    ``spec.nodes``) with pyarrow, batch by batch, into ``.npy`` files (and the node ids into
     an Arrow IPC file) under :func:`mapped_root`, holding a file lock; the other workers wait
     for it and map the same files, so the machine holds one copy in its page cache. The folder
-    is named by ``spec["key"]`` (:func:`tables_key`: file sizes and times), so a republished
+    is named by ``spec.key`` (:func:`tables_key`: file sizes and times), so a republished
     table is never served stale. Cached per worker process.
     """
-    from pina_spark import runtime
+    from pina_spark.runtime.device import require_executor
 
-    runtime.require_executor("open_store")
-    key = spec["key"]
+    require_executor("open_store")
+    key = spec.key
     got = _MAPPED.get(key)
     if got is not None:
         return got
@@ -426,7 +450,7 @@ def open_store(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
     with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
         E["ids"] = pa.ipc.open_file(src).read_all().column(0).combine_chunks()
-    E["dense_dim"], E["sparse_dim"] = int(spec["dense_dim"]), int(spec["sparse_dim"])
+    E["dense_dim"], E["sparse_dim"] = spec.dense_dim, spec.sparse_dim
     _MAPPED[key] = E
     return E
 
@@ -481,7 +505,7 @@ class _file_lock:
         return False
 
 
-def _build(spec: Dict[str, Any], out: str) -> None:
+def _build(spec: StoreSpec, out: str) -> None:
     """Executor side: stream the Parquet tables of ``spec`` into the ``.npy`` / Arrow IPC files
     that :func:`open_store` maps (memory: one record batch at a time, plus the sparse
     part and the node ids)."""
@@ -491,15 +515,15 @@ def _build(spec: Dict[str, Any], out: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    D, S = int(spec["dense_dim"]), int(spec["sparse_dim"])
+    D, S = spec.dense_dim, spec.sparse_dim
     os.makedirs(out)
-    extra = (spec.get("extra"),) if spec.get("extra") else ()
-    emb = [storage.parquet_files(u) for u in (spec["embeddings"],) + extra]
-    nodes = [storage.parquet_files(u) for u in (spec["nodes"],) + extra]
+    extra = (spec.extra,) if spec.extra else ()
+    emb = [storage.parquet_files(u) for u in (spec.embeddings,) + extra]
+    nodes = [storage.parquet_files(u) for u in (spec.nodes,) + extra]
     if any(x is None for x in emb + nodes):
         raise RuntimeError(
-            f"embeddings store: cannot read {spec['embeddings']} / "
-            f"{spec['nodes']} with pyarrow on this executor; set "
+            f"embeddings store: cannot read {spec.embeddings} / "
+            f"{spec.nodes} with pyarrow on this executor; set "
             f"aggregate.broadcast_via: spark / inference.embeddings_via: shuffle"
         )
     cols = [storage.NODE_INDEX, storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES]
@@ -518,7 +542,7 @@ def _build(spec: Dict[str, Any], out: str) -> None:
                 continue
             if r + m > n:
                 raise RuntimeError(
-                    f"embeddings store: {spec['embeddings']} holds more rows "
+                    f"embeddings store: {spec.embeddings} holds more rows "
                     f"than its footers say ({n})"
                 )
             node[r : r + m] = batch.column(0).to_numpy(zero_copy_only=False)
@@ -532,7 +556,7 @@ def _build(spec: Dict[str, Any], out: str) -> None:
         pf.close()
     if r != n:
         raise RuntimeError(
-            f"embeddings store: read {r} rows of {spec['embeddings']}, the " f"footers say {n}"
+            f"embeddings store: read {r} rows of {spec.embeddings}, the " f"footers say {n}"
         )
     dense.flush()
     del dense

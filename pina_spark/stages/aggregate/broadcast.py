@@ -11,7 +11,7 @@ the driver reads them and ships a Spark broadcast variable (one copy per Python 
 
 import dataclasses as dc
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 from pina_spark import storage
 from pina_spark.config import variants as V
@@ -25,20 +25,13 @@ __all__ = ["BroadcastPath", "BroadcastTask", "FilesSource", "SparkSource"]
 
 
 @dc.dataclass(frozen=True)
-class FilesSource:
-    """The tables each executor machine memory-maps (:func:`pina_spark.runtime.embstore.open_store`);
-    ``key`` names the exact table files (:func:`pina_spark.runtime.embstore.tables_key`)."""
-
-    embeddings: str
-    nodes: str
-    dense_dim: int
-    sparse_dim: int
-    key: str
-    extra: Optional[str] = None
+class FilesSource(embstore.StoreSpec):
+    """The tables each executor machine memory-maps (a
+    :class:`~pina_spark.runtime.embstore.StoreSpec`; ``key`` names the exact table files)."""
 
     def open(self) -> Dict[str, Any]:
         """Executor side: the memory-mapped store (cached per worker)."""
-        return embstore.open_store(dc.asdict(self))
+        return embstore.open_store(self)
 
     def release(self) -> None:
         """Driver side: nothing to free (the mapped files stay for the next run)."""

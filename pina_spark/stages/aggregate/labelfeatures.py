@@ -6,9 +6,9 @@
 scripts). ``text_pifa`` aggregates the normalised sum of the two.
 
 A centroid computed over all train rows contains every train row it is a label of, so a train
-instance would find its own vector inside its true labels' features, and a test instance never
-does: the in-sample trap of g again. So the centroids are computed **out of fold**, with the
-folds of g (``neighbors.folds``, :func:`pina_spark.storage.folds.fold_of`): a train instance of fold f
+instance would find its own vector inside its true labels' features, and a test instance never does:
+the in-sample trap of g again. So the centroids are computed **out of fold**, with the folds of g
+(``neighbors.folds``, :func:`pina_spark.storage.folds.fold_of`): a train instance of fold f
 aggregates the centroids computed without fold f's rows; test and new instances aggregate the
 centroids of all train rows.
 

@@ -14,7 +14,7 @@ import dataclasses as dc
 from typing import Iterator, Optional
 
 from pina_spark import storage
-from pina_spark.stages.aggregate import layout
+from pina_spark.storage import features as layout
 
 __all__ = ["ArrowSink", "SparkSink", "SinkTask", "make_sink"]
 

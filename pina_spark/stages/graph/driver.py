@@ -141,7 +141,7 @@ def pretrain_edges(nodes, instance_labels, side_info: str):
     import pyarrow as pa
 
     if side_info not in SIDE_INFO:
-        raise ValueError(f"collected_graph.pretrain_edges: side_info {side_info!r} needs Spark")
+        raise ValueError(f"graph.driver.pretrain_edges: side_info {side_info!r} needs Spark")
     n_i = _n_instances(nodes)
     split = nodes.column(storage.SPLIT).combine_chunks().slice(0, n_i)
     train = np.asarray(

@@ -4,16 +4,16 @@ driver or by Spark, decided once per run.
 Small inputs on the driver
 --------------------------
 ``instances``, ``labels`` and ``instance_labels`` of at most
-:data:`pina_spark.validate.DRIVER_MAX_ROWS` rows (and ``DRIVER_MAX_BYTES``) are validated on the
-driver in one pyarrow pass (:mod:`pina_spark.validate.tables`); with labels given
-(:func:`builds_on_driver`), :class:`DriverGraphPath` builds ``nodes``, ``graph/instance_labels``
-and (``side_info`` ``label_text`` / ``naive``) ``graph/pretrain_edges`` there with numpy
+:data:`pina_spark.validate.spark.DRIVER_MAX_ROWS` rows (and ``DRIVER_MAX_BYTES``) are validated on
+the driver in one pyarrow pass (:mod:`pina_spark.validate.tables`); with labels given
+(:func:`builds_on_driver`), :class:`DriverGraphPath` builds ``nodes``, ``graph/instance_labels`` and
+(``side_info`` ``label_text`` / ``naive``) ``graph/pretrain_edges`` there with numpy
 (:mod:`pina_spark.stages.graph.driver`) and writes them by pyarrow: no Spark job per table.
 Otherwise :class:`SparkGraphPath` builds them with Spark
 (:func:`~pina_spark.stages.graph.nodes.assign_node_indices`,
 :func:`~pina_spark.stages.graph.labels.index_instance_labels`,
-:func:`~pina_spark.stages.graph.bpre.pretrain_edges`). Both objects have the same three steps,
-and both give the same tables (tests/test_graph.py).
+:func:`~pina_spark.stages.graph.bpre.pretrain_edges`). Both objects have the same three steps, and
+both give the same tables (tests/test_graph.py).
 """
 
 from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple

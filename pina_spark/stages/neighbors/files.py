@@ -51,8 +51,8 @@ def read_node_indices(uri: str):
 
 def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
     """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of every instance
-    node of the store ``E`` (:func:`pina_spark.runtime.embstore.open_store`), optionally only those in
-    ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
+    node of the store ``E`` (:func:`~pina_spark.runtime.embstore.open_store`), optionally only those
+    in ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
     a train instance when ``n_folds`` > 0, else ``-1`` (the full g)."""
     import numpy as np
 
@@ -154,7 +154,7 @@ class StoreOpener:
     """Executor side: :func:`pina_spark.runtime.embstore.open_store` in a background thread;
     :meth:`result` waits for it and re-raises its error in the task's thread."""
 
-    def __init__(self, spec: Dict[str, Any]):
+    def __init__(self, spec: embstore.StoreSpec):
         import threading
 
         self._out: Dict[str, Any] = {}

@@ -37,6 +37,8 @@ import numpy as np
 
 from pina_spark import runtime, storage
 from pina_spark.models.artifacts import g_dir, g_name, save_g
+from pina_spark.models.bpre import Problem
+from pina_spark.runtime.embstore import StoreSpec
 from pina_spark.runtime.progress import heartbeat
 from pina_spark.storage import npz
 
@@ -313,17 +315,17 @@ def plan_fits(variant: str, has_heldout: bool, folds: int) -> List[Fit]:
     return out
 
 
-def make_bundle(pb: Dict[str, Any], X, fold, out) -> Dict[str, Any]:
+def make_bundle(pb: Problem, X, fold, out) -> Dict[str, Any]:
     """A variant's training inputs as arrays: X, Y and, per row, its node, kind, twin column,
     fold (``-1``: in every fold model) and held-out flag. ``X`` is ``None`` when the fit
     tasks read it themselves (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
     return {
         "X": X,
-        "Y": pb["Y"],
-        "rows": np.asarray(pb["rows"], dtype=np.int64),
-        "cols": np.asarray(pb["cols"], dtype=np.int64),
-        "is_inst": np.asarray(pb["is_inst"], dtype=bool),
-        "twin": np.asarray(pb["twin_col"], dtype=np.int64),
+        "Y": pb.Y,
+        "rows": np.asarray(pb.rows, dtype=np.int64),
+        "cols": np.asarray(pb.cols, dtype=np.int64),
+        "is_inst": np.asarray(pb.is_inst, dtype=bool),
+        "twin": np.asarray(pb.twin_col, dtype=np.int64),
         "fold": np.asarray(fold, dtype=np.int64),
         "out": np.asarray(out, dtype=bool),
     }
@@ -471,17 +473,16 @@ class FitTask:
         out: URI the task copies its model folder to (``<scratch>/models``: same layout as the
             models folder).
         xlinear: ``pretrain.xlinear`` as a plain dict (rebuilt into the config on the executor).
-        store: ``None`` (X is in the bundle) or the spec of :func:`pina_spark.runtime.embstore.open_store`:
-            the task takes its rows' X from its machine's memory-mapped ``embeddings`` (the
-            bundle then holds no X, and the driver never builds one), ``dense_dim`` +
-            ``sparse_dim`` wide.
+        store: ``None`` (X is in the bundle) or the :class:`~pina_spark.runtime.embstore.StoreSpec`
+            of its machine's memory-mapped ``embeddings``: the task takes its rows' X from there
+            (the bundle then holds no X, and the driver never builds one).
     """
 
     fit: Fit
     bundle: str
     out: str
     xlinear: Dict[str, Any]
-    store: Optional[Dict[str, Any]] = None
+    store: Optional[StoreSpec] = None
 
 
 def _fit_work(tasks: Sequence[FitTask]):
@@ -496,7 +497,7 @@ def _fit_work(tasks: Sequence[FitTask]):
             from pina_spark.runtime import embstore
 
             E = embstore.open_store(t.store)
-            width = int(t.store["dense_dim"]) + int(t.store["sparse_dim"])
+            width = t.store.width
             b["X"] = embstore.features_of_nodes(E, b["rows"], width, f"g[{t.fit.name}]")
         xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
         with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
@@ -531,12 +532,12 @@ def fits_on_executors(
     xcfg,
     scratch: str,
     models_dir: str,
-    store: Optional[Dict[str, Any]] = None,
+    store: Optional[StoreSpec] = None,
 ) -> List[Dict[str, Any]]:
     """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
-    ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end
-    up in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec
-    of :func:`pina_spark.runtime.embstore.open_store`) the bundles hold no X: each task takes its rows
+    ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end up
+    in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec of
+    :func:`pina_spark.runtime.embstore.open_store`) the bundles hold no X: each task takes its rows
     from its machine's memory-mapped ``embeddings``. Returns the fits' cards in the order of
     ``fits``."""
     with heartbeat(f"{len(fits)} fits of g as Spark tasks"):

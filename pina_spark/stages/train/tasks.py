@@ -8,17 +8,17 @@ task one of two ways:
 
 * :class:`FeaturesRead` (the ``features`` variants, where pyarrow reaches the table): the driver
   writes the problem once (Y and the train / test ids, ``problem.npz``); the task reads its
-  variant's rows of ``features`` itself (:func:`pina_spark.stages.aggregate.read_variant`) and aligns
-  them (:func:`pina_spark.stages.train.stage.align_features`, as the driver path does). The driver never
-  holds a feature matrix.
-* :class:`~pina_spark.stages.train.stage.VariantInputs` (the baseline's tf-idf, or tables pyarrow cannot
-  read): the driver writes the matrices as one ``.npz``, one variant at a time.
+  variant's rows of ``features`` itself (:func:`~pina_spark.storage.features_csr.read_variant`)
+  and aligns them (:func:`~pina_spark.stages.train.inputs.align_features`, as the driver path
+  does). The driver never holds a feature matrix.
+* :class:`~pina_spark.stages.train.inputs.VariantInputs` (the baseline's tf-idf, or tables
+  pyarrow cannot read): the driver writes the matrices as one ``.npz``, one variant at a time.
 
 One Spark job then runs one task per variant: it trains XR-Linear on its ``spark.task.cpus``
-threads (:func:`pina_spark.stages.train.stage.fit_predict_xlinear`, the function the driver path calls),
-writes the PECOS model into the variant folder and hands back the test rows' top-k. The driver
-builds the predictions and publishes the models folder as before. Same models, same predictions
-as the driver path (``tests/test_downstream.py``).
+threads (:func:`~pina_spark.stages.train.fit.fit_predict_xlinear`, the function the driver path
+calls), writes the PECOS model into the variant folder and hands back the test rows' top-k. The
+driver builds the predictions and publishes the models folder as before. Same models, same
+predictions as the driver path (``tests/test_downstream.py``).
 
 Examples
 --------
@@ -36,6 +36,10 @@ import numpy as np
 
 from pina_spark import runtime, storage
 from pina_spark.runtime.progress import heartbeat
+from pina_spark.stages.train.fit import fit_predict_xlinear
+from pina_spark.stages.train.inputs import VariantInputs, align_features, warn_missing
+from pina_spark.stages.train.model_dir import save_pecos, start_model_dir
+from pina_spark.stages.train.results import variant_result
 from pina_spark.storage import npz
 
 log = logging.getLogger(__name__)
@@ -101,7 +105,6 @@ def _fit_work(tasks: Sequence[VariantTask]):
 
     def work(i: int, threads: int) -> Dict[str, Any]:
         from pina_spark.config import TrainConfig
-        from pina_spark.stages.train import stage as downstream
 
         t = tasks[i]
         facts: Dict[str, Any] = {}
@@ -110,7 +113,7 @@ def _fit_work(tasks: Sequence[VariantTask]):
             mats, _ = npz.loads(raw, ["X_tr", "Y", "X_te"])
             X_tr, Y, X_te = mats["X_tr"], mats["Y"], mats["X_te"]
         else:
-            from pina_spark.stages.aggregate import read_variant
+            from pina_spark.storage.features_csr import read_variant
 
             assert t.problem is not None and t.features is not None  # VariantTask's check
             raw = storage.read_inputs_of(t.problem, f"variant {t.variant}")
@@ -118,7 +121,7 @@ def _fit_work(tasks: Sequence[VariantTask]):
             mats, arrays = npz.loads(raw, ["Y"])
             Y = mats["Y"]
             m = read_variant(t.features.uri, t.variant, t.features.sparse_width)
-            X_tr, X_te, no_feat, missing = downstream.align_features(
+            X_tr, X_te, no_feat, missing = align_features(
                 m.ids,
                 m.X,
                 npz.unpack_strings(arrays, "train_ids"),
@@ -133,10 +136,10 @@ def _fit_work(tasks: Sequence[VariantTask]):
                 "prep_s": time.time() - t0,
             }
         tcfg = TrainConfig.from_dict(t.train, prefix="train.")
-        model, cols_k, scores_k, train_s, predict_s = downstream.fit_predict_xlinear(
+        model, cols_k, scores_k, train_s, predict_s = fit_predict_xlinear(
             X_tr, Y, X_te, tcfg, threads=threads
         )
-        downstream.save_pecos(model, t.model_dir)
+        save_pecos(model, t.model_dir)
         return {
             "topk": _pack_topk(cols_k, scores_k),
             "secs": json.dumps([train_s, predict_s]),
@@ -156,11 +159,9 @@ def fit_on_executors(
     at most one variant's matrices at a time (``inputs`` may be a generator that builds them).
 
     Returns variant -> ``(predictions frame, statistics)`` in the order of ``inputs``, as
-    :func:`pina_spark.stages.train.stage.variant_result` gives them. ``scratch``: a staging URI every
-    executor reaches; deleted afterwards.
+    :func:`~pina_spark.stages.train.results.variant_result` gives them. ``scratch``: a staging URI
+    every executor reaches; deleted afterwards.
     """
-    from pina_spark.stages.train import stage as downstream
-
     kept: Dict[str, Any] = {}
     try:
         with heartbeat("downstream models as Spark tasks"):
@@ -172,7 +173,7 @@ def fit_on_executors(
                     if not problem_written:  # once, for every such variant
                         storage.write_bytes(problem_uri, _problem_bytes(prob))
                         problem_written = True
-                    downstream.start_model_dir(None, prob.label_ids, model_dir)
+                    start_model_dir(None, prob.label_ids, model_dir)
                     tasks.append(
                         VariantTask(
                             v, model_dir, cfg.train.to_dict(), problem=problem_uri, features=inp
@@ -183,7 +184,7 @@ def fit_on_executors(
                 storage.write_bytes(
                     uri, npz.dumps({"X_tr": inp.X_tr, "Y": prob.Y, "X_te": inp.X_te}, {})
                 )
-                downstream.start_model_dir(inp.vec, prob.label_ids, model_dir)
+                start_model_dir(inp.vec, prob.label_ids, model_dir)
                 tasks.append(VariantTask(v, model_dir, cfg.train.to_dict(), matrices=uri))
                 kept[v] = inp.without_matrices()
                 del inp
@@ -201,11 +202,11 @@ def fit_on_executors(
         train_s, predict_s = json.loads(got[i]["secs"])
         if t.features is not None:  # what the task found in its features
             facts = json.loads(got[i]["facts"])
-            downstream.warn_missing(t.variant, facts["missing"])
-            kept[t.variant] = downstream.VariantInputs(
+            warn_missing(t.variant, facts["missing"])
+            kept[t.variant] = VariantInputs(
                 None, None, None, tuple(facts["no_feat_rows"]), facts["prep_s"], facts["n_features"]
             )
-        out[t.variant] = downstream.variant_result(
+        out[t.variant] = variant_result(
             prob, t.variant, kept[t.variant], cols_k, scores_k, train_s, predict_s
         )
     return out

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from pina_spark import storage
 from pina_spark.runtime import embstore
-from pina_spark.stages.aggregate import layout
+from pina_spark.storage import features as layout
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +74,13 @@ def features_to_csr(
         The published ``features`` folder, or a DataFrame with its columns.
     sparse_width : int, optional
         Number of sparse columns (2*S, or S for ``vectorizer_only``). Default: from
-        :data:`~pina_spark.stages.aggregate.layout.FEATURES_META` in the features folder, else max
+        :data:`~pina_spark.storage.features.FEATURES_META` in the features folder, else max
         index + 1 (warned).
 
-    Examples
-    --------
-    >>> m = features_to_csr(spark, "/run/features", "pina", "test")  # doctest: +SKIP
-    >>> m.X.shape == (len(m.ids), m.dense_width + m.sparse_width)     # doctest: +SKIP
-    True
+    Example::
+
+        m = features_to_csr(spark, "/run/features", "pina", "test")
+        m.X.shape == (len(m.ids), m.dense_width + m.sparse_width)  # True
     """
     import pyarrow as pa
     from pyspark.sql import functions as F
@@ -129,10 +128,9 @@ def read_variant(features_uri: str, variant: str, sparse_width: Optional[int]) -
     ValueError
         When pyarrow cannot list the variant's folder here.
 
-    Examples
-    --------
-    >>> read_variant("/run/features", "pina", 40000).X.shape        # doctest: +SKIP
-    (24000, 40768)
+    Example::
+
+        read_variant("/run/features", "pina", 40000).X.shape  # (24000, 40768)
     """
     import pyarrow.parquet as pq
 
@@ -262,10 +260,10 @@ def export_csr(
         ``rows``, ``cols``, ``nnz``, ``dense_width``, ``sparse_width``, ``path``, ``ids_path``,
         ``time_s``.
 
-    Examples
-    --------
-    >>> export_csr(spark, "/run/features", "pina", "train", "/tmp/X.trn.npz")  # doctest: +SKIP
-    {'rows': 20780, 'cols': 40064, 'nnz': ..., 'path': '/tmp/X.trn.npz', ...}
+    Example::
+
+        export_csr(spark, "/run/features", "pina", "train", "/tmp/X.trn.npz")
+        # {'rows': 20780, 'cols': 40064, 'nnz': ..., 'path': '/tmp/X.trn.npz', ...}
     """
     import io as _pyio
 
