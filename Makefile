@@ -159,11 +159,16 @@ check-install35: wheel
 	$(INSTALL35_VENV)/bin/pina-spark --version
 
 # ---------------------------------------------------------------- Airflow DAGs (separate venv)
-# conf/airflow/*.py loaded with DagBag in a venv of their own (Airflow's dependency set must not
-# meet the pinned stack); tests/test_airflow_dags.py. ~2 min to install on this machine.
+# conf/airflow/*.py loaded with DagBag and run with dag.test() against a fake EMR, in venvs of
+# their own (Airflow's dependency set must not meet the pinned stack); tests/test_airflow_dags.py
+# and the helpers' docstring examples. Twice: on the pinned Airflow 3 and on the oldest supported,
+# Airflow 2.9 with the last Amazon provider that supports it. ~2 min per venv to install here.
 VENV_AIRFLOW ?= .venv-airflow
 AIRFLOW_VERSION ?= 3.3.2
 AIRFLOW_AMAZON_VERSION ?= 9.39.0
+VENV_AIRFLOW2 ?= .venv-airflow2
+AIRFLOW2_VERSION ?= 2.9.3
+AIRFLOW2_AMAZON_VERSION ?= 9.6.0
 STAMP_AIRFLOW := $(VENV_AIRFLOW)/.installed-$(AIRFLOW_VERSION)-$(AIRFLOW_AMAZON_VERSION)
 
 $(STAMP_AIRFLOW):
@@ -172,10 +177,17 @@ $(STAMP_AIRFLOW):
 		"apache-airflow-providers-amazon==$(AIRFLOW_AMAZON_VERSION)" "pytest>=7.4"
 	touch $(STAMP_AIRFLOW)
 
-test-airflow: $(STAMP_AIRFLOW)
+test-airflow:
+	$(MAKE) --no-print-directory _test-airflow
+	$(MAKE) --no-print-directory _test-airflow VENV_AIRFLOW=$(VENV_AIRFLOW2) \
+		AIRFLOW_VERSION=$(AIRFLOW2_VERSION) AIRFLOW_AMAZON_VERSION=$(AIRFLOW2_AMAZON_VERSION)
+
+.PHONY: _test-airflow
+_test-airflow: $(STAMP_AIRFLOW)
 	AIRFLOW_HOME=$(abspath $(VENV_AIRFLOW))/home AIRFLOW__CORE__LOAD_EXAMPLES=False \
 		AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT=600 \
-		$(VENV_AIRFLOW)/bin/python -m pytest -q -ra tests/test_airflow_dags.py
+		$(VENV_AIRFLOW)/bin/python -m pytest -q -ra --doctest-modules tests/test_airflow_dags.py \
+		conf/airflow/pina_emr_steps.py conf/airflow/pina_emr_operators.py
 
 # ---------------------------------------------------------------- Spark 3.5 (EMR 7) check
 VENV35 ?= .venv35
@@ -208,4 +220,4 @@ test-spark35-full: $(STAMP35)
 	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 
 clean:
-	rm -rf $(VENV) $(VENV35) $(VENV_AIRFLOW) runs dist build *.egg-info
+	rm -rf $(VENV) $(VENV35) $(VENV_AIRFLOW) $(VENV_AIRFLOW2) runs dist build *.egg-info

@@ -1,10 +1,13 @@
 """Airflow DAG: daily augmentation. Embed, neighbours and aggregate for the day's instances with
 the PROMOTED models (``--models latest``: the run whose evaluate stage last passed the gate, see
-pina_monthly.py), incrementally, on a transient EMR 7 cluster. Run date = Airflow's ``{{ ds }}``.
+pina_monthly.py), incrementally, on a transient EMR 7 CPU cluster. Run date: the ``run_date``
+Param of a manual run, else the logical date (pina_emr_steps.RUN_DATE). A failed stage's step is
+added again once, 15 minutes later; finished stages are skipped by the pipeline's resume.
 
 Airflow Variables: ``pina_bucket`` (e.g. ``my-bucket``), ``pina_version`` (the archive,
-``dist/pina-env-<version>.tar.gz``), ``pina_subnet`` (optional). Roll back by setting
-``pina_version`` to the previous release.
+``dist/pina-env-<version>.tar.gz``), ``pina_subnet`` (optional: unset, EMR picks a subnet of the
+default VPC). Roll back by setting ``pina_version`` to the previous release. On a GPU fleet use
+pina_daily_gpu (pina_gpu.py) instead.
 """
 
 import pina_emr_steps as pes
@@ -18,7 +21,7 @@ dag = pes.emr_dag(
         "latest",
         "--incremental",
         "--set",
-        f"input.instances={pes.PREFIX}/input/daily/{pes.DS}/instances/",
+        f"input.instances={pes.PREFIX}/input/daily/{pes.RUN_DATE}/instances/",
     ],
     core_nodes=4,
     timeout_h=6,

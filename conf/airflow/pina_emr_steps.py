@@ -1,12 +1,23 @@
-"""EMR steps and cluster spec for the pina-spark Airflow DAGs (pina_daily.py, pina_monthly.py).
+"""EMR steps, cluster specs and the DAG factory of the pina-spark Airflow DAGs (pina_daily.py,
+pina_monthly.py, pina_gpu.py).
 
-One ``spark-submit`` step per pipeline stage, exactly as ``conf/emr/steps.json`` (the test
-``tests/test_airflow_dags.py`` checks they agree): cluster deploy mode, the job's environment
-shipped with ``--archives <pina-env>.tar.gz#env`` and ``spark.pyspark.python=./env/bin/python``.
-Settings come from Airflow Variables (``pina_bucket``, ``pina_version``, ``pina_subnet``) with
-the defaults below; nothing here talks to AWS at import time.
+One ``spark-submit`` step per pipeline stage, exactly as ``conf/emr/steps.json`` (CPU fleet) and
+``conf/emr/steps-gpu.json`` (GPU fleet) list them (``tests/test_airflow_dags.py`` checks they
+agree): cluster deploy mode, the job's environment shipped with ``--archives
+<pina-env>.tar.gz#env`` and ``spark.pyspark.python=./env/bin/python``, and every key that has to
+be set at submit time: executor sizing (EMR's spark-defaults set executor cores and memory per
+instance type, and they win over a YAML's ``spark.conf``) and ``spark.yarn.maxAppAttempts=1``
+(read by the YARN client when it submits: from the YAML it does nothing in cluster mode).
+
+A DAG creates a transient cluster, runs one task per stage that adds the stage's step and
+watches it (a retry of that task adds the step again; a failure names the stage), and terminates
+the cluster as a teardown task, with an idle timeout on the cluster as a backstop. Settings come
+from Airflow Variables (``pina_bucket``, ``pina_version``, ``pina_subnet``) with the defaults
+below. This module imports without Airflow (the main test suite compares its steps with the JSON
+files); :func:`emr_dag` needs Airflow 2.9+ or 3.x and the Amazon provider.
 """
 
+import copy
 from typing import Dict, List, Sequence
 
 #: stage -> (job script, driver memory), in pipeline order
@@ -21,25 +32,118 @@ STAGES = {
     "evaluate": ("evaluate.py", "8g"),
 }
 
+#: stages that own a GPU per task on the GPU fleet (conf/emr-gpu.yaml)
+GPU_STAGES = ("embed", "neighbors")
+
+#: the GPU fleet's first step: one task that must see a GPU from Spark and CUDA from torch
+SMOKE = ("gpu_smoke.py", "2g")
+
+#: conf of every step: the archive's Python, no model downloads, and one YARN attempt per step
+#: (a second attempt would meet the first one's live run-root lease; the DAG retries the step)
 COMMON_CONF = [
     "spark.pyspark.python=./env/bin/python",
     "spark.yarn.appMasterEnv.HF_HUB_OFFLINE=1",
     "spark.yarn.appMasterEnv.TRANSFORMERS_OFFLINE=1",
     "spark.executorEnv.HF_HUB_OFFLINE=1",
     "spark.executorEnv.TRANSFORMERS_OFFLINE=1",
+    "spark.yarn.maxAppAttempts=1",
 ]
 
+#: executor sizing of a CPU step (conf/emr.yaml's spark.conf says the same): 5-core executors
+#: with one-core tasks, 12g heap and 6g off-heap for torch and PECOS in the Python workers,
+#: 3 per 16-vCPU 64-GiB node
+CPU_SIZING = [
+    "spark.executor.cores=5",
+    "spark.task.cpus=1",
+    "spark.executor.memory=12g",
+    "spark.executor.memoryOverhead=6g",
+]
 
-def stage_step(
-    stage: str,
-    prefix: str,
-    version: str,
-    run_date: str,
-    config: str = "emr.yaml",
-    extra_args: Sequence[str] = (),
-) -> Dict:
-    """The EMR step of one stage (``prefix``: ``s3://BUCKET/pina``)."""
-    script, driver_memory = STAGES[stage]
+#: the CPU fleet's cap on executors (conf/emr.yaml)
+CPU_FLEET_SIZING = CPU_SIZING + ["spark.dynamicAllocation.maxExecutors=60"]
+
+#: sizing of a GPU step: one GPU per executor and per task, 8 cores per task (tokenisation and
+#: PECOS' beam search on g), the discovery script EMR 7 ships
+GPU_SIZING = [
+    "spark.executor.resource.gpu.amount=1",
+    "spark.task.resource.gpu.amount=1",
+    "spark.executor.resource.gpu.discoveryScript=/usr/lib/spark/scripts/gpu/getGpusResources.sh",
+    "spark.executor.cores=8",
+    "spark.task.cpus=8",
+    "spark.executor.memory=24g",
+    "spark.executor.memoryOverhead=16g",
+]
+
+#: EMR configuration classifications (conf/emr/configurations.json, -gpu.json say the same)
+OFFLINE_DEFAULTS = {
+    "spark.executorEnv.HF_HUB_OFFLINE": "1",
+    "spark.executorEnv.TRANSFORMERS_OFFLINE": "1",
+    "spark.yarn.appMasterEnv.HF_HUB_OFFLINE": "1",
+    "spark.yarn.appMasterEnv.TRANSFORMERS_OFFLINE": "1",
+}
+CONFIGURATIONS = [{"Classification": "spark-defaults", "Properties": dict(OFFLINE_DEFAULTS)}]
+CONFIGURATIONS_GPU = [
+    {
+        "Classification": "spark-defaults",
+        "Properties": dict(
+            OFFLINE_DEFAULTS,
+            **{
+                "spark.executor.resource.gpu.discoveryScript": (
+                    "/usr/lib/spark/scripts/gpu/getGpusResources.sh"
+                )
+            },
+        ),
+    },
+    {
+        "Classification": "yarn-site",
+        "Properties": {
+            "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
+            "yarn.resource-types": "yarn.io/gpu",
+            "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
+            "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": "/usr/bin",
+            "yarn.nodemanager.linux-container-executor.cgroups.mount": "true",
+            "yarn.nodemanager.linux-container-executor.cgroups.mount-path": "/spark-rapids-cgroup",
+            "yarn.nodemanager.linux-container-executor.cgroups.hierarchy": "yarn",
+            "yarn.nodemanager.container-executor.class": (
+                "org.apache.hadoop.yarn.server.nodemanager.LinuxContainerExecutor"
+            ),
+        },
+    },
+    {
+        "Classification": "container-executor",
+        "Properties": {},
+        "Configurations": [
+            {"Classification": "gpu", "Properties": {"module.enabled": "true"}},
+            {
+                "Classification": "cgroups",
+                "Properties": {"root": "/spark-rapids-cgroup", "yarn-hierarchy": "yarn"},
+            },
+        ],
+    },
+    {
+        "Classification": "capacity-scheduler",
+        "Properties": {
+            "yarn.scheduler.capacity.resource-calculator": (
+                "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator"
+            )
+        },
+    },
+]
+
+#: seconds a cluster may sit without a step or YARN application before EMR terminates it: the
+#: backstop for a DAG run that dies before its teardown task (longer than RETRY_DELAY_S)
+IDLE_TIMEOUT_S = 3600
+
+#: wait before a failed stage's step is added again: longer than the run-root lease's stale
+#: time (600 s, pina_spark.storage.lease), so the retry can take over the lease of a driver that
+#: was killed before it released it
+RETRY_DELAY_S = 900
+
+#: seconds between two looks at a running step
+POLL_S = 60
+
+
+def _submit(driver_memory: str, archive: str, conf: Sequence[str], script: str) -> List[str]:
     args = [
         "spark-submit",
         "--master",
@@ -49,32 +153,70 @@ def stage_step(
         "--driver-memory",
         driver_memory,
         "--archives",
-        f"{prefix}/dist/pina-env-{version}.tar.gz#env",
+        f"{archive}#env",
     ]
-    for c in COMMON_CONF:
+    for c in list(COMMON_CONF) + list(conf):
         args += ["--conf", c]
-    args += [
-        f"{prefix}/code/jobs/{script}",
-        "--config",
-        f"{prefix}/conf/{config}",
-        "--run-date",
-        run_date,
-    ] + list(extra_args)
+    return args + [script]
+
+
+def _step(name: str, args: List[str]) -> Dict:
     return {
-        "Name": f"pina-spark {stage} {run_date}",
+        "Name": name,
         "ActionOnFailure": "CANCEL_AND_WAIT",
         "HadoopJarStep": {"Jar": "command-runner.jar", "Args": args},
     }
 
 
+def stage_step(
+    stage: str,
+    prefix: str,
+    version: str,
+    run_date: str,
+    extra_args: Sequence[str] = (),
+    gpu_fleet: bool = False,
+) -> Dict:
+    """The EMR step of one stage (``prefix``: ``s3://BUCKET/pina``) on the CPU fleet
+    (conf/emr.yaml) or the GPU fleet (conf/emr-gpu.yaml: GPU stages ship the CUDA archive and own
+    a GPU per task, the others run on 5-core executors)."""
+    script, driver_memory = STAGES[stage]
+    gpu = gpu_fleet and stage in GPU_STAGES
+    archive = f"{prefix}/dist/pina-env-{'gpu-' if gpu else ''}{version}.tar.gz"
+    sizing = GPU_SIZING if gpu else (CPU_SIZING if gpu_fleet else CPU_FLEET_SIZING)
+    config = "emr-gpu.yaml" if gpu_fleet else "emr.yaml"
+    args = _submit(driver_memory, archive, sizing, f"{prefix}/code/jobs/{script}")
+    args += ["--config", f"{prefix}/conf/{config}", "--run-date", run_date] + list(extra_args)
+    return _step(f"pina-spark {stage} {run_date}", args)
+
+
+def smoke_step(prefix: str, version: str, run_date: str) -> Dict:
+    """The GPU fleet's first step (jobs/gpu_smoke.py): fails the chain early, naming what is
+    missing, when YARN hands out no GPU or torch sees no CUDA."""
+    script, driver_memory = SMOKE
+    archive = f"{prefix}/dist/pina-env-gpu-{version}.tar.gz"
+    args = _submit(driver_memory, archive, GPU_SIZING, f"{prefix}/code/jobs/{script}")
+    return _step(f"pina-spark gpu-smoke {run_date}", args + ["--tasks", "1"])
+
+
 def steps(
-    stages: Sequence[str], prefix: str, version: str, run_date: str, extra_args: Sequence[str] = ()
+    stages: Sequence[str],
+    prefix: str,
+    version: str,
+    run_date: str,
+    extra_args: Sequence[str] = (),
+    gpu_fleet: bool = False,
 ) -> List[Dict]:
-    return [stage_step(s, prefix, version, run_date, extra_args=extra_args) for s in stages]
+    """The steps of ``stages`` in order; on the GPU fleet the smoke step comes first."""
+    out = [smoke_step(prefix, version, run_date)] if gpu_fleet else []
+    return out + [stage_step(s, prefix, version, run_date, extra_args, gpu_fleet) for s in stages]
 
 
-def cluster(name: str, prefix: str, core_nodes: int = 4, subnet: str = "") -> Dict:
-    """``RunJobFlow`` arguments of a CPU cluster kept alive until the DAG terminates it."""
+def cluster(
+    name: str, prefix: str, core_nodes: int = 4, subnet: str = "", gpu_fleet: bool = False
+) -> Dict:
+    """``RunJobFlow`` arguments of a cluster kept alive between the steps the DAG adds, until
+    the DAG terminates it or it has been idle for :data:`IDLE_TIMEOUT_S`. ``subnet`` may be a
+    template that renders empty: :func:`without_empty_subnet` then drops it before the call."""
     spec = {
         "Name": name,
         "ReleaseLabel": "emr-7.5.0",
@@ -91,30 +233,24 @@ def cluster(name: str, prefix: str, core_nodes: int = 4, subnet: str = "") -> Di
                 {
                     "Name": "core",
                     "InstanceRole": "CORE",
-                    "InstanceType": "m5.4xlarge",
+                    "InstanceType": "g5.4xlarge" if gpu_fleet else "m5.4xlarge",
                     "InstanceCount": core_nodes,
                 },
             ],
             "KeepJobFlowAliveWhenNoSteps": True,
             "TerminationProtected": False,
         },
+        "AutoTerminationPolicy": {"IdleTimeout": IDLE_TIMEOUT_S},
         "BootstrapActions": [
             {
                 "Name": "pina-node",
-                "ScriptBootstrapAction": {"Path": f"{prefix}/dist/bootstrap-node.sh", "Args": []},
-            }
-        ],
-        "Configurations": [
-            {
-                "Classification": "spark-defaults",
-                "Properties": {
-                    "spark.executorEnv.HF_HUB_OFFLINE": "1",
-                    "spark.executorEnv.TRANSFORMERS_OFFLINE": "1",
-                    "spark.yarn.appMasterEnv.HF_HUB_OFFLINE": "1",
-                    "spark.yarn.appMasterEnv.TRANSFORMERS_OFFLINE": "1",
+                "ScriptBootstrapAction": {
+                    "Path": f"{prefix}/dist/bootstrap-node.sh",
+                    "Args": ["--gpu"] if gpu_fleet else [],
                 },
             }
         ],
+        "Configurations": copy.deepcopy(CONFIGURATIONS_GPU if gpu_fleet else CONFIGURATIONS),
         "JobFlowRole": "EMR_EC2_DefaultRole",
         "ServiceRole": "EMR_DefaultRole",
         "VisibleToAllUsers": True,
@@ -124,12 +260,30 @@ def cluster(name: str, prefix: str, core_nodes: int = 4, subnet: str = "") -> Di
     return spec
 
 
-#: Airflow template values (Variables with defaults; ``{{ ds }}`` is the run date)
+def without_empty_subnet(spec: Dict) -> Dict:
+    """``spec`` without ``Instances.Ec2SubnetId`` when it is empty (the ``pina_subnet`` Variable
+    unset): EMR then picks a subnet of the account's default VPC instead of refusing ``""``.
+
+    >>> without_empty_subnet({"Instances": {"Ec2SubnetId": " ", "KeepJobFlowAliveWhenNoSteps": 1}})
+    {'Instances': {'KeepJobFlowAliveWhenNoSteps': 1}}
+    >>> without_empty_subnet({"Instances": {"Ec2SubnetId": "subnet-1"}})
+    {'Instances': {'Ec2SubnetId': 'subnet-1'}}
+    """
+    out = copy.deepcopy(spec)
+    instances = out.get("Instances", {})
+    if not str(instances.get("Ec2SubnetId", "")).strip():
+        instances.pop("Ec2SubnetId", None)
+    return out
+
+
+#: Airflow template values (Variables with defaults)
 BUCKET = "{{ var.value.get('pina_bucket', 'YOUR-BUCKET') }}"
 VERSION = "{{ var.value.get('pina_version', '0.1.0') }}"
 SUBNET = "{{ var.value.get('pina_subnet', '') }}"
 PREFIX = f"s3://{BUCKET}/pina"
-DS = "{{ ds }}"
+#: the run date: the ``run_date`` Param of a manual run, else the logical date (``ds``), else
+#: (an Airflow 3 manual run without a logical date) the date the run was queued for
+RUN_DATE = "{{ params.run_date or (ds if ds is defined else dag_run.run_after | ds) }}"
 
 
 def emr_dag(
@@ -140,48 +294,69 @@ def emr_dag(
     core_nodes: int,
     timeout_h: int,
     retries: int,
+    gpu_fleet: bool = False,
 ):
-    """An Airflow DAG: create a transient EMR 7 cluster, add one step per stage, wait for the
-    last step (``EmrStepSensor``; ``CANCEL_AND_WAIT`` cancels the rest after a failure), and
-    terminate the cluster whatever happened."""
+    """An Airflow DAG: create a transient EMR 7 cluster, then one task per stage (the GPU smoke
+    step first on the GPU fleet) that adds the stage's step and waits for it, retried
+    ``retries`` times (each retry adds the step again), then terminate the cluster whatever
+    happened (a teardown task: the run's state is the stages')."""
     import datetime
 
-    from airflow.providers.amazon.aws.operators.emr import (
-        EmrAddStepsOperator,
-        EmrCreateJobFlowOperator,
+    from pina_emr_operators import (
+        DAG,
+        EmrClusterOperator,
+        EmrStageOperator,
         EmrTerminateJobFlowOperator,
+        Param,
     )
-    from airflow.providers.amazon.aws.sensors.emr import EmrStepSensor
-    from airflow.sdk import DAG
 
+    timeout = datetime.timedelta(hours=timeout_h)
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
         start_date=datetime.datetime(2026, 11, 1),
         catchup=False,
         max_active_runs=1,
-        tags=["pina-spark"],
-        default_args={"retries": retries, "retry_delay": datetime.timedelta(minutes=10)},
+        tags=["pina-spark"] + (["gpu"] if gpu_fleet else []),
+        params={
+            "run_date": Param(
+                None,
+                type=["null", "string"],
+                format="date",
+                description="YYYY-MM-DD; empty: the run's logical date (or the day it runs)",
+            )
+        },
+        default_args={"retries": 0},
     ) as dag:
-        create = EmrCreateJobFlowOperator(
+        create = EmrClusterOperator(
             task_id="create_cluster",
-            job_flow_overrides=cluster(f"{dag_id}-{DS}", PREFIX, core_nodes, SUBNET),
+            job_flow_overrides=cluster(
+                f"{dag_id}-{RUN_DATE}", PREFIX, core_nodes, SUBNET, gpu_fleet
+            ),
         )
-        add = EmrAddStepsOperator(
-            task_id="add_steps",
-            job_flow_id=create.output,
-            steps=steps(stages, PREFIX, VERSION, DS, extra_args),
-        )
-        wait = EmrStepSensor(
-            task_id=f"wait_for_{stages[-1]}",
-            job_flow_id=create.output,
-            step_id="{{ task_instance.xcom_pull(task_ids='add_steps')[-1] }}",
-            poke_interval=60,
-            timeout=timeout_h * 3600,
-            mode="reschedule",
-        )
+        tasks = []
+        labels = (["gpu-smoke"] if gpu_fleet else []) + list(stages)
+        for stage, step in zip(
+            labels, steps(stages, PREFIX, VERSION, RUN_DATE, extra_args, gpu_fleet)
+        ):
+            tasks.append(
+                EmrStageOperator(
+                    task_id=f"stage_{stage.replace('-', '_')}",
+                    stage=stage,
+                    job_flow_id=create.output,
+                    steps=[step],
+                    waiter_delay=POLL_S,
+                    waiter_max_attempts=max(1, timeout_h * 3600 // POLL_S),
+                    execution_timeout=timeout,
+                    retries=retries,
+                    retry_delay=datetime.timedelta(seconds=RETRY_DELAY_S),
+                )
+            )
         terminate = EmrTerminateJobFlowOperator(
-            task_id="terminate_cluster", job_flow_id=create.output, trigger_rule="all_done"
+            task_id="terminate_cluster", job_flow_id=create.output, retries=3
         )
-        create >> add >> wait >> terminate
+        chain = [create] + tasks
+        for upstream, downstream in zip(chain, chain[1:]):
+            upstream >> downstream
+        tasks[-1] >> terminate.as_teardown(setups=create)
     return dag

@@ -1,12 +1,13 @@
-"""Airflow DAG: monthly retraining. Every stage (graph ... evaluate) on a transient EMR 7
+"""Airflow DAG: monthly retraining. Every stage (graph ... evaluate) on a transient EMR 7 CPU
 cluster, with the promotion gate on: the evaluate stage writes ``<output>/_PROMOTED`` (which
 pina_daily.py follows through ``--models latest``) only if pina's P@1 is not below the promoted
 run's by more than ``evaluate.gate_tolerance``. A failed gate is not a failed run: the outputs
 stay for inspection (``pina-spark status`` / ``pina-spark compare``) and the daily runs keep the
-old models.
+old models. A failed stage is not retried: its task names it; clear the task to add its step
+again (finished stages are skipped).
 
 Airflow Variables: ``pina_bucket``, ``pina_version``, ``pina_subnet`` (see pina_daily.py),
-``pina_gate_tolerance`` (default 0.005).
+``pina_gate_tolerance`` (default 0.005). On a GPU fleet use pina_monthly_gpu (pina_gpu.py).
 """
 
 import pina_emr_steps as pes
@@ -19,7 +20,7 @@ dag = pes.emr_dag(
         "--set",
         "evaluate.promote=true",
         "--set",
-        "evaluate.gate_tolerance=" "{{ var.value.get('pina_gate_tolerance', '0.005') }}",
+        "evaluate.gate_tolerance={{ var.value.get('pina_gate_tolerance', '0.005') }}",
     ],
     core_nodes=8,
     timeout_h=24,

@@ -1,0 +1,105 @@
+"""The Airflow side of the pina-spark DAGs (pina_emr_steps.emr_dag builds them): the Amazon
+provider's EMR operators with two changes, and the imports that differ between Airflow 2.9+ and
+Airflow 3.
+
+- :class:`EmrClusterOperator` sends no ``Ec2SubnetId`` when its template rendered empty (the
+  ``pina_subnet`` Variable unset), instead of an empty one EMR refuses.
+- :class:`EmrStageOperator` adds one stage's step and watches it: a retry of the task adds the
+  step again (retrying a sensor would only look at the same failed step again), and a failure
+  names the stage, the step and EMR's reason for it.
+"""
+
+from airflow.exceptions import AirflowException
+from airflow.providers.amazon.aws.hooks.emr import EmrHook
+from airflow.providers.amazon.aws.operators.emr import (
+    EmrAddStepsOperator,
+    EmrCreateJobFlowOperator,
+    EmrTerminateJobFlowOperator,
+)
+from airflow.providers.amazon.aws.utils.waiter_with_logging import wait
+from pina_emr_steps import without_empty_subnet
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, Param
+except ImportError:  # Airflow 2.9 - 2.11
+    from airflow import DAG  # type: ignore[no-redef]
+    from airflow.models.param import Param  # type: ignore[no-redef]
+
+__all__ = [
+    "DAG",
+    "Param",
+    "EmrClusterOperator",
+    "EmrStageOperator",
+    "EmrTerminateJobFlowOperator",
+]
+
+
+class EmrClusterOperator(EmrCreateJobFlowOperator):
+    """``EmrCreateJobFlowOperator`` that leaves ``Instances.Ec2SubnetId`` out when it rendered
+    empty, and sends ``job_flow_overrides`` alone (no ``emr_conn_id``: the extra of Airflow's
+    default ``emr_default`` connection would add its example job flow's keys)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("emr_conn_id", None)
+        super().__init__(**kwargs)
+
+    def execute(self, context):
+        if isinstance(self.job_flow_overrides, dict):
+            self.job_flow_overrides = without_empty_subnet(self.job_flow_overrides)
+        return super().execute(context)
+
+
+class EmrStageOperator(EmrAddStepsOperator):
+    """Add the step of one pipeline stage and wait until it ends (every ``waiter_delay`` seconds,
+    at most ``waiter_max_attempts`` looks). Fails naming the stage when the step ends in any
+    state but ``COMPLETED``."""
+
+    def __init__(self, *, stage: str, **kwargs):
+        kwargs["wait_for_completion"] = False  # the watching is done here, to name the stage
+        super().__init__(**kwargs)
+        self.stage = stage
+
+    def execute(self, context):
+        step_ids = super().execute(context)
+        # the provider's operators have a hook attribute since 9.x's AwsBaseOperator
+        hook = getattr(self, "hook", None) or EmrHook(aws_conn_id=self.aws_conn_id)
+        client = hook.conn
+        waiter = client.get_waiter("step_complete")
+        for step_id in step_ids:
+            try:
+                wait(
+                    waiter=waiter,
+                    waiter_delay=self.waiter_delay,
+                    waiter_max_attempts=self.waiter_max_attempts,
+                    args={"ClusterId": self.job_flow_id, "StepId": step_id},
+                    failure_message=f"stage {self.stage}: EMR step {step_id} failed",
+                    status_message=f"stage {self.stage}: EMR step {step_id} is",
+                    status_args=["Step.Status.State", "Step.Status.StateChangeReason"],
+                )
+            except AirflowException as exc:
+                step = client.describe_step(ClusterId=self.job_flow_id, StepId=step_id)["Step"]
+                raise AirflowException(step_failure(self.stage, step, str(exc))) from exc
+        self.log.info("stage %s: EMR steps %s completed", self.stage, step_ids)
+        return step_ids
+
+
+def step_failure(stage: str, step: dict, error: str = "") -> str:
+    """One line naming the failed stage, its step, the step's state and EMR's failure details
+    (reason, message, log file) where EMR gives them.
+
+    >>> step_failure("embed", {"Id": "s-1", "Name": "n", "Status": {"State": "FAILED",
+    ...     "FailureDetails": {"Reason": "Step failed.", "Message": "rc 1"}}})
+    'pina-spark stage embed failed: EMR step s-1 (n) is FAILED: reason: Step failed.; message: rc 1'
+    """
+    status = step.get("Status", {})
+    details = status.get("FailureDetails") or {}
+    head = (
+        f"pina-spark stage {stage} failed: EMR step {step.get('Id', '?')} "
+        f"({step.get('Name', '')}) is {status.get('State', '?')}"
+    )
+    parts = [
+        f"{k.lower()}: {details[k]}" for k in ("Reason", "Message", "LogFile") if details.get(k)
+    ]
+    if not parts and error:
+        parts = [error]
+    return head + (": " + "; ".join(parts) if parts else "")

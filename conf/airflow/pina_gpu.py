@@ -1,0 +1,45 @@
+"""Airflow DAGs for a GPU fleet (conf/emr-gpu.yaml, docs/emr.md "GPU cluster"): the same daily
+augmentation and monthly retraining as pina_daily.py and pina_monthly.py, on transient EMR 7
+clusters of g5.4xlarge core nodes. Each run starts with the GPU smoke step (one task that must
+own a GPU and see CUDA), then one step per stage: embed and neighbours own a GPU per task and
+ship the CUDA archive (``dist/pina-env-gpu-<version>.tar.gz``), every other stage runs on
+5-core CPU executors. Outputs and promotions live under conf/emr-gpu.yaml's ``output``
+(``runs/prod-gpu``), apart from the CPU DAGs'. Unpause either this pair or the CPU pair.
+
+Airflow Variables: as pina_daily.py and pina_monthly.py.
+"""
+
+import pina_emr_steps as pes
+
+daily = pes.emr_dag(
+    "pina_daily_gpu",
+    "@daily",
+    ("embed", "neighbors", "aggregate"),
+    extra_args=[
+        "--models",
+        "latest",
+        "--incremental",
+        "--set",
+        f"input.instances={pes.PREFIX}/input/daily/{pes.RUN_DATE}/instances/",
+    ],
+    core_nodes=2,
+    timeout_h=6,
+    retries=1,
+    gpu_fleet=True,
+)
+
+monthly = pes.emr_dag(
+    "pina_monthly_gpu",
+    "@monthly",
+    tuple(pes.STAGES),
+    extra_args=[
+        "--set",
+        "evaluate.promote=true",
+        "--set",
+        "evaluate.gate_tolerance={{ var.value.get('pina_gate_tolerance', '0.005') }}",
+    ],
+    core_nodes=4,
+    timeout_h=24,
+    retries=0,
+    gpu_fleet=True,
+)
