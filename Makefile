@@ -61,6 +61,9 @@ docs: $(STAMP)
 #                Python 3.11 environment (CPU torch, the lock file's versions, no pyspark) that
 #                every spark-submit ships with --archives dist/pina-env-<v>.tar.gz#env and
 #                spark.pyspark.python=./env/bin/python (docs/emr.md "Per-job environment").
+#                The archive holds compiled wheels for the machine that builds it: build on
+#                x86_64 Linux with Python 3.11, like the EMR nodes (check-dist-platform says so
+#                and stops elsewhere).
 # make dist-gpu  dist/pina-env-gpu-<v>.tar.gz: the same with a CUDA build of torch (GBs).
 # make dist-wheelhouse  dist/wheelhouse/ + dist/bootstrap.sh: the bootstrap-per-cluster route.
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' pina_spark/__init__.py)
@@ -71,23 +74,42 @@ WHEEL := dist/pina_spark-$(VERSION)-py3-none-any.whl
 ENV_PYTHON ?= $(PYTHON)
 EMR_PYTHON ?= python3.11
 EMR_PYTHON_PREFIX ?= /usr
-# where pip finds each torch build (empty: pip's own configuration)
-TORCH_CPU_PIP ?=
+# where pip finds each torch build (PyTorch's own indexes; PyPI's torch for Linux is the CUDA
+# build): set one empty to use pip's own configuration (a mirror that has the right build)
+TORCH_CPU_PIP ?= --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
 TORCH_GPU_PIP ?= --index-url https://download.pytorch.org/whl/cu126 --extra-index-url https://pypi.org/simple
+# the platform the archive is built for (the EMR nodes') and the one building it
+DIST_PLATFORM := Linux x86_64
+BUILD_PLATFORM ?= $(shell uname -s) $(shell uname -m)
 
-.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full
+.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full \
+	check-dist-platform
 
 wheel: $(STAMP)
 	rm -rf build/lib build/bdist.* dist/pina_spark-*.whl
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
 	test -f $(WHEEL)
 
-dist: wheel
+# a venv-pack archive carries the build machine's compiled wheels and its Python's
+# lib/pythonX.Y: both must be the nodes' (x86_64 Linux, $(EMR_PYTHON))
+check-dist-platform:
+	@if [ "$(BUILD_PLATFORM)" != "$(DIST_PLATFORM)" ]; then \
+		echo "make dist: this machine is $(BUILD_PLATFORM), the EMR nodes are x86_64 Linux:" \
+			"the archive would hold $(BUILD_PLATFORM) wheels. Build it on x86_64 Linux (the" \
+			"cluster's primary node, or a linux/amd64 container); make dist-wheelhouse" \
+			"downloads the nodes' wheels from any machine." >&2; exit 1; fi
+	@v=$$($(ENV_PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])'); \
+	if [ "$$v" != "$(EMR_PYTHON)" ]; then \
+		echo "make dist: ENV_PYTHON=$(ENV_PYTHON) is $$v, the nodes run $(EMR_PYTHON):" \
+			"set ENV_PYTHON to a $(EMR_PYTHON)" >&2; exit 1; fi
+	@echo "build platform $(BUILD_PLATFORM), $(EMR_PYTHON): the EMR nodes' (ok)"
+
+dist: check-dist-platform wheel
 	cp conf/emr/bootstrap-node.sh dist/
 	$(MAKE) --no-print-directory _env FLAVOR=cpu ARCHIVE=dist/pina-env-$(VERSION).tar.gz \
 		TORCH_PIP="$(TORCH_CPU_PIP)"
 
-dist-gpu: wheel
+dist-gpu: check-dist-platform wheel
 	$(MAKE) --no-print-directory _env FLAVOR=gpu ARCHIVE=dist/pina-env-gpu-$(VERSION).tar.gz \
 		TORCH_PIP="$(TORCH_GPU_PIP)"
 
@@ -118,7 +140,7 @@ _env:
 	$(PY) -m venv_pack -p build/env-$(FLAVOR) -o $(ARCHIVE) -q
 	tar -tvzf $(ARCHIVE) bin/python3 | grep -q -- "-> $(EMR_PYTHON_PREFIX)/bin/$(EMR_PYTHON)$$"
 	tar -tzf $(ARCHIVE) | grep -q -x bin/pina-spark
-	tar -tzf $(ARCHIVE) | grep -q -x lib/$(EMR_PYTHON)/site-packages/pina_spark/cli.py
+	tar -tzf $(ARCHIVE) | grep -q -x lib/$(EMR_PYTHON)/site-packages/pina_spark/__init__.py
 	@echo "$(ARCHIVE): $$(du -h $(ARCHIVE) | cut -f1) packed, $$(du -sh build/env-$(FLAVOR) | cut -f1) unpacked" \
 		"(torch $$(build/env-$(FLAVOR)/bin/python -c 'import torch; print(torch.__version__)'))"
 

@@ -7,9 +7,10 @@ PySpark in particular is the platform's (EMR 7.x ships Spark 3.5; Databricks and
 their own), so it is NOT an install requirement: ``pip install "pina-spark[spark]"`` adds it for
 local use, ``[spark35]`` pins the 3.5 line that EMR 7 runs.
 
-Python >= 3.10: the stack's oldest members have no cp39 wheels (torch 2.13 declares
-``Requires-Python >=3.10``; pyarrow 25 likewise). The deployment target is Python 3.11 (EMR 7:
-AL2023's ``python3.11`` package, see docs/emr.md); CI runs 3.11.
+Python 3.10 to 3.12: the stack's oldest members have no cp39 wheels (torch 2.13 declares
+``Requires-Python >=3.10``; pyarrow 25 likewise), and ``numpy<2`` (which libpecos needs) has no
+cp313 wheels. The deployment target is Python 3.11 (EMR 7: AL2023's ``python3.11`` package, see
+docs/emr.md); CI runs 3.11. tests/test_packaging.py checks these declarations.
 """
 
 import os
@@ -50,6 +51,19 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.7",
 ]
 
+#: the Python versions the pinned stack has wheels for (numpy 1.26: cp310 - cp312)
+PYTHON_REQUIRES = ">=3.10,<3.13"
+CLASSIFIERS = [
+    "Programming Language :: Python :: 3",
+    "Programming Language :: Python :: 3 :: Only",
+    "Programming Language :: Python :: 3.10",
+    "Programming Language :: Python :: 3.11",
+    "Programming Language :: Python :: 3.12",
+    "Operating System :: POSIX :: Linux",
+    "Intended Audience :: Science/Research",
+    "Topic :: Scientific/Engineering :: Artificial Intelligence",
+]
+
 LONG_DESCRIPTION = """\
 # pina-spark
 
@@ -72,7 +86,8 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pina_spark", "pina_spark.*"]),
     package_data={"pina_spark": ["conf/*.yaml"], "pina_spark.datasets": ["demo_vocabulary.json"]},
-    python_requires=">=3.10",
+    python_requires=PYTHON_REQUIRES,
+    classifiers=CLASSIFIERS,
     install_requires=INSTALL_REQUIRES,
     extras_require={
         "dev": _reqs("requirements-dev.txt"),
