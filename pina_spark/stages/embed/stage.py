@@ -11,11 +11,10 @@ are a function of the texts and node indices alone and never straddle two tasks,
 encoder call sees the same texts (hence the same numbers) whatever the number of partitions.
 They are dealt to the tasks round robin, so every task gets every length.
 
-Examples
---------
->>> from pina_spark.orchestration.pipeline import run_pipeline                     # doctest: +SKIP
->>> run_pipeline(spark, cfg, ["embed"])                              # doctest: +SKIP
-{'embed': 'ran'}
+Example::
+
+    from pina_spark.orchestration.pipeline import run_pipeline
+    run_pipeline(spark, cfg, ["embed"])  # {'embed': 'ran'}
 """
 
 import dataclasses as dc
@@ -216,12 +215,11 @@ def embed_frame(
         Task slots of the application (:func:`runtime.task_slots`); the task count is a
         multiple of it.
 
-    Examples
-    --------
-    >>> df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference,
-    ...                  nodes.count())  # doctest: +SKIP
-    >>> df.columns  # doctest: +SKIP
-    ['node_index', 'dense', 'sparse_indices', 'sparse_values']
+    Example::
+
+        df = embed_frame(nodes, "/r/models/vectorizer", cfg.inference,
+                         nodes.count())
+        df.columns  # ['node_index', 'dense', 'sparse_indices', 'sparse_values']
     """
     counts = length_counts(nodes_df)
     task = EmbedTask.of(
@@ -241,10 +239,9 @@ def run(ctx) -> Dict[str, Any]:
         ``rows``, ``encoded_rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
         ``worker_processes``, ``max_loads_per_worker_model``, ``loads_per_worker``.
 
-    Examples
-    --------
-    >>> run(ctx)["rows"]          # doctest: +SKIP
-    1200
+    Example::
+
+        run(ctx)["rows"]  # 1200
     """
     spark, cfg = ctx.spark, ctx.cfg
     vec_uri = artifacts.require_vectorizer(spark, ctx.models_root)

@@ -25,11 +25,10 @@ another run's, they are mapped through ``(kind, node_id)`` into this run's ``nod
 models run's train instances and labels; new instances may have any index and split (``new``
 rows use the full g, like ``test``).
 
-Examples
---------
->>> from pina_spark.orchestration.pipeline import run_pipeline                     # doctest: +SKIP
->>> run_pipeline(spark, cfg, ["embed", "neighbors"])                 # doctest: +SKIP
-{'embed': 'ran', 'neighbors': 'ran'}
+Example::
+
+    from pina_spark.orchestration.pipeline import run_pipeline
+    run_pipeline(spark, cfg, ["embed", "neighbors"])  # {'embed': 'ran', 'neighbors': 'ran'}
 """
 
 import dataclasses as dc
@@ -425,11 +424,10 @@ def neighbors_frame(
     per file (``info["writer"] == "arrow"``); with ``shuffle`` the sink is ignored
     (``info["writer"] == "spark"``).
 
-    Examples
-    --------
-    >>> df, info = neighbors_frame(spark, ctx)      # doctest: +SKIP
-    >>> info["variants"]                            # doctest: +SKIP
-    ['pina', 'pina_naive']
+    Example::
+
+        df, info = neighbors_frame(spark, ctx)
+        info["variants"]  # ['pina', 'pina_naive']
     """
     read: List[Any] = []
 
@@ -464,10 +462,9 @@ def run(ctx) -> Dict[str, Any]:
         variant, rows / pass time), ``variants: {v: {rows, rows_per_s, rows_per_model}}``,
         ``model_loads``, ``worker_processes``, ``max_loads_per_worker_model``.
 
-    Examples
-    --------
-    >>> run(ctx)["variants"]["pina"]["rows"]     # doctest: +SKIP
-    1000
+    Example::
+
+        run(ctx)["variants"]["pina"]["rows"]  # 1000
     """
     spark, cfg = ctx.spark, ctx.cfg
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())

@@ -20,10 +20,10 @@ calls), writes the PECOS model into the variant folder and hands back the test r
 driver builds the predictions and publishes the models folder as before. Same models, same
 predictions as the driver path (``tests/test_downstream.py``).
 
-Examples
---------
->>> fit_on_executors(spark, cfg, prob, inputs, models_dir, scratch)   # doctest: +SKIP
-{'baseline': (frame, {'train_s': 2.1, ...}), ...}
+Example::
+
+    fit_on_executors(spark, cfg, prob, inputs, models_dir, scratch)
+    # {'baseline': (frame, {'train_s': 2.1, ...}), ...}
 """
 
 import dataclasses as dc
