@@ -1,10 +1,10 @@
 """Train/test parity of a vectorizer on a finished run's sample (issue #18 evidence).
 
 The evaluate stage already writes ``eval/encoder_parity.json`` for the run's own embeddings. This
-script measures the same sample (same rows, same candidate labels: ``pina_spark.models.parity``'s id-hash
-rule) with another encoder, so that a fine-tuned encoder's train - test gaps can be read against
-the frozen encoder's gaps on exactly the same rows (the noise level, and how much of the gap the
-data itself has).
+script measures the same sample (same rows, same candidate labels: ``pina_spark.models.parity``'s
+id-hash rule) with another encoder, so that a fine-tuned encoder's train - test gaps can be read
+against the frozen encoder's gaps on exactly the same rows (the noise level, and how much of the gap
+the data itself has).
 
 Usage::
 

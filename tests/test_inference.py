@@ -343,8 +343,8 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
     (text length, node index), on any partitioning and whatever the rank chunks, with the
     numbers of a single-process call on those texts; the Spark SQL length equals
     :func:`plan.text_length`."""
-    from pina_spark.stages.embed import stage as embed_mod
     from pina_spark.stages.embed import plan as plan_mod
+    from pina_spark.stages.embed import stage as embed_mod
 
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     n = len(rows)
@@ -733,8 +733,8 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
 
 
 def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env, spark):
-    """g in PECOS' memory-mapped form (the default, neighbors_stage.g_mmap) predicts exactly what the
-    saved model does; every worker of the machine maps the same compiled folder."""
+    """g in PECOS' memory-mapped form (the default, neighbors_stage.g_mmap) predicts exactly what
+    the saved model does; every worker of the machine maps the same compiled folder."""
     assert env["nb_stats"]["g_mmap"] is True
     published = _collect_neighbors(storage.read_table(spark, env["ctx"].paths, storage.NEIGHBORS))
     c = _with(env["ctx"], inference={"g_mmap": False})

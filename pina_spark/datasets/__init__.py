@@ -5,15 +5,16 @@ Modules: :mod:`.demo` (the generator), :mod:`.synthetic` (the scale generator),
 :mod:`.instacart` (the converters), :mod:`.common` (split rule, constants, writers).
 
 Every function here writes single Parquet files with pyarrow (no Spark needed) whose columns are
-exactly the input contract of :data:`pina_spark.storage.INPUT_COLUMNS` (all strings except ``weight``):
+exactly the input contract of :data:`pina_spark.storage.INPUT_COLUMNS` (all strings except
+``weight``):
 
 - ``instances``: ``instance_id, text, split`` (``split`` in ``train``/``test``)
 - ``labels``: ``label_id, text``
 - ``instance_labels``: ``instance_id, label_id``
 - ``events``: ``basket_id, item_id[, event_time]``
 
-Test splits are id-seeded (:func:`pina_spark.storage.folds.in_sample_fraction`, 20 %), never random, so a
-rerun gives the same split. Every writer is idempotent: rerunning writes byte-identical files.
+Test splits are id-seeded (:func:`pina_spark.storage.folds.in_sample_fraction`, 20 %), never random,
+so a rerun gives the same split. Every writer is idempotent: rerunning writes byte-identical files.
 
 Sources (``prepare_data``):
 

@@ -147,8 +147,8 @@ def require_vectorizer(spark, models_root: str) -> str:
 
 
 def read_json(uri: str) -> Dict[str, Any]:
-    """A JSON artifact (``folds.json``, ``encoder.json``...); :class:`storage.InputError` naming it if
-    missing or invalid."""
+    """A JSON artifact (``folds.json``, ``encoder.json``...); :class:`storage.InputError` naming
+    it if missing or invalid."""
     raw = storage.read_bytes(uri)
     if raw is None:
         raise storage.InputError(f"model artifact missing: {uri}")
@@ -287,10 +287,9 @@ def load_g_mmap(local_dir: str, device: str = "cpu"):
 
 def g_mmap_copy(local_dir: str) -> str:
     """Executor side: a folder holding PECOS' memory-mapped form of the XR-Linear model in
-    ``local_dir`` (``XLinearModel.compile_mmap_model``), compiled once per machine under a
-    file lock into the executor's local dirs (:func:`pina_spark.runtime.embstore.mapped_root`); named
-    by a hash of the model files' paths, sizes and times, so a retrained model is never served
-    stale.
+    ``local_dir`` (``XLinearModel.compile_mmap_model``), compiled once per machine under a file lock
+    into the executor's local dirs (:func:`pina_spark.runtime.embstore.mapped_root`); named by a
+    hash of the model files' paths, sizes and times, so a retrained model is never served stale.
 
     Example::
 

@@ -9,8 +9,8 @@ Kinds (``encoder.json`` / ``cfg.pretrain.encoder``):
   Face encoder (``AutoTokenizer``/``AutoModel``), mean pooling. The pretrain stage copies the
   model into ``models/vectorizer/encoder/`` so the models folder is self-contained.
 - ``contrastive``: the base encoder fine-tuned on B_pre text pairs with in-batch negatives
-  (:mod:`pina_spark.models.contrastive`); saved by the pretrain stage into ``models/vectorizer/encoder/``
-  and loaded like ``hf`` (mean pooling).
+  (:mod:`pina_spark.models.contrastive`); saved by the pretrain stage into
+  ``models/vectorizer/encoder/`` and loaded like ``hf`` (mean pooling).
 - ``xtransformer``: a PECOS XR-Transformer text encoder fine-tuned on B_pre (saved by the
   pretrain stage as an ``XTransformer`` without its linear ranker, see
   :func:`train_xtransformer_encoder`); embeddings are ``XTransformer.encode`` (PECOS pools with

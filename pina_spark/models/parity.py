@@ -133,15 +133,15 @@ def measure_run(
     """:func:`encoder_parity` on a finished run's ``embeddings``, ``nodes`` and
     ``graph/instance_labels``; ``None`` when the run has no test instance or no embeddings.
 
-    At most ``max_per_split`` instances per split (by a hash of the id, so the sample is the same
-    in every run of the same data) and ``max_labels`` candidate labels (every sampled instance's
-    true labels, then others by hash) are read to the driver. With ``encoder`` (an object with
-    ``encode(texts) -> (n, D) array``, e.g. :func:`pina_spark.models.encoders.load_encoder`'s), the same
-    sample's texts are encoded with it instead of reading the run's ``embeddings``: the parity of
-    another encoder (the frozen one, for the noise level) on exactly the same rows. With
-    ``exclude_twins`` (``task.labels: graph``, where labels are items), an instance's own label
-    node (same ``node_id``) is no candidate for it: only train items have one, and its text is
-    the instance's own.
+    At most ``max_per_split`` instances per split (by a hash of the id, so the sample is the same in
+    every run of the same data) and ``max_labels`` candidate labels (every sampled instance's true
+    labels, then others by hash) are read to the driver. With ``encoder`` (an object with
+    ``encode(texts) -> (n, D) array``, e.g. :func:`pina_spark.models.encoders.load_encoder`'s), the
+    same sample's texts are encoded with it instead of reading the run's ``embeddings``: the parity
+    of another encoder (the frozen one, for the noise level) on exactly the same rows. With
+    ``exclude_twins`` (``task.labels: graph``, where labels are items), an instance's own label node
+    (same ``node_id``) is no candidate for it: only train items have one, and its text is the
+    instance's own.
 
     Example::
 
