@@ -513,6 +513,22 @@ def test_read_input_empty_parquet_folder_is_clear(spark, tmp_path):
         storage.read_input(spark, str(d), "instances")
 
 
+@pytest.mark.parametrize("stray", ["README.txt", "zz_notes.txt"])
+def test_read_input_parquet_folder_with_a_stray_file_names_it(spark, tmp_path, stray):
+    # the stray file sorts before the data file (README.txt) or after it (zz_notes.txt): Spark
+    # reads whichever footer it picks; the error names the file that is not Parquet either way
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "instances.parquet"
+    d.mkdir()
+    pq.write_table(pa.table({"instance_id": ["i1"], "text": ["t"]}), str(d / "part-0.parquet"))
+    (d / stray).write_text("these are my instances\n")
+    with pytest.raises(storage.InputError, match="is not a Parquet file") as e:
+        storage.read_input(spark, str(d), "instances")
+    assert stray in str(e.value) and "part-0" not in str(e.value)
+
+
 def test_read_input_unparseable_csv_lines_land_in_corrupt_record(spark, tmp_path):
     uri = _write(
         tmp_path,

@@ -5,7 +5,8 @@ raises :class:`~pina_spark.storage.schemas.InputError` naming the column and the
 any job runs. Lines that cannot be parsed are kept in ``_corrupt_record`` (:data:`CORRUPT`).
 """
 
-from typing import Dict, List, Sequence
+import re
+from typing import Dict, List, Optional, Sequence
 
 from pina_spark.storage.fs import parquet_dataset, parquet_files, path_exists, pyarrow_reaches
 from pina_spark.storage.schemas import INPUT_COLUMNS, InputError, schema
@@ -97,6 +98,9 @@ def read_input(spark, uri: str, table: str):
                     "is not a Parquet file",
                 )
             ):
+                stray = _non_parquet_file(uri, str(e))
+                if stray:
+                    raise InputError(_not_parquet_message(table, stray, uri)) from None
                 raise InputError(
                     f"input.{table}: {uri} is empty or not a Parquet table (no "
                     f"schema could be read)"
@@ -187,8 +191,7 @@ def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> 
                 sch = pq.read_schema(fh)
         except Exception as e:
             raise InputError(
-                f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet "
-                f"file: {type(e).__name__}: {e}"
+                _not_parquet_message(table, fi.path, uri) + f" ({type(e).__name__}: {e})"
             ) from None
         for c in columns:
             if c in sch.names:
@@ -200,6 +203,35 @@ def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> 
                 f"{uri}: the files of {table} disagree on the type of column "
                 f"'{c}': {detail}; rewrite them with one type"
             )
+
+
+def _not_parquet_message(table: str, path: str, uri: str) -> str:
+    return (
+        f"input.{table}: {path} (in {uri}) is not a Parquet file; move it out of the "
+        f"folder or give the Parquet files' path"
+    )
+
+
+def _non_parquet_file(uri: str, spark_error: str) -> Optional[str]:
+    """The first data file of the Parquet folder ``uri`` whose footer pyarrow cannot read (a
+    stray ``README.txt``), else the path Spark's error names as "not a Parquet file", else
+    ``None`` (an empty folder or file)."""
+    found = parquet_files(uri) if pyarrow_reaches(uri) else None
+    if found:
+        import pyarrow.parquet as pq
+
+        fs, files = found
+        for fi in files:
+            if fi.size == 0:
+                continue  # a 0-byte file: "empty", as Spark 4 says
+            try:
+                with fs.open_input_file(fi.path) as fh:
+                    pq.read_schema(fh)
+            except Exception:
+                return fi.path
+        return None
+    m = re.search(r"(\S+) is not a Parquet file\. ", spark_error)
+    return m.group(1) if m else None
 
 
 #: JSON lines looked at to find the keys of a table (a key absent from all of them is missing)
