@@ -198,7 +198,7 @@ def test_plan_skips_complete_steps_and_reruns_what_follows_a_change(tmp_path):
     reasons = {s.step: s.reason for s in plan}
     assert _actions(plan) == {"graph": "skip", "embed": "run", "aggregate": "run"}
     assert reasons["embed"] == "last attempt failed: OSError: disk full"
-    assert reasons["aggregate"] == "an earlier step runs (embed)"
+    assert reasons["aggregate"] == "embed runs before it"
     # new inputs: every step; no fingerprint (s3 inputs): the manifest's state only
     assert set(
         _actions(resume.plan_steps(cfg, ("graph",), m, "x", is_complete_arrow)).values()

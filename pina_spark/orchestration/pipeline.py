@@ -7,8 +7,10 @@ Stage modules never import each other (the train stage reads ``features`` throug
 :mod:`pina_spark.storage`; this module runs them in the order of :data:`pina_spark.stages.STAGES`.
 
 Resume
-    A stage is skipped when its manifest entry is ``complete`` for the same fingerprint and its
-    outputs are complete on storage (``_SUCCESS``); ``run.force`` (``--force``) redoes everything.
+    Decided by :mod:`pina_spark.orchestration.resume` (shared with ``pina-spark check``, and
+    logged as the plan when a run starts): a stage is skipped when its manifest entry is
+    ``complete`` for the same fingerprint and its outputs are complete on storage
+    (``_SUCCESS``); ``run.force`` (``--force``) redoes everything.
     The fingerprint of a stage hashes: the input files (path, size, mtime), ``run.models`` (and
     the models run's vectorizer and pretrain entries), the config sections of the stage, and the
     manifest entries (fingerprint + finish time) of every stage before it. So a stage that is
@@ -54,6 +56,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
 from pina_spark.orchestration.promotion import resolve_models
+from pina_spark.orchestration.resume import (
+    NODES_STEP,
+    SKIP,
+    base_token,
+    decide,
+    models_run_root,
+    plan_steps,
+    stage_fingerprint,
+)
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec
 from pina_spark.storage.manifest import Manifest
@@ -62,8 +73,6 @@ log = logging.getLogger(__name__)
 
 #: split given to instances appended by :func:`extend_nodes` when the input has none
 SPLIT_NEW = "new"
-#: pseudo-stage name (manifest entry) of the ``nodes`` pre-step of a ``run.models`` run
-NODES_STEP = "nodes"
 
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
@@ -73,11 +82,6 @@ NON_TABLE_OUTPUTS = (storage.VECTORIZER, storage.MODELS, storage.DOWNSTREAM_MODE
 def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
     """The stages to consider, in pipeline order."""
     return [STAGES[s] for s in STAGE_NAMES if s in stages]
-
-
-def models_run_root(cfg: PinaConfig) -> Optional[str]:
-    """Root of the run whose models are reused (``run.models``), or ``None``."""
-    return storage.norm(cfg.run.models) if cfg.run.models else None
 
 
 def _models_root(cfg: PinaConfig, paths: storage.RunPaths) -> str:
@@ -183,7 +187,12 @@ def _run_leased(
         ctx.paths.root,
         f", models of {cfg.run.models}" if cfg.run.models else "",
     )
-    base = _hash(storage.input_fingerprint(spark, dc.astuple(cfg.input)) + _models_token(cfg))
+    input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
+    base = base_token(cfg, input_fp)
+    for step in plan_steps(
+        cfg, stages, ctx.manifest, input_fp, lambda uri: storage.is_complete(spark, uri)
+    ):
+        log.info("plan: %s %s (%s)", step.step, step.action, step.reason)
     result: Dict[str, str] = {}
     try:
         mroot = models_run_root(cfg)
@@ -198,23 +207,20 @@ def _run_leased(
                 result[NODES_STEP] = _run_step(
                     ctx,
                     NODES_STEP,
-                    _hash(base + "nodes"),
+                    stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
                     (storage.NODES,),
                     force,
                     lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
                     run_id,
                 )
         for spec in plan(cfg, stages):
-            fp = _hash(
-                base
-                + cfg.fingerprint(*spec.fingerprint_sections(cfg))
-                + _upstream_token(ctx, spec.name)
-            )
+            fp = stage_fingerprint(cfg, ctx.manifest, base, spec.name)
             if cfg.run.incremental and spec.name in INCREMENTAL:
                 fn = _incremental_runner(spec)
             else:
                 fn = spec.load()
-            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id)
+            ran = [s for s, r in result.items() if r == "ran"]
+            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran)
     except BaseException as e:
         ctx.manifest.finish_run(run_id, result, status="failed", error=f"{type(e).__name__}: {e}")
         raise
@@ -281,15 +287,20 @@ def _run_step(
     force: bool,
     fn: Callable[[StageContext], Dict[str, Any]],
     run_id: str = "",
+    earlier_runs: Sequence[str] = (),
 ) -> str:
+    """Run step ``name`` unless :func:`~pina_spark.orchestration.resume.decide` skips it."""
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
-    outputs_ok = all(storage.is_complete(spark, ctx.paths.table(o)) for o in outputs)
-    if not force and ctx.manifest.is_complete(name, fp) and outputs_ok:
-        log.info("stage %s: complete for fingerprint %s, skipped", name, fp)
+    missing = [o for o in outputs if not storage.is_complete(spark, ctx.paths.table(o))]
+    decision = decide(name, fp, ctx.manifest.stage(name), missing, force, earlier_runs)
+    if decision.action == SKIP:
+        log.info("stage %s: %s, skipped", name, decision.reason)
         return "skipped"
     require_upstream_committed(ctx, name)
-    log.info("stage %s: start (fingerprint %s, root %s)", name, fp, ctx.paths.root)
+    log.info(
+        "stage %s: start (%s; fingerprint %s, root %s)", name, decision.reason, fp, ctx.paths.root
+    )
     ctx.manifest.mark_started(name, fp)
     t0 = time.time()
     try:
@@ -352,30 +363,6 @@ def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> Dict
     return rows
 
 
-def _upstream_token(ctx: StageContext, name: str) -> str:
-    """Fingerprint + finish time of every earlier stage (and the nodes pre-step)."""
-    parts = []
-    for up in (NODES_STEP,) + STAGE_NAMES[: STAGE_NAMES.index(name)]:
-        e = ctx.manifest.stage(up)
-        if e and e.get("status") == "complete":
-            parts.append(f"{up}:{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
-        else:
-            parts.append(f"{up}:-")
-    return "|".join(parts)
-
-
-def _models_token(cfg: PinaConfig) -> str:
-    root = models_run_root(cfg)
-    if not root:
-        return ""
-    m = Manifest(storage.RunPaths(root).manifest)
-    parts = [root]
-    for st in ("vectorizer", "pretrain"):  # the stages that wrote the reused model folders
-        e = m.stage(st) or {}
-        parts.append(f"{e.get('fingerprint')}:{e.get('version', e.get('finished'))}")
-    return ":".join(parts)
-
-
 def models_version(ctx: StageContext, stage: str) -> Optional[str]:
     """Version of the model folder ``stage``'s outputs are computed with (its
     :attr:`StageSpec.model_folder`: the vectorizer for embed, g's models after), or ``None``."""
@@ -387,12 +374,6 @@ def models_version(ctx: StageContext, stage: str) -> Optional[str]:
     if folder == storage.MODELS:
         return storage.table_version(ctx.models_root)
     return None
-
-
-def _hash(s: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(s.encode()).hexdigest()[:16]
 
 
 def _brief(stats: Dict[str, Any]) -> str:

@@ -138,7 +138,7 @@ def decide(
     if force:
         return plan(RUN, "--force (run.force)")
     if earlier_runs:
-        return plan(RUN, f"an earlier step runs ({earlier_runs[0]})")
+        return plan(RUN, f"{earlier_runs[0]} runs before it")
     if not entry:
         return plan(RUN, "never ran on this root")
     status = entry.get("status")
