@@ -527,6 +527,66 @@ def test_invalid_utf8_and_unparseable(spark, tmp_path):
     assert bad[storage.CORRUPT] is not None and "heavy" in bad[storage.CORRUPT]
 
 
+def _bad_utf8(values):
+    """A pyarrow string array holding the given bytes as they are (no UTF-8 check)."""
+    import pyarrow as pa
+
+    return pa.array(values, pa.binary()).view(pa.string())
+
+
+def test_invalid_utf8_in_parquet_is_quarantined_on_both_paths(spark, tmp_path):
+    """Parquet strings are never decoded on read, so invalid UTF-8 (b"p00000\\xff") arrives
+    as it is, with no U+FFFD: it is quarantined as invalid_utf8 in every table and every
+    column, by the Spark rules and by the driver's pyarrow pass alike."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = {}
+    tables = {
+        "instances": {
+            "instance_id": _bad_utf8([b"p00000\xff", b"p1", b"p2", b"p3"]),
+            "text": _bad_utf8([b"a", b"b\xc3(", b"c", b"d"]),
+            "split": _bad_utf8([b"train", b"train", b"test", b"train"]),
+        },
+        "labels": {
+            "label_id": _bad_utf8([b"l1", b"l2\x80"]),
+            "text": _bad_utf8([b"x", b"y"]),
+        },
+        "instance_labels": {
+            "instance_id": _bad_utf8([b"p2", b"p3\xed\xa0\x80"]),
+            "label_id": _bad_utf8([b"l1", b"l1"]),
+        },
+        "events": {
+            "basket_id": _bad_utf8([b"b1", b"b1", b"b2\xfe"]),
+            "item_id": _bad_utf8([b"p2", b"p3", b"p2"]),
+            "weight": pa.array([1.0, 1.0, 1.0]),
+        },
+    }
+    for name, cols in tables.items():
+        files[name] = str(tmp_path / f"{name}.parquet")
+        pq.write_table(pa.table(cols), files[name])
+    cfg = _cfg(tmp_path, **files)
+    raw = validate.read_inputs(spark, cfg)
+    on_driver = validate.driver_tables(spark, cfg, raw, rows_in := {})
+    assert on_driver == validate.DRIVER_TABLES
+    want = {
+        "instances": {"invalid_utf8": 2},
+        "labels": {"invalid_utf8": 1},
+        "instance_labels": {"invalid_utf8": 1},
+        "events": {"invalid_utf8": 1},
+    }
+    by_spark = validate.validate_inputs(spark, cfg, raw=raw)
+    rows_in["events"] = 3
+    by_arrow = validate.validate_inputs(
+        spark, cfg, raw=raw, rows_in=rows_in, on_driver=(*on_driver, "events")
+    )
+    for result in (by_spark, by_arrow):
+        _check_adds_up(result.counts)
+        assert {n: result.counts[n]["reasons"] for n in want} == want
+    for result in (by_spark, by_arrow):
+        assert sorted(r.instance_id for r in result.tables["instances"].collect()) == ["p2", "p3"]
+
+
 # --------------------------------------------------------------------------- errors
 def test_missing_column_names_column_and_file(spark, tmp_path, base_files):
     bad = _csv(tmp_path / "inst_nocol.csv", ["instance_id", "title"], [["i1", "x"]])

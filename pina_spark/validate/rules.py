@@ -18,9 +18,10 @@ reason               rule
                      control or format characters
 ``missing_basket``   events: ``basket_id`` null or blank
 ``missing_item``     events: ``item_id`` null or blank
-``invalid_utf8``     a string column holds U+FFFD: Spark's CSV/JSON readers replace bytes that
-                     are not valid UTF-8 by U+FFFD, so the original text is lost; quarantined
-                     rather than silently mangled
+``invalid_utf8``     a string column holds U+FFFD or bytes that are not valid UTF-8: Spark's
+                     CSV/JSON readers replace such bytes by U+FFFD (the original text is
+                     lost), Parquet keeps them as they are (a later stage would fail on
+                     them); quarantined rather than silently mangled
 ``invalid_id``       an id holds a control character (``\\r``, ``\\n``, tab...), a format
                      character (zero-width space, BOM, bidi marks), a line/paragraph separator
                      or a space other than U+0020 (NBSP...): such ids break one-id-per-line
@@ -185,15 +186,49 @@ def _blank_arrow(values, max_chars: int):
 
 
 def _fffd_spark(col: str, max_chars: int):
+    """U+FFFD, or bytes that are not UTF-8 (Parquet strings are never decoded on read).
+    ``rlike`` matches on the Java string, which decodes invalid bytes to U+FFFD; ``instr``
+    compares bytes and would miss them. The same on pyspark 3.5 and 4.x."""
     from pyspark.sql import functions as F
 
-    return F.coalesce(F.instr(col, REPLACEMENT_CHAR) > 0, F.lit(False))
+    return F.coalesce(F.col(col).rlike(REPLACEMENT_CHAR), F.lit(False))
+
+
+def _invalid_utf8_mask(chunk):
+    """Per value of one pyarrow string chunk: bytes that are not valid UTF-8 (``None`` on a
+    null). Checked value by value only in a chunk that fails pyarrow's full validation."""
+    import pyarrow as pa
+
+    try:
+        chunk.validate(full=True)
+        return [False] * len(chunk)
+    except pa.ArrowInvalid:
+        pass
+
+    def bad(b):
+        try:
+            b.decode("utf-8")
+            return False
+        except UnicodeDecodeError:
+            return True
+
+    return [None if b is None else bad(b) for b in chunk.view(pa.binary()).to_pylist()]
 
 
 def _fffd_arrow(values, max_chars: int):
+    """U+FFFD or bytes that are not UTF-8, as :func:`_fffd_spark` (pyarrow does not check
+    the UTF-8 of a Parquet string column on read)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    return pc.match_substring(values, REPLACEMENT_CHAR)
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    invalid = pa.chunked_array(
+        [pa.array(_invalid_utf8_mask(c), pa.bool_()) for c in chunks], pa.bool_()
+    )
+    if isinstance(values, pa.Array):
+        invalid = invalid.combine_chunks()
+    # match_substring on a value with invalid bytes compares bytes: harmless, it is already true
+    return pc.or_(invalid, pc.match_substring(values, REPLACEMENT_CHAR))
 
 
 def _bad_id_spark(col: str, max_chars: int):
