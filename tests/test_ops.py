@@ -2,13 +2,16 @@
 models (nodes pre-step), incremental selection, progress statistics in the manifest.
 
 The pipeline mechanics are tested with tiny real stages defined here (they read and write
-published tables through pina_spark.storage) registered by monkeypatching ``pipeline.STAGES``, so these
-tests do not depend on the other stage modules.
+published tables through pina_spark.storage) registered by monkeypatching
+``pipeline.STAGES``, so these tests do not depend on the other stage modules. Like the real
+stages, they return a :class:`pina_spark.stages.StageStats` (:class:`StubStats`); the
+manifest records its plain form.
 """
 
 import dataclasses as dc
 import json
 import os
+from typing import Dict, Optional
 
 import pytest
 
@@ -16,6 +19,7 @@ from pina_spark import storage
 from pina_spark.config import config_from_dict
 from pina_spark.models import artifacts
 from pina_spark.orchestration import pipeline
+from pina_spark.stages import StageStats, flattened, optional
 from pina_spark.storage.manifest import Manifest
 
 CALLS = []  # (stage, root) of every stub call
@@ -24,6 +28,22 @@ SEEN = {}  # stage -> node indices it saw (incremental runs)
 
 
 # --------------------------------------------------------------------------- stub stages
+@dc.dataclass(frozen=True, kw_only=True, eq=False)
+class StubStats(StageStats):
+    """What a stub stage returns.
+
+    Attributes:
+        instances, labels: the nodes of the graph stub.
+        rows: the rows a stub stage saw.
+        folders: ``{stage: "stub"}`` of a model folder stub, written at the top level.
+    """
+
+    instances: Optional[int] = optional()
+    labels: Optional[int] = optional()
+    rows: Optional[int] = optional()
+    folders: Dict[str, str] = flattened()
+
+
 def stub_graph(ctx):
     from pyspark.sql import functions as F
 
@@ -59,7 +79,7 @@ def stub_graph(ctx):
         F.col(storage.DST_INDEX).alias(storage.LABEL_INDEX),
     )
     storage.write_table(il, ctx.paths, storage.INSTANCE_LABELS)
-    return {"instances": n, "labels": 2}
+    return StubStats(instances=n, labels=2)
 
 
 def _stub_model_folder(stage, uri, doc):
@@ -71,7 +91,7 @@ def _stub_model_folder(stage, uri, doc):
     with open(os.path.join(d, "stub.json"), "w") as fh:
         json.dump(doc, fh)
     open(os.path.join(d, "_SUCCESS"), "w").close()
-    return {stage: "stub"}
+    return StubStats(folders={stage: "stub"})
 
 
 def stub_vectorizer(ctx):
@@ -103,7 +123,7 @@ def stub_embed(ctx):
         F.array(F.lit(1.0).cast("float")).alias(storage.SPARSE_VALUES),
     )
     storage.write_table(emb, ctx.paths, storage.EMBEDDINGS)
-    return {"rows": len(SEEN["embed"])}
+    return StubStats(rows=len(SEEN["embed"]))
 
 
 def stub_neighbors(ctx):
@@ -127,7 +147,7 @@ def stub_neighbors(ctx):
         F.lit("pina").alias(storage.VARIANT),
     )
     storage.write_table(nb, ctx.paths, storage.NEIGHBORS, partition_by=[storage.VARIANT])
-    return {"rows": len(SEEN["neighbors"])}
+    return StubStats(rows=len(SEEN["neighbors"]))
 
 
 def stub_aggregate(ctx):
@@ -153,7 +173,7 @@ def stub_aggregate(ctx):
     storage.write_table(
         f, ctx.paths, storage.FEATURES, partition_by=[storage.VARIANT, storage.SPLIT]
     )
-    return {"rows": len(SEEN["aggregate"])}
+    return StubStats(rows=len(SEEN["aggregate"]))
 
 
 def stub_train(ctx):
@@ -165,7 +185,7 @@ def stub_train(ctx):
         storage.PREDICTIONS,
         partition_by=[storage.VARIANT],
     )
-    return {}
+    return StubStats()
 
 
 def stub_evaluate(ctx):
@@ -175,7 +195,7 @@ def stub_evaluate(ctx):
     with open(os.path.join(d, "metrics.json"), "w") as fh:
         json.dump({"ok": True}, fh)
     open(os.path.join(d, "_SUCCESS"), "w").close()
-    return {}
+    return StubStats()
 
 
 @pytest.fixture

@@ -2,9 +2,11 @@
 progress logging and manifest writes.
 
 Stage modules never import each other (the train stage reads ``features`` through
-:func:`pina_spark.stages.aggregate.features_to_csr`, the table's owner): each exposes
-``run(ctx) -> dict`` (statistics) and reads/writes published tables through
-:mod:`pina_spark.storage`; this module runs them in the order of :data:`pina_spark.stages.STAGES`.
+:func:`pina_spark.storage.features_csr.features_to_csr`, the table's owner): each exposes
+``run(ctx)``, returning its statistics (a :class:`pina_spark.stages.StageStats`), and
+reads/writes published tables through :mod:`pina_spark.storage`; this module runs them in the
+order of :data:`pina_spark.stages.STAGES` and records each one's statistics in the manifest in
+their plain form (:func:`pina_spark.stages.stats_dict`).
 
 Resume
     Decided by :mod:`pina_spark.orchestration.resume` (shared with ``pina-spark check``, and
@@ -51,7 +53,7 @@ import dataclasses as dc
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
@@ -66,13 +68,16 @@ from pina_spark.orchestration.resume import (
     stage_fingerprint,
 )
 from pina_spark.runtime.progress import StageProgress
-from pina_spark.stages import STAGES, StageContext, StageSpec
+from pina_spark.stages import STAGES, StageContext, StageSpec, stats_dict
 from pina_spark.storage.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
 #: split given to instances appended by :func:`extend_nodes` when the input has none
 SPLIT_NEW = "new"
+#: what a step runs: a stage's ``run`` (its :class:`~pina_spark.stages.StageStats`) or one of
+#: the pipeline's own steps (the nodes pre-step, an incremental run: a plain mapping)
+StepFn = Callable[[StageContext], Optional[Mapping[str, Any]]]
 
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
@@ -215,6 +220,7 @@ def _run_leased(
                 )
         for spec in plan(cfg, stages):
             fp = stage_fingerprint(cfg, ctx.manifest, base, spec.name)
+            fn: StepFn
             if cfg.run.incremental and spec.name in INCREMENTAL:
                 fn = _incremental_runner(spec)
             else:
@@ -237,7 +243,8 @@ def _stage_outputs() -> Dict[str, Tuple[str, ...]]:
 
 def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[str, List[str]]:
     """``{step: [tables]}`` of ``owners`` whose published version no commit lists, counting a
-    never-listed table only for a step the manifest shows unfinished (storage.uncommitted_tables)."""
+    never-listed table only for a step the manifest shows unfinished
+    (storage.uncommitted_tables)."""
     unfinished = set()
     for st in owners:
         e = ctx.manifest.stage(st)
@@ -247,7 +254,8 @@ def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[
 
 
 def _refuse_uncommitted(bad: Dict[str, List[str]], what: str, why: str, fix: str) -> None:
-    """Raise :class:`pina_spark.storage.UncommittedError` listing ``bad`` (step -> tables), if any."""
+    """Raise :class:`~pina_spark.storage.UncommittedError` listing ``bad`` (step -> tables), if
+    any."""
     if bad:
         tables = "; ".join(f"{st}: {', '.join(rels)}" for st, rels in bad.items())
         raise storage.UncommittedError(f"{what} ({tables}): {why}. Rerun {', '.join(bad)} {fix}")
@@ -285,7 +293,7 @@ def _run_step(
     fp: str,
     outputs: Sequence[str],
     force: bool,
-    fn: Callable[[StageContext], Dict[str, Any]],
+    fn: StepFn,
     run_id: str = "",
     earlier_runs: Sequence[str] = (),
 ) -> str:
@@ -305,7 +313,7 @@ def _run_step(
     t0 = time.time()
     try:
         with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
-            stats = fn(ctx) or {}
+            stats = stats_dict(fn(ctx))
     except Exception as e:
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
@@ -614,6 +622,22 @@ class IncrementalSpec:
     partition_by: Tuple[str, ...] = ()
     output_by_id: bool = False
     kinds: Tuple[str, ...] = (storage.KIND_INSTANCE, storage.KIND_LABEL)
+    #: more rows to recompute, beyond the changed nodes of ``kinds``:
+    #: ``(spark, paths, changed node indices) -> DataFrame of node_index``
+    also_select: Optional[Callable[[Any, storage.RunPaths, Any], Any]] = None
+
+
+def _instances_touching(spark, paths: storage.RunPaths, changed):
+    """Instances whose (recomputed) neighbour lists hold a changed node: their aggregated
+    features change although their own text did not."""
+    from pyspark.sql import functions as F
+
+    nb = storage.read_table(spark, paths, storage.NEIGHBORS)
+    return (
+        nb.select(storage.INSTANCE_INDEX, F.explode(storage.NEIGHBOR).alias("_n"))
+        .join(changed.select(F.col(storage.NODE_INDEX).alias("_n")), "_n", "left_semi")
+        .select(F.col(storage.INSTANCE_INDEX).alias(storage.NODE_INDEX))
+    )
 
 
 #: embed: every new/changed node; neighbors: new/changed instances (g is unchanged, so an
@@ -639,6 +663,7 @@ INCREMENTAL: Dict[str, IncrementalSpec] = {
         (storage.VARIANT, storage.SPLIT),
         output_by_id=True,
         kinds=(storage.KIND_INSTANCE,),
+        also_select=_instances_touching,
     ),
 }
 
@@ -687,28 +712,17 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
     base = incremental_base(spark, ctx.cfg, inc.output)
     if base is None:
         log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
-        stats = spec.load()(ctx) or {}
-        return dict(stats, incremental="full (no base run)")
+        return stats_dict(spec.load()(ctx), incremental="full (no base run)")
     other = _base_used_other_models(ctx, base, spec.name)
     if other:
         log.warning("stage %s: full recompute instead of incremental: %s", spec.name, other)
-        stats = spec.load()(ctx) or {}
-        return dict(stats, incremental=f"full ({other})")
+        return stats_dict(spec.load()(ctx), incremental=f"full ({other})")
     nodes = storage.read_table(spark, paths, storage.NODES)
     sel = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
     sel = sel.where(F.col(storage.KIND).isin(list(inc.kinds))).select(storage.NODE_INDEX)
-    if spec.name == "aggregate":
-        # also instances whose (recomputed) neighbour lists touch a changed node
-        changed_any = select_changed(nodes, storage.read_table(spark, base, storage.NODES)).select(
-            F.col(storage.NODE_INDEX).alias("_n")
-        )
-        nb = storage.read_table(spark, paths, storage.NEIGHBORS)
-        touched = (
-            nb.select(storage.INSTANCE_INDEX, F.explode(storage.NEIGHBOR).alias("_n"))
-            .join(changed_any, "_n", "left_semi")
-            .select(F.col(storage.INSTANCE_INDEX).alias(storage.NODE_INDEX))
-        )
-        sel = sel.unionByName(touched)
+    if inc.also_select is not None:
+        changed_any = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
+        sel = sel.unionByName(inc.also_select(spark, paths, changed_any.select(storage.NODE_INDEX)))
     sel = sel.distinct()
     scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
     sel_uri = scratch + "/selection"
@@ -735,7 +749,7 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
                 paths, {inc.subset: sub_paths.table("input"), inc.output: out_uri}
             )
             sub_ctx = dc.replace(ctx, paths=overlay, selection=sel_uri)
-            stats = spec.load()(sub_ctx) or {}
+            stats = stats_dict(spec.load()(sub_ctx))
             recomputed = spark.read.parquet(out_uri)
         else:
             stats = {}
@@ -773,4 +787,4 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         n_sel,
         n_reused,
     )
-    return dict(stats, incremental_base=base.root, selected=n_sel)
+    return stats_dict(stats, incremental_base=base.root, selected=n_sel)

@@ -49,7 +49,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig, config_from_dict
 from pina_spark.config import variants as V
-from pina_spark.stages import STAGES, StageContext
+from pina_spark.stages import STAGES, StageContext, stats_dict
 from pina_spark.storage.folds import is_validation
 
 log = logging.getLogger(__name__)
@@ -452,7 +452,7 @@ def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
     ctx.manifest.mark_started(name, pid)
     t0 = time.time()
     try:
-        stats = spec.load()(ctx) or {}
+        stats = stats_dict(spec.load()(ctx))
     except Exception as e:
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         raise

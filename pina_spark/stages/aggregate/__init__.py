@@ -31,11 +31,12 @@ column               type          meaning
 
 ``<run>/features/_pina_features.json`` records the widths per variant.
 
-Modules: :mod:`.plan` (the driver's decisions: strategy, transport, writer, widths),
-:mod:`.kernels` (the executor numpy reduction), :mod:`.broadcast` and :mod:`.shuffle` (the two
-strategies), :mod:`.sink` (the two writers), :mod:`.layout` (the table's folders and widths
-file), :mod:`.stage` (the pipeline entry point), :mod:`.export` (reading ``features`` back as
-CSR, PECOS ``.npz`` export).
+Modules: :mod:`.plan` (the driver's decisions: strategy, transport, writer, widths), :mod:`.kernels`
+(the executor numpy reduction), :mod:`.broadcast` and :mod:`.shuffle` (the two strategies),
+:mod:`.sink` (the two writers), :mod:`.labelfeatures` (the PIFA label features) and :mod:`.stage`
+(the pipeline entry point). The table's folders and widths file (:mod:`pina_spark.storage.features`)
+and reading it back as CSR (:mod:`pina_spark.storage.features_csr`) sit in the storage layer, where
+the train stage reads it too.
 
 Example::
 
@@ -43,14 +44,6 @@ Example::
     stats["strategy"], stats["rows"]["pina"]["test"]  # ('broadcast', 5195)
 """
 
-from pina_spark.stages.aggregate.export import (
-    FeatureMatrix,
-    export_csr,
-    features_to_csr,
-    frame_to_csr,
-    read_variant,
-)
-from pina_spark.stages.aggregate.layout import FEATURES_META
 from pina_spark.stages.aggregate.plan import (
     AggregateInputs,
     AggregatePlan,
@@ -61,9 +54,12 @@ from pina_spark.stages.aggregate.plan import (
     resolve_sparse_dim,
 )
 from pina_spark.stages.aggregate.stage import build_features, run
+from pina_spark.stages.aggregate.stats import AggregateStats, LabelFeaturesStats
 
 __all__ = [
     "run",
+    "AggregateStats",
+    "LabelFeaturesStats",
     "build_features",
     "plan_aggregate",
     "AggregateInputs",
@@ -72,10 +68,4 @@ __all__ = [
     "choose_broadcast_via",
     "choose_writer",
     "resolve_sparse_dim",
-    "features_to_csr",
-    "read_variant",
-    "FeatureMatrix",
-    "export_csr",
-    "frame_to_csr",
-    "FEATURES_META",
 ]

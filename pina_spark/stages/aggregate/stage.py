@@ -9,12 +9,12 @@ The job composes two choices of the plan: the strategy (:class:`BroadcastPath` o
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from pina_spark import storage
 from pina_spark.config import variants as V
 from pina_spark.runtime import faults
-from pina_spark.stages.aggregate import labelfeatures, layout
+from pina_spark.stages.aggregate import labelfeatures
 from pina_spark.stages.aggregate.broadcast import BroadcastPath
 from pina_spark.stages.aggregate.kernels import ReduceTask
 from pina_spark.stages.aggregate.plan import (
@@ -26,6 +26,8 @@ from pina_spark.stages.aggregate.plan import (
 )
 from pina_spark.stages.aggregate.shuffle import ShufflePath
 from pina_spark.stages.aggregate.sink import make_sink
+from pina_spark.stages.aggregate.stats import AggregateStats, LabelFeaturesStats
+from pina_spark.storage import features as layout
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ def build_features(spark, inputs: AggregateInputs, plan: AggregatePlan, sink, fa
     return out, path
 
 
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> AggregateStats:
     """Pipeline entry point: read ``nodes``, ``embeddings``, ``neighbors``; publish
     ``features`` partitioned by ``(variant, split)``; return statistics (the plan's
     :meth:`~pina_spark.stages.aggregate.plan.AggregatePlan.to_dict`, ``rows`` per variant and split,
@@ -80,7 +82,7 @@ def run(ctx) -> Dict[str, Any]:
     t0 = time.time()
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     inputs, sparse_dim = _inputs(ctx)
-    lf_stats: Dict[str, Any] = {}
+    lf_stats: Optional[LabelFeaturesStats] = None
     scratch = None
     try:
         if cfg.aggregate.label_features != "text":
@@ -102,16 +104,16 @@ def run(ctx) -> Dict[str, Any]:
             storage.delete_path(spark, scratch)
     meta = layout.write_meta(final, plan.dense_dim, plan.sparse_dim, plan.variants)
     counts = layout.partition_counts(spark, final)
-    stats = dict(
-        plan.to_dict(),
-        **lf_stats,
+    stats = AggregateStats(
+        **plan.to_dict(),
+        label_features_built=lf_stats,
         plan_s=round(plan_s, 3),
         rows=counts,
         widths=meta["widths"],
         write_s=round(write_s, 2),
         time_s=round(time.time() - t0, 2),
     )
-    log.info("aggregate: %s in %.1fs (%s)", counts, stats["time_s"], plan.reason)
+    log.info("aggregate: %s in %.1fs (%s)", counts, stats.time_s, plan.reason)
     return stats
 
 
@@ -162,11 +164,11 @@ def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]
         neighbors=labelfeatures.route_neighbors(inputs.nodes, inputs.neighbors, task),
         label_features_uri=scratch,
     )
-    stats = {
-        "label_features_rows": storage.count_rows_arrow(scratch),
-        "label_features_s": round(time.time() - t, 2),
-    }
-    log.info("aggregate: label features %s", stats)
+    stats = LabelFeaturesStats(
+        label_features_rows=storage.count_rows_arrow(scratch),
+        label_features_s=round(time.time() - t, 2),
+    )
+    log.info("aggregate: label features %s", stats.to_dict())
     return augmented, scratch, stats
 
 

@@ -26,7 +26,8 @@ from pina_spark import runtime, storage
 from pina_spark.models import artifacts
 from pina_spark.runtime import faults
 from pina_spark.runtime.arrow import EMBED_SCHEMA, embed_arrow_schema, iter_chunks, list_array
-from pina_spark.stages.neighbors.plan import LENGTH_SQL, RANK_CHUNK, EmbedPlan, plan_embed
+from pina_spark.stages.embed.plan import LENGTH_SQL, RANK_CHUNK, EmbedPlan, plan_embed
+from pina_spark.stages.embed.stats import EmbedStats
 
 log = logging.getLogger(__name__)
 
@@ -230,12 +231,12 @@ def embed_frame(
     return _embed_frame(nodes_df, task, accumulator, load_fn or artifacts.load_vectorizer)
 
 
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> EmbedStats:
     """Driver side: write ``embeddings`` for every node of ``nodes``.
 
     Returns
     -------
-    dict
+    EmbedStats
         ``rows``, ``encoded_rows``, ``partitions``, ``rows_per_s``, ``seconds``, ``model_loads``,
         ``worker_processes``, ``max_loads_per_worker_model``, ``loads_per_worker``.
 
@@ -260,24 +261,24 @@ def run(ctx) -> Dict[str, Any]:
     storage.write_table(df, ctx.paths, storage.EMBEDDINGS)
     dt = time.time() - t0
     counters = dict(acc.value)
-    stats: Dict[str, Any] = {
-        "rows": n,
-        "rows_written": int(counters.get("rows|embed", 0)),
+    stats = EmbedStats(
+        rows=n,
+        rows_written=int(counters.get("rows|embed", 0)),
         # rows put through the vectorizer (the only stage that encodes; with --incremental, the
         # new and changed nodes only)
-        "encoded_rows": int(counters.get("rows|embed", 0)),
-        "partitions": plan.partitions,
-        "seconds": round(dt, 3),
-        "rows_per_s": round(n / dt, 2) if dt else None,
-        "vectorizer": vec_uri,
-    }
-    stats.update(runtime.summarize_loads(counters))
+        encoded_rows=int(counters.get("rows|embed", 0)),
+        partitions=plan.partitions,
+        seconds=round(dt, 3),
+        rows_per_s=round(n / dt, 2) if dt else None,
+        vectorizer=vec_uri,
+        **runtime.summarize_loads(counters),
+    )
     log.info(
         "embed: %d rows in %.1fs (%.1f rows/s), %d model loads in %d workers",
         n,
         dt,
         n / max(dt, 1e-9),
-        stats["model_loads"],
-        stats["worker_processes"],
+        stats.model_loads,
+        stats.worker_processes,
     )
     return stats

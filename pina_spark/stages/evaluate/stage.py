@@ -42,7 +42,8 @@ from numpy.typing import ArrayLike
 
 from pina_spark import storage
 from pina_spark.config import variants as V
-from pina_spark.models import artifacts
+from pina_spark.models.card import read_model_card
+from pina_spark.stages.evaluate.stats import EvaluateStats
 
 log = logging.getLogger(__name__)
 
@@ -319,12 +320,12 @@ def _ordered(variants: Iterable[str]) -> List[str]:
 
 
 # --------------------------------------------------------------------------- stage
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> EvaluateStats:
     """Score every variant of ``predictions`` on the test split and write ``eval/``.
 
     Example::
 
-        run(ctx)  # {'variants': ['baseline', 'pina'], 'n_test': 500, ...}
+        run(ctx)  # EvaluateStats(variants=['baseline', 'pina'], n_test=500, ...)
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     nodes, test, n_train = _test_split(spark, paths)
@@ -364,18 +365,18 @@ def run(ctx) -> Dict[str, Any]:
         storage.discard_staging(spark, eval_dir)
         raise
     log.info("evaluate: %s", {v: round(m["P@1"], 4) for v, m in out_variants.items()})
-    stats: Dict[str, Any] = {
-        "variants": variants,
-        "n_test": len(test_ids),
-        "n_test_scored": n_scored,
-    }
+    decision = None
     if cfg.evaluate.promote:
         from pina_spark.orchestration import promotion
 
-        stats["promotion"] = promotion.consider(cfg, paths.root, metrics)
-    for v, m in out_variants.items():
-        stats[f"{v}_P@1"] = round(m["P@1"], 6)
-    return stats
+        decision = promotion.consider(cfg, paths.root, metrics)
+    return EvaluateStats(
+        variants=variants,
+        n_test=len(test_ids),
+        n_test_scored=n_scored,
+        promotion=decision,
+        p_at_1={v: round(m["P@1"], 6) for v, m in out_variants.items()},
+    )
 
 
 def _test_split(spark, paths):
@@ -551,11 +552,10 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -
 def _pretrain_report(models_root: str) -> Optional[bytes]:
     """g's held-out P@k / R@k per variant (``pretrain_report`` of the models' card), as the
     bytes of ``eval/pretrain.json``; ``None`` (logged) where the card has none."""
-    uri = storage.join(models_root, artifacts.MODEL_CARD)
-    raw = storage.read_bytes(uri)
-    rep = json.loads(raw).get("pretrain_report") if raw else None
+    card = read_model_card(models_root)
+    rep = card.pretrain_report if card is not None else None
     if rep is None:
-        log.info("evaluate: no pretrain_report in %s; no %s", uri, PRETRAIN_REPORT)
+        log.info("evaluate: no pretrain_report in %s; no %s", models_root, PRETRAIN_REPORT)
         return None
     return json.dumps(rep, indent=1, sort_keys=True).encode("utf-8")
 

@@ -24,6 +24,7 @@ Modules
   driver from small validated inputs.
 * :mod:`.publish`: the driver path or the Spark path of those three tables, chosen once.
 * :mod:`.stage`: :func:`run`.
+* :mod:`.stats`: what :func:`run` returns (:class:`GraphStats`).
 
 Leak policy (``task.labels: graph`` and the ``A`` block)
 --------------------------------------------------------
@@ -58,9 +59,11 @@ from pina_spark.stages.graph.labels import graph_labels, index_instance_labels
 from pina_spark.stages.graph.nodes import assign_node_indices
 from pina_spark.stages.graph.pairs_shuffle import co_counts
 from pina_spark.stages.graph.stage import run
+from pina_spark.stages.graph.stats import GraphStats
 
 __all__ = [
     "run",
+    "GraphStats",
     "assign_node_indices",
     "capped_baskets",
     "basket_stats",

@@ -28,6 +28,7 @@ from pina_spark.stages.graph.publish import (
     builds_on_driver,
 )
 from pina_spark.stages.graph.scoring import _finish_pairs
+from pina_spark.stages.graph.stats import GraphStats
 from pina_spark.storage.manifest import StepTimer
 
 log = logging.getLogger(__name__)
@@ -118,14 +119,14 @@ def _build_graphs(
     return tuple(out)
 
 
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> GraphStats:
     """Validate inputs, publish quarantine, nodes, i2i_edges, instance_labels, pretrain_edges.
 
-    Returns the statistics recorded in the manifest: ``inputs`` (rows in/used/quarantined and
-    reasons per table), ``baskets`` (+ ``baskets_train``), ``i2i_edges`` (directed rows) and
-    ``degree``, ``nodes``, ``instance_labels``, ``pretrain_edges`` (per variant and block),
-    ``steps_s`` (wall seconds per step, in run order here; the manifest stores its keys
-    sorted) and ``time_s``.
+    Returns the statistics recorded in the manifest, a :class:`GraphStats`: ``inputs`` (rows
+    in/used/quarantined and reasons per table), ``baskets`` (+ ``baskets_train``), ``i2i_edges``
+    (directed rows) and ``degree``, ``nodes``, ``instance_labels``, ``pretrain_edges`` (per
+    variant and block), ``steps_s`` (wall seconds per step, in run order here; the manifest
+    stores its keys sorted) and ``time_s``.
 
     Example::
 
@@ -136,7 +137,6 @@ def run(ctx) -> Dict[str, Any]:
     timer = StepTimer("graph")
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     persisted: List[Any] = []
-    stats: Dict[str, Any] = {}
     with timer.step("inputs.read"):  # paths, columns and types of every input (no rows)
         raw = validate.read_inputs(spark, cfg)
     rows_in: Dict[str, int] = {}
@@ -145,13 +145,11 @@ def run(ctx) -> Dict[str, Any]:
         with timer.step("events.rows_in"):
             rows_in["events"] = validate.count_input(raw["events"], cfg.input.events)
         gplan = pair_plan(spark, cfg.graph, rows_in["events"])
-        stats["pair_plan"] = dc.asdict(gplan)
         log.info("graph stage: pair counting %s", gplan)
     with timer.step("driver_tables.rows_in"):
         on_driver = validate.driver_tables(spark, cfg, raw, rows_in)
     if gplan is not None and gplan.strategy == "broadcast":
         on_driver += ("events",)
-    stats["validated_on_driver"] = list(on_driver)
     checked = validate.validate_inputs(
         spark,
         cfg,
@@ -164,7 +162,6 @@ def run(ctx) -> Dict[str, Any]:
     persisted += checked.persisted
     in_stats, quarantine, clean_arrow = checked.counts, checked.quarantine, checked.clean_arrow
     tables = dict(checked.tables)  # frame() adds the frames it makes from clean_arrow
-    stats["inputs"] = in_stats
     for name, q in quarantine.items():
         with timer.step(f"quarantine.{name}"):
             written = storage.write_quarantine(
@@ -192,6 +189,13 @@ def run(ctx) -> Dict[str, Any]:
     plan = faults.fault_plan(cfg, "graph")
     events = tables.get("events")
     i2i_all = i2i_train = None
+    # the co-purchase graphs' statistics (events only)
+    baskets: Optional[Dict[str, int]] = None
+    baskets_train: Optional[Dict[str, int]] = None
+    n_edges: Optional[int] = None
+    n_edges_train: Optional[int] = None
+    degree: Optional[Dict[str, float]] = None
+    pair_tasks_s: Optional[Dict[str, float]] = None
     if events is not None:
         assert gplan is not None
         need_train = cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph"
@@ -208,25 +212,23 @@ def run(ctx) -> Dict[str, Any]:
             timer,
             pair_tasks,
         )
-        edges, stats["baskets"] = built[0], built[1]
+        edges, baskets = built[0], built[1]
         with timer.step("i2i.publish"):
             storage.write_table(edges, paths, storage.I2I_EDGES)
         i2i_all = storage.read_table(spark, paths, storage.I2I_EDGES)
         with timer.step("i2i.degree_stats"):
-            stats["i2i_edges"], stats["degree"] = _degree_stats(
-                spark, paths.table(storage.I2I_EDGES)
-            )
+            n_edges, degree = _degree_stats(spark, paths.table(storage.I2I_EDGES))
         if need_train:
-            tr, stats["baskets_train"] = built[2], built[3]
+            tr, baskets_train = built[2], built[3]
             if tr is None:
                 i2i_train = i2i_all
             else:
                 with timer.step("train.i2i.edges"):
                     i2i_train = tr.persist()
                     persisted.append(i2i_train)
-                    stats["i2i_edges_train"] = i2i_train.count()
+                    n_edges_train = i2i_train.count()
         if pair_tasks:  # executor seconds inside the steps above, summed over tasks
-            stats["pair_tasks_s"] = dict(
+            pair_tasks_s = dict(
                 zip(("all", "train"), (round(t.seconds.value, 3) for t in pair_tasks))
             )
     if cfg.task.labels == "graph":
@@ -238,7 +240,7 @@ def run(ctx) -> Dict[str, Any]:
                     f"task.labels=graph: no graph labels: no edge of the co-purchase graph "
                     f"reaches a train item (graph.min_count={g.min_count}, measure={g.measure}, "
                     f"min_score={g.min_score}, top_n={g.top_n}, max_degree={g.max_degree}; "
-                    f"{stats.get('i2i_edges', 0)} directed i2i edges over all items). Lower "
+                    f"{n_edges or 0} directed i2i edges over all items). Lower "
                     f"graph.min_count / min_score or give more events; nothing to learn "
                     f"otherwise"
                 )
@@ -253,7 +255,6 @@ def run(ctx) -> Dict[str, Any]:
         n_lab = in_stats["labels"]["rows_used"] if cfg.task.labels == "given" else None
         n_rows = (in_stats["instances"]["rows_used"], n_lab)
         path = SparkGraphPath(cfg, paths, frame, n_rows, persisted, labels, il)
-    stats["built_on_driver"] = path.built_on_driver
     with timer.step("nodes.publish"):
         path.publish_nodes()
     nodes = storage.read_table(spark, paths, storage.NODES)
@@ -264,11 +265,11 @@ def run(ctx) -> Dict[str, Any]:
                 spark, paths.table(storage.NODES), [storage.KIND]
             ).to_pylist()
         }
-    stats["nodes"] = {
+    node_counts = {
         "instances": kinds.get(storage.KIND_INSTANCE, 0),
         "labels": kinds.get(storage.KIND_LABEL, 0),
     }
-    if not stats["nodes"]["labels"]:
+    if not node_counts["labels"]:
         log.warning(
             "graph stage: no label nodes (task.labels=%s); B_pre has no B block", cfg.task.labels
         )
@@ -279,16 +280,30 @@ def run(ctx) -> Dict[str, Any]:
         path.publish_pretrain_edges(nodes, il_idx, i2i_train)
     with timer.step("counts"):
         n_il = storage.count_rows_arrow(paths.table(storage.INSTANCE_LABELS))
-        stats["instance_labels"] = il_idx.count() if n_il is None else n_il
+        n_instance_labels = il_idx.count() if n_il is None else n_il
         per: Dict[str, Dict[str, int]] = {}
         for r in storage.group_counts(
             spark, paths.table(storage.PRETRAIN_EDGES), [storage.VARIANT, storage.BLOCK]
         ).to_pylist():
             per.setdefault(r[storage.VARIANT], {})[r[storage.BLOCK]] = int(r["count"])
-    stats["pretrain_edges"] = {v: dict(sorted(b.items())) for v, b in sorted(per.items())}
     for df in persisted:
         df.unpersist()
-    stats["steps_s"] = timer.as_dict()
-    stats["time_s"] = round(time.time() - t0, 3)
-    log.info("graph stage: %s", {k: v for k, v in stats.items() if k != "inputs"})
+    stats = GraphStats(
+        pair_plan=dc.asdict(gplan) if gplan is not None else None,
+        validated_on_driver=list(on_driver),
+        inputs=in_stats,
+        baskets=baskets,
+        i2i_edges=n_edges,
+        degree=degree,
+        baskets_train=baskets_train,
+        i2i_edges_train=n_edges_train,
+        pair_tasks_s=pair_tasks_s,
+        built_on_driver=path.built_on_driver,
+        nodes=node_counts,
+        instance_labels=n_instance_labels,
+        pretrain_edges={v: dict(sorted(b.items())) for v, b in sorted(per.items())},
+        steps_s=timer.as_dict(),
+        time_s=round(time.time() - t0, 3),
+    )
+    log.info("graph stage: %s", {k: v for k, v in stats.to_dict().items() if k != "inputs"})
     return stats

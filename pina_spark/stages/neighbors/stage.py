@@ -19,10 +19,10 @@ needs only a few models (the executor cache holds 4). The driver decides the pat
 
 Either way each published file holds its rows in instance_index order.
 
-g's ``output_nodes.npy`` are node indices of the run that trained it; when the models are
-another run's, they are mapped through ``(kind, node_id)`` into this run's ``nodes``
-(:func:`pina_spark.stages.neighbors.nodes.node_maps`). This run's ``nodes`` must therefore contain the
-models run's train instances and labels; new instances may have any index and split (``new``
+g's ``output_nodes.npy`` are node indices of the run that trained it; when the models are another
+run's, they are mapped through ``(kind, node_id)`` into this run's ``nodes``
+(:func:`~pina_spark.stages.neighbors.nodes.node_maps`). This run's ``nodes`` must therefore contain
+the models run's train instances and labels; new instances may have any index and split (``new``
 rows use the full g, like ``test``).
 
 Example::
@@ -35,7 +35,7 @@ import dataclasses as dc
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pina_spark import runtime, storage
 from pina_spark.models import artifacts
@@ -48,6 +48,7 @@ from pina_spark.runtime.arrow import (
     neighbors_arrow_schema,
     nonzero_rows,
 )
+from pina_spark.runtime.embstore import StoreSpec
 from pina_spark.stages.neighbors.files import (
     SINK_SCHEMA,
     StoreOpener,
@@ -57,6 +58,7 @@ from pina_spark.stages.neighbors.files import (
     write_task_files,
 )
 from pina_spark.stages.neighbors.plan import FULL_ROUTE, GModel, NeighborPlan, Sink, plan_neighbors
+from pina_spark.stages.neighbors.stats import NeighborsStats, NeighborsVariantStats
 from pina_spark.stages.neighbors.topk import normalize_scores, topk_neighbors
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ class NeighborTask:
     batch_size: int
     g_mmap: bool
     fault_plan: Optional[Tuple[str, Tuple[int, ...]]] = None
-    store: Optional[Mapping[str, Any]] = None
+    store: Optional[StoreSpec] = None
     n_tasks: int = 0
     selection: Optional[str] = None
     sink: Optional[Sink] = None
@@ -274,12 +276,12 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
         col_maps = col_maps_bc.value
         # the memory-mapped embeddings open (or are built, by the first worker of the machine)
         # in a thread while the full g models load: both mostly wait on I/O or C++
-        opening = StoreOpener(dict(task.store))
+        opening = StoreOpener(task.store)
         models_of = _Models(task, acc).of
         if not task.n_folds:
             models_of(FULL_ROUTE)
         E = opening.result()
-        order = cached_task_order(E, task.store["key"], task.n_folds, task.selection)
+        order = cached_task_order(E, task.store.key, task.n_folds, task.selection)
         counters: Dict[str, int] = {}
         for rb in batches:
             for t in rb.column(0).to_pylist():
@@ -452,12 +454,12 @@ def neighbors_frame(
     return out, plan.info()
 
 
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> NeighborsStats:
     """Driver side: write ``neighbors`` (partitioned by ``variant``) for every instance node.
 
     Returns
     -------
-    dict
+    NeighborsStats
         ``rows``, ``seconds``, ``rows_per_s`` (all variants are predicted in one pass: per
         variant, rows / pass time), ``variants: {v: {rows, rows_per_s, rows_per_model}}``,
         ``model_loads``, ``worker_processes``, ``max_loads_per_worker_model``.
@@ -481,7 +483,7 @@ def run(ctx) -> Dict[str, Any]:
         storage.write_table(df, ctx.paths, storage.NEIGHBORS, partition_by=[storage.VARIANT])
     dt = time.time() - t0
     counters = dict(acc.value)
-    per_variant: Dict[str, Any] = {}
+    per_variant: Dict[str, NeighborsVariantStats] = {}
     for v in info["variants"]:
         per_model = {
             k.split("|", 1)[1].split("/", 1)[1]: int(c)
@@ -489,28 +491,36 @@ def run(ctx) -> Dict[str, Any]:
             if k.startswith(f"rows|{v}/")
         }
         rows = int(sum(per_model.values()))
-        per_variant[v] = {
-            "rows": rows,
-            "rows_per_s": round(rows / dt, 2) if dt else None,
-            "rows_per_model": per_model,
-        }
-    rows = per_variant[info["variants"][0]]["rows"]  # instance rows (each variant has them all)
-    stats: Dict[str, Any] = dict(info)
-    stats.update(
-        {
-            "rows": rows,
-            "seconds": round(dt, 3),
-            "rows_per_s": round(rows / dt, 2) if dt else None,
-            "variants": per_variant,
-            "k": cfg.neighbors.k,
-            "weighting": cfg.neighbors.weighting,
-            "node_kinds": cfg.neighbors.node_kinds,
-        }
-    )
-    stats.update(runtime.summarize_loads(counters))
+        per_variant[v] = NeighborsVariantStats(
+            rows=rows,
+            rows_per_s=round(rows / dt, 2) if dt else None,
+            rows_per_model=per_model,
+        )
+    rows = per_variant[info["variants"][0]].rows  # instance rows (each variant has them all)
     missing = int(counters.get(MISSING_KEY, 0))
+    stats = NeighborsStats(
+        variants=per_variant,
+        folds=info["folds"],
+        instance_nodes=info["instance_nodes"],
+        partitions=info["partitions"],
+        embeddings_via=info["embeddings_via"],
+        embeddings_via_reason=info["embeddings_via_reason"],
+        train_mode=info["train_mode"],
+        models=info["models"],
+        candidates_per_row=info["candidates_per_row"],
+        remapped_nodes=info["remapped_nodes"],
+        writer=info["writer"],
+        g_mmap=info["g_mmap"],
+        rows=rows,
+        seconds=round(dt, 3),
+        rows_per_s=round(rows / dt, 2) if dt else None,
+        k=cfg.neighbors.k,
+        weighting=cfg.neighbors.weighting,
+        node_kinds=cfg.neighbors.node_kinds,
+        **runtime.summarize_loads(counters),
+        instances_without_embeddings=missing if info["embeddings_via"] == "files" else None,
+    )
     if info["embeddings_via"] == "files":
-        stats["instances_without_embeddings"] = missing
         if missing:
             log.warning(
                 "neighbors: %d instance nodes have no row in %s: no neighbours for "
@@ -523,7 +533,7 @@ def run(ctx) -> Dict[str, Any]:
         rows,
         len(info["variants"]),
         dt,
-        stats["model_loads"],
+        stats.model_loads,
         info["embeddings_via"],
     )
     return stats

@@ -1,16 +1,16 @@
 """Stage 1b, pretraining g: the neighbour predictor per variant, trained from the ``embeddings``
 table.
 
-Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes`` as XMC
-problems (:mod:`pina_spark.models.bpre`), and X = Phi_pre of the input rows read from ``embeddings``
-(written by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``):
-the driver encodes nothing. The fits run on the driver (X collected through Arrow) or as Spark
-tasks (:mod:`pina_spark.stages.pretrain.fits`; each task takes its rows' X from its machine's memory-mapped
-``embeddings``, so the driver builds no X: :func:`fit_inputs`). Output: the
-models folder ``<run>/models/`` (its layout, saving and loading: :mod:`pina_spark.models.artifacts`;
-fold model f never saw fold f's instance rows), whose ``model_card.json`` holds g's held-out
-P@k / R@k per variant (``pretrain_report``; the evaluate stage publishes it as
-``<run>/eval/pretrain.json``) and a copy of the vectorizer's card.
+Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes`` as XMC problems
+(:mod:`pina_spark.models.bpre`), and X = Phi_pre of the input rows read from ``embeddings`` (written
+by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``): the driver
+encodes nothing. The fits run on the driver (X collected through Arrow) or as Spark tasks
+(:mod:`pina_spark.stages.pretrain.fits`; each task takes its rows' X from its machine's
+memory-mapped ``embeddings``, so the driver builds no X: :func:`fit_inputs`). Output: the models
+folder ``<run>/models/`` (its layout, saving and loading: :mod:`pina_spark.models.artifacts`; fold
+model f never saw fold f's instance rows), whose ``model_card.json`` holds g's held-out P@k / R@k
+per variant (``pretrain_report``; the evaluate stage publishes it as ``<run>/eval/pretrain.json``)
+and a copy of the vectorizer's card.
 
 Decisions (what the public reference gets wrong, and how it is done here)
 
@@ -53,7 +53,8 @@ Decisions (what the public reference gets wrong, and how it is done here)
   model is trained on ALL rows (the neighbour stage routes train rows to fold models anyway).
 
 - **run.models** set to an earlier run: nothing is trained; the stage checks that the models
-  folder is complete and returns ``{"reused_models": ...}``.
+  folder is complete and returns
+  :meth:`~pina_spark.stages.pretrain.stats.PretrainStats.reused` (``reused_models``).
 - **Cost.** Training cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
   ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``);
   reading X from ``embeddings`` in ``times_s.read_features``.
@@ -72,9 +73,11 @@ import numpy as np
 from pina_spark import runtime, storage
 from pina_spark.config import redact
 from pina_spark.models import artifacts, bpre
-from pina_spark.models.artifacts import FOLDS_JSON, MODEL_CARD
+from pina_spark.models.artifacts import FOLDS_JSON
+from pina_spark.models.card import VECTORIZER_KEYS, ModelCard, write_model_card
 from pina_spark.runtime import embstore
 from pina_spark.stages.pretrain import fits as gtrain
+from pina_spark.stages.pretrain.stats import PretrainStats, PretrainVariantStats
 from pina_spark.storage.folds import is_heldout
 from pina_spark.storage.manifest import library_versions
 
@@ -126,7 +129,7 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
     except ValueError as e:
         raise storage.InputError(
             f"{paths.table(storage.EMBEDDINGS)} does not match the vectorizer: {e}"
-        )
+        ) from e
 
 
 def _not_covered(
@@ -134,9 +137,9 @@ def _not_covered(
 ) -> "storage.InputError":
     """The error of an ``embeddings`` table that lacks or repeats pretraining rows."""
     return storage.InputError(
-        f"{paths.table(storage.EMBEDDINGS)} lacks {n_missing} of the {n_rows} pretraining rows (e.g. "
-        f"node_index {[int(x) for x in examples]}) and repeats {repeated}: run the embed stage "
-        "on this run's nodes first"
+        f"{paths.table(storage.EMBEDDINGS)} lacks {n_missing} of the {n_rows} pretraining rows "
+        f"(e.g. node_index {[int(x) for x in examples]}) and repeats {repeated}: run the embed "
+        "stage on this run's nodes first"
     )
 
 
@@ -166,8 +169,8 @@ def check_embeddings_cover(spark, paths, rows: np.ndarray) -> None:
 def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: float):
     """Driver side, decided once: how g's fits get X. ``(store spec, description)``: with fits
     on the executors, where pyarrow reaches the tables there and their copy is within
-    ``pretrain.mmap_max_mb`` (:func:`pina_spark.runtime.embstore.choose_embeddings_via`), each fit task
-    takes its rows from its machine's memory-mapped ``embeddings``
+    ``pretrain.mmap_max_mb`` (:func:`pina_spark.runtime.embstore.choose_embeddings_via`), each fit
+    task takes its rows from its machine's memory-mapped ``embeddings``
     (:func:`pina_spark.runtime.embstore.open_store`; within one application, the copy the neighbours
     stage then maps), so the driver never holds X; otherwise (``None``, ...) the driver reads X
     through Spark (:func:`features_from_embeddings`) and ships it in the fits' bundles.
@@ -194,7 +197,7 @@ def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: 
 
 
 # --------------------------------------------------------------------------- the stage
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> PretrainStats:
     """Pretraining g: train g (full [+ F fold models]) per variant on X read from
     ``embeddings``, report, publish.
 
@@ -202,7 +205,7 @@ def run(ctx) -> Dict[str, Any]:
 
         from pina_spark.orchestration import pipeline
         run(pipeline.make_context(spark, cfg))
-        # {'variants': 'pina,pina_naive', 'input_rows': 2200, 'encoded_rows': 0, ...}
+        # PretrainStats(variants='pina,pina_naive', input_rows=2200, encoded_rows=0, ...)
     """
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     dst = paths.table(storage.MODELS)
@@ -214,7 +217,7 @@ def run(ctx) -> Dict[str, Any]:
             raise storage.InputError(
                 f"run.models: {ctx.models_root} is missing or incomplete (no _SUCCESS)"
             )
-        return {"reused_models": ctx.models_root, "encoded_rows": 0}
+        return PretrainStats.reused(ctx.models_root)
     pcfg, ncfg = cfg.pretrain, cfg.neighbors
     xcfg = pcfg.xlinear
     t_stage = time.time()
@@ -225,34 +228,33 @@ def run(ctx) -> Dict[str, Any]:
     nodes, problems, all_rows = bpre.load_problems(spark, paths, cfg)
     variants = sorted(problems)
     for v, pb in problems.items():
-        log.info("pretrain %s: %s", v, json.dumps(pb["stats"], sort_keys=True))
+        log.info("pretrain %s: %s", v, json.dumps(pb.stats, sort_keys=True))
 
     work = tempfile.mkdtemp(prefix="pina-pretrain-")
     tmp = os.path.join(work, storage.MODELS)  # exactly what gets published
     os.makedirs(tmp)
-    card: Dict[str, Any] = {
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "variants": {},
-        "versions": library_versions(artifacts.MODEL_LIBS),
-        "config": redact.redact_config(
+    card = ModelCard(
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        versions=library_versions(artifacts.MODEL_LIBS),
+        config=redact.redact_config(
             {
                 "pretrain": pcfg.to_dict(),
                 "neighbors": {k: v for k, v in ncfg.to_dict().items() if k in ncfg.G_TRAINING},
             }
         ),
-        "g": "PECOS XR-Linear on X = Phi_pre(row text), read from the embeddings table, "
+        g="PECOS XR-Linear on X = Phi_pre(row text), read from the embeddings table, "
         "for every encoder kind; pretrain.encoder only changes Phi_dnn",
-        "leave_self_out_rule": (
+        leave_self_out_rule=(
             "instance rows: self entries (I_inst) dropped from Y; label rows "
             "keep I_label; output space unchanged"
         )
         if ncfg.leave_self_out
         else "off: Y = B_pre as given",
         # the vectorizer's card, as fitted by the vectorizer stage (fine-tuning included)
-        **{k: vcard[k] for k in ("vectorizer", "contrastive", "xtransformer") if k in vcard},
-        "times_s": dict(vcard.get("times_s", {})),
-    }
-    card["times_s"]["vectorizer_stage"] = card["times_s"].pop("stage", None)
+        vectorizer_card={k: vcard[k] for k in VECTORIZER_KEYS if k in vcard},
+        times_s=dict(vcard.get("times_s", {})),
+    )
+    card.times_s["vectorizer_stage"] = card.times_s.pop("stage", None)
     report: Dict[str, Any] = {
         "variants": {},
         "holdout_fraction": pcfg.holdout_fraction,
@@ -266,36 +268,36 @@ def run(ctx) -> Dict[str, Any]:
         F = int(ncfg.folds) if out_of_fold else 0
         where = runtime.fits_where(spark, pcfg.train_on)
         D, S = int(enc["dense_dim"]), int(enc["sparse_dim"])
-        store, card["fit_inputs"] = fit_inputs(paths, where, D, S, pcfg.mmap_max_mb)
+        store, card.fit_inputs = fit_inputs(paths, where, D, S, pcfg.mmap_max_mb)
         X_all: Any = None
         if store is not None:  # the tasks read X: check here what the driver would have
             check_embeddings_cover(spark, paths, all_rows)
         if store is None:  # the fits' X, built here from the embeddings table
             t0 = time.time()
             X_all = features_from_embeddings(spark, paths, all_rows, D, S)
-            card["times_s"]["read_features"] = round(time.time() - t0, 2)
+            card.times_s["read_features"] = round(time.time() - t0, 2)
             log.info(
                 "pretrain: X of %d input rows read from embeddings in %.1fs (%d nnz)",
                 X_all.shape[0],
                 time.time() - t0,
                 X_all.nnz,
             )
-        log.info("pretrain: the fits' inputs: %s", card["fit_inputs"])
+        log.info("pretrain: the fits' inputs: %s", card.fit_inputs)
         row_facts, fits = {}, []
         for v in variants:
             pb = problems[v]
-            fold = bpre.row_folds(pb["entity"], F) if F else np.zeros(len(pb["rows"]), np.int64)
+            fold = bpre.row_folds(pb.entity, F) if F else np.zeros(len(pb.rows), np.int64)
             out = np.array(
                 [
                     e is not None
                     and pcfg.holdout_fraction > 0
                     and is_heldout(e, pcfg.holdout_fraction)
-                    for e in pb["entity"]
+                    for e in pb.entity
                 ],
                 dtype=bool,
             )
             row_facts[v] = (fold, out)
-            is_inst = np.asarray(pb["is_inst"], dtype=bool)
+            is_inst = np.asarray(pb.is_inst, dtype=bool)
             fits += gtrain.plan_fits(v, gtrain.has_heldout({"is_inst": is_inst, "out": out}), F)
 
         def bundle_of(v: str) -> Dict[str, Any]:
@@ -304,7 +306,7 @@ def run(ctx) -> Dict[str, Any]:
             all when the tasks read theirs from the store."""
             if X_all is None:
                 return gtrain.make_bundle(problems[v], None, *row_facts[v])
-            idx = np.searchsorted(all_rows, problems[v]["rows"])
+            idx = np.searchsorted(all_rows, problems[v].rows)
             same = len(idx) == X_all.shape[0] and np.array_equal(idx, np.arange(len(idx)))
             return gtrain.make_bundle(problems[v], X_all if same else X_all[idx], *row_facts[v])
 
@@ -329,13 +331,13 @@ def run(ctx) -> Dict[str, Any]:
                 b = bundle_of(v)
                 results += [gtrain.run_fit(f, b, xcfg, tmp) for f in fits if f.variant == v]
                 del b
-        card["times_s"]["fits"] = round(time.time() - t0, 2)
-        card["fits_on"] = where
+        card.times_s["fits"] = round(time.time() - t0, 2)
+        card.fits_on = where
         for v in variants:
             mine = [r for r, f in zip(results, fits) if f.variant == v]
-            card["variants"][v] = gtrain.variant_card(problems[v]["stats"], mine, F)
-            if "heldout_eval" in card["variants"][v]:
-                ev = card["variants"][v]["heldout_eval"]
+            card.variants[v] = gtrain.variant_card(problems[v].stats, mine, F)
+            if "heldout_eval" in card.variants[v]:
+                ev = card.variants[v]["heldout_eval"]
                 report["variants"][v] = ev
                 log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
         folds_doc = {
@@ -349,36 +351,28 @@ def run(ctx) -> Dict[str, Any]:
         }
         with open(os.path.join(tmp, FOLDS_JSON), "w") as fh:
             json.dump(folds_doc, fh, indent=1, sort_keys=True)
-        card["folds"] = folds_doc
-        card["times_s"]["stage"] = round(time.time() - t_stage, 2)
-        report["times_s"] = card["times_s"]
-        card["pretrain_report"] = report  # evaluate copies it to eval/pretrain.json
-        with open(os.path.join(tmp, MODEL_CARD), "w") as fh:
-            json.dump(card, fh, indent=1, sort_keys=True)
+        card.folds = folds_doc
+        card.times_s["stage"] = round(time.time() - t_stage, 2)
+        report["times_s"] = card.times_s
+        card.pretrain_report = report  # evaluate copies it to eval/pretrain.json
+        write_model_card(card, tmp)
         artifacts.publish(spark, tmp, dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    stats: Dict[str, Any] = {
-        "variants": ",".join(variants),
-        "input_rows": int(len(all_rows)),
-        "encoder": pcfg.encoder,
-        "encoded_rows": 0,  # X is read from embeddings
-        "dense_dim": int(enc["dense_dim"]),
-        "sparse_dim": int(enc["sparse_dim"]),
-        "seconds": round(time.time() - t_stage, 1),
-    }
-    for v in variants:
-        vc = card["variants"][v]
-        ev = vc.get("heldout_eval", {})
-        for k in ("P@1", "P@3", "P@5", "R@10"):
-            if k in ev:
-                stats[f"{v}_{k}"] = ev[k]
-        stats[f"{v}_output_nodes"] = vc["output_nodes"]
-        stats[f"{v}_folds_train_s"] = vc.get("folds_train_s", 0.0)
-    stats["detail"] = {"variants": card["variants"], "times_s": card["times_s"]}
+    stats = PretrainStats(
+        variants=",".join(variants),
+        input_rows=int(len(all_rows)),
+        encoder=pcfg.encoder,
+        encoded_rows=0,  # X is read from embeddings
+        dense_dim=int(enc["dense_dim"]),
+        sparse_dim=int(enc["sparse_dim"]),
+        seconds=round(time.time() - t_stage, 1),
+        per_variant={v: PretrainVariantStats.of_card(card.variants[v]) for v in variants},
+        detail={"variants": card.variants, "times_s": card.times_s},
+    )
     log.info(
         "pretrain done in %.1fs: %s",
         time.time() - t_stage,
-        {k: v for k, v in stats.items() if k != "detail"},
+        {k: v for k, v in stats.to_dict().items() if k != "detail"},
     )
     return stats

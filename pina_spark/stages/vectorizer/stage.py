@@ -11,7 +11,8 @@ row for later use:
   (``contrastive``, ``xtransformer``: :mod:`pina_spark.models.finetune`); a GPU is used where the
   driver has one.
 - **Publish**: ``PhiPre.save`` into a local folder with ``vectorizer_card.json`` (what was fitted,
-  fine-tuning statistics, times, library versions), then :func:`pina_spark.models.artifacts.publish`.
+  fine-tuning statistics, times, library versions), then
+  :func:`pina_spark.models.artifacts.publish`.
 
 The embed stage then encodes every node exactly once, on the executors, with this folder, and
 the pretrain stage trains g from the ``embeddings`` table: the driver encodes nothing.
@@ -23,7 +24,7 @@ Example::
 
     from pina_spark.orchestration import pipeline
     run(pipeline.make_context(spark, cfg))
-    # {'encoder': 'minilm', 'fitted_on_rows': 2200, 'encoded_rows': 0, ...}
+    # VectorizerStats(encoder='minilm', fitted_on_rows=2200, encoded_rows=0, ...)
 """
 
 import json
@@ -37,6 +38,7 @@ from typing import Any, Dict
 from pina_spark import storage
 from pina_spark.config import redact
 from pina_spark.models import artifacts, bpre, finetune
+from pina_spark.stages.vectorizer.stats import VectorizerStats
 from pina_spark.storage.manifest import library_versions
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 __all__ = ["run"]
 
 
-def run(ctx) -> Dict[str, Any]:
+def run(ctx) -> VectorizerStats:
     """Fit (and fine-tune) the vectorizer on the pretraining rows; publish it."""
     from pina_spark.models.vectorizer import PhiPre
 
@@ -53,7 +55,7 @@ def run(ctx) -> Dict[str, Any]:
     if storage.norm(ctx.models_root) != storage.norm(paths.table(storage.MODELS)):
         vec = artifacts.require_vectorizer(spark, ctx.models_root)
         log.info("vectorizer: run.models is set, reusing %s (nothing fitted)", vec)
-        return {"reused_vectorizer": vec, "encoded_rows": 0}
+        return VectorizerStats.reused(vec)
     pcfg = cfg.pretrain
     t_stage = time.time()
     nodes, problems, all_rows = bpre.load_problems(spark, paths, cfg)
@@ -95,17 +97,15 @@ def run(ctx) -> Dict[str, Any]:
         artifacts.publish(spark, tmp, dst)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    stats: Dict[str, Any] = {
-        "encoder": pcfg.encoder,
-        "fitted_on_rows": int(len(all_rows)),
-        "dense_dim": phi.dense_dim,
-        "sparse_dim": phi.sparse_dim,
-        "encoded_rows": 0,  # the embed stage encodes; fine-tuning trains on pairs, not rows
-        "seconds": round(time.time() - t_stage, 1),
-    }
-    if "contrastive" in card:
-        stats["contrastive_pairs"] = card["contrastive"].get("pairs")
-    if "xtransformer" in card:
-        stats["xtransformer_rows"] = card["xtransformer"].get("rows")
-    log.info("vectorizer done: %s", stats)
+    stats = VectorizerStats(
+        encoder=pcfg.encoder,
+        fitted_on_rows=int(len(all_rows)),
+        dense_dim=phi.dense_dim,
+        sparse_dim=phi.sparse_dim,
+        encoded_rows=0,  # the embed stage encodes; fine-tuning trains on pairs, not rows
+        seconds=round(time.time() - t_stage, 1),
+        contrastive_pairs=card.get("contrastive", {}).get("pairs"),
+        xtransformer_rows=card.get("xtransformer", {}).get("rows"),
+    )
+    log.info("vectorizer done: %s", stats.to_dict())
     return stats

@@ -1,0 +1,53 @@
+"""What the graph stage returns: :class:`GraphStats`, recorded in the manifest."""
+
+import dataclasses as dc
+from typing import Any, Dict, List, Optional
+
+from pina_spark.stages import StageStats, optional
+
+__all__ = ["GraphStats"]
+
+
+@dc.dataclass(frozen=True, kw_only=True, eq=False)
+class GraphStats(StageStats):
+    """Statistics of the graph stage (its manifest form: :meth:`StageStats.to_dict`). The fields
+    of the co-purchase graph are recorded only when events are given.
+
+    Attributes:
+        pair_plan: events only, how the pairs are counted
+            (:class:`~pina_spark.stages.graph.i2i.PairPlan` as a dict).
+        validated_on_driver: the input tables validated on the driver.
+        inputs: per input table, rows in / used / quarantined and the reasons.
+        baskets: events only, the basket counts of the all-items graph.
+        i2i_edges: events only, the directed rows of ``graph/i2i_edges``.
+        degree: events only, the degree quantiles of ``graph/i2i_edges``.
+        baskets_train: the basket counts of the train-items graph (when ``side_info`` uses the
+            i2i graph or ``task.labels: graph``).
+        i2i_edges_train: the directed rows of the train-items graph, when it differs from the
+            all-items one.
+        pair_tasks_s: ``broadcast`` only, executor seconds of the pair tasks (``all``,
+            ``train``).
+        built_on_driver: ``nodes``, ``graph/instance_labels`` (and B_pre without the i2i graph)
+            were built on the driver, else by Spark.
+        nodes: the ``instances`` and ``labels`` of ``nodes``.
+        instance_labels: the rows of ``graph/instance_labels``.
+        pretrain_edges: the rows of ``graph/pretrain_edges`` per variant and block.
+        steps_s: wall seconds per step, in run order (the manifest stores its keys sorted).
+        time_s: wall seconds of the stage.
+    """
+
+    pair_plan: Optional[Dict[str, Any]] = optional()
+    validated_on_driver: List[str]
+    inputs: Dict[str, Dict[str, Any]]
+    baskets: Optional[Dict[str, int]] = optional()
+    i2i_edges: Optional[int] = optional()
+    degree: Optional[Dict[str, float]] = optional()
+    baskets_train: Optional[Dict[str, int]] = optional()
+    i2i_edges_train: Optional[int] = optional()
+    pair_tasks_s: Optional[Dict[str, float]] = optional()
+    built_on_driver: bool
+    nodes: Dict[str, int]
+    instance_labels: int
+    pretrain_edges: Dict[str, Dict[str, int]]
+    steps_s: Dict[str, float]
+    time_s: float

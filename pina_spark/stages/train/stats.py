@@ -1,0 +1,33 @@
+"""What the train stage returns: :class:`TrainStats`, recorded in the manifest."""
+
+import dataclasses as dc
+from typing import Dict, List, Optional
+
+from pina_spark.stages import StageStats, flattened, optional
+
+__all__ = ["TrainStats"]
+
+
+@dc.dataclass(frozen=True, kw_only=True, eq=False)
+class TrainStats(StageStats):
+    """Statistics of the train stage (its manifest form: :meth:`StageStats.to_dict`).
+
+    Attributes:
+        n_train, n_test: train and test instances.
+        n_labels_trained: the label space (labels with at least one train instance).
+        variants: the variants trained, in ``train.variants`` order.
+        skipped: the variants not trained, with why (no features).
+        train_on: where the models were fitted: ``driver`` or ``executors``.
+        features_read_by: ``executors`` only, who read the feature matrices: ``tasks`` or
+            ``driver``.
+        train_s: per trained variant, its training seconds, written as ``<variant>_train_s``.
+    """
+
+    n_train: int
+    n_test: int
+    n_labels_trained: int
+    variants: List[str]
+    skipped: Dict[str, str]
+    train_on: str
+    features_read_by: Optional[str] = optional()
+    train_s: Dict[str, float] = flattened("{key}_train_s")
