@@ -45,6 +45,14 @@ demo: $(STAMP)
 test: lint
 	$(PY) -m pytest -q -ra --doctest-modules $(PYTEST_ARGS) tests pina_spark
 
+# the inner loop (under 3 min on 2 cores): the suite and every docstring example, less the tests
+# marked slow (over ~3 s, or on a costly module fixture) or demo (on the demo run through
+# spark-submit); no lint, format or type check. Markers: pytest.ini. `make test` runs them all.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not slow and not demo" --doctest-modules $(PYTEST_ARGS) \
+		tests pina_spark
+
 # settings in pyproject.toml; tool versions pinned in requirements-dev.txt
 LINT_PATHS := pina_spark tests benchmarks jobs conf/airflow setup.py conftest.py
 lint: $(STAMP)

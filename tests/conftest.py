@@ -1,6 +1,7 @@
 """Test-only fixtures: the shared real data sets (skipped with a clear message where ../shared is
-absent) and the demo run through spark-submit. The session-scoped SparkSession and the test
-environment live in the repository's top-level conftest.py, shared with the doctests."""
+absent) and the demo run through spark-submit, and the markers their users get. The
+session-scoped SparkSession and the test environment live in the repository's top-level
+conftest.py, shared with the doctests."""
 
 import os
 
@@ -10,24 +11,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.environ.get("PINA_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
 
-def pytest_addoption(parser):
-    parser.addoption(
-        "--runslow", action="store_true", default=False, help="also run tests marked slow"
-    )
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long test, run with --runslow")
-    config.addinivalue_line("markers", "submit: runs jobs/*.py through spark-submit (make test)")
+#: fixture -> the marker every test that uses it (directly or through its fixtures) carries
+FIXTURE_MARKERS = {
+    "demo_submit_run": "demo",
+    "instacart_dir": "shared_data",
+    "citeulike_dir": "shared_data",
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--runslow"):
-        return
-    skip = pytest.mark.skip(reason="slow: pass --runslow to run")
+    """Marks the tests by the fixtures they use (pytest.ini lists the markers), so that
+    ``-m "not demo"`` never starts the demo run."""
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        for fixture in set(FIXTURE_MARKERS) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(FIXTURE_MARKERS[fixture])
 
 
 @pytest.fixture(scope="session")

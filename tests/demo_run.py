@@ -1,15 +1,17 @@
 """The demo pipeline run once per test session through the real ``spark-submit`` (one
 ``jobs/<stage>.py`` per stage, as EMR steps run them); shared by test_submit.py (checks each
-stage) and test_notebooks.py (executes the notebooks on the finished run). Used through the
-session fixture ``demo_submit_run`` of conftest.py."""
+stage), test_incremental.py and test_notebooks.py (executes the notebooks on the finished run).
+Used through the session fixture ``demo_submit_run`` of conftest.py."""
 
-import importlib
 import json
 import os
 import subprocess
 import sys
 
+import pytest
 import yaml
+
+from pina_spark.datasets import write_demo_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,20 +36,15 @@ def spark_submit_exe():
 def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     """Write the demo data and a config into ``tmp_dir``, then spark-submit every stage in
     order, stopping at the first failure. Returns ``{"config", "output", "results", "error"}``;
-    ``results[stage]`` is ``{"rc", "stdout", "stderr"}`` or ``{"skip": reason}``."""
-    from pina_spark.orchestration import pipeline
-
+    ``results[stage]`` is ``{"rc", "stdout", "stderr"}``, or ``{"not_run": reason}`` after a
+    failed stage. A failure is recorded, not raised: each test that needs the run fails with it
+    (:func:`require_finished`), the stages before it still pass."""
     out = {
         "config": None,
         "output": os.path.join(str(tmp_dir), "out"),
         "results": {},
         "error": None,
     }
-    try:
-        from pina_spark.datasets import write_demo_data
-    except ImportError as e:
-        out["error"] = f"pina_spark.datasets.write_demo_data not available: {e}"
-        return out
     exe = spark_submit_exe()
     if exe is None:
         out["error"] = f"spark-submit not found beside {sys.executable}"
@@ -71,14 +68,7 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     )
     for stage, job in JOBS.items():
         if out["error"]:
-            out["results"][stage] = {"skip": f"an earlier stage did not complete: {out['error']}"}
-            continue
-        module = pipeline.STAGES[stage].target.split(":")[0]
-        try:
-            importlib.import_module(module)
-        except ImportError as e:
-            out["error"] = f"{stage}: module {module} is not importable yet ({e})"
-            out["results"][stage] = {"skip": out["error"]}
+            out["results"][stage] = {"not_run": f"an earlier stage failed: {out['error']}"}
             continue
         cmd = [
             exe,
@@ -107,6 +97,26 @@ def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
         if res["rc"] != 0:
             out["error"] = f"spark-submit jobs/{job} exited {res['rc']}"
     return out
+
+
+def failure(run):
+    """Why the demo run did not finish, with the failed stage's stderr; ``None`` if it did."""
+    if not run["error"]:
+        return None
+    lines = [f"the demo run through spark-submit did not finish: {run['error']}"]
+    for stage, res in run["results"].items():
+        if res.get("rc", 0) != 0:
+            lines.append(f"--- jobs/{JOBS[stage]} stderr (end):\n{res['stderr'][-4000:]}")
+    return "\n".join(lines)
+
+
+def require_finished(run):
+    """``run`` when every stage of the demo ran; else fails the calling test with the error (a
+    broken demo must fail the tests that need it, never skip them)."""
+    reason = failure(run)
+    if reason:
+        pytest.fail(reason, pytrace=False)
+    return run
 
 
 def last_json(stdout):

@@ -332,6 +332,7 @@ def citeulike_runs(spark, citeulike_case, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
 def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strategy):
     tmp, stats, feats = citeulike_runs[strategy]
@@ -355,6 +356,7 @@ def test_citeulike_matches_scipy_reference(citeulike_case, citeulike_runs, strat
     assert meta["sparse_dim"] == citeulike_case.S and meta["dense_dim"] == 32
 
 
+@pytest.mark.slow
 def test_arrow_writer_table_is_the_contract(spark, citeulike_runs):
     """The executor-written table (shuffle run) reads in Spark with the contract's types and
     leaves no staging files behind."""
@@ -374,6 +376,7 @@ def test_arrow_writer_table_is_the_contract(spark, citeulike_runs):
     assert not os.path.exists(staging) or not os.listdir(staging)
 
 
+@pytest.mark.slow
 def test_citeulike_strategies_identical(citeulike_runs):
     """broadcast + JVM writer and shuffle + pyarrow writer store the same bits."""
     fb = citeulike_runs["broadcast"][2]
@@ -391,6 +394,7 @@ def test_citeulike_strategies_identical(citeulike_runs):
             assert fb[v].column(col).equals(fs[v].column(col)), (v, col)
 
 
+@pytest.mark.slow
 def test_export_csr_round_trip(spark, citeulike_case, citeulike_runs, tmp_path):
     root, _, feats = citeulike_runs["broadcast"]
     S, D = citeulike_case.S, 32
@@ -453,6 +457,7 @@ def hub_case():
     return _hub_case()
 
 
+@pytest.mark.slow
 def test_hub_both_strategies_agree_with_reference(spark, hub_case, tmp_path):
     """Hub-heavy neighbours: broadcast (chosen by auto, S from the data; embeddings both
     memory-mapped by the executors and shipped as a Spark broadcast variable) and shuffle
@@ -539,6 +544,7 @@ def test_broadcast_too_large_is_refused_before_running(spark, hub_case, tmp_path
     assert not os.path.exists(os.path.join(str(tmp_path), storage.FEATURES))
 
 
+@pytest.mark.slow
 def test_mapped_embeddings_follow_republished_tables(spark, tmp_path):
     """broadcast_via=files: the executors' memory-mapped copy is keyed by the table files, so
     republishing the embeddings (same run folder, same session, same Python workers) gives the
@@ -569,6 +575,7 @@ def test_mapped_embeddings_refuse_the_driver():
         embstore.open_store(embstore.StoreSpec("e", "n", 1, 1, "x"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
 def test_selection_computes_only_the_selected_instances(spark, hub_case, tmp_path, strategy):
     """An incremental run's selection (``ctx.selection``: node indices) gives exactly the
@@ -608,6 +615,7 @@ def test_choose_broadcast_via():
         aggregate.choose_broadcast_via("mmap", "/r/e", "/r/n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
 def test_injected_fault_raises_inside_reduction(spark, tmp_path, strategy):
     case = _hub_case(n=50, n_lab=3)
@@ -722,6 +730,7 @@ def _pifa_reference(case, mode, a, max_nnz=0):
 CAP = 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pifa", "text_pifa"])
 def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
     """aggregate.label_features pifa / text_pifa: every strategy and transport gives the

@@ -20,11 +20,6 @@ from pina_spark.config import config_from_dict
 from pina_spark.orchestration import pipeline
 from pina_spark.storage.manifest import Manifest
 
-graph = pytest.importorskip(
-    "pina_spark.stages.graph", reason="pina_spark/stages/graph/__init__.py not there yet"
-)
-validate = pytest.importorskip("pina_spark.validate", reason="pina_spark/validate.py not there yet")
-
 MAX_BASKET = 50
 N_BULK = 3000
 
@@ -207,11 +202,13 @@ def _reasons_of(spark, dirty, table):
     return dict(Counter(r[storage.REASON] for r in q.select(storage.REASON).collect()))
 
 
+@pytest.mark.slow
 def test_dirty_run_completes(dirty):
     assert dirty["result"]["graph"] == "ran"
     assert dirty["entry"]["status"] == "complete"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table", ["instances", "labels", "instance_labels", "events"])
 def test_every_row_accounted_for(spark, dirty, table):
     st = dirty["stats"]["inputs"][table]
@@ -224,6 +221,7 @@ def test_every_row_accounted_for(spark, dirty, table):
     assert q.filter(q[storage.REASON].isNull()).count() == 0
 
 
+@pytest.mark.slow
 def test_used_rows_match_published_outputs(spark, dirty):
     st = dirty["stats"]["inputs"]
     nodes = storage.read_table(spark, dirty["paths"], storage.NODES)
@@ -237,6 +235,7 @@ def test_used_rows_match_published_outputs(spark, dirty):
     assert idx == list(range(len(idx)))
 
 
+@pytest.mark.slow
 def test_null_empty_blank_and_duplicate_ids(spark, dirty):
     reasons = _reasons_of(spark, dirty, "instances")
     assert reasons.get("missing_id") == 3
@@ -250,6 +249,7 @@ def test_null_empty_blank_and_duplicate_ids(spark, dirty):
     assert not any(nid is None or not nid.strip() for _, nid in by_id)
 
 
+@pytest.mark.slow
 def test_non_utf8_and_empty_text(spark, dirty):
     reasons = _reasons_of(spark, dirty, "instances")
     assert reasons.get("invalid_utf8") == 1
@@ -263,6 +263,7 @@ def test_non_utf8_and_empty_text(spark, dirty):
     }
 
 
+@pytest.mark.slow
 def test_unparseable_and_invalid_split_rows(spark, dirty):
     reasons = _reasons_of(spark, dirty, "instances")
     assert reasons.get("unparseable") == 1 and reasons.get("invalid_split") == 1
@@ -271,19 +272,23 @@ def test_unparseable_and_invalid_split_rows(spark, dirty):
     assert raw == ['i17,"text",train,extra field']
 
 
+@pytest.mark.slow
 def test_instance_reasons_exact(spark, dirty):
     assert _reasons_of(spark, dirty, "instances") == _expected_reasons(BAD_INSTANCES)
 
 
+@pytest.mark.slow
 def test_labels_with_no_text(spark, dirty):
     assert _reasons_of(spark, dirty, "labels") == _expected_reasons(BAD_LABELS)
 
 
+@pytest.mark.slow
 def test_instance_labels_pointing_at_unknown_labels_or_instances(spark, dirty):
     expected = _expected_reasons(BAD_PAIRS)
     assert _reasons_of(spark, dirty, "instance_labels") == expected
 
 
+@pytest.mark.slow
 def test_duplicate_events_and_nan_inf_weights_and_unknown_items(spark, dirty):
     expected = dict(Counter(reason for _, reason in BAD_EVENTS))
     assert _reasons_of(spark, dirty, "events") == expected
@@ -297,6 +302,7 @@ def test_duplicate_events_and_nan_inf_weights_and_unknown_items(spark, dirty):
     assert w == sorted(["nan", "inf", "-inf", "-1.0"])
 
 
+@pytest.mark.slow
 def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
     """Baskets of one item contribute nothing; baskets of 3000 items are capped to
     max_basket_size by the documented hash rule (deterministic: equal to a Python reference
@@ -314,6 +320,7 @@ def test_i2i_edges_match_reference_with_big_baskets_capped(spark, dirty):
     assert dirty["stats"]["i2i_edges"] == len(edges)
 
 
+@pytest.mark.slow
 def test_quarantine_tables_written_for_every_input(spark, dirty):
     for t in ("instances", "labels", "instance_labels", "events"):
         assert storage.is_complete(spark, dirty["paths"].table(f"{storage.QUARANTINE}/{t}"))
@@ -383,6 +390,7 @@ def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
 
 
 # --------------------------------------------------------------------------- empty graph
+@pytest.mark.slow
 def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_path):
     """side_info=i2i and a min_count no pair reaches: i2i_edges is published empty (with its
     schema), there is no A block, and every train instance is still a row of B_pre through its
@@ -410,6 +418,7 @@ def test_threshold_leaving_empty_graph_gives_documented_valid_output(spark, tmp_
     assert all(r[storage.SRC_INDEX] == r[storage.DST_INDEX] for r in pina)
 
 
+@pytest.mark.slow
 def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
     """task.labels=graph with a threshold that removes every edge leaves no labels at all:
     nothing can be learnt, so the graph stage must stop with an error that says so (instead of
@@ -426,6 +435,7 @@ def test_threshold_leaving_no_graph_labels_is_a_clear_error(spark, tmp_path):
 
 
 # --------------------------------------------------------------------------- quality gates
+@pytest.mark.slow
 def test_item_ids_matching_no_instance_raise_citing_the_unknown_item_rate(spark, tmp_path):
     """The most common real failure: event item ids zero-padded differently from the instance
     ids (``i1`` vs ``i01``). Every event is ``unknown_item``; instead of publishing an empty
@@ -470,6 +480,7 @@ def _jsonl(path, rows):
     return str(path)
 
 
+@pytest.mark.slow
 def test_ids_with_control_characters_or_unicode_spaces_are_quarantined(spark, tmp_path):
     """``\\r``, ``\\n``, a tab, a non-breaking space or a zero-width space inside an id make it
     ``invalid_id`` (one-id-per-line exports would break, and the id never matches its plain

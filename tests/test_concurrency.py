@@ -135,6 +135,7 @@ def two_runs(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_second_run_on_one_root_fails_at_once_naming_the_first(two_runs):
     """The second `pina-spark run` on the same root exits non-zero before doing anything, naming
     the first run (id, host, pid); the first completes untouched."""
@@ -158,6 +159,7 @@ def test_second_run_on_one_root_fails_at_once_naming_the_first(two_runs):
     assert not (two_runs["out"] / storage.LOCK).exists(), "run 1 did not release its lease"
 
 
+@pytest.mark.slow
 def test_secret_in_set_is_nowhere_under_the_output_or_in_the_log(two_runs):
     """`--set spark.conf.spark.hadoop.fs.s3a.secret.key=XYZ` leaves no XYZ in any file under the
     output root (manifest, tables, quarantine, commits) nor in either run's log; the manifest
@@ -268,6 +270,7 @@ def _expected(lo, hi, tag):
     return sorted((i, f"{tag}-{i}") for i in range(lo, hi))
 
 
+@pytest.mark.slow
 def test_interleaved_publishes_leave_one_version_and_no_nested_folder(spark, tmp_path, monkeypatch):
     """Two publishes of one table: A moves the old version aside and waits at a barrier before
     its final rename; B then finds no table, reaches the barrier, and both rename at once.
@@ -351,6 +354,7 @@ def _file_writer(staging, gate_dir):
     return write
 
 
+@pytest.mark.slow
 def test_recover_called_mid_stage_fails_the_stage_and_keeps_the_previous_table(spark, tmp_path):
     """A cleanup by another process (storage.recover of a run that holds no lease) deletes the
     staging folder while the executors write into it; the later task recreates the folder.
@@ -443,6 +447,7 @@ def _graph_cfg(out, inputs, **extra):
     return config_from_dict({"output": str(out), "input": inputs, **extra})
 
 
+@pytest.mark.slow
 def test_crash_after_nodes_is_published_makes_embed_refuse(spark, tmp_path, monkeypatch):
     """The graph stage publishes nodes, then the driver dies before graph/instance_labels and
     graph/pretrain_edges (the tables of the previous graph run stay). embed must refuse to read
@@ -585,6 +590,7 @@ def fake_embed(ctx):
     return {"rows": nodes.count()}
 
 
+@pytest.mark.slow
 def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     """Day D-1 embedded every node with models version 1. The models run is then retrained.
     The incremental run of day D must not merge D-1's rows (old models) with new ones: it

@@ -112,6 +112,7 @@ def _weights(vec_dir):
     return load_file(os.path.join(vec_dir, "encoder", "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     spark, citeulike_dir, tmp_path
 ):
@@ -184,6 +185,7 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
     assert np.abs(frozen - driver[:3]).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
     """Graph labels with co-purchase pairs (the mode where a leak is easiest): removing every
     test row from the inputs leaves the fine-tuned encoder's weights bit for bit unchanged."""

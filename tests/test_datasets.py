@@ -204,6 +204,7 @@ def test_demo_has_labels_that_only_co_purchase_reveals(demo_frames):
     assert mixed > 50
 
 
+@pytest.mark.slow
 def test_demo_tables_read_through_the_pipeline_reader(spark, demo):
     for name, path in demo.items():
         df = storage.read_input(spark, path, name)  # raises InputError on a wrong column or type

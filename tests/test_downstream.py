@@ -152,6 +152,7 @@ def trained(spark, tmp_path_factory):
     return cfg, paths, inst_ids, splits, truth, result
 
 
+@pytest.mark.slow
 def test_train_all_four_variants_and_predict_every_test_instance(spark, trained):
     cfg, paths, inst_ids, splits, truth, result = trained
     assert result == {"train": "ran", "evaluate": "ran"}
@@ -177,6 +178,7 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
     assert all(s["train_s"] >= 0 for s in stats["variants"].values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("read_by", ["tasks", "driver"])
 def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     spark, trained, tmp_path, monkeypatch, read_by
@@ -317,6 +319,7 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
         inputs.align_features([], X[:0], train_ids, test_ids, "pina")
 
 
+@pytest.mark.slow
 def test_evaluate_writes_metrics_report_plot(spark, trained):
     cfg, paths, inst_ids, splits, truth, _ = trained
     ev = storage.local_path(paths.table(storage.EVAL))
@@ -366,6 +369,7 @@ def test_evaluate_writes_metrics_report_plot(spark, trained):
     assert os.path.exists(os.path.join(ev, "_SUCCESS"))
 
 
+@pytest.mark.slow
 def test_missing_features_variant_is_skipped(spark, tmp_path):
     from pina_spark.orchestration.pipeline import run_pipeline
 

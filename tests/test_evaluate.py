@@ -237,6 +237,7 @@ def test_reciprocal_pair_filtering_changes_scores(spark, hand_run, tmp_path):
     assert m["n_test_scored"] == 2
 
 
+@pytest.mark.slow
 def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tmp_path):
     """evaluate.promote: the first run is promoted; a run worse than the promoted one by more
     than the tolerance leaves the pointer alone; --models latest resolves the pointer."""

@@ -80,6 +80,7 @@ def _llr_ref(k11, k12, k21, k22):
     return 0.0 if row + col < mat else 2.0 * (row + col - mat)
 
 
+@pytest.mark.slow
 def test_measures_on_tiny_example(spark, tiny_events):
     # N = 4 baskets with >= 2 items (o5 has one); n_a = 3, n_b = 3, n_c = 2, n_d = 2
     counts = {
@@ -167,6 +168,7 @@ def test_basket_cap_and_stats(spark):
         assert {k: v[0] for k, v in got.items()} == dict(brute_force_counts(baskets, 4)), strategy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_top_n_union_and_max_degree_mutual(spark, strategy):
     # star: hub h with 4 spokes (counts 4,3,2,1) plus x-y (count 5)
@@ -225,6 +227,7 @@ def small_tables(spark):
     return inst, lab, il, i2i
 
 
+@pytest.mark.slow
 def test_node_indices_deterministic(spark, small_tables):
     inst, lab, _, _ = small_tables
     expected = spark.createDataFrame(
@@ -266,6 +269,7 @@ def small_graph(small_tables):
     il_idx.unpersist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "side_info,blocks",
     [
@@ -324,6 +328,7 @@ def instacart_events(spark, instacart_dir, tmp_path_factory):
     ev.unpersist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("cap", [None, 5])
 def test_i2i_equals_brute_force_on_instacart(spark, instacart_events, cap, strategy):
@@ -368,6 +373,7 @@ def _run(spark, cfg):
     return ctx, graph.run(ctx)
 
 
+@pytest.mark.slow
 def test_run_stage_given_labels(spark, tmp_path):
     d = tmp_path
     inst = _write_csv(
@@ -518,6 +524,7 @@ def _pretrain_texts_by_id(spark, paths):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_graph_labels_leak_guard(spark, tmp_path, strategy):
     """task.labels=graph: removing every test row leaves pretrain_edges unchanged (as node_id
@@ -597,6 +604,7 @@ def _table_rows(spark, paths, rel):
     return types, sorted(tuple(r[c] for c in cols) for r in df.collect())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side_info", ["label_text", "naive", "both"])
 def test_tables_built_on_the_driver_equal_the_spark_path(spark, tmp_path, monkeypatch, side_info):
     """With the inputs validated on the driver (collected_tables) and labels given, nodes,

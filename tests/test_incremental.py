@@ -6,7 +6,6 @@ the same models publishes, while recomputing only the new and changed rows.
 (tests/test_ops.py covers the selection and merge mechanics with stub stages.)
 """
 
-import pytest
 import yaml
 
 from pina_spark import storage
@@ -14,14 +13,10 @@ from pina_spark.config import config_from_dict
 from pina_spark.orchestration import pipeline
 from pina_spark.storage.manifest import Manifest
 
+from demo_run import require_finished
+
 STAGES = ["embed", "neighbors", "aggregate"]
 DAY = "2026-11-22"
-
-
-def _demo_or_skip(run):
-    if run["error"]:
-        pytest.skip(f"demo run through spark-submit did not complete: {run['error']}")
-    return run
 
 
 def _day_instances(spark, run, path):
@@ -65,7 +60,7 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
-    run = _demo_or_skip(demo_submit_run)
+    run = require_finished(demo_submit_run)
     new_path, changed_ids = _day_instances(spark, run, str(tmp_path / "day.parquet"))
 
     full = _cfg(run, str(tmp_path / "full"), new_path, incremental=False)

@@ -276,6 +276,7 @@ def _assert_same(got, ref, tol=1e-6):
 
 
 # --------------------------------------------------------------------------- embeddings
+@pytest.mark.slow
 def test_embeddings_equal_single_process_phi_pre(env, spark):
     ctx, phi, rows = env["ctx"], env["phi"], env["rows"]
     emb = (
@@ -301,6 +302,7 @@ def test_embeddings_equal_single_process_phi_pre(env, spark):
     np.testing.assert_allclose(norms, 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_embed_stage_loads_the_vectorizer_once_per_worker(env):
     st = env["embed_stats"]
     assert st["rows"] == st["rows_written"] == N_INST + N_LAB
@@ -309,6 +311,7 @@ def test_embed_stage_loads_the_vectorizer_once_per_worker(env):
     assert 1 <= st["model_loads"] == st["worker_processes"] < st["partitions"]
 
 
+@pytest.mark.slow
 def test_embeddings_identical_across_partitionings(env, spark):
     ctx = env["ctx"]
     nodes = storage.read_table(spark, ctx.paths, storage.NODES)
@@ -338,6 +341,7 @@ def test_embeddings_identical_across_partitionings(env, spark):
     assert results[0] == results[1] == results[2]
 
 
+@pytest.mark.slow
 def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_path, monkeypatch):
     """Each encoder call gets ``batch_size`` consecutive nodes of the whole table sorted by
     (text length, node index), on any partitioning and whatever the rank chunks, with the
@@ -398,6 +402,7 @@ def test_embed_batches_are_length_sorted_on_any_partitioning(env, spark, tmp_pat
 
 
 # --------------------------------------------------------------------------- neighbours
+@pytest.mark.slow
 def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     ctx = env["ctx"]
     got = _collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS))
@@ -417,6 +422,7 @@ def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     assert st["max_loads_per_worker_model"] == 1
 
 
+@pytest.mark.slow
 def test_out_of_fold_routes_train_rows_to_their_fold_model(env, spark):
     ctx = env["ctx"]
     nb = ctx.cfg.neighbors
@@ -435,6 +441,7 @@ def test_out_of_fold_routes_train_rows_to_their_fold_model(env, spark):
     assert all(used[("pina", i)] is None for i in test_rows)
 
 
+@pytest.mark.slow
 def test_neighbors_identical_across_partitionings(env, spark):
     ctx = env["ctx"]
     got = []
@@ -452,6 +459,7 @@ def test_neighbors_identical_across_partitionings(env, spark):
     assert got[0] == got[1] == got[2]
 
 
+@pytest.mark.slow
 def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
     """The published table came from the memory-mapped embeddings (auto -> files on local
     paths); joining the embedding rows in Spark (shuffle) gives the same bits, in both
@@ -471,6 +479,7 @@ def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
             assert got["files"] == published
 
 
+@pytest.mark.slow
 def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
     """An instance node without an embedding row gets no neighbours row in both modes; with
     files the stage counts them (manifest statistic + warning) instead of losing them
@@ -700,6 +709,7 @@ def test_task_files_are_replaced_by_a_retry_and_empty_variants_keep_the_schema(t
     assert empty.num_rows == 0 and empty.schema.equals(got.schema)
 
 
+@pytest.mark.slow
 def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
     """With embeddings_via: files the tasks themselves wrote the published table (pyarrow): one
     file per task and variant, rows in instance_index order; Spark reads it with the contract
@@ -732,6 +742,7 @@ def test_files_mode_tasks_write_the_published_files(env, spark, tmp_path):
     assert neighbors_stage.neighbors_frame(spark, c, sink=sink)[1]["writer"] == "spark"
 
 
+@pytest.mark.slow
 def test_g_mmap_gives_identical_neighbors_and_one_compiled_copy_per_machine(env, spark):
     """g in PECOS' memory-mapped form (the default, neighbors_stage.g_mmap) predicts exactly what
     the saved model does; every worker of the machine maps the same compiled folder."""
@@ -781,6 +792,7 @@ def test_choose_embeddings_via():
         embstore.choose_embeddings_via("mmap", "/r/e", "/r/n", 8192)
 
 
+@pytest.mark.slow
 def test_embeddings_via_auto_respects_the_mmap_limit(env):
     p = env["ctx"].paths
     e, n = p.table(storage.EMBEDDINGS), p.table(storage.NODES)
@@ -789,6 +801,7 @@ def test_embeddings_via_auto_respects_the_mmap_limit(env):
     assert via == "shuffle" and "mmap_max_mb" in why
 
 
+@pytest.mark.slow
 def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
     """task.labels graph: an item's label node (same node_id) is excluded like self. With given
     labels, ids of labels and instances are separate namespaces: an id clash excludes nothing."""
@@ -831,6 +844,7 @@ def test_twin_label_excluded_only_with_graph_labels(env, spark, tmp_path):
             assert len(got[("pina", i)][0]) == base.cfg.neighbors.k
 
 
+@pytest.mark.slow
 def test_in_sample_labels_only_softmax(env, spark):
     ctx = _with(
         env["ctx"],
@@ -881,6 +895,7 @@ def _copy_models(env, root) -> str:
     return os.path.join(str(root), storage.MODELS)
 
 
+@pytest.mark.slow
 def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
     models = _copy_models(env, tmp_path / "other")
     bad = artifacts.g_dir(models, "pina_naive", None)
@@ -893,6 +908,7 @@ def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
     assert bad in str(ei.value)
 
 
+@pytest.mark.slow
 def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
     models = _copy_models(env, tmp_path / "copy")
     shutil.rmtree(artifacts.g_dir(models, "pina", 1))
@@ -910,6 +926,7 @@ def test_missing_models_fail_naming_the_artifact(env, spark, tmp_path):
         neighbors_stage.run(ctx)
 
 
+@pytest.mark.slow
 def test_injected_fault_reaches_the_executor_function(env, spark):
     plan = faults.fault_plan(
         config.config_from_dict(

@@ -64,6 +64,7 @@ def _failing_frame(spark, fail_at, n=200):
 
 
 # --------------------------------------------------------------------------- publish
+@pytest.mark.slow
 def test_write_table_publishes_complete_table_via_staging(spark, tmp_path, monkeypatch):
     paths = _paths(tmp_path)
     seen = []
@@ -90,6 +91,7 @@ def test_write_table_publishes_complete_table_via_staging(spark, tmp_path, monke
     assert _leftovers(paths, "t") == []
 
 
+@pytest.mark.slow
 def test_failing_write_keeps_previous_table_and_no_half_table(spark, tmp_path):
     paths = _paths(tmp_path)
     storage.write_table(_frame(spark, 0, 100, "v1"), paths, "t")
@@ -351,6 +353,7 @@ def _wait_group_gone(pgid, timeout=60):
     raise AssertionError(f"process group {pgid} still alive after SIGKILL")
 
 
+@pytest.mark.slow
 def test_kill_during_write_keeps_previous_version_and_next_run_recovers(spark, tmp_path):
     paths = _paths(tmp_path)
     storage.write_table(_frame(spark, 0, 1000, "v1"), paths, "t")

@@ -2,14 +2,16 @@
 without outputs.
 
 The run: ``PINA_RUN`` when set (a finished run root), else the session's spark-submit demo run
-(``demo_submit_run``: tests/demo_run.py). Skipped with the reason when that run could not be
-produced (a stage missing or failing: see test_submit.py).
+(``demo_submit_run``: tests/demo_run.py). Fails with the reason when that run could not be
+produced (a stage failing: see test_submit.py) or ``PINA_RUN`` is not a finished run.
 """
 
 import glob
 import os
 
 import pytest
+
+from demo_run import require_finished
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
@@ -64,12 +66,9 @@ def finished_run(request):
     env = os.environ.get("PINA_RUN")
     if env:
         if not os.path.exists(os.path.join(env, "eval", "_SUCCESS")):
-            pytest.skip(f"PINA_RUN={env} is not a finished run (no eval/_SUCCESS)")
+            pytest.fail(f"PINA_RUN={env} is not a finished run (no eval/_SUCCESS)", pytrace=False)
         return os.path.abspath(env)
-    run = request.getfixturevalue("demo_submit_run")
-    if run["error"]:
-        pytest.skip(f"no demo output to run the notebooks on: {run['error']}")
-    return run["output"]
+    return require_finished(request.getfixturevalue("demo_submit_run"))["output"]
 
 
 def _inject_parameters(nb, **values):
@@ -83,6 +82,7 @@ def _inject_parameters(nb, **values):
     nb.cells.insert(at + 1, cell)
 
 
+@pytest.mark.demo  # finished_run asks for demo_submit_run at run time (unless PINA_RUN)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
 def test_notebook_executes(path, finished_run, monkeypatch, tmp_path):
     """01 runs as Jupyter starts it, in a repository's ``notebooks/`` with the default

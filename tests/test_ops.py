@@ -243,6 +243,7 @@ INST_B = [
 
 
 # --------------------------------------------------------------------------- run dates
+@pytest.mark.slow
 def test_run_date_rerun_replaces_and_new_date_adds(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     b = write_instances(spark, str(tmp_path / "b.parquet"), INST_B)
@@ -279,6 +280,7 @@ def test_run_date_rerun_replaces_and_new_date_adds(spark, tmp_path, stubs):
 
 
 # --------------------------------------------------------------------------- resume / force
+@pytest.mark.slow
 def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
@@ -315,6 +317,7 @@ def test_resume_after_failure_skips_finished_stages(spark, tmp_path, stubs):
     assert len(CALLS) == 8
 
 
+@pytest.mark.slow
 def test_changed_config_redoes_that_stage_and_later_ones(spark, tmp_path, stubs):
     a = write_instances(spark, str(tmp_path / "a.parquet"), INST_A)
     cfg = make_cfg(tmp_path, a)
@@ -328,6 +331,7 @@ def test_changed_config_redoes_that_stage_and_later_ones(spark, tmp_path, stubs)
     assert pipeline.run_pipeline(spark, cfg2, ["embed"]) == {"embed": "skipped"}
 
 
+@pytest.mark.slow
 def test_g_settings_do_not_rerun_the_vectorizer_or_embed(spark, tmp_path, stubs):
     """Stage 1 is split so that a change to g (its tree, folds, where its fits run) keeps the
     vectorizer and the embeddings, the expensive part; a vectorizer setting reruns both, and so
@@ -445,6 +449,7 @@ def _full_run(spark, tmp_path, rows=INST_A):
     return cfg.output
 
 
+@pytest.mark.slow
 def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, stubs):
     models_root = _full_run(spark, tmp_path)
     new = write_instances(
@@ -506,6 +511,7 @@ def test_select_changed(spark):
     assert pipeline.select_changed(prev, prev).count() == 0
 
 
+@pytest.mark.slow
 def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
     models_root = _full_run(spark, tmp_path)
     # today: 'b' changed text, 'f' new, the rest unchanged

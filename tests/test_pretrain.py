@@ -296,6 +296,7 @@ def test_save_load_predict_only_identical_scores(tmp_path):
 
 
 # --------------------------------------------------------------------------- the stage
+@pytest.mark.slow
 def test_stage_artifacts_and_card(citeulike_run):
     models = citeulike_run["models"]
     assert json.load(open(os.path.join(models, "model_card.json")))["fits_on"] == "executors"
@@ -317,6 +318,7 @@ def test_stage_artifacts_and_card(citeulike_run):
     assert set(rep["variants"]) == {"pina", "pina_naive"} and rep["times_s"]["stage"] > 0
 
 
+@pytest.mark.slow
 def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulike_run):
     """g is trained on X read from the ``embeddings`` table (encoded once, on the executors,
     in the embed stage's batches): on this real sample it equals Phi_pre of the pretraining
@@ -339,6 +341,7 @@ def test_g_reads_the_same_x_from_embeddings_as_encoding_its_rows(spark, citeulik
     assert citeulike_run["stats"]["encoded_rows"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inputs", ["store", "bundle"])
 def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_path, inputs):
     """g's fits as Spark tasks (``pretrain.train_on: executors``: one fit per task, models
@@ -407,6 +410,7 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path):
     """A fit task whose input nodes are not all in ``embeddings`` fails with the fit's name
     and the missing node indices, not with a shape error inside PECOS."""
@@ -443,6 +447,7 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
         )
 
 
+@pytest.mark.slow
 def test_heldout_p1_beats_popularity(citeulike_run):
     """g's held-out P@1 (reported by the stage) vs predicting the most popular tag."""
     nodes, edges = citeulike_run["nodes"], citeulike_run["edges"]
@@ -470,6 +475,7 @@ def test_heldout_p1_beats_popularity(citeulike_run):
     assert citeulike_run["stats"]["pina_P@1"] == rep["variants"]["pina"]["P@1"]
 
 
+@pytest.mark.slow
 def test_fold_models_exclude_exactly_their_fold(citeulike_run):
     models = citeulike_run["models"]
     nodes = {n[0]: n for n in citeulike_run["nodes"]}
@@ -500,6 +506,7 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
         assert seen == {s for s in srcs.tolist() if nodes[s][1] == storage.KIND_INSTANCE}
 
 
+@pytest.mark.slow
 def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
     """Batch Phi_pre rows of instance AND label nodes == each node vectorised alone by the encoder
     and the tf-idf, then weighted and normalised by hand."""
@@ -519,6 +526,7 @@ def test_dense_and_sparse_parts_line_up_for_graph_nodes(citeulike_run):
         assert np.allclose(sparse[i].toarray()[0], s / z, atol=1e-6), sample[i][:3]
 
 
+@pytest.mark.slow
 def test_saved_models_reload_and_align(citeulike_run):
     """Vectorizer + g reload (predict-only) from models/ and give the stage's scores back."""
     models = citeulike_run["models"]

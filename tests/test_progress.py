@@ -4,9 +4,12 @@ periodic line reports the stage's Spark tasks done/total (pina_spark/runtime/pro
 import logging
 import time
 
+import pytest
+
 from pina_spark.runtime.progress import StageProgress, job_group
 
 
+@pytest.mark.slow
 def test_stage_jobs_are_named_and_progress_is_logged(spark, caplog):
     def slow(it):
         for x in it:

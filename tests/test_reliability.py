@@ -11,11 +11,8 @@ aggregate) on a reduced demo data set (~30% of the products, chosen by an id has
 * resource faults: a corrupt or missing model artifact fails embed / neighbors with an error
   naming the artifact (a watchdog cancels the jobs if a stage hangs); ``aggregate.strategy:
   broadcast`` over ``aggregate.broadcast_max_mb`` is refused before running, with advice.
-
-A stage module that does not exist yet makes the tests that need it skip, naming the module.
 """
 
-import importlib
 import os
 import shutil
 import subprocess
@@ -30,20 +27,14 @@ from pina_spark.orchestration import pipeline
 from pina_spark.storage import folds
 from pina_spark.storage.manifest import Manifest
 
+# every test stands on run_a, six stages run on the reduced demo data (minutes)
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_YAML = os.path.join(ROOT, "pina_spark", "conf", "demo.yaml")
 SAMPLE_FRACTION = 0.3
 STAGES = ("graph", "vectorizer", "embed", "pretrain", "neighbors", "aggregate")
 FAULT_STAGES = ("graph", "embed", "neighbors", "aggregate")
-MODULES = {
-    "graph": "pina_spark.stages.graph",
-    "vectorizer": "pina_spark.stages.vectorizer.stage",
-    "embed": "pina_spark.stages.embed.stage",
-    "pretrain": "pina_spark.stages.pretrain.stage",
-    "neighbors": "pina_spark.stages.neighbors.stage",
-    "aggregate": "pina_spark.stages.aggregate",
-    "datasets": "pina_spark.datasets",
-}
 #: published tables of each stage compared row by row
 TABLES = {
     "graph": (storage.NODES, storage.I2I_EDGES, storage.INSTANCE_LABELS, storage.PRETRAIN_EDGES),
@@ -52,17 +43,6 @@ TABLES = {
     "aggregate": (storage.FEATURES,),
 }
 HANG_GUARD_S = 900  # not a timing assertion: only cancels a stage that would never end
-
-
-def _require(*names):
-    missing = []
-    for n in names:
-        try:
-            importlib.import_module(MODULES[n])
-        except ImportError as e:
-            missing.append(f"{MODULES[n]} ({e})")
-    if missing:
-        pytest.skip("stage module(s) not there yet: " + ", ".join(missing))
 
 
 def _plain(v):
@@ -98,7 +78,6 @@ def _assert_same_tables(spark, root_a, root_b, stages):
 # --------------------------------------------------------------------------- data + runs
 @pytest.fixture(scope="module")
 def sample_inputs(tmp_path_factory):
-    _require("datasets")
     import pyarrow.parquet as pq
 
     from pina_spark.datasets import write_demo_data
@@ -155,7 +134,6 @@ def _run(spark, cfg, stages, force=True):
 @pytest.fixture(scope="module")
 def run_a(spark, sample_inputs, tmp_path_factory):
     """The clean reference run (shuffle partitions 2, rows_per_task 1000)."""
-    _require("graph", "vectorizer", "pretrain", "embed", "aggregate")
     out = tmp_path_factory.mktemp("run_a") / "out"
     cfg = _cfg(out, sample_inputs, ["inference.rows_per_task=1000"])
     spark.conf.set("spark.sql.shuffle.partitions", "2")

@@ -246,6 +246,7 @@ def _count_loads_job(spark, uri, n_parts):
     return rows, dict(acc.value)
 
 
+@pytest.mark.slow
 def test_each_worker_loads_a_model_once(spark, tmp_path):
     model = tmp_path / "model"
     model.mkdir()

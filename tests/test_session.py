@@ -39,14 +39,14 @@ def test_fill_unset_keeps_what_is_set():
     assert kept == {"spark.sql.shuffle.partitions": ("7", "3")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spark-submit", "python"])
 def test_spark_submit_and_platform_defaults_win_over_yaml(tmp_path, launcher):
     """The real launchers: a spark-defaults.conf in SPARK_CONF_DIR (what EMR's configuration
     classifications write) and a --conf on the spark-submit line (PYSPARK_SUBMIT_ARGS for a
     plain python driver, as notebooks set it), against the config."""
     exe = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    if not os.path.exists(exe):
-        pytest.skip(f"spark-submit not found beside {sys.executable}")
+    assert os.path.exists(exe), f"spark-submit not found beside {sys.executable}"
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(

@@ -2,8 +2,9 @@
 in stage order, as EMR steps run them (the run itself is the session fixture
 ``demo_submit_run``: tests/demo_run.py); and the EMR step lists match the jobs.
 
-Runs in ``make test`` (marked ``submit``; deselect with ``-m 'not submit'``). A stage whose module
-is not importable is skipped with the reason (and so are the stages after it).
+Runs in ``make test`` (marked ``submit``; the tests on the demo run are also marked ``demo``, and
+``make test-fast`` leaves them out). A stage that fails (its module not importable included) fails
+its test with spark-submit's stderr, and every later stage and every test on the run fails too.
 """
 
 import json
@@ -14,7 +15,7 @@ import pytest
 from pina_spark import storage
 from pina_spark.orchestration import pipeline
 
-from demo_run import JOBS, last_json
+from demo_run import JOBS, failure, last_json, require_finished
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.submit
@@ -118,10 +119,7 @@ def test_bootstrap_script_is_valid_bash(script):
 def test_spark_submit_stage(stage, demo_submit_run):
     run = demo_submit_run
     res = run["results"].get(stage)
-    if res is None:
-        pytest.skip(f"stage {stage} not run: {run['error']}")
-    if "skip" in res:
-        pytest.skip(f"stage {stage}: {res['skip']}")
+    assert res is not None and "not_run" not in res, f"stage {stage} not run\n{failure(run)}"
     assert res["rc"] == 0, f"spark-submit jobs/{JOBS[stage]} failed:\n{res['stderr'][-6000:]}"
     assert last_json(res["stdout"])["stages"] == {stage: "ran"}
     # progress lines of the pipeline in the driver log (spark-submit's PythonRunner merges the
@@ -141,9 +139,7 @@ def test_spark_submit_stage(stage, demo_submit_run):
 def test_demo_encoder_parity(demo_submit_run):
     """The evaluate stage measures the vectorizer's train/test parity on the demo run
     (eval/encoder_parity.json, also in metrics.json and report.md)."""
-    res = demo_submit_run["results"].get("evaluate") or {}
-    if res.get("rc") != 0:
-        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    require_finished(demo_submit_run)
     ev = storage.RunPaths(demo_submit_run["output"]).table(storage.EVAL)
     parity = json.load(open(os.path.join(ev, "encoder_parity.json")))
     metrics = json.load(open(os.path.join(ev, "metrics.json")))
@@ -162,9 +158,7 @@ def test_eval_is_published_whole_by_evaluate_alone(demo_submit_run):
     """eval/ is written by the evaluate stage only, through a staging folder and the rename
     swap (a version token inside, listed by evaluate's commit); g's held-out report in it is
     the one of the models' card."""
-    res = demo_submit_run["results"].get("evaluate") or {}
-    if res.get("rc") != 0:
-        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    require_finished(demo_submit_run)
     paths = storage.RunPaths(demo_submit_run["output"])
     ev = paths.table(storage.EVAL)
     card = json.load(open(os.path.join(paths.table(storage.MODELS), "model_card.json")))
@@ -184,9 +178,7 @@ def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, s
     from pina_spark.models.encoders import load_encoder
     from pina_spark.models.parity import measure_run
 
-    res = demo_submit_run["results"].get("evaluate") or {}
-    if res.get("rc") != 0:
-        pytest.skip(f"evaluate did not run: {demo_submit_run['error']}")
+    require_finished(demo_submit_run)
     out = demo_submit_run["output"]
     ran = json.load(
         open(os.path.join(storage.RunPaths(out).table(storage.EVAL), "encoder_parity.json"))
@@ -212,8 +204,7 @@ def test_demo_outputs_match_the_golden_digest(demo_submit_run):
     digest only for a change meant to change outputs (tests/golden.py says how)."""
     from golden import compare_digests, run_digest
 
-    if demo_submit_run["error"]:
-        pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
+    require_finished(demo_submit_run)
     with open(os.path.join(ROOT, "tests", "golden", "demo_digest.json")) as fh:
         expected = json.load(fh)
     diffs = compare_digests(expected, run_digest(demo_submit_run["output"]))
@@ -228,8 +219,7 @@ def test_neighbors_only_change_skips_pretrain(demo_submit_run, tmp_path):
     import subprocess
     import sys
 
-    if demo_submit_run["error"]:
-        pytest.skip(f"demo run incomplete: {demo_submit_run['error']}")
+    require_finished(demo_submit_run)
     copy = str(tmp_path / "demo-copy")
     shutil.copytree(demo_submit_run["output"], copy, symlinks=True)  # copy2 keeps the mtimes
     paths = storage.RunPaths(copy)

@@ -145,6 +145,7 @@ def _copy_without_test_rows(spark, src_root, dst_root):
     )
 
 
+@pytest.mark.slow
 def test_tune_never_reads_test_rows(spark, tmp_path, fake_stages):
     from pina_spark.orchestration.tune import run_tune
 

@@ -122,6 +122,7 @@ def validated(spark, base_dir, base_files):
     return result.tables, result.quarantine, result.counts
 
 
+@pytest.mark.slow
 def test_instances_labels_pairs_reasons(validated):
     tables, quarantine, stats = validated
     assert sorted((r.instance_id, r.split) for r in tables["instances"].collect()) == [
@@ -165,6 +166,7 @@ def test_instances_labels_pairs_reasons(validated):
     assert set(quarantine["instances"].columns) >= {storage.REASON, storage.CORRUPT}
 
 
+@pytest.mark.slow
 def test_events_reasons(validated):
     tables, quarantine, stats = validated
     assert stats["events"]["rows_in"] == 12
@@ -195,6 +197,7 @@ def _event_rows(tbl_or_df):
     return sorted(tuple(repr(r.get(c)) for c in cols) for r in rows)
 
 
+@pytest.mark.slow
 def test_events_validated_on_collection_equal_the_spark_path(spark, tmp_path, base_files):
     """The broadcast plan's one pass (collected_events) keeps and quarantines exactly the rows
     of the Spark path, with the same reasons: every rule, and duplicates ordered by event_time
@@ -251,6 +254,7 @@ def test_events_validated_on_collection_equal_the_spark_path(spark, tmp_path, ba
     assert kept["f1", "i2"]["weight"] == 0.0
 
 
+@pytest.mark.slow
 def test_event_row_rules_in_pyarrow_equal_the_spark_sql_rules(spark):
     """collected_events.tag_rows (RE2, pyarrow) gives the reason Spark SQL's rules (Java regex)
     give, for ids made of every kind of character the rules name."""
@@ -365,6 +369,7 @@ def _rows(tbl_or_df, cols):
     return sorted(tuple(repr(r.get(c)) for c in cols) for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_path, fmt):
     """collected_tables (instances, labels, instance_labels in one pyarrow pass on the driver)
@@ -418,6 +423,7 @@ def test_small_tables_validated_on_the_driver_equal_the_spark_path(spark, tmp_pa
         assert t_arrow[name].schema == t_spark[name].schema, name
 
 
+@pytest.mark.slow
 def test_driver_tables_leaves_large_tables_to_spark(spark, tmp_path, base_files, monkeypatch):
     """A table over DRIVER_MAX_ROWS rows or DRIVER_MAX_BYTES bytes stays with the Spark path;
     rows and bytes from one Spark job (CSV) or from the Parquet footers."""
@@ -478,6 +484,7 @@ def test_parquet_events_read_by_pyarrow_equal_the_spark_read(spark, tmp_path):
     assert by_arrow.num_rows == 6 and by_arrow.column("event_time").null_count == 6
 
 
+@pytest.mark.slow
 def test_filter_pairs(validated):
     tables, _, stats = validated
     assert stats["filter_pairs"]["reasons"] == {"duplicate_pair": 1, "missing_id": 1}
@@ -487,6 +494,7 @@ def test_filter_pairs(validated):
     ]
 
 
+@pytest.mark.slow
 def test_invalid_utf8_and_unparseable(spark, tmp_path):
     path = tmp_path / "instances.csv"
     with open(path, "wb") as fh:
@@ -534,6 +542,7 @@ def _bad_utf8(values):
     return pa.array(values, pa.binary()).view(pa.string())
 
 
+@pytest.mark.slow
 def test_invalid_utf8_in_parquet_is_quarantined_on_both_paths(spark, tmp_path):
     """Parquet strings are never decoded on read, so invalid UTF-8 (b"p00000\\xff") arrives
     as it is, with no U+FFFD: it is quarantined as invalid_utf8 in every table and every
