@@ -71,7 +71,7 @@ def build_synthetic_run(
     )
     proto = rng.randn(N_LABELS, DENSE).astype(np.float32)
     emb = []
-    for p, (iid, t) in enumerate(zip(inst_ids, texts)):
+    for p, (_iid, t) in enumerate(zip(inst_ids, texts)):
         d = proto[labels_of[p]].sum(0) + 1.5 * rng.randn(DENSE)
         emb.append((p, d.astype(np.float32), t))
     for lab in range(N_LABELS):

@@ -408,7 +408,7 @@ def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     got = _collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS))
     ref, used = _reference(env, ctx.cfg.neighbors)
     _assert_same(got, ref)
-    for (v, i), (nodes, scores) in got.items():
+    for (_v, i), (nodes, scores) in got.items():
         assert len(nodes) == ctx.cfg.neighbors.k and i not in nodes
         assert abs(sum(scores) - 1.0) < 1e-5
         assert scores == sorted(scores, reverse=True)

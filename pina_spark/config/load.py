@@ -55,9 +55,9 @@ def load_config(
         try:
             loaded = yaml.safe_load(_read_text(str(path))) or {}
         except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found")
+            raise ConfigError(f"{path}: config file not found") from None
         except (yaml.YAMLError, ValueError) as e:  # ValueError: e.g. an impossible date
-            raise ConfigError(f"{path}: not valid YAML: {e}")
+            raise ConfigError(f"{path}: not valid YAML: {e}") from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, found {type(loaded).__name__}")
         data = _deep_merge(data, loaded)

@@ -155,7 +155,7 @@ def read_json(uri: str) -> Dict[str, Any]:
     try:
         return json.loads(raw)
     except ValueError as e:
-        raise storage.InputError(f"model artifact {uri} is not valid JSON: {e}")
+        raise storage.InputError(f"model artifact {uri} is not valid JSON: {e}") from e
 
 
 def read_output_nodes(model_uri: str):
@@ -169,7 +169,9 @@ def read_output_nodes(model_uri: str):
     try:
         arr = np.load(_pyio.BytesIO(raw), allow_pickle=False)
     except Exception as e:
-        raise storage.InputError(f"model artifact {uri} is corrupt: {type(e).__name__}: {e}")
+        raise storage.InputError(
+            f"model artifact {uri} is corrupt: {type(e).__name__}: {e}"
+        ) from e
     return np.asarray(arr, dtype=np.int64).ravel()
 
 
