@@ -151,8 +151,7 @@ def _warm_worker(batches):
     import torch  # noqa: F401
     from pecos.utils.featurization.text import vectorizers  # noqa: F401
 
-    for b in batches:
-        yield b
+    yield from batches
 
 
 def _sync_threads(n):

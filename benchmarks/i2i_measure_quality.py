@@ -115,7 +115,7 @@ def main(argv=None):
     print()
     print(
         "| measure | coverage | neighbours sharing a label | label precision "
-        "| label recall of top-%d |" % a.k
+        f"| label recall of top-{a.k} |"
     )
     print("|---|---|---|---|---|")
     for r in rows:

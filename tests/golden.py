@@ -40,7 +40,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +56,7 @@ OTHER_MACHINE_REL_TOL = 1e-3
 OTHER_MACHINE_METRIC_TOL = 0.005
 
 
-def machine() -> Dict[str, str]:
+def machine() -> dict[str, str]:
     """The CPU a digest is made on: model name and a hash of its feature flags (/proc/cpuinfo)."""
     model, flags = "", ""
     try:
@@ -72,7 +72,7 @@ def machine() -> Dict[str, str]:
     return {"cpu": model, "flags": hashlib.sha256(flags.encode()).hexdigest()[:16]}
 
 
-def _tables(run_dir: str) -> List[str]:
+def _tables(run_dir: str) -> list[str]:
     out = []
     for root, dirs, files in os.walk(run_dir):
         rel = os.path.relpath(root, run_dir)
@@ -98,12 +98,12 @@ def _is_float(t: pa.DataType) -> bool:
 
 def _flat_floats(col: pa.ChunkedArray):
     arr = col.combine_chunks()
-    while isinstance(arr, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):
+    while isinstance(arr, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray):
         arr = arr.flatten()
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def table_digest(path: str) -> Dict[str, Any]:
+def table_digest(path: str) -> dict[str, Any]:
     """Row count, schema, exact hashes of the non-float columns and sums of the float ones."""
     files = sorted(
         os.path.join(base, f)
@@ -128,7 +128,7 @@ def table_digest(path: str) -> Dict[str, Any]:
     return {"rows": tbl.num_rows, "schema": schema, "exact": exact, "float": floats}
 
 
-def run_digest(run_dir: str) -> Dict[str, Any]:
+def run_digest(run_dir: str) -> dict[str, Any]:
     """The digest of a finished run folder (``<output>/run`` of the demo)."""
     with open(os.path.join(run_dir, "eval", "metrics.json")) as fh:
         metrics = json.load(fh)
@@ -144,7 +144,7 @@ def run_digest(run_dir: str) -> Dict[str, Any]:
     }
 
 
-def compare_digests(expected: Dict[str, Any], actual: Dict[str, Any]) -> List[str]:
+def compare_digests(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
     """Every difference, one line each; empty when the outputs match (see the module docstring
     for a digest made on another machine)."""
     same_machine = expected.get("machine") == actual.get("machine")

@@ -416,7 +416,7 @@ def test_s3_style_rename_crash_is_repaired_by_recover(spark, tmp_path, monkeypat
 
     def s3_rename(sp, src, dst):
         if os.path.exists(dst):
-            raise IOError(f"could not rename {src} -> {dst}: the destination exists")
+            raise OSError(f"could not rename {src} -> {dst}: the destination exists")
         files = sorted(
             os.path.relpath(os.path.join(dp, f), src) for dp, _, fs in os.walk(src) for f in fs
         )

@@ -11,7 +11,6 @@ manifest records its plain form.
 import dataclasses as dc
 import json
 import os
-from typing import Dict, Optional
 
 import pytest
 
@@ -38,10 +37,10 @@ class StubStats(StageStats):
         folders: ``{stage: "stub"}`` of a model folder stub, written at the top level.
     """
 
-    instances: Optional[int] = optional()
-    labels: Optional[int] = optional()
-    rows: Optional[int] = optional()
-    folders: Dict[str, str] = flattened()
+    instances: int | None = optional()
+    labels: int | None = optional()
+    rows: int | None = optional()
+    folders: dict[str, str] = flattened()
 
 
 def stub_graph(ctx):

@@ -106,7 +106,7 @@ def test_declared_python_versions_are_the_stacks():
     )
     supported = [f"3.{m}" for m in range(6, 20) if f"3.{m}" in spec]
     assert declared == supported == ["3.10", "3.11", "3.12"]
-    assert "%d.%d" % sys.version_info[:2] in spec
+    assert "{}.{}".format(*sys.version_info[:2]) in spec
     assert _make_var("EMR_PYTHON").replace("python", "") in spec
     numpy = next(Requirement(r) for r in setup["INSTALL_REQUIRES"] if r.startswith("numpy"))
     assert "2.0" not in numpy.specifier  # the reason for <3.13
@@ -135,7 +135,7 @@ def _make(*args):
     "platform, ok", [("Linux x86_64", True), ("Darwin arm64", False), ("Linux aarch64", False)]
 )
 def test_make_dist_checks_the_build_platform(platform, ok):
-    here = "python%d.%d" % sys.version_info[:2]
+    here = "python{}.{}".format(*sys.version_info[:2])
     r = _make(
         "check-dist-platform",
         f"BUILD_PLATFORM={platform}",

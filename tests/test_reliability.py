@@ -46,7 +46,7 @@ HANG_GUARD_S = 900  # not a timing assertion: only cancels a stage that would ne
 
 
 def _plain(v):
-    if isinstance(v, (list, tuple)):
+    if isinstance(v, list | tuple):
         return tuple(_plain(x) for x in v)
     if hasattr(v, "asDict"):
         return tuple(sorted((k, _plain(x)) for k, x in v.asDict().items()))

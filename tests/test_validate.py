@@ -500,7 +500,7 @@ def test_invalid_utf8_and_unparseable(spark, tmp_path):
     with open(path, "wb") as fh:
         fh.write(b"instance_id,text,split\n")
         fh.write(b"i1,caf\xe9 latte,train\n")  # latin-1 byte: not UTF-8
-        fh.write("i2,caf\u00e9 ok,train\n".encode("utf-8"))
+        fh.write("i2,caf\u00e9 ok,train\n".encode())
         fh.write(b"i3,plain,train\n")
     lab = tmp_path / "labels.jsonl"
     lab.write_text(

@@ -18,7 +18,7 @@ files); :func:`emr_dag` needs Airflow 2.9+ or 3.x and the Amazon provider.
 """
 
 import copy
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 #: stage -> (job script, driver memory), in pipeline order
 STAGES = {
@@ -143,7 +143,7 @@ RETRY_DELAY_S = 900
 POLL_S = 60
 
 
-def _submit(driver_memory: str, archive: str, conf: Sequence[str], script: str) -> List[str]:
+def _submit(driver_memory: str, archive: str, conf: Sequence[str], script: str) -> list[str]:
     args = [
         "spark-submit",
         "--master",
@@ -160,7 +160,7 @@ def _submit(driver_memory: str, archive: str, conf: Sequence[str], script: str) 
     return args + [script]
 
 
-def _step(name: str, args: List[str]) -> Dict:
+def _step(name: str, args: list[str]) -> dict:
     return {
         "Name": name,
         "ActionOnFailure": "CANCEL_AND_WAIT",
@@ -175,7 +175,7 @@ def stage_step(
     run_date: str,
     extra_args: Sequence[str] = (),
     gpu_fleet: bool = False,
-) -> Dict:
+) -> dict:
     """The EMR step of one stage (``prefix``: ``s3://BUCKET/pina``) on the CPU fleet
     (conf/emr.yaml) or the GPU fleet (conf/emr-gpu.yaml: GPU stages ship the CUDA archive and own
     a GPU per task, the others run on 5-core executors)."""
@@ -189,7 +189,7 @@ def stage_step(
     return _step(f"pina-spark {stage} {run_date}", args)
 
 
-def smoke_step(prefix: str, version: str, run_date: str) -> Dict:
+def smoke_step(prefix: str, version: str, run_date: str) -> dict:
     """The GPU fleet's first step (jobs/gpu_smoke.py): fails the chain early, naming what is
     missing, when YARN hands out no GPU or torch sees no CUDA."""
     script, driver_memory = SMOKE
@@ -205,7 +205,7 @@ def steps(
     run_date: str,
     extra_args: Sequence[str] = (),
     gpu_fleet: bool = False,
-) -> List[Dict]:
+) -> list[dict]:
     """The steps of ``stages`` in order; on the GPU fleet the smoke step comes first."""
     out = [smoke_step(prefix, version, run_date)] if gpu_fleet else []
     return out + [stage_step(s, prefix, version, run_date, extra_args, gpu_fleet) for s in stages]
@@ -213,7 +213,7 @@ def steps(
 
 def cluster(
     name: str, prefix: str, core_nodes: int = 4, subnet: str = "", gpu_fleet: bool = False
-) -> Dict:
+) -> dict:
     """``RunJobFlow`` arguments of a cluster kept alive between the steps the DAG adds, until
     the DAG terminates it or it has been idle for :data:`IDLE_TIMEOUT_S`. ``subnet`` may be a
     template that renders empty: :func:`without_empty_subnet` then drops it before the call."""
@@ -260,7 +260,7 @@ def cluster(
     return spec
 
 
-def without_empty_subnet(spec: Dict) -> Dict:
+def without_empty_subnet(spec: dict) -> dict:
     """``spec`` without ``Instances.Ec2SubnetId`` when it is empty (the ``pina_subnet`` Variable
     unset): EMR then picks a subnet of the account's default VPC instead of refusing ``""``.
 

@@ -24,7 +24,8 @@ Example::
 """
 
 import dataclasses as dc
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import PinaConfig
@@ -47,21 +48,21 @@ class CheckReport:
     reported but does not block)."""
 
     root: str
-    stages: List[str]
-    inputs: List[InputReport]
-    inputs_read: List[str]
-    plan: List[StepPlan]
-    input_fingerprint: Optional[str]
+    stages: list[str]
+    inputs: list[InputReport]
+    inputs_read: list[str]
+    plan: list[StepPlan]
+    input_fingerprint: str | None
     manifest: bool
-    lease: Optional[str]
-    problems: List[str]
-    plan_note: Optional[str] = None
+    lease: str | None
+    problems: list[str]
+    plan_note: str | None = None
 
     @property
     def can_start(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (schema :data:`SCHEMA`, described in docs/cli.md)."""
         return {
             "schema": SCHEMA,
@@ -78,7 +79,7 @@ class CheckReport:
         }
 
 
-def _configured(cfg: PinaConfig) -> Dict[str, str]:
+def _configured(cfg: PinaConfig) -> dict[str, str]:
     return {
         f.name: getattr(cfg.input, f.name)
         for f in dc.fields(cfg.input)
@@ -88,7 +89,7 @@ def _configured(cfg: PinaConfig) -> Dict[str, str]:
 
 def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
     """``(reports of every configured input, tables the command reads, problems)``."""
-    problems: List[str] = []
+    problems: list[str] = []
     try:
         needed = inputs_read(cfg, stages)
     except storage.InputError as e:
@@ -129,7 +130,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str]) -> CheckReport:
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     reports, needed, problems = check_inputs(cfg, stages)
     lease = None
-    plan: List[StepPlan] = []
+    plan: list[StepPlan] = []
     has_manifest = False
     note = None
     fp = input_fingerprint_local(dc.astuple(cfg.input))

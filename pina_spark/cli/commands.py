@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import sys
-from typing import List, Optional
 
 log = logging.getLogger("pina_spark")
 
@@ -217,7 +216,7 @@ def _fail(e: BaseException) -> int:
     from pina_spark.config.redact import scrub
     from pina_spark.storage import InputError, LeaseError
 
-    if isinstance(e, (ConfigError, InputError, LeaseError)):
+    if isinstance(e, ConfigError | InputError | LeaseError):
         print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)
         return EXIT_USAGE
     import traceback
@@ -352,7 +351,7 @@ def _subparser(sub, name: str, help: str) -> argparse.ArgumentParser:
     )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from pina_spark import __version__
 
     parser = argparse.ArgumentParser(
@@ -466,7 +465,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _fail(e)
 
 
-def job_main(stage: str, argv: Optional[List[str]] = None) -> int:
+def job_main(stage: str, argv: list[str] | None = None) -> int:
     """Body of every ``jobs/<stage>.py``: parse ``--config``/``--set``, run one stage, stop."""
     p = argparse.ArgumentParser(prog=f"jobs/{stage}.py", description=f"pina-spark stage {stage}")
     add_config_args(p)

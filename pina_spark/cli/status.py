@@ -14,7 +14,8 @@ Example::
 
 import json
 import logging
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
@@ -30,7 +31,7 @@ STATUS_SCHEMA = "pina-spark-status/1"
 COMPARE_SCHEMA = "pina-spark-compare/1"
 
 
-def _manifest(root: str) -> Dict[str, Any]:
+def _manifest(root: str) -> dict[str, Any]:
     uri = storage.RunPaths(root).manifest
     raw = storage.read_bytes(uri)
     if raw is None:
@@ -41,7 +42,7 @@ def _manifest(root: str) -> Dict[str, Any]:
     return json.loads(raw)
 
 
-def _metrics(root: str) -> Optional[Dict[str, Any]]:
+def _metrics(root: str) -> dict[str, Any] | None:
     raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + _METRICS)
     return json.loads(raw) if raw else None
 
@@ -57,7 +58,7 @@ def markdown_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     )
 
 
-def status_data(root: str) -> Dict[str, Any]:
+def status_data(root: str) -> dict[str, Any]:
     """``pina-spark status --json``: the steps (status, start, duration, rows out, rows/s,
     error), the steps not run, the failed ones, the quarantine per input table, the last five
     commands, P@k per variant (when evaluate is complete) and the promotion decision."""
@@ -105,7 +106,7 @@ def status_data(root: str) -> Dict[str, Any]:
     }
 
 
-def status_text(root: str, data: Optional[Dict[str, Any]] = None) -> str:
+def status_text(root: str, data: dict[str, Any] | None = None) -> str:
     """Stages (status, start, duration, rows out, rows/s), quarantine per input table, the last
     command runs and, when the evaluate stage is complete, P@1 per variant."""
     d = data or status_data(root)
@@ -187,7 +188,7 @@ def _per_instance(root: str):
 
 def paired_results(
     a_root: str, b_root: str, ks: Sequence[int] = (1, 3, 5)
-) -> Dict[str, Dict[str, Any]]:
+) -> dict[str, dict[str, Any]]:
     """Per variant present in both runs: the test instances scored in both (paired on
     ``instance_id``), mean P@k in A and B, and the paired t-test p-value of A against B."""
     from pina_spark.stages.evaluate.stage import paired_ttest
@@ -195,13 +196,13 @@ def paired_results(
     ta, tb = _per_instance(a_root), _per_instance(b_root)
     if ta is None or tb is None:
         return {}
-    out: Dict[str, Dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     da, db = ta.to_pandas(), tb.to_pandas()
     for v in sorted(set(da["variant"]) & set(db["variant"])):
         j = da[da["variant"] == v].merge(
             db[db["variant"] == v], on="instance_id", suffixes=("_a", "_b")
         )
-        res: Dict[str, Any] = {"n_paired": int(len(j))}
+        res: dict[str, Any] = {"n_paired": int(len(j))}
         for k in ks:
             col = f"P@{k}"
             if f"{col}_a" not in j:
@@ -216,7 +217,7 @@ def paired_results(
     return out
 
 
-def compare_data(a_root: str, b_root: str) -> Dict[str, Any]:
+def compare_data(a_root: str, b_root: str) -> dict[str, Any]:
     """``pina-spark compare --json``: each metric of each variant in A and B, the step durations,
     and per variant the paired t-test on the test instances both runs scored (``{}`` when a
     run has no ``eval/per_instance.parquet``)."""
@@ -261,7 +262,7 @@ def compare_data(a_root: str, b_root: str) -> Dict[str, Any]:
     }
 
 
-def compare_text(a_root: str, b_root: str, data: Optional[Dict[str, Any]] = None) -> str:
+def compare_text(a_root: str, b_root: str, data: dict[str, Any] | None = None) -> str:
     """Metrics of two runs side by side (A, B, B - A per variant and metric), stage durations,
     and the paired t-test on the test instances both runs scored."""
     d = data or compare_data(a_root, b_root)
@@ -280,7 +281,7 @@ def compare_text(a_root: str, b_root: str, data: Optional[Dict[str, Any]] = None
             "evaluate stage with this version)"
         )
         return "\n".join(out)
-    t: List[List[Any]] = []
+    t: list[list[Any]] = []
     for v, res in paired.items():
         for k in ("P@1", "P@3", "P@5"):
             r = res.get(k)
@@ -294,19 +295,19 @@ def compare_text(a_root: str, b_root: str, data: Optional[Dict[str, Any]] = None
     return "\n".join(out)
 
 
-def _secs(x: Optional[float]) -> Optional[str]:
+def _secs(x: float | None) -> str | None:
     return None if x is None else f"{x:.1f}s"
 
 
-def _signed(x: Optional[float]) -> Optional[str]:
+def _signed(x: float | None) -> str | None:
     return None if x is None else f"{x:+.4f}"
 
 
-def _f(x: Optional[float]) -> Optional[str]:
+def _f(x: float | None) -> str | None:
     return None if x is None else f"{x:.4f}"
 
 
-def _fmt_p(p: Optional[float]) -> str:
+def _fmt_p(p: float | None) -> str:
     if p is None:
         return "-"
     return "<1e-4" if p < 1e-4 else f"{p:.4f}"

@@ -17,7 +17,7 @@ pina_spark.config.sections.ConfigError: <dict>: unknown key 'neighbours' (known:
 ('graph', 'pretrain')
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from pina_spark.config.sections import STAGE_NAMES, ConfigError, PinaConfig
 
@@ -32,9 +32,9 @@ __all__ = [
 
 
 def load_config(
-    path: Optional[str],
-    overrides: Optional[List[str]] = None,
-    base: Optional[Dict[str, Any]] = None,
+    path: str | None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> PinaConfig:
     """Read a YAML file (or start from ``base``), apply ``key.sub=value`` overrides, build.
 
@@ -48,7 +48,7 @@ def load_config(
     """
     import yaml
 
-    data: Dict[str, Any] = dict(base or {})
+    data: dict[str, Any] = dict(base or {})
     source = "<defaults>"
     if path is not None:
         source = str(path)
@@ -80,7 +80,7 @@ def _read_text(path: str) -> str:
         return fh.read()
 
 
-def config_from_dict(data: Dict[str, Any], source: str = "<dict>") -> PinaConfig:
+def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> PinaConfig:
     """Build a :class:`PinaConfig` strictly from a plain dict (see module docstring)."""
     cfg = PinaConfig.from_dict(data, source)
     _check_combinations(cfg, source)
@@ -88,8 +88,8 @@ def config_from_dict(data: Dict[str, Any], source: str = "<dict>") -> PinaConfig
 
 
 def apply_overrides(
-    data: Dict[str, Any], overrides: List[str], source: str = "<cli>"
-) -> Dict[str, Any]:
+    data: dict[str, Any], overrides: list[str], source: str = "<cli>"
+) -> dict[str, Any]:
     """Apply ``a.b.c=value`` strings; values are parsed as YAML scalars/lists (``k=[1,2]``)."""
     import yaml
 
@@ -124,7 +124,7 @@ def apply_overrides(
     return out
 
 
-def _check_key(parts: List[str], item: str) -> None:
+def _check_key(parts: list[str], item: str) -> None:
     """The key of override ``item`` must name a config key; else the error names ``--set`` as
     its source (not the YAML file the other keys came from) and the nearest known key.
 
@@ -136,6 +136,7 @@ def _check_key(parts: List[str], item: str) -> None:
     """
     import dataclasses as dc
     import difflib
+    import types
     import typing
 
     tp: Any = PinaConfig
@@ -157,7 +158,7 @@ def _check_key(parts: List[str], item: str) -> None:
                 f"({hint}known: {', '.join(sorted(names))})"
             )
         tp = typing.get_type_hints(tp)[part]
-        if typing.get_origin(tp) is typing.Union:  # Optional[X]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # X | None
             tp = next(a for a in typing.get_args(tp) if a is not type(None))
 
 
@@ -168,7 +169,7 @@ def dump_config(cfg: PinaConfig) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
 
 
-def skeleton() -> Dict[str, Any]:
+def skeleton() -> dict[str, Any]:
     """All keys with their defaults (``output`` as a placeholder)."""
     return PinaConfig.from_dict({"output": "<required>"}).to_dict()
 
@@ -200,7 +201,7 @@ def _check_combinations(cfg: PinaConfig, source: str) -> None:
         )
 
 
-def _deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     out = dict(a)
     for k, v in b.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -210,7 +211,7 @@ def _deep_merge(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def parse_stages(spec: Optional[str]) -> Tuple[str, ...]:
+def parse_stages(spec: str | None) -> tuple[str, ...]:
     """``"graph,pretrain"`` -> ordered tuple; unknown names are errors."""
     if not spec:
         return STAGE_NAMES

@@ -20,7 +20,8 @@ Examples
 import logging
 import re
 import threading
-from typing import Any, Iterable, Set
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "SECRET_KEY_RE",
@@ -42,7 +43,7 @@ REDACTED = "***"
 #: values shorter than this are not scrubbed from free text (too many false hits)
 MIN_SCRUB_LEN = 3
 
-_SECRETS: Set[str] = set()
+_SECRETS: set[str] = set()
 _LOCK = threading.Lock()
 
 
@@ -51,12 +52,12 @@ def is_secret_key(key: str) -> bool:
     return bool(SECRET_KEY_RE.search(str(key)))
 
 
-def _walk(obj: Any, path: str, found: Set[str]) -> Any:
+def _walk(obj: Any, path: str, found: set[str]) -> Any:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             key = f"{path}.{k}" if path else str(k)
-            if is_secret_key(str(k)) and not isinstance(v, (dict, list)) and v not in (None, ""):
+            if is_secret_key(str(k)) and not isinstance(v, dict | list) and v not in (None, ""):
                 found.add(str(v))
                 out[k] = REDACTED
             else:
@@ -75,7 +76,7 @@ def _walk(obj: Any, path: str, found: Set[str]) -> Any:
 def redact_config(config: Any) -> Any:
     """A copy of ``config`` (nested dicts/lists) with every secret value replaced by ``***``;
     the values are registered for :func:`scrub`."""
-    found: Set[str] = set()
+    found: set[str] = set()
     out = _walk(config, "", found)
     register_secrets(found)
     return out

@@ -16,8 +16,9 @@ import inspect
 import json
 import re
 import sys
+import types
 import typing
-from typing import Any, Dict, List, Literal, Tuple, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pina_spark.config.sections import PinaConfig, _to_plain
 
@@ -35,7 +36,7 @@ see `pina_spark/orchestration/session.py`.
 """
 
 
-def attribute_docs(cls) -> Dict[str, str]:
+def attribute_docs(cls) -> dict[str, str]:
     """``{field: description}`` from the ``Attributes:`` block of ``cls``' docstring
     (``a, b: text`` documents both)."""
     doc = cls.__doc__ or ""
@@ -44,11 +45,11 @@ def attribute_docs(cls) -> Dict[str, str]:
         start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("Attributes:"))
     except StopIteration:
         return {}
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     first = lines[start].strip()[len("Attributes:") :].strip()
     body = ([first] if first else []) + lines[start + 1 :]
     indent = None
-    names: List[str] = []
+    names: list[str] = []
     for ln in body:
         if not ln.strip():
             continue
@@ -73,15 +74,15 @@ def type_name(tp) -> str:
     origin = get_origin(tp)
     if tp is Any:
         return "any"
-    if origin is typing.Union:
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         return f"{type_name(args[0])} or null"
     if origin is Literal:
         return "one of: " + ", ".join(str(a) for a in get_args(tp))
-    if origin in (list, List):
+    if origin is list:
         (item,) = get_args(tp) or (Any,)
         return f"list of {type_name(item)}"
-    if origin in (dict, Dict):
+    if origin is dict:
         k, v = get_args(tp) or (str, Any)
         return f"mapping {type_name(k)} -> {type_name(v)}"
     return getattr(tp, "__name__", str(tp))
@@ -97,12 +98,12 @@ def _default(f: dc.Field) -> str:
     return json.dumps(_to_plain(value))
 
 
-def reference_rows(cls=PinaConfig, prefix: str = "") -> List[Tuple[str, str, str, str]]:
+def reference_rows(cls=PinaConfig, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """``(key, type, default, meaning)`` for every leaf key, in declaration order (sections
     recurse; a section's own row is not listed)."""
     hints = typing.get_type_hints(cls)
     docs = attribute_docs(cls)
-    rows: List[Tuple[str, str, str, str]] = []
+    rows: list[tuple[str, str, str, str]] = []
     for f in dc.fields(cls):
         tp = hints[f.name]
         if dc.is_dataclass(tp):

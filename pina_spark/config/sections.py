@@ -22,8 +22,9 @@ pina_spark.config.sections.ConfigError: c.yaml: unknown key 'neighbors.kk' (know
 
 import dataclasses as dc
 import json
+import types
 import typing
-from typing import Any, Dict, List, Literal, Optional, Tuple, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pina_spark.config import variants as V
 
@@ -73,11 +74,11 @@ class _Params:
 
     @classmethod
     def from_dict(
-        cls, data: Optional[Dict[str, Any]] = None, source: str = "<dict>", prefix: str = ""
+        cls, data: dict[str, Any] | None = None, source: str = "<dict>", prefix: str = ""
     ):
         return _build(cls, data or {}, source, prefix)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return _to_plain(self)
 
 
@@ -96,11 +97,11 @@ class InputConfig(_Params):
             evaluation (reciprocal-pair removal, as LF-Amazon benchmarks do).
     """
 
-    instances: Optional[str] = None
-    labels: Optional[str] = None
-    instance_labels: Optional[str] = None
-    events: Optional[str] = None
-    filter_pairs: Optional[str] = None
+    instances: str | None = None
+    labels: str | None = None
+    instance_labels: str | None = None
+    events: str | None = None
+    filter_pairs: str | None = None
 
 
 @dc.dataclass(frozen=True)
@@ -162,10 +163,10 @@ class GraphConfig(_Params):
 
     min_count: int = 2
     max_basket_size: int = 100
-    top_n: Optional[int] = None
-    max_degree: Optional[int] = None
+    top_n: int | None = None
+    max_degree: int | None = None
     measure: Literal["count", "jaccard", "pmi", "llr"] = "count"
-    min_score: Optional[float] = None
+    min_score: float | None = None
     strategy: Literal["auto", "broadcast", "shuffle"] = "auto"
     broadcast_max_events: int = 50_000_000
 
@@ -293,7 +294,7 @@ class PretrainConfig(_Params):
     #: the settings the vectorizer stage reads: tf-idf, encoder, fine-tuning (``holdout_fraction``:
     #: g's held-out items never become fine-tuning pairs); ``xlinear`` too, with ``encoder:
     #: xtransformer`` only (the ranker of its fine-tuning; see :data:`pina_spark.stages.STAGES`)
-    VECTORIZER: typing.ClassVar[Tuple[str, ...]] = (
+    VECTORIZER: typing.ClassVar[tuple[str, ...]] = (
         "encoder",
         "encoder_path",
         "max_length",
@@ -306,18 +307,18 @@ class PretrainConfig(_Params):
     #: the settings that decide how g is trained (the pretrain stage); ``train_on`` and
     #: ``mmap_max_mb`` only decide where its fits run and how X reaches them (the same models
     #: either way), so no stage depends on them
-    G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("xlinear", "holdout_fraction")
+    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("xlinear", "holdout_fraction")
     #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
-    REMOVED: typing.ClassVar[Dict[str, str]] = {
+    REMOVED: typing.ClassVar[dict[str, str]] = {
         "encode_batch_size": "the driver no longer encodes the pretraining rows; the embed "
         "stage encodes every node once, on the executors, in batches of inference.batch_size "
         "(delete the key)",
     }
 
     encoder: Literal["minilm", "hf", "xtransformer", "contrastive"] = "minilm"
-    encoder_path: Optional[str] = None
+    encoder_path: str | None = None
     max_length: int = 64
-    tfidf: Dict[str, Any] = dc.field(
+    tfidf: dict[str, Any] = dc.field(
         default_factory=lambda: {
             "ngram_range": [1, 2],
             "max_feature": 100000,
@@ -328,7 +329,7 @@ class PretrainConfig(_Params):
         }
     )
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
-    xtransformer: Dict[str, Any] = dc.field(default_factory=dict)
+    xtransformer: dict[str, Any] = dc.field(default_factory=dict)
     contrastive: ContrastiveConfig = dc.field(default_factory=ContrastiveConfig)
     holdout_fraction: float = 0.1
     dense_weight: float = 0.5
@@ -360,7 +361,7 @@ class NeighborsConfig(_Params):
 
     #: the settings that decide how g is trained (the pretrain stage depends on them); the others
     #: only change prediction
-    G_TRAINING: typing.ClassVar[Tuple[str, ...]] = ("leave_self_out", "train_mode", "folds")
+    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("leave_self_out", "train_mode", "folds")
 
     k: int = 5
     leave_self_out: bool = True
@@ -478,7 +479,7 @@ class TrainConfig(_Params):
             driver. The models and predictions are the same either way.
     """
 
-    variants: List[str] = dc.field(default_factory=lambda: list(V.ALL))
+    variants: list[str] = dc.field(default_factory=lambda: list(V.ALL))
     model: Literal["xlinear", "xtransformer"] = "xlinear"
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     topk: int = 10
@@ -486,7 +487,7 @@ class TrainConfig(_Params):
 
     #: the settings that decide the train stage's outputs (``train_on`` only decides where the
     #: models are trained, so it reruns nothing)
-    MODEL: typing.ClassVar[Tuple[str, ...]] = ("variants", "model", "xlinear", "topk")
+    MODEL: typing.ClassVar[tuple[str, ...]] = ("variants", "model", "xlinear", "topk")
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in V.ALL]
@@ -511,7 +512,7 @@ class EvaluateConfig(_Params):
             than this (absolute); the first run of an output always passes.
     """
 
-    ks: List[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
+    ks: list[int] = dc.field(default_factory=lambda: [1, 3, 5, 10])
     report_examples: int = 5
     parity_max_per_split: int = 5000
     promote: bool = False
@@ -534,9 +535,9 @@ class SparkConfig(_Params):
         (:mod:`pina_spark.orchestration.session`).
     """
 
-    master: Optional[str] = "local[2]"
+    master: str | None = "local[2]"
     app_name: str = "pina-spark"
-    conf: Dict[str, str] = dc.field(default_factory=dict)
+    conf: dict[str, str] = dc.field(default_factory=dict)
 
 
 @dc.dataclass(frozen=True)
@@ -557,8 +558,8 @@ class RunConfig(_Params):
             tasks done/total, from Spark's status tracker); 0 turns them off.
     """
 
-    run_date: Optional[str] = None
-    models: Optional[str] = None
+    run_date: str | None = None
+    models: str | None = None
     incremental: bool = False
     force: bool = False
     lease_stale_s: float = 600.0
@@ -605,7 +606,7 @@ class QualityConfig(_Params):
     """
 
     max_quarantined_fraction: float = 0.5
-    max_reason_fraction: Dict[str, float] = dc.field(default_factory=dict)
+    max_reason_fraction: dict[str, float] = dc.field(default_factory=dict)
     max_text_chars: int = 100_000
 
     def __post_init__(self):
@@ -614,7 +615,7 @@ class QualityConfig(_Params):
             _check_range(f"quality.max_reason_fraction.{k}", float(v), 0, 1)
         _check_range("quality.max_text_chars", self.max_text_chars, 1, None)
 
-    def limit(self, table: str, reason: str) -> Optional[float]:
+    def limit(self, table: str, reason: str) -> float | None:
         """The limit of one (table, reason), ``None`` when only the table-wide one applies."""
         m = self.max_reason_fraction
         v = m.get(f"{table}.{reason}", m.get(reason))
@@ -631,8 +632,8 @@ class FaultsConfig(_Params):
         partitions: which partition ids fail (empty = all).
     """
 
-    fail_first_attempt: List[str] = dc.field(default_factory=list)
-    partitions: List[int] = dc.field(default_factory=list)
+    fail_first_attempt: list[str] = dc.field(default_factory=list)
+    partitions: list[int] = dc.field(default_factory=list)
 
 
 @dc.dataclass(frozen=True)
@@ -642,7 +643,7 @@ class TuneConfig(_Params):
     metric: the metric maximised.
     """
 
-    grid: Dict[str, List[Any]] = dc.field(default_factory=dict)
+    grid: dict[str, list[Any]] = dc.field(default_factory=dict)
     metric: str = "P@1"
 
 
@@ -698,7 +699,7 @@ class PinaConfig(_Params):
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _field(d: Dict[str, Any], path: str) -> Any:
+def _field(d: dict[str, Any], path: str) -> Any:
     for part in path.split("."):
         if not isinstance(d, dict) or part not in d:
             raise KeyError(f"config has no field {path!r}")
@@ -727,7 +728,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
     origin = get_origin(tp)
     if tp is Any:
         return value
-    if origin is typing.Union:  # Optional[X]
+    if origin in (typing.Union, types.UnionType):  # Optional[X]
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None:
             return None
@@ -737,7 +738,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
         if value not in allowed:
             raise ConfigError(f"{source}: {key}: {value!r} is not one of {list(allowed)}")
         return value
-    if origin in (list, List):
+    if origin is list:
         (item_tp,) = get_args(tp) or (Any,)
         if isinstance(value, tuple):
             value = list(value)
@@ -746,7 +747,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
                 f"{source}: {key}: expected a list, found " f"{type(value).__name__} {value!r}"
             )
         return [_coerce(item_tp, v, f"{key}[{i}]", source) for i, v in enumerate(value)]
-    if origin in (dict, Dict):
+    if origin is dict:
         k_tp, v_tp = get_args(tp) or (str, Any)
         if not isinstance(value, dict):
             raise ConfigError(
@@ -754,7 +755,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
             )
         out = {}
         for k, v in value.items():
-            if v_tp is str and isinstance(v, (int, float, bool)):
+            if v_tp is str and isinstance(v, int | float | bool):
                 v = str(v).lower() if isinstance(v, bool) else str(v)
             out[str(k)] = _coerce(v_tp, v, f"{key}.{k}", source)
         return out
@@ -774,7 +775,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
             raise ConfigError(f"{source}: {key}: expected an integer, found {value!r}")
         return value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{source}: {key}: expected a number, found {value!r}")
         return float(value)
     if tp is str:
@@ -790,7 +791,7 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
     raise ConfigError(f"{source}: {key}: unsupported type {_type_name(tp)}")  # pragma: no cover
 
 
-def _build(cls, data: Dict[str, Any], source: str, prefix: str):
+def _build(cls, data: dict[str, Any], source: str, prefix: str):
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
@@ -826,6 +827,6 @@ def _to_plain(obj):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in dc.fields(obj)}
     if isinstance(obj, dict):
         return {k: _to_plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, list | tuple):
         return [_to_plain(v) for v in obj]
     return obj

@@ -64,8 +64,6 @@ Examples
 ['events', 'instance_labels', 'instances', 'labels']
 """
 
-from typing import Dict, Optional
-
 from pina_spark.datasets.citeulike import citeulike_text, prepare_citeulike
 from pina_spark.datasets.common import SOURCES, STATS_FILE, TEST_FRACTION, TEST_SALT
 from pina_spark.datasets.demo import DEMO_TEST_SALT, demo_catalogue, prepare_demo, write_demo_data
@@ -99,11 +97,11 @@ __all__ = [
 
 def prepare_data(
     source: str,
-    input_dir: Optional[str],
+    input_dir: str | None,
     output_dir: str,
-    instances: Optional[int] = None,
-    seed: Optional[int] = None,
-) -> Dict[str, str]:
+    instances: int | None = None,
+    seed: int | None = None,
+) -> dict[str, str]:
     """Write a data set in the input contract under ``output_dir`` (``pina-spark prepare-data``).
 
     Parameters

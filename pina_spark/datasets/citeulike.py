@@ -2,7 +2,7 @@
 
 import logging
 import os
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from collections.abc import Sequence
 
 from pina_spark import storage
 from pina_spark.datasets.common import (
@@ -19,7 +19,7 @@ from pina_spark.datasets.common import (
 log = logging.getLogger(__name__)
 
 
-def _parse_counted_line(line: str, path: str, lineno: int) -> List[str]:
+def _parse_counted_line(line: str, path: str, lineno: int) -> list[str]:
     """``n a b c ...`` -> ``[a, b, c]``; the leading count must match."""
     parts = line.split()
     if not parts:
@@ -50,8 +50,8 @@ def citeulike_text(entries: Sequence[str], vocabulary: Sequence[str]) -> str:
 
 
 def prepare_citeulike(
-    input_dir: Optional[str], output_dir: str, min_tag_articles: int = 5
-) -> Tuple[Dict[str, str], dict]:
+    input_dir: str | None, output_dir: str, min_tag_articles: int = 5
+) -> tuple[dict[str, str], dict]:
     """Convert the shared citeulike-t folder to the input contract (rules in the module docs).
 
     Parameters
@@ -95,8 +95,8 @@ def prepare_citeulike(
     if len(tag_items) != len(tags):
         raise storage.InputError(f"{ti_path}: {len(tag_items)} lines but tags.dat has {len(tags)}")
     raw_pairs = dup_pairs = bad_pairs = 0
-    kept_pairs: List[Tuple[str, str]] = []
-    kept_tags: List[int] = []
+    kept_pairs: list[tuple[str, str]] = []
+    kept_tags: list[int] = []
     dropped_tag_pairs = dropped_tags = 0
     for t, ln in enumerate(tag_items):
         entries = _parse_counted_line(ln, ti_path, t)
@@ -114,14 +114,14 @@ def prepare_citeulike(
     kept_pairs.sort(key=lambda p: (int(p[0]), int(p[1])))
     label_texts = [tags[t].replace("-", " ").replace("_", " ").strip() for t in kept_tags]
     arts_with_tag = {a for a, _ in kept_pairs}
-    arts_any_tag: Set[int] = set()
+    arts_any_tag: set[int] = set()
     for ln_i, ln in enumerate(tag_items):
         arts_any_tag.update(int(a) for a in _parse_counted_line(ln, ti_path, ln_i))
 
     u_path = os.path.join(d, "users.dat")
     users = _read_lines(u_path)
-    ev_b: List[str] = []
-    ev_i: List[str] = []
+    ev_b: list[str] = []
+    ev_i: list[str] = []
     ev_dup = ev_bad = 0
     for u, ln in enumerate(users):
         entries = _parse_counted_line(ln, u_path, u)

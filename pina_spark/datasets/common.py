@@ -4,7 +4,8 @@ writers (single-file Parquet tables of strings, JSON statistics), all atomic (tm
 import json
 import os
 import uuid
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.storage.folds import in_sample_fraction
@@ -24,7 +25,7 @@ def _fields(names: Sequence[str]) -> list:
     return [pa.field(c, pa.float64() if c == storage.WEIGHT else pa.string()) for c in names]
 
 
-def _write(out_dir: str, name: str, columns: Dict[str, list]) -> str:
+def _write(out_dir: str, name: str, columns: dict[str, list]) -> str:
     """Write one single-file Parquet table of string columns atomically (tmp + rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -76,10 +77,10 @@ class ParquetStream:
         self._tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:8]}"
         self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="snappy")
         self._group = row_group_rows
-        self._buffer: List[Any] = []
+        self._buffer: list[Any] = []
         self._buffered = 0
 
-    def write(self, columns: Dict[str, Any]) -> None:
+    def write(self, columns: dict[str, Any]) -> None:
         """Append rows: column name -> list or Arrow array (every column of the schema)."""
         import pyarrow as pa
 
@@ -132,7 +133,7 @@ def _write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read_lines(path: str) -> List[str]:
+def _read_lines(path: str) -> list[str]:
     """Lines of a text file; a missing final newline is fine, no trailing empty line is made."""
     with open(path, encoding="utf-8") as fh:
         return fh.read().splitlines()
@@ -146,7 +147,7 @@ def _split_of(instance_id: str, salt: str = TEST_SALT) -> str:
     )
 
 
-def _need(input_dir: Optional[str], source: str, files: Sequence[str]) -> str:
+def _need(input_dir: str | None, source: str, files: Sequence[str]) -> str:
     if not input_dir:
         raise storage.InputError(
             f"prepare-data --source {source}: --input (folder of the raw data " f"set) is required"

@@ -4,7 +4,8 @@ attributes, keyword labels, shopping missions) is package data, ``demo_vocabular
 
 import logging
 import os
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.datasets import vocabulary as vocab
@@ -23,7 +24,7 @@ _MAX_LABELS = 5
 _MIN_BASKET, _MAX_BASKET = 3, 15
 
 
-def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[Tuple[str, str]]]:
+def demo_catalogue(seed: int = DEMO_SEED) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
     """Generate the demo catalogue in memory (no I/O).
 
     Parameters
@@ -51,7 +52,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     rng = np.random.RandomState(seed)
 
     # ---- labels, in a fixed order
-    label_defs: List[Tuple[str, str]] = []  # (text, kind)
+    label_defs: list[tuple[str, str]] = []  # (text, kind)
     for _, dept_label, _, cats, attrs, _, _ in vocab.DEPARTMENTS:
         label_defs.append((dept_label, "department"))
         label_defs += [(c, "category") for c in cats]
@@ -67,7 +68,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     # ---- products
     cat_list = [(dept, cat) for dept, _, _, cats, _, _, _ in vocab.DEPARTMENTS for cat in cats]
     dept_info = {d[0]: d for d in vocab.DEPARTMENTS}
-    kw_of_noun: Dict[str, List[str]] = {}
+    kw_of_noun: dict[str, list[str]] = {}
     for kw, nouns in vocab.KEYWORD_LABELS.items():
         for n in nouns:
             kw_of_noun.setdefault(n, []).append(kw)
@@ -116,7 +117,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
         )
 
     # ---- missions: a random ~35 % of each listed category's items (at most 2 missions per item)
-    by_cat: Dict[str, List[int]] = {}
+    by_cat: dict[str, list[int]] = {}
     for j, p in enumerate(products):
         by_cat.setdefault(p["category"], []).append(j)
     for mission, m_cats in vocab.MISSIONS:
@@ -145,7 +146,7 @@ def demo_catalogue(seed: int = DEMO_SEED) -> Tuple[List[dict], List[dict], List[
     return products, labels, pairs
 
 
-def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str, str, str]]:
+def _demo_baskets(products: list[dict], seed: int = DEMO_SEED) -> list[tuple[str, str, str]]:
     """``(basket_id, item_id, event_time)`` rows of the demo's co-purchase log.
 
     Baskets (3-15 items) are of three kinds: *mission* baskets (45 %: mostly items of one
@@ -161,9 +162,9 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
     rng = np.random.RandomState(seed + 1)
     n = len(products)
     pop = np.array([p["popularity"] for p in products])
-    by_cat: Dict[str, List[int]] = {}
-    by_mission: Dict[str, List[int]] = {}
-    dept_cats: Dict[str, List[str]] = {}
+    by_cat: dict[str, list[int]] = {}
+    by_mission: dict[str, list[int]] = {}
+    dept_cats: dict[str, list[str]] = {}
     for j, p in enumerate(products):
         by_cat.setdefault(p["category"], []).append(j)
         for m in p["missions"]:
@@ -180,7 +181,7 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
 
     glob_cdf = np.cumsum(glob_p)
 
-    def draw(pool: Union[Sequence[int], np.ndarray], k: int) -> List[int]:
+    def draw(pool: Sequence[int] | np.ndarray, k: int) -> list[int]:
         """k distinct items of ``pool``, weighted by popularity (Efraimidis-Spirakis keys)."""
         items = np.asarray(pool)
         k = min(k, len(items))
@@ -232,7 +233,7 @@ def _demo_baskets(products: List[dict], seed: int = DEMO_SEED) -> List[Tuple[str
     return rows
 
 
-def write_demo_data(out_dir: str) -> Dict[str, str]:
+def write_demo_data(out_dir: str) -> dict[str, str]:
     """Write the built-in demo data set (a synthetic shop) as input-contract Parquet files.
 
     2,500 products over 12 departments with titles "brand adjective noun, variant"; ~150 keyword
@@ -313,12 +314,12 @@ def write_demo_data(out_dir: str) -> Dict[str, str]:
     return paths
 
 
-def prepare_demo(output_dir: str) -> Dict[str, str]:
+def prepare_demo(output_dir: str) -> dict[str, str]:
     """``prepare-data --source demo``: the demo tables plus ``prepare_stats.json``."""
     paths = write_demo_data(output_dir)
     import pyarrow.parquet as pq
 
-    stats: Dict[str, Any] = {
+    stats: dict[str, Any] = {
         "source": "demo",
         "rules": {
             "generator": "pina_spark.datasets.write_demo_data",

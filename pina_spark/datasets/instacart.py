@@ -3,7 +3,7 @@ package docstring)."""
 
 import logging
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.datasets.common import (
@@ -19,7 +19,7 @@ from pina_spark.datasets.common import (
 log = logging.getLogger(__name__)
 
 
-def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[str, str], dict]:
+def prepare_instacart(input_dir: str | None, output_dir: str) -> tuple[dict[str, str], dict]:
     """Convert the shared instacart sample to ``instances`` and ``events`` (no labels: use
     ``task.labels: graph``).
 
@@ -115,7 +115,7 @@ def prepare_instacart(input_dir: Optional[str], output_dir: str) -> Tuple[Dict[s
         ),
     }
     n_test = sum(s == storage.SPLIT_TEST for s in splits)
-    stats: Dict[str, Any] = {
+    stats: dict[str, Any] = {
         "source": "instacart",
         "rules": {
             "instance_id": "product_id of every product in order_products_sample.csv",

@@ -29,8 +29,9 @@ Memory: numeric arrays of ``N`` (category, popularity, ...) plus one chunk of st
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.datasets.common import (
@@ -147,9 +148,9 @@ def _is_int(x: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- vocabulary tables
-def _base_labels() -> List[Tuple[str, str]]:
+def _base_labels() -> list[tuple[str, str]]:
     """The vocabulary's labels ``(text, kind)`` in the demo's order."""
-    out: List[Tuple[str, str]] = []
+    out: list[tuple[str, str]] = []
     for _, dept_label, _, cats, attrs, _, _ in DEPARTMENTS:
         out.append((dept_label, "department"))
         out += [(c, "category") for c in cats]
@@ -173,14 +174,14 @@ class _Shop:
         label_of = {t: i for i, (t, _) in enumerate(base)}
         self.dept_label = np.array([label_of[d[1]] for d in DEPARTMENTS])
 
-        cats: List[str] = []
-        nouns: List[str] = []
-        variants: List[str] = []
-        noun_cat: List[int] = []
-        cat_dept: List[int] = []
-        cat_noun_off: List[int] = []
-        cat_var_off: List[int] = []
-        cat_n_var: List[int] = []
+        cats: list[str] = []
+        nouns: list[str] = []
+        variants: list[str] = []
+        noun_cat: list[int] = []
+        cat_dept: list[int] = []
+        cat_noun_off: list[int] = []
+        cat_var_off: list[int] = []
+        cat_n_var: list[int] = []
         for di, (_, _, _, dcats, _, _, dvariants) in enumerate(DEPARTMENTS):
             for c, cnouns in dcats.items():
                 cat_dept.append(di)
@@ -205,8 +206,8 @@ class _Shop:
         self.nouns, self.variants = nouns, variants
 
         # adjectives per department: attribute triggers, then neutral ones
-        adjs: List[str] = []
-        adj_attr: List[int] = []
+        adjs: list[str] = []
+        adj_attr: list[int] = []
         trig_off, n_trig, neu_off, n_neu = [], [], [], []
         for _, _, _, _, attrs, neutral, _ in DEPARTMENTS:
             trig_off.append(len(adjs))
@@ -232,9 +233,9 @@ class _Shop:
         # brands per department: the vocabulary's, then first word x last word recombinations
         # (in a seeded order), Zipf-weighted by rank (:data:`_BRAND_ZIPF`)
         all_last = list(dict.fromkeys(b.split(" ")[-1] for d in DEPARTMENTS for b in d[2]))
-        brands: List[str] = []
-        brand_dept: List[int] = []
-        brand_p: List[float] = []
+        brands: list[str] = []
+        brand_dept: list[int] = []
+        brand_p: list[float] = []
         taken = {b for d in DEPARTMENTS for b in d[2]}
         for di, d in enumerate(DEPARTMENTS):
             own = list(d[2])
@@ -292,7 +293,7 @@ class _Shop:
         }
         self._rank_labels(base, spec.n_labels)
 
-    def _rank_labels(self, base: List[Tuple[str, str]], n_labels: int) -> None:
+    def _rank_labels(self, base: list[tuple[str, str]], n_labels: int) -> None:
         """The label set: the base labels, then keyword labels by expected product count
         (ties by kind, brand, adjective, noun) until ``n_labels``, texts unique."""
         import numpy as np
@@ -324,7 +325,7 @@ class _Shop:
         texts = [t for t, _ in base]
         self.label_kind = [k for _, k in base]
         seen = set(texts)
-        chosen: List[int] = []
+        chosen: list[int] = []
         want = n_labels - len(base)
         for i in order:
             if len(chosen) >= want:
@@ -372,7 +373,7 @@ def _key(kind, brand, adj, noun, n_brand, n_adj, n_noun):
     return ((kind * n_brand + b) * n_adj + a) * n_noun + np.asarray(noun, dtype=np.int64)
 
 
-def _pad(rows: List[List[int]], width: int):
+def _pad(rows: list[list[int]], width: int):
     """Ragged lists of ints as a matrix padded with -1 (at least ``width`` columns)."""
     import numpy as np
 
@@ -401,7 +402,7 @@ def _segment_cdf(segment, weight):
 
 
 # --------------------------------------------------------------------------- products
-def _product_block(shop: _Shop, k: int) -> Dict[str, Any]:
+def _product_block(shop: _Shop, k: int) -> dict[str, Any]:
     """Products ``[k * 1024, (k + 1) * 1024)``: integer attributes (-1 = none), popularity,
     missions and the labels' keep draws, from the block's own random stream."""
     import numpy as np
@@ -462,7 +463,7 @@ def _product_block(shop: _Shop, k: int) -> Dict[str, Any]:
     }
 
 
-def _product_labels(shop: _Shop, b: Dict[str, Any]):
+def _product_labels(shop: _Shop, b: dict[str, Any]):
     """``(row, label index)`` of a block's products: the first :data:`MAX_LABELS` present and
     kept slots (priority order of :data:`_KEEP`), sorted by row then label."""
     import numpy as np
@@ -543,7 +544,7 @@ def _catalogue(shop: _Shop, sink) -> Catalogue:
     """All product blocks, chunk by chunk; ``sink(blocks)`` (when given) writes each chunk."""
     import numpy as np
 
-    parts: Dict[str, List[Any]] = {f: [] for f in Catalogue.__dataclass_fields__}
+    parts: dict[str, list[Any]] = {f: [] for f in Catalogue.__dataclass_fields__}
     for chunk in _blocks(shop.spec.instances, shop.spec.chunk_size):
         blocks = [_product_block(shop, k) for k in chunk]
         if sink is not None:
@@ -641,7 +642,7 @@ def _basket_block(shop: _Shop, pools: _Pools, k: int):
 
 
 # --------------------------------------------------------------------------- writing
-def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, str], dict]:
+def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> tuple[dict[str, str], dict]:
     """Write the synthetic shop of ``spec`` (see the module docstring) as input-contract Parquet
     files, chunk by chunk.
 
@@ -683,8 +684,8 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
     adjs = pa.array([title_case(a) for a in shop.adjs])
     nouns = pa.array([title_case(x) for x in shop.nouns])
     variants = pa.array(shop.variants)
-    item_ids: List[Any] = []
-    counts: Dict[str, Any] = {"test": 0, "instance_labels": 0}
+    item_ids: list[Any] = []
+    counts: dict[str, Any] = {"test": 0, "instance_labels": 0}
 
     def take(values, idx):
         return values.take(pa.array(idx, mask=idx < 0))
@@ -694,7 +695,7 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
         ParquetStream(out, "instance_labels", [storage.INSTANCE_ID, storage.LABEL_ID]) as il,
     ):
 
-        def sink(blocks: List[Dict[str, Any]]) -> None:
+        def sink(blocks: list[dict[str, Any]]) -> None:
             for b in blocks:
                 rows = len(b["noun"])
                 ids = pa.array(_ids("p", b["lo"], b["lo"] + rows, width))
@@ -771,7 +772,7 @@ def write_synthetic_data(out_dir: str, spec: SyntheticSpec) -> Tuple[Dict[str, s
             )
             bought += np.bincount(item, minlength=n)
     top = np.sort(bought)[::-1][: max(1, n // 100)].sum()
-    kinds: Dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for kind in shop.label_kind:
         kinds[kind] = kinds.get(kind, 0) + 1
     counts.update(
@@ -807,7 +808,7 @@ def _basket_jitter(spec: SyntheticSpec, lo: int, hi: int):
 
 def prepare_synthetic(
     output_dir: str, instances: int, seed: int = SYNTHETIC_SEED
-) -> Dict[str, str]:
+) -> dict[str, str]:
     """``prepare-data --source synthetic``: the synthetic tables plus ``prepare_stats.json``.
 
     Examples
@@ -820,7 +821,7 @@ def prepare_synthetic(
     """
     spec = SyntheticSpec(instances, seed=seed)
     paths, c = write_synthetic_data(output_dir, spec)
-    stats: Dict[str, Any] = {
+    stats: dict[str, Any] = {
         "source": "synthetic",
         "rules": {
             "generator": "pina_spark.datasets.synthetic.write_synthetic_data",

@@ -13,10 +13,10 @@ Examples
 
 import json
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 
-def _load() -> Dict[str, Any]:
+def _load() -> dict[str, Any]:
     path = os.path.join(os.path.dirname(__file__), "demo_vocabulary.json")
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
@@ -25,15 +25,15 @@ def _load() -> Dict[str, Any]:
 _V = _load()
 #: department -> (department label, brands, {category label: nouns},
 #: {attribute label: trigger adjectives}, neutral adjectives, variants)
-DEPARTMENTS: List[tuple] = [tuple(d) for d in _V["departments"]]
+DEPARTMENTS: list[tuple] = [tuple(d) for d in _V["departments"]]
 #: category-specific variants (otherwise the department's)
-CATEGORY_VARIANTS: Dict[str, List[str]] = _V["category_variants"]
+CATEGORY_VARIANTS: dict[str, list[str]] = _V["category_variants"]
 #: keyword labels across departments: label -> nouns that carry it (title-predictable)
-KEYWORD_LABELS: Dict[str, List[str]] = _V["keyword_labels"]
+KEYWORD_LABELS: dict[str, list[str]] = _V["keyword_labels"]
 #: shopping missions ``(label, categories)``: context labels that only co-purchase reveals
-MISSIONS: List[Tuple[str, List[str]]] = [(m[0], m[1]) for m in _V["missions"]]
+MISSIONS: list[tuple[str, list[str]]] = [(m[0], m[1]) for m in _V["missions"]]
 #: categories whose most popular items are everyday "hub" items added to many baskets
-HUB_CATEGORIES: Tuple[str, ...] = tuple(_V["hub_categories"])
+HUB_CATEGORIES: tuple[str, ...] = tuple(_V["hub_categories"])
 
 
 def title_case(s: str) -> str:

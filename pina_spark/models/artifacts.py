@@ -35,7 +35,7 @@ import io as _pyio
 import json
 import logging
 import os
-from typing import Any, Dict, Optional
+from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.models.vectorizer import ENCODER_JSON, TFIDF_DIR
@@ -93,12 +93,12 @@ MODEL_LIBS = (
 
 
 # --------------------------------------------------------------------------- layout
-def g_dir(models_root: str, variant: str, fold: Optional[int] = None) -> str:
+def g_dir(models_root: str, variant: str, fold: int | None = None) -> str:
     """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
     return storage.join(models_root, G_DIR, g_name(variant, fold))
 
 
-def g_name(variant: str, fold: Optional[int] = None) -> str:
+def g_name(variant: str, fold: int | None = None) -> str:
     """Short name of a g model (``pina/full``, ``pina/fold=2``): its folder under ``g/`` and its
     name in the statistics."""
     return f"{variant}/{'full' if fold is None else f'fold={int(fold)}'}"
@@ -146,7 +146,7 @@ def require_vectorizer(spark, models_root: str) -> str:
     return vec
 
 
-def read_json(uri: str) -> Dict[str, Any]:
+def read_json(uri: str) -> dict[str, Any]:
     """A JSON artifact (``folds.json``, ``encoder.json``...); :class:`storage.InputError` naming
     it if missing or invalid."""
     raw = storage.read_bytes(uri)
@@ -169,9 +169,7 @@ def read_output_nodes(model_uri: str):
     try:
         arr = np.load(_pyio.BytesIO(raw), allow_pickle=False)
     except Exception as e:
-        raise storage.InputError(
-            f"model artifact {uri} is corrupt: {type(e).__name__}: {e}"
-        ) from e
+        raise storage.InputError(f"model artifact {uri} is corrupt: {type(e).__name__}: {e}") from e
     return np.asarray(arr, dtype=np.int64).ravel()
 
 
@@ -238,7 +236,7 @@ def save_g(
     output_nodes,
     local_dir: str,
     train_rows=None,
-    info: Optional[Dict[str, Any]] = None,
+    info: dict[str, Any] | None = None,
 ) -> int:
     """Save g (PECOS layout) + ``output_nodes.npy`` [+ ``train_rows.npy``, ``g_info.json``] to a
     local folder; returns its size in bytes.

@@ -16,7 +16,7 @@ Example::
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Dict, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +194,7 @@ class Problem:
     is_inst: np.ndarray
     twin_col: np.ndarray
     entity: np.ndarray
-    stats: Dict[str, Any]
+    stats: dict[str, Any]
 
 
 def variant_problem(
@@ -249,7 +249,7 @@ def variant_problem(
     )
 
 
-def load_problems(spark, paths, cfg) -> Tuple[Nodes, Dict[str, Problem], np.ndarray]:
+def load_problems(spark, paths, cfg) -> tuple[Nodes, dict[str, Problem], np.ndarray]:
     """``(nodes, problems, all_rows)``: the collected nodes, one :func:`variant_problem` per
     variant of B_pre, and the sorted union of every variant's input rows (the rows Phi_pre is
     fitted on and g reads its X for)."""

@@ -20,7 +20,7 @@ True
 import dataclasses as dc
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.models.artifacts import MODEL_CARD
@@ -51,26 +51,26 @@ class ModelCard:
     """
 
     created_at: str
-    versions: Dict[str, Any]
-    config: Dict[str, Any]
+    versions: dict[str, Any]
+    config: dict[str, Any]
     g: str
     leave_self_out_rule: str
-    vectorizer_card: Dict[str, Any] = dc.field(default_factory=dict)
-    times_s: Dict[str, Any] = dc.field(default_factory=dict)
-    fit_inputs: Optional[str] = None
-    fits_on: Optional[str] = None
-    variants: Dict[str, Any] = dc.field(default_factory=dict)
-    folds: Optional[Dict[str, Any]] = None
-    pretrain_report: Optional[Dict[str, Any]] = None
+    vectorizer_card: dict[str, Any] = dc.field(default_factory=dict)
+    times_s: dict[str, Any] = dc.field(default_factory=dict)
+    fit_inputs: str | None = None
+    fits_on: str | None = None
+    variants: dict[str, Any] = dc.field(default_factory=dict)
+    folds: dict[str, Any] | None = None
+    pretrain_report: dict[str, Any] | None = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON object of ``model_card.json`` (unset entries left out)."""
         d = {f.name: getattr(self, f.name) for f in dc.fields(self) if f.name != "vectorizer_card"}
         d = {k: v for k, v in d.items() if v is not None}
         return {**d, **self.vectorizer_card}
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "ModelCard":
+    def from_dict(cls, d: dict[str, Any]) -> "ModelCard":
         """The card of a ``model_card.json`` object (unknown keys are an error)."""
         names = {f.name for f in dc.fields(cls)}
         vec = {k: d[k] for k in VECTORIZER_KEYS if k in d}
@@ -86,7 +86,7 @@ def write_model_card(card: ModelCard, folder: str) -> None:
         json.dump(card.to_dict(), fh, indent=1, sort_keys=True)
 
 
-def read_model_card(models_root: str) -> Optional[ModelCard]:
+def read_model_card(models_root: str) -> ModelCard | None:
     """The card of a published models folder; ``None`` where it has none."""
     raw = storage.read_bytes(storage.join(models_root, MODEL_CARD))
     return ModelCard.from_dict(json.loads(raw)) if raw else None

@@ -32,7 +32,8 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +43,7 @@ __all__ = ["choose_pairs", "plan_batches", "fine_tune"]
 
 
 def _pair_key(seed: int, anchor_id: str, kind: str, node_id: str) -> int:
-    h = hashlib.sha1(
-        f"pina-pair\x1f{seed}\x1f{anchor_id}\x1f{kind}\x1f{node_id}".encode("utf-8")
-    ).digest()
+    h = hashlib.sha1(f"pina-pair\x1f{seed}\x1f{anchor_id}\x1f{kind}\x1f{node_id}".encode()).digest()
     return int.from_bytes(h[:8], "big")
 
 
@@ -56,7 +55,7 @@ def choose_pairs(
     pos_texts: Sequence[str],
     max_pairs: int,
     seed: int,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Select the fine-tuning pairs from candidate B_pre edges, by id only.
 
     Parameters
@@ -114,7 +113,7 @@ def choose_pairs(
 
 def plan_batches(
     anchors: Sequence[str], positives: Sequence[str], batch_size: int, seed: int
-) -> List[List[int]]:
+) -> list[list[int]]:
     """Seeded batches of pair indices in which no text appears twice.
 
     Pairs are visited in a seeded permutation; a pair whose anchor or positive text is already in
@@ -128,9 +127,9 @@ def plan_batches(
     """
     order = np.random.default_rng(int(seed)).permutation(len(anchors)).tolist()
     pending = deque(order)
-    batches: List[List[int]] = []
+    batches: list[list[int]] = []
     while pending:
-        batch: List[int] = []
+        batch: list[int] = []
         seen = set()
         waiting = []
         while pending and len(batch) < batch_size:
@@ -148,7 +147,7 @@ def plan_batches(
 
 def fine_tune(
     anchors: Sequence[str], positives: Sequence[str], base_dir: str, out_dir: str, ccfg
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Fine-tune the encoder at ``base_dir`` on (anchor, positive) pairs and save it to ``out_dir``.
 
     Parameters
@@ -219,7 +218,7 @@ def fine_tune(
     sched = get_linear_schedule_with_warmup(opt, int(round(ccfg.warmup_ratio * steps)), steps)
     model.train()
     t0 = last = time.time()
-    losses_seen: List[float] = []
+    losses_seen: list[float] = []
     step = done = 0
     for e, plan in enumerate(plans):
         for batch in plan:

@@ -29,7 +29,8 @@ Example::
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def resolve_local(uri: str) -> str:
     return local_model_dir(uri, storage.files_fingerprint(uri) or "")
 
 
-def _nonempty(texts: Sequence[Optional[str]]) -> np.ndarray:
+def _nonempty(texts: Sequence[str | None]) -> np.ndarray:
     return np.array(
         [i for i, t in enumerate(texts) if t is not None and str(t).strip() != ""], dtype=np.int64
     )
@@ -110,7 +111,7 @@ class Encoder:
     device = "cpu"
     max_length = 64
 
-    def encode(self, texts: Sequence[Optional[str]], batch_size: int = 128) -> np.ndarray:
+    def encode(self, texts: Sequence[str | None], batch_size: int = 128) -> np.ndarray:
         """Encode ``texts`` -> float32 ``(n, dim)`` with unit-norm rows (zeros for empty text).
 
         Example::
@@ -129,12 +130,12 @@ class Encoder:
         out[idx[order]] = _l2_rows(emb)
         return out
 
-    def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
+    def _encode_nonempty(self, texts: list[str], batch_size: int) -> np.ndarray:
         raise NotImplementedError
 
-    path: Optional[str] = None
+    path: str | None = None
 
-    def spec(self) -> Dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
         """The ``encoder.json`` entries describing this encoder."""
         return {
             "kind": self.kind,
@@ -165,7 +166,7 @@ class MeanPoolEncoder(Encoder):
     """
 
     def __init__(
-        self, path: Optional[str], kind: str = "hf", max_length: int = 64, device: str = "cpu"
+        self, path: str | None, kind: str = "hf", max_length: int = 64, device: str = "cpu"
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -197,7 +198,7 @@ class MeanPoolEncoder(Encoder):
             self.device,
         )
 
-    def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
+    def _encode_nonempty(self, texts: list[str], batch_size: int) -> np.ndarray:
         torch = self._torch
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         with torch.inference_mode():
@@ -253,7 +254,7 @@ class XTransformerEncoder(Encoder):
             "xtransformer encoder loaded from %s (dim %d, device %s)", local, self.dim, self.device
         )
 
-    def _encode_nonempty(self, texts: List[str], batch_size: int) -> np.ndarray:
+    def _encode_nonempty(self, texts: list[str], batch_size: int) -> np.ndarray:
         pred_params = self._model.get_pred_params()
         chain = pred_params.matcher_params_chain
         for p in chain if isinstance(chain, list) else [chain]:
@@ -269,9 +270,7 @@ class XTransformerEncoder(Encoder):
         return np.asarray(emb, dtype=np.float32)
 
 
-def load_encoder(
-    spec: Dict[str, Any], device: str = "cpu", base_dir: Optional[str] = None
-) -> Encoder:
+def load_encoder(spec: dict[str, Any], device: str = "cpu", base_dir: str | None = None) -> Encoder:
     """Build the encoder described by ``spec`` (the saved ``encoder.json``).
 
     Parameters
@@ -321,11 +320,11 @@ def train_xtransformer_encoder(
     Y,
     X_feat,
     out_dir: str,
-    init_path: Optional[str] = None,
+    init_path: str | None = None,
     max_length: int = 64,
-    params: Optional[Dict[str, Any]] = None,
+    params: dict[str, Any] | None = None,
     xlinear=None,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Fine-tune a PECOS XR-Transformer on (texts, Y) and save its text encoder to ``out_dir``.
 
     Only the encoder is kept (the XR-Transformer's own linear ranker is not trained,
@@ -378,7 +377,7 @@ def train_xtransformer_encoder(
     nr_splits = int(getattr(xlinear, "nr_splits", 16)) if xlinear is not None else 16
     max_leaf = int(getattr(xlinear, "max_leaf_size", 100)) if xlinear is not None else 100
     seed = int(getattr(xlinear, "seed", 0)) if xlinear is not None else 0
-    matcher: Dict[str, Any] = {
+    matcher: dict[str, Any] = {
         "model_shortcut": init_local,
         "num_train_epochs": 1,
         "batch_size": 32,

@@ -15,7 +15,6 @@ Example::
 """
 
 import logging
-from typing import Dict
 
 import numpy as np
 
@@ -53,12 +52,12 @@ def fine_tune_xtransformer(pre, problems, nodes: Nodes, pcfg, out_dir: str):
 
 
 def contrastive_candidates(
-    problems: Dict[str, Problem],
+    problems: dict[str, Problem],
     nodes: "Nodes",
     which: str,
     holdout_fraction: float = 0.0,
     twins: bool = False,
-) -> Dict[str, np.ndarray]:
+) -> dict[str, np.ndarray]:
     """Candidate fine-tuning pairs: every B_pre edge from a train-instance row to another node
     (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
     ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.

@@ -31,7 +31,8 @@ Examples
 
 import hashlib
 import logging
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +54,8 @@ def encoder_parity(
     truth: Sequence[np.ndarray],
     labels: np.ndarray,
     chunk: int = 2048,
-    exclude: Optional[Sequence[int]] = None,
-) -> Dict[str, Any]:
+    exclude: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """Per-split vectorizer metrics (see the module docstring) and their train - test gaps.
 
     Parameters
@@ -88,7 +89,7 @@ def encoder_parity(
         if exclude is None
         else np.asarray(exclude, dtype=np.int64)
     )
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for sp in SPLITS:
         rows = np.flatnonzero((splits == sp) & has)
         acc = {m: 0.0 for m in METRICS}
@@ -118,7 +119,7 @@ def encoder_parity(
 
 
 def _sampled(node_id: str, fraction: float) -> bool:
-    h = hashlib.sha1(f"pina-parity\x1f{node_id}".encode("utf-8")).hexdigest()
+    h = hashlib.sha1(f"pina-parity\x1f{node_id}".encode()).hexdigest()
     return int(h[:12], 16) / 16**12 < fraction
 
 
@@ -129,7 +130,7 @@ def measure_run(
     max_labels: int = 50000,
     encoder=None,
     exclude_twins: bool = False,
-) -> Optional[Dict[str, Any]]:
+) -> dict[str, Any] | None:
     """:func:`encoder_parity` on a finished run's ``embeddings``, ``nodes`` and
     ``graph/instance_labels``; ``None`` when the run has no test instance or no embeddings.
 
@@ -198,13 +199,13 @@ def measure_run(
     row_of = {int(i): r for r, i in enumerate(idx)}
     lab_idx = [int(i) for i in labels[storage.NODE_INDEX] if int(i) in row_of]
     lab_pos = {i: p for p, i in enumerate(lab_idx)}
-    by_inst: Dict[int, List[int]] = {}
+    by_inst: dict[int, list[int]] = {}
     for i, lab in zip(il[storage.INSTANCE_INDEX].tolist(), il[storage.LABEL_INDEX].tolist()):
         if lab in lab_pos:
             by_inst.setdefault(int(i), []).append(lab_pos[lab])
     inst_idx = [int(i) for i in inst[storage.NODE_INDEX] if int(i) in row_of]
     split_of = dict(zip(inst[storage.NODE_INDEX].astype(int), inst[storage.SPLIT]))
-    twin_pos: Dict[int, int] = {}
+    twin_pos: dict[int, int] = {}
     if exclude_twins:
         lab_of_id = dict(zip(labels[storage.NODE_ID], labels[storage.NODE_INDEX].astype(int)))
         for i, nid in zip(inst[storage.NODE_INDEX].astype(int), inst[storage.NODE_ID]):
@@ -231,7 +232,7 @@ def measure_run(
     return res
 
 
-def _wanted(spark, paths, table: str, want: np.ndarray, columns: List[str]):
+def _wanted(spark, paths, table: str, want: np.ndarray, columns: list[str]):
     """The rows of ``table`` whose node_index is in ``want``, as Arrow on the driver."""
     return storage.collect_arrow(
         storage.read_table(spark, paths, table)

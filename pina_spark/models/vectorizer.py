@@ -29,7 +29,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ ENCODER_DIR = "encoder"
 SHIPPED_KINDS = ("hf", "contrastive", "xtransformer")
 
 
-def _clean(texts: Sequence[Optional[str]]):
+def _clean(texts: Sequence[str | None]):
     return ["" if t is None else str(t) for t in texts]
 
 
@@ -121,8 +122,8 @@ class PhiPre:
         preprocessor,
         encoder,
         dense_weight: float = 0.5,
-        encoder_dir: Optional[str] = None,
-        tfidf_config: Optional[Dict] = None,
+        encoder_dir: str | None = None,
+        tfidf_config: dict | None = None,
     ):
         self.preprocessor = preprocessor
         self.encoder = encoder
@@ -135,7 +136,7 @@ class PhiPre:
 
     # ------------------------------------------------------------------ construction
     @staticmethod
-    def fit_tfidf(texts: Sequence[Optional[str]], pretrain_cfg):
+    def fit_tfidf(texts: Sequence[str | None], pretrain_cfg):
         """Fit only Phi_stat: the PECOS tf-idf ``Preprocessor`` (settings ``pretrain_cfg.tfidf``).
 
         Example::
@@ -155,10 +156,10 @@ class PhiPre:
     @classmethod
     def fit(
         cls,
-        texts: Sequence[Optional[str]],
+        texts: Sequence[str | None],
         pretrain_cfg,
         encoder=None,
-        encoder_dir: Optional[str] = None,
+        encoder_dir: str | None = None,
         device: str = "cpu",
         preprocessor=None,
     ) -> "PhiPre":
@@ -210,7 +211,7 @@ class PhiPre:
     def _tfidf_dim(self) -> int:
         return int(self.preprocessor.predict([""]).shape[1])
 
-    def spec(self) -> Dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
         """The ``encoder.json`` contents."""
         enc = dict(self.encoder.spec())
         if enc["kind"] in SHIPPED_KINDS:
@@ -296,7 +297,7 @@ class PhiPre:
         return phi
 
     # ------------------------------------------------------------------ transform
-    def tfidf(self, texts: Sequence[Optional[str]]):
+    def tfidf(self, texts: Sequence[str | None]):
         """Raw Phi_stat rows (PECOS tf-idf, before weighting), csr float32, sorted indices."""
         import scipy.sparse as sp
 
@@ -308,8 +309,8 @@ class PhiPre:
         return m
 
     def transform(
-        self, texts: Sequence[Optional[str]], batch_size: int = 128
-    ) -> Tuple[np.ndarray, Any]:
+        self, texts: Sequence[str | None], batch_size: int = 128
+    ) -> tuple[np.ndarray, Any]:
         """Phi_pre of ``texts`` as (dense ``(n, D)`` float32, sparse csr ``(n, S)`` float32).
 
         Concatenating both parts gives unit-norm rows (or zero rows for empty text).
@@ -334,7 +335,7 @@ class PhiPre:
             tf = sp.csr_matrix((len(texts), self.sparse_dim), dtype=np.float32)
         return combine(dnn, tf, self.dense_weight)
 
-    def features(self, texts: Sequence[Optional[str]], batch_size: int = 128):
+    def features(self, texts: Sequence[str | None], batch_size: int = 128):
         """``hstack([dense, sparse])``: X for g (csr float32, dense block first, sorted indices).
 
         Example::
@@ -363,12 +364,12 @@ def stack_features(dense: np.ndarray, sparse):
     return X
 
 
-def _tfidf_kwargs(pretrain_cfg) -> Dict[str, Any]:
+def _tfidf_kwargs(pretrain_cfg) -> dict[str, Any]:
     kw = dict(pretrain_cfg.tfidf)
     if "ngram_range" in kw:
         kw["ngram_range"] = tuple(kw["ngram_range"])
     return kw
 
 
-def _jsonable(d: Dict[str, Any]) -> Dict[str, Any]:
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

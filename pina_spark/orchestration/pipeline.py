@@ -53,7 +53,8 @@ import dataclasses as dc
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
@@ -77,14 +78,14 @@ log = logging.getLogger(__name__)
 SPLIT_NEW = "new"
 #: what a step runs: a stage's ``run`` (its :class:`~pina_spark.stages.StageStats`) or one of
 #: the pipeline's own steps (the nodes pre-step, an incremental run: a plain mapping)
-StepFn = Callable[[StageContext], Optional[Mapping[str, Any]]]
+StepFn = Callable[[StageContext], Mapping[str, Any] | None]
 
 
 #: outputs that are folders of files, not Parquet tables (no row counts)
 NON_TABLE_OUTPUTS = (storage.VECTORIZER, storage.MODELS, storage.DOWNSTREAM_MODELS, storage.EVAL)
 
 
-def plan(cfg: PinaConfig, stages: Sequence[str]) -> List[StageSpec]:
+def plan(cfg: PinaConfig, stages: Sequence[str]) -> list[StageSpec]:
     """The stages to consider, in pipeline order."""
     return [STAGES[s] for s in STAGE_NAMES if s in stages]
 
@@ -151,8 +152,8 @@ def open_run(spark, root: str, allow_uncommitted: bool = False) -> StageContext:
 
 # --------------------------------------------------------------------------- the runner
 def run_pipeline(
-    spark, cfg: PinaConfig, stages: Optional[Sequence[str]] = None, force: Optional[bool] = None
-) -> Dict[str, Any]:
+    spark, cfg: PinaConfig, stages: Sequence[str] | None = None, force: bool | None = None
+) -> dict[str, Any]:
     """Run ``stages`` (all by default) in order; returns ``{stage: "ran"|"skipped"}`` (plus
     ``"nodes"`` when the pre-step of a ``run.models`` run was considered).
 
@@ -172,8 +173,8 @@ def run_pipeline(
 
 
 def _run_leased(
-    ctx: StageContext, run_id: str, stages: Tuple[str, ...], force: bool
-) -> Dict[str, Any]:
+    ctx: StageContext, run_id: str, stages: tuple[str, ...], force: bool
+) -> dict[str, Any]:
     """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
     spark, cfg = ctx.spark, ctx.cfg
     storage.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
@@ -198,7 +199,7 @@ def _run_leased(
         cfg, stages, ctx.manifest, input_fp, lambda uri: storage.is_complete(spark, uri)
     ):
         log.info("plan: %s %s (%s)", step.step, step.action, step.reason)
-    result: Dict[str, str] = {}
+    result: dict[str, str] = {}
     try:
         mroot = models_run_root(cfg)
         if mroot and mroot != storage.norm(ctx.paths.root):
@@ -234,14 +235,14 @@ def _run_leased(
     return result
 
 
-def _stage_outputs() -> Dict[str, Tuple[str, ...]]:
+def _stage_outputs() -> dict[str, tuple[str, ...]]:
     """Outputs of every step, keyed by name, in pipeline order (the nodes pre-step first)."""
-    out: Dict[str, Tuple[str, ...]] = {NODES_STEP: (storage.NODES,)}
+    out: dict[str, tuple[str, ...]] = {NODES_STEP: (storage.NODES,)}
     out.update({name: spec.outputs for name, spec in STAGES.items()})
     return out
 
 
-def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[str, List[str]]:
+def _uncommitted(ctx: StageContext, owners: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
     """``{step: [tables]}`` of ``owners`` whose published version no commit lists, counting a
     never-listed table only for a step the manifest shows unfinished
     (storage.uncommitted_tables)."""
@@ -253,7 +254,7 @@ def _uncommitted(ctx: StageContext, owners: Dict[str, Tuple[str, ...]]) -> Dict[
     return storage.uncommitted_tables(ctx.paths, owners, unfinished)
 
 
-def _refuse_uncommitted(bad: Dict[str, List[str]], what: str, why: str, fix: str) -> None:
+def _refuse_uncommitted(bad: dict[str, list[str]], what: str, why: str, fix: str) -> None:
     """Raise :class:`~pina_spark.storage.UncommittedError` listing ``bad`` (step -> tables), if
     any."""
     if bad:
@@ -344,7 +345,7 @@ def _run_step(
     return "ran"
 
 
-def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> Dict[str, int]:
+def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> dict[str, int]:
     """Row counts of the published output tables, from the Parquet footers (pyarrow, no Spark
     job) for local folders, else a Spark count (also footer-only for Parquet)."""
     rows = {}
@@ -371,7 +372,7 @@ def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> Dict
     return rows
 
 
-def models_version(ctx: StageContext, stage: str) -> Optional[str]:
+def models_version(ctx: StageContext, stage: str) -> str | None:
     """Version of the model folder ``stage``'s outputs are computed with (its
     :attr:`StageSpec.model_folder`: the vectorizer for embed, g's models after), or ``None``."""
     from pina_spark.models.artifacts import vectorizer_dir
@@ -384,8 +385,8 @@ def models_version(ctx: StageContext, stage: str) -> Optional[str]:
     return None
 
 
-def _brief(stats: Dict[str, Any]) -> str:
-    items = [(k, v) for k, v in stats.items() if isinstance(v, (int, float, str))][:8]
+def _brief(stats: dict[str, Any]) -> str:
+    items = [(k, v) for k, v in stats.items() if isinstance(v, int | float | str)][:8]
     return " ".join(f"{k}={v}" for k, v in items)
 
 
@@ -475,7 +476,7 @@ def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
     return kept.unionByName(new_df)
 
 
-def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -> Dict[str, Any]:
+def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -> dict[str, Any]:
     """The ``nodes`` pre-step of a ``run.models`` run: publish this run's ``nodes`` as
     :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
     from pyspark.sql import functions as F
@@ -560,7 +561,7 @@ def select_changed(current_nodes, previous_nodes):
     )
 
 
-def list_run_dates(spark, output: str) -> List[str]:
+def list_run_dates(spark, output: str) -> list[str]:
     """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
     out = []
     for name, is_dir in storage.list_dir(spark, output):
@@ -569,7 +570,7 @@ def list_run_dates(spark, output: str) -> List[str]:
     return sorted(out)
 
 
-def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[storage.RunPaths]:
+def incremental_base(spark, cfg: PinaConfig, rel: str) -> storage.RunPaths | None:
     """Where unchanged rows of ``rel`` are copied from: the latest earlier ``run_date`` of the
     same output whose ``nodes`` and ``rel`` are complete, else the models run (when complete)."""
     if cfg.run.run_date:
@@ -591,7 +592,7 @@ def incremental_base(spark, cfg: PinaConfig, rel: str) -> Optional[storage.RunPa
     return None
 
 
-def _base_used_other_models(ctx: StageContext, base: storage.RunPaths, stage: str) -> Optional[str]:
+def _base_used_other_models(ctx: StageContext, base: storage.RunPaths, stage: str) -> str | None:
     """Why the rows of ``base`` cannot be merged with rows computed now (``None`` when they
     can): its ``stage`` ran with another version of the model folder it reads (the vectorizer
     or g's models: a retrain in between), or recorded none (a run older than model versions)."""
@@ -619,12 +620,12 @@ class IncrementalSpec:
     key: str
     output: str
     output_key: str
-    partition_by: Tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
     output_by_id: bool = False
-    kinds: Tuple[str, ...] = (storage.KIND_INSTANCE, storage.KIND_LABEL)
+    kinds: tuple[str, ...] = (storage.KIND_INSTANCE, storage.KIND_LABEL)
     #: more rows to recompute, beyond the changed nodes of ``kinds``:
     #: ``(spark, paths, changed node indices) -> DataFrame of node_index``
-    also_select: Optional[Callable[[Any, storage.RunPaths, Any], Any]] = None
+    also_select: Callable[[Any, storage.RunPaths, Any], Any] | None = None
 
 
 def _instances_touching(spark, paths: storage.RunPaths, changed):
@@ -643,7 +644,7 @@ def _instances_touching(spark, paths: storage.RunPaths, changed):
 #: embed: every new/changed node; neighbors: new/changed instances (g is unchanged, so an
 #: instance's neighbours depend only on its own text); aggregate: instances recomputed by
 #: neighbors or with a new/changed neighbour.
-INCREMENTAL: Dict[str, IncrementalSpec] = {
+INCREMENTAL: dict[str, IncrementalSpec] = {
     "embed": IncrementalSpec(
         storage.NODES, storage.NODE_INDEX, storage.EMBEDDINGS, storage.NODE_INDEX
     ),
@@ -672,7 +673,7 @@ class OverlayPaths(storage.RunPaths):
     """A :class:`~pina_spark.storage.RunPaths` that redirects some relative names to other URIs
     (staging stays under the real root, so publishing is a same-filesystem rename)."""
 
-    def __init__(self, base: storage.RunPaths, overrides: Dict[str, str]):
+    def __init__(self, base: storage.RunPaths, overrides: dict[str, str]):
         super().__init__(base.output, base.run_date)
         self.overrides = dict(overrides)
 
@@ -693,16 +694,16 @@ def _copy_side_files(spark, src: str, dst: str) -> None:
             storage.write_bytes(storage.join(dst, name), data)
 
 
-def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], Dict[str, Any]]:
+def _incremental_runner(spec: StageSpec) -> Callable[[StageContext], dict[str, Any]]:
     inc = INCREMENTAL[spec.name]
 
-    def run(ctx: StageContext) -> Dict[str, Any]:
+    def run(ctx: StageContext) -> dict[str, Any]:
         return run_incremental(ctx, spec, inc)
 
     return run
 
 
-def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) -> Dict[str, Any]:
+def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) -> dict[str, Any]:
     """Run ``spec`` on the selected rows only and publish them merged with the base run's rows.
 
     Falls back to a full run when there is no complete base (first incremental run)."""

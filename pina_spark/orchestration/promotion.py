@@ -21,7 +21,7 @@ Examples
 import json
 import logging
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
@@ -38,7 +38,7 @@ def pointer_uri(output: str) -> str:
     return storage.join(output, PROMOTED)
 
 
-def read_promoted(output: str) -> Optional[Dict[str, Any]]:
+def read_promoted(output: str) -> dict[str, Any] | None:
     """The pointer of ``output``, or ``None`` when nothing was promoted yet."""
     raw = storage.read_bytes(pointer_uri(output))
     return json.loads(raw) if raw else None
@@ -68,7 +68,7 @@ def resolve_models(cfg: PinaConfig) -> PinaConfig:
     return cfg.replace(run=dc.replace(cfg.run, models=p["run"]))
 
 
-def decide(promoted: Optional[Dict[str, Any]], value: float, tolerance: float) -> Tuple[bool, str]:
+def decide(promoted: dict[str, Any] | None, value: float, tolerance: float) -> tuple[bool, str]:
     """``(passes, reason)`` of the gate for a run whose metric is ``value``."""
     if not promoted or promoted.get("value") is None:
         return True, "no promoted run yet"
@@ -78,7 +78,7 @@ def decide(promoted: Optional[Dict[str, Any]], value: float, tolerance: float) -
     return False, f"{value:.4f} < promoted {ref:.4f} - tolerance {tolerance:.4f}"
 
 
-def consider(cfg: PinaConfig, run_root: str, metrics: Dict[str, Any]) -> Dict[str, Any]:
+def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[str, Any]:
     """The gate of the evaluate stage: promote ``run_root`` (write the pointer) when it passes.
     Returns the decision, recorded in the stage's manifest statistics."""
     ev = cfg.evaluate

@@ -23,7 +23,8 @@ Examples
 
 import dataclasses as dc
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
@@ -48,10 +49,10 @@ class StepPlan:
     step: str
     action: str
     reason: str
-    fingerprint: Optional[str] = None
-    recorded: Optional[str] = None
+    fingerprint: str | None = None
+    recorded: str | None = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dc.asdict(self)
 
 
@@ -59,7 +60,7 @@ def hash_text(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()[:16]
 
 
-def models_run_root(cfg: PinaConfig) -> Optional[str]:
+def models_run_root(cfg: PinaConfig) -> str | None:
     """Root of the run whose models are reused (``run.models``), or ``None``."""
     return storage.norm(cfg.run.models) if cfg.run.models else None
 
@@ -117,9 +118,9 @@ def step_outputs(name: str) -> Sequence[str]:
 
 def decide(
     name: str,
-    fingerprint: Optional[str],
-    entry: Optional[Dict[str, Any]],
-    missing_outputs: Optional[Sequence[str]],
+    fingerprint: str | None,
+    entry: dict[str, Any] | None,
+    missing_outputs: Sequence[str] | None,
     force: bool,
     earlier_runs: Sequence[str] = (),
 ) -> StepPlan:
@@ -159,9 +160,9 @@ def plan_steps(
     cfg: PinaConfig,
     stages: Sequence[str],
     manifest: Manifest,
-    input_fingerprint: Optional[str],
-    output_complete: Callable[[str], Optional[bool]],
-) -> List[StepPlan]:
+    input_fingerprint: str | None,
+    output_complete: Callable[[str], bool | None],
+) -> list[StepPlan]:
     """The decision of every step of a command over ``stages`` on ``cfg``'s run root, taken
     now, in order.
 
@@ -178,12 +179,12 @@ def plan_steps(
     if runs_nodes_step(cfg, paths.root, stages):
         names.insert(0, NODES_STEP)
     base = None if input_fingerprint is None else base_token(cfg, input_fingerprint)
-    out: List[StepPlan] = []
-    runs: List[str] = []
+    out: list[StepPlan] = []
+    runs: list[str] = []
     for name in names:
         fp = None if base is None else stage_fingerprint(cfg, manifest, base, name)
         done = {o: output_complete(paths.table(o)) for o in step_outputs(name)}
-        missing: Optional[List[str]] = [o for o, ok in done.items() if ok is False]
+        missing: list[str] | None = [o for o, ok in done.items() if ok is False]
         if not missing and any(ok is None for ok in done.values()):
             missing = None
         d = decide(name, fp, manifest.stage(name), missing, cfg.run.force, runs)
@@ -193,7 +194,7 @@ def plan_steps(
     return out
 
 
-def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> Dict[str, str]:
+def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> dict[str, str]:
     """``{table: uri}`` of the inputs a command over ``stages`` reads: every configured table
     when it runs ``graph``, ``instances`` for the ``nodes`` pre-step, ``filter_pairs`` for
     ``evaluate``.
@@ -214,7 +215,7 @@ def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> Dict[str, str]:
     from pina_spark.validate import required_tables
 
     inp = cfg.input
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     if "graph" in stages:
         for name in required_tables(cfg):
             if not getattr(inp, name):

@@ -8,12 +8,11 @@ Example::
 """
 
 import os
-from typing import Optional
 
 from pina_spark import storage
 
 
-def find_run_root(path: str, start: Optional[str] = None) -> str:
+def find_run_root(path: str, start: str | None = None) -> str:
     """The run root ``path`` names: a URI (``s3://...``) or an absolute path as given; a relative
     path is looked up from ``start`` (default the working directory) and then from each of its
     parents, and the first folder holding ``<path>/_manifest.json`` is returned (absolute, with

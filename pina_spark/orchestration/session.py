@@ -25,14 +25,14 @@ import logging
 import os
 import re
 import sys
-from typing import Callable, Dict, Optional, Set, Tuple
+from collections.abc import Callable
 
 from pina_spark.config.redact import SECRET_KEY_RE
 
 log = logging.getLogger(__name__)
 
 #: conf every pina-spark session gets unless the config overrides it
-DEFAULT_CONF: Dict[str, str] = {
+DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",  # the per-worker model cache relies on it
     "spark.sql.adaptive.enabled": "true",
@@ -52,7 +52,7 @@ SUBMIT_TIME_PREFIXES = ("spark.yarn.", "spark.submit.")
 SUBMIT_TIME_KEYS = frozenset({"spark.driver.memory"})
 
 #: submit-time keys this process has warned about (once each)
-_WARNED_SUBMIT_TIME: Set[str] = set()
+_WARNED_SUBMIT_TIME: set[str] = set()
 
 
 def is_submit_time_key(key: str) -> bool:
@@ -68,8 +68,8 @@ def is_submit_time_key(key: str) -> bool:
 
 
 def submit_time_misses(
-    wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]
-) -> Dict[str, Optional[str]]:
+    wanted: dict[str, str], is_set: Callable[[str], str | None]
+) -> dict[str, str | None]:
     """The submit-time keys of ``wanted`` whose value is not in effect in a JVM that was started
     before the config was read: ``{key: the launcher's value (None: unset)}``.
 
@@ -79,7 +79,7 @@ def submit_time_misses(
     ...                     "spark.sql.shuffle.partitions": "4"}, {"spark.driver.memory": "8g"}.get)
     {'spark.yarn.maxAppAttempts': None}
     """
-    out: Dict[str, Optional[str]] = {}
+    out: dict[str, str | None] = {}
     for k, v in wanted.items():
         current = is_set(k)
         if is_submit_time_key(k) and (current is None or str(current) != str(v)):
@@ -87,7 +87,7 @@ def submit_time_misses(
     return out
 
 
-def _warn_submit_time(wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]) -> None:
+def _warn_submit_time(wanted: dict[str, str], is_set: Callable[[str], str | None]) -> None:
     for k, current in sorted(submit_time_misses(wanted, is_set).items()):
         if k in _WARNED_SUBMIT_TIME:
             continue
@@ -106,8 +106,8 @@ def _warn_submit_time(wanted: Dict[str, str], is_set: Callable[[str], Optional[s
 
 
 def fill_unset(
-    wanted: Dict[str, str], is_set: Callable[[str], Optional[str]]
-) -> Tuple[Dict[str, str], Dict[str, Tuple[str, str]]]:
+    wanted: dict[str, str], is_set: Callable[[str], str | None]
+) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
     """Split ``wanted`` conf into ``(to_apply, kept)``: keys the launcher left unset, and
     ``{key: (launcher value, wanted value)}`` where the launcher's value differs and wins.
 
@@ -134,7 +134,7 @@ def _jvm_started() -> bool:
     return SparkContext._gateway is not None or bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
 
 
-def _launcher_conf() -> Callable[[str], Optional[str]]:
+def _launcher_conf() -> Callable[[str], str | None]:
     """Lookup of the conf the launcher gave (or will give) the driver JVM.
 
     Under spark-submit (or once a gateway is up) that is the JVM's ``spark.*`` system properties
@@ -155,7 +155,7 @@ def _launcher_conf() -> Callable[[str], Optional[str]]:
     return launcher.get
 
 
-def submit_args_conf(args: str) -> Dict[str, str]:
+def submit_args_conf(args: str) -> dict[str, str]:
     """The ``--conf k=v`` pairs of a spark-submit argument string (``PYSPARK_SUBMIT_ARGS``).
 
     Examples
@@ -166,7 +166,7 @@ def submit_args_conf(args: str) -> Dict[str, str]:
     import shlex
 
     words = shlex.split(args)
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for i, w in enumerate(words):
         kv = (
             words[i + 1]
@@ -179,13 +179,13 @@ def submit_args_conf(args: str) -> Dict[str, str]:
     return out
 
 
-def spark_defaults() -> Dict[str, str]:
+def spark_defaults() -> dict[str, str]:
     """``spark-defaults.conf`` of ``$SPARK_CONF_DIR`` (else ``$SPARK_HOME/conf``), as Spark
     parses it: one ``key value`` (or ``key=value``) per line, ``#`` comments."""
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
         os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
     )
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     if not conf_dir or not os.path.isfile(os.path.join(conf_dir, "spark-defaults.conf")):
         return out
     with open(os.path.join(conf_dir, "spark-defaults.conf")) as fh:
@@ -199,14 +199,14 @@ def spark_defaults() -> Dict[str, str]:
     return out
 
 
-def _session_value(session, key: str) -> Optional[str]:
+def _session_value(session, key: str) -> str | None:
     try:
         return session.conf.get(key, None)
     except Exception:  # pragma: no cover - a key the runtime conf refuses to read
         return None
 
 
-def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
+def get_spark(spark_cfg=None, extra_conf: dict[str, str] | None = None):
     """Return the active SparkSession or build one from a :class:`~pina_spark.config.SparkConfig`.
 
     Under spark-submit the session is built on the launcher's conf (master and resources come
@@ -258,7 +258,7 @@ def get_spark(spark_cfg=None, extra_conf: Optional[Dict[str, str]] = None):
     return spark
 
 
-def _log_kept(kept: Dict[str, Tuple[str, str]]) -> None:
+def _log_kept(kept: dict[str, tuple[str, str]]) -> None:
     for k, (launcher, wanted) in sorted(kept.items()):
         log.info(
             "spark conf %s=%s kept from spark-submit/platform (config asked for %s)",

@@ -44,7 +44,8 @@ import itertools
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig, config_from_dict
@@ -72,8 +73,8 @@ TUNED_VARIANTS = (V.BASELINE, V.PINA_NAIVE, V.PINA)
 
 
 def parse_grid(
-    specs: Sequence[str], base: Optional[Dict[str, List[Any]]] = None
-) -> Dict[str, List[Any]]:
+    specs: Sequence[str], base: dict[str, list[Any]] | None = None
+) -> dict[str, list[Any]]:
     """``["KEY=v1,v2", ...]`` (values parsed as YAML scalars) merged over ``base``
     (``tune.grid``); a key given on the command line replaces the config's list.
 
@@ -88,7 +89,7 @@ def parse_grid(
     """
     import yaml
 
-    grid: Dict[str, List[Any]] = {k: list(v) for k, v in (base or {}).items()}
+    grid: dict[str, list[Any]] = {k: list(v) for k, v in (base or {}).items()}
     for spec in specs or []:
         if "=" not in spec:
             raise ConfigError(f"--grid {spec!r}: expected KEY=v1,v2,...")
@@ -104,7 +105,7 @@ def parse_grid(
     return grid
 
 
-def grid_points(grid: Dict[str, List[Any]]) -> List[Dict[str, Any]]:
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Cartesian product of ``grid``; ``neighbors.*``/``inference.*`` keys vary slowest so that
     consecutive points share the neighbours table as long as possible.
 
@@ -127,7 +128,7 @@ def grid_points(grid: Dict[str, List[Any]]) -> List[Dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def point_id(point: Dict[str, Any]) -> str:
+def point_id(point: dict[str, Any]) -> str:
     """Stable short id of a grid point.
 
     Examples
@@ -138,7 +139,7 @@ def point_id(point: Dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _set_key(data: Dict[str, Any], key: str, value: Any) -> None:
+def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
     node = data
     parts = key.split(".")
     for p in parts[:-1]:
@@ -149,7 +150,7 @@ def _set_key(data: Dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def point_config(cfg: PinaConfig, point: Dict[str, Any], work_root: str) -> PinaConfig:
+def point_config(cfg: PinaConfig, point: dict[str, Any], work_root: str) -> PinaConfig:
     """The config of one grid point, run in ``work_root`` (strict: an unknown key or a bad value
     raises :class:`ConfigError` naming it)."""
     data = copy.deepcopy(cfg.to_dict())
@@ -197,7 +198,7 @@ def derive_validation_nodes(nodes_pdf, fraction: float):
     return p1, p2, sorted(nodes_pdf.loc[is_val, storage.NODE_ID].tolist())
 
 
-def results_markdown(results: Dict[str, Any]) -> str:
+def results_markdown(results: dict[str, Any]) -> str:
     """The markdown table of ``results.json`` (one row per point, best ``metric`` in bold).
 
     Examples
@@ -297,9 +298,9 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         storage.write_table(df.coalesce(1), work, storage.NODES)
 
     manifest = Manifest(work.manifest)
-    last_nb: Optional[str] = None
-    last_agg: Optional[str] = None
-    rows: List[Dict[str, Any]] = []
+    last_nb: str | None = None
+    last_agg: str | None = None
+    rows: list[dict[str, Any]] = []
     for point, pcfg in zip(points, cfgs):
         pid = point_id(point)
         t0 = time.time()
@@ -421,12 +422,12 @@ def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, mod
     return results
 
 
-def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> Dict[str, Any]:
+def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> dict[str, Any]:
     """Read a point's metrics from the work folder, keep them under ``tune/points/<id>/`` and
     return its row of the results."""
     raw = storage.read_bytes(work.table(storage.EVAL) + "/metrics.json")
     if raw is None:
-        raise IOError(f"tune point {pid}: {work.table(storage.EVAL)}/metrics.json not written")
+        raise OSError(f"tune point {pid}: {work.table(storage.EVAL)}/metrics.json not written")
     m = json.loads(raw)
     storage.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
     storage.write_bytes(
@@ -446,7 +447,7 @@ def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> Dict[st
     }
 
 
-def _run(ctx, name: str, pid: str) -> Dict[str, Any]:
+def _run(ctx, name: str, pid: str) -> dict[str, Any]:
     """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
     spec = STAGES[name]
     ctx.manifest.mark_started(name, pid)

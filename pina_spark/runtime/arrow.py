@@ -5,7 +5,8 @@ numpy counts and values, and the schemas of the stages' outputs. Vectorised nump
 per-row Python).
 """
 
-from typing import Any, Callable, Iterator, List, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.runtime.arrowkit import list_array_from_counts
@@ -63,7 +64,7 @@ def neighbors_arrow_schema():
 
 def iter_chunks(
     batches: Iterator[Any], key_of: Callable[[Any], Any], max_rows: int
-) -> Iterator[Tuple[Any, Any]]:
+) -> Iterator[tuple[Any, Any]]:
     """Regroup sorted Arrow record batches into ``(key, pa.Table)`` chunks of at most
     ``max_rows`` rows sharing one key (keys must be non-decreasing).
 
@@ -77,7 +78,7 @@ def iter_chunks(
     import numpy as np
     import pyarrow as pa
 
-    pend: List[Any] = []
+    pend: list[Any] = []
     pend_key = None
     pend_n = 0
     for rb in batches:
@@ -110,7 +111,7 @@ def iter_chunks(
         yield pend_key, pa.Table.from_batches(pend).combine_chunks()
 
 
-def _list_parts(col) -> Tuple[Any, Any, Any]:
+def _list_parts(col) -> tuple[Any, Any, Any]:
     """(row_ids, positions, values) of a list column (nulls = empty lists)."""
     import numpy as np
     import pyarrow as pa

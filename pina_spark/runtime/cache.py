@@ -33,7 +33,8 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Mapping, Optional
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pina_spark.runtime.checksums import ModelLoadError, local_model_dir
 from pina_spark.runtime.device import require_executor
@@ -80,9 +81,9 @@ class ModelCache:
         if capacity < 1:
             raise ValueError(f"ModelCache: capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
-        self._models: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
+        self._models: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
         self._lock = threading.RLock()
-        self.loads: "collections.Counter[Hashable]" = collections.Counter()
+        self.loads: collections.Counter[Hashable] = collections.Counter()
 
     def get_or_load(self, key: Hashable, loader: Callable[[], Any]) -> Any:
         """The cached model for ``key``, loading it with ``loader()`` on a miss."""
@@ -147,7 +148,7 @@ class LoadStatsParam(_AccBase):
         return value1
 
 
-def summarize_loads(counters: Mapping[str, int]) -> Dict[str, Any]:
+def summarize_loads(counters: Mapping[str, int]) -> dict[str, Any]:
     """Driver side: turn accumulator counters into manifest statistics.
 
     Returns ``{"model_loads": total, "worker_processes": n, "max_loads_per_worker_model": m,
@@ -159,7 +160,7 @@ def summarize_loads(counters: Mapping[str, int]) -> Dict[str, Any]:
     >>> s["model_loads"], s["worker_processes"], s["max_loads_per_worker_model"]
     (2, 2, 1)
     """
-    per: Dict[str, Dict[str, int]] = {}
+    per: dict[str, dict[str, int]] = {}
     for k, v in counters.items():
         if not k.startswith("loads|"):
             continue
@@ -181,7 +182,7 @@ def get_model(
     version: str = "",
     device: str = "cpu",
     accumulator: Any = None,
-    name: Optional[str] = None,
+    name: str | None = None,
 ) -> Any:
     """Executor side: the model at ``uri`` for ``device``, loaded at most once per worker.
 

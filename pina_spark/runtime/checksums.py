@@ -27,7 +27,8 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 
@@ -51,7 +52,7 @@ class ModelLoadError(RuntimeError):
 #: per-directory checksum file written by the pretrain stage (sha256 of every file there)
 CHECKSUMS = "_CHECKSUMS.json"
 #: local folders of model URIs already checked in this process: ``(uri, version) -> folder``
-_LOCAL_DIRS: Dict[Any, str] = {}
+_LOCAL_DIRS: dict[Any, str] = {}
 _LOCAL_LOCK = threading.Lock()
 
 

@@ -15,7 +15,8 @@ Examples
 
 import logging
 import os
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,10 @@ def _addresses(res: Any) -> Sequence[str]:
 
 
 def choose_device(
-    resources: Optional[Mapping[str, Any]],
+    resources: Mapping[str, Any] | None,
     env: Mapping[str, str],
     cfg_device: str = "auto",
-    cuda_available: Optional[bool] = None,
+    cuda_available: bool | None = None,
 ) -> str:
     """Device for a task: the task's own GPU when it has one, else ``cpu``.
 
@@ -159,7 +160,7 @@ def task_slots(spark) -> int:
     return max(1, cores // cpus)
 
 
-def one_task_each(spark, n: int, work: Callable[[int, int], Dict[str, Any]], schema: str):
+def one_task_each(spark, n: int, work: Callable[[int, int], dict[str, Any]], schema: str):
     """Run ``work(i, threads)`` for ``i`` in ``range(n)``, one Spark task each (independent
     model fits); ``threads`` is the task's ``spark.task.cpus``. ``work`` returns the row of
     ``schema`` without ``i``. Returns ``{i: Row}``, checked complete.

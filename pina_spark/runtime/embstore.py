@@ -26,7 +26,7 @@ Example::
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: executor-side cache of memory-mapped embeddings, per Python worker: key -> arrays
-_MAPPED: Dict[str, Dict[str, Any]] = {}
+_MAPPED: dict[str, dict[str, Any]] = {}
 _MAPPED_FILES = ("dense", "lookup", "sp_ptr", "sp_idx", "sp_val", "kind", "twin", "fold_unit")
 #: bumped when the files of a store change (part of :func:`tables_key`)
 STORE_FORMAT = 2
@@ -63,7 +63,7 @@ KIND_NONE, KIND_INSTANCE, KIND_LABEL, KIND_OTHER = 0, 1, 2, 3
 
 
 # =========================================================================== driver side
-def footer_stats(uri: str) -> Optional[Dict[str, Any]]:
+def footer_stats(uri: str) -> dict[str, Any] | None:
     """Rows, dense values, sparse values and max sparse index from Parquet footers only."""
     dset = storage.parquet_dataset(uri)
     if dset is None:
@@ -108,7 +108,7 @@ def footer_stats(uri: str) -> Optional[Dict[str, Any]]:
     }
 
 
-def estimate_mb(stats: Dict[str, Any]) -> float:
+def estimate_mb(stats: dict[str, Any]) -> float:
     """In-memory size of the embeddings as shipped to tasks: 4 bytes per dense value, 8 per
     sparse non-zero (int32 index + float32 value), 12 per row (lookup + CSR pointer).
 
@@ -127,7 +127,7 @@ def tables_key(
     nodes_uri: str,
     dense_dim: int,
     sparse_dim: int,
-    extra_uri: Optional[str] = None,
+    extra_uri: str | None = None,
 ) -> str:
     """Driver side: a key of the exact table files (path, size, mtime) and widths, so that an
     executor never serves a memory-mapped copy of an earlier version of the tables.
@@ -157,9 +157,9 @@ def choose_embeddings_via(
     embeddings_uri: str,
     nodes_uri: str,
     mmap_max_mb: float,
-    selection_uri: Optional[str] = None,
+    selection_uri: str | None = None,
     section: str = "inference",
-) -> Tuple[str, str]:
+) -> tuple[str, str]:
     """``(via, reason)`` for ``inference.embeddings_via`` = ``auto`` | ``files`` | ``shuffle``
     (see :class:`pina_spark.config.InferenceConfig`): whether the executors map the tables
     (``files``: :func:`open_store`) or get their rows through Spark. ``files`` needs pyarrow to
@@ -220,7 +220,7 @@ class StoreSpec:
     dense_dim: int
     sparse_dim: int
     key: str
-    extra: Optional[str] = None
+    extra: str | None = None
 
     @property
     def width(self) -> int:
@@ -417,7 +417,7 @@ def mapped_root(name: str = "pina-embeddings") -> str:
     return os.path.join(dirs[0] if dirs else tempfile.gettempdir(), name)
 
 
-def open_store(spec: StoreSpec) -> Dict[str, Any]:
+def open_store(spec: StoreSpec) -> dict[str, Any]:
     """Executor side: the embeddings of ``spec`` as memory-mapped arrays: ``dense`` (rows x D
     float32), the tf-idf part as CSR (``sp_ptr``, ``sp_idx``, ``sp_val``), ``lookup``
     (node_index -> row, -1 = none), ``ids`` (node_index -> node_id, Arrow), ``dense_dim``,
@@ -445,7 +445,7 @@ def open_store(spec: StoreSpec) -> Dict[str, Any]:
     import pyarrow as pa
 
     final = build_once(mapped_root(), key, lambda tmp: _build(spec, tmp), "embeddings mapped")
-    E: Dict[str, Any] = {
+    E: dict[str, Any] = {
         name: np.load(os.path.join(final, name + ".npy"), mmap_mode="r") for name in _MAPPED_FILES
     }
     with pa.memory_map(os.path.join(final, "ids.arrow")) as src:
@@ -609,7 +609,7 @@ def _build(spec: StoreSpec, out: str) -> None:
             w.write_table(tbl)
 
 
-def store_rows(E: Dict[str, Any], node_index):
+def store_rows(E: dict[str, Any], node_index):
     """Executor side: the rows of ``node_index`` in a store (:func:`open_store`), -1 where the
     node has no embedding row.
 
@@ -629,7 +629,7 @@ def store_rows(E: Dict[str, Any], node_index):
     return r
 
 
-def features(E: Dict[str, Any], rows, n_features: int):
+def features(E: dict[str, Any], rows, n_features: int):
     """Executor side: X = ``hstack([dense, sparse])`` (csr float32, canonical) of the store
     ``rows`` (:func:`store_rows`, all >= 0): every dense value is stored (zeros included) and
     the tf-idf columns follow, shifted by D -- the matrix
@@ -682,7 +682,7 @@ def features(E: Dict[str, Any], rows, n_features: int):
     return X
 
 
-def features_of_nodes(E: Dict[str, Any], node_index, n_features: int, what: str):
+def features_of_nodes(E: dict[str, Any], node_index, n_features: int, what: str):
     """Executor side: :func:`features` of the nodes ``node_index`` (row ``r`` is node
     ``node_index[r]``); a ``ValueError`` naming ``what`` when a node has no embedding row.
 

@@ -9,14 +9,14 @@ close over and check with :func:`maybe_fail`.
 """
 
 import os
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 
 class InjectedFault(RuntimeError):
     """Raised on purpose by :func:`maybe_fail`."""
 
 
-def fault_plan(cfg, stage: str) -> Optional[Tuple[str, Tuple[int, ...]]]:
+def fault_plan(cfg, stage: str) -> tuple[str, tuple[int, ...]] | None:
     """Driver side: ``(stage, partitions)`` when ``stage`` must fail its first attempts."""
     stages = set(cfg.faults.fail_first_attempt)
     stages |= {s.strip() for s in os.environ.get("PINA_FAULTS", "").split(",") if s.strip()}
@@ -25,7 +25,7 @@ def fault_plan(cfg, stage: str) -> Optional[Tuple[str, Tuple[int, ...]]]:
     return stage, tuple(cfg.faults.partitions)
 
 
-def maybe_fail(plan: Optional[Tuple[str, Sequence[int]]]) -> None:
+def maybe_fail(plan: tuple[str, Sequence[int]] | None) -> None:
     """Executor side: raise on the first attempt of a chosen task."""
     if plan is None:
         return

@@ -13,14 +13,15 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
 def check_task(
-    resources: Dict[str, Any], cuda_available: bool, device_names: List[str]
-) -> Dict[str, Any]:
+    resources: dict[str, Any], cuda_available: bool, device_names: list[str]
+) -> dict[str, Any]:
     """The verdict of one task, from plain values (testable without a GPU).
 
     Examples
@@ -63,13 +64,13 @@ def _task(_: Iterator[Any]) -> Iterator[str]:
     yield json.dumps(check_task(ctx.resources(), ok, names))
 
 
-def run(spark, tasks: int) -> List[Dict[str, Any]]:
+def run(spark, tasks: int) -> list[dict[str, Any]]:
     """Run ``tasks`` smoke tasks; return their verdicts."""
     rdd = spark.sparkContext.parallelize(range(tasks), tasks)
     return [json.loads(s) for s in rdd.mapPartitions(_task).collect()]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="jobs/gpu_smoke.py", description=__doc__.splitlines()[0])
     p.add_argument("--tasks", type=int, default=1, help="smoke tasks (default 1)")
     args = p.parse_args(argv)

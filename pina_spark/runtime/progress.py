@@ -19,7 +19,6 @@ import contextlib
 import logging
 import threading
 import time
-from typing import List, Optional
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def _elapsed(s: float) -> str:
 def progress_line(tracker, group: str, stage: str, elapsed_s: float) -> str:
     """One progress line for the active Spark stages of ``group`` (``tracker``: a
     ``pyspark.StatusTracker``)."""
-    stage_ids: List[int] = []
+    stage_ids: list[int] = []
     for jid in tracker.getJobIdsForGroup(group) or []:
         info = tracker.getJobInfo(jid)
         if info is not None and info.status == "RUNNING":
@@ -68,7 +67,7 @@ class StageProgress:
         self.description = f"pina-spark {stage} (run {run_id})"
         self.interval_s = float(interval_s)
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
     def __enter__(self) -> "StageProgress":

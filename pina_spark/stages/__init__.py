@@ -15,7 +15,8 @@ Examples
 
 import dataclasses as dc
 import importlib
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, NeighborsConfig, PinaConfig, PretrainConfig, TrainConfig
@@ -97,9 +98,9 @@ class StageStats(Mapping[str, Any]):
         DemoStats(rows=3, p_at_1={"pina": 0.5}).to_dict()  # {'rows': 3, 'pina_P@1': 0.5}
     """
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The manifest form: a new plain dict (nested :class:`StageStats` made plain too)."""
-        out: Dict[str, Any] = {}
+        out: dict[str, Any] = {}
         for f in dc.fields(self):
             value = getattr(self, f.name)
             key_format = f.metadata.get(FLATTEN)
@@ -124,7 +125,7 @@ class StageStats(Mapping[str, Any]):
         return len(self.to_dict())
 
 
-def stats_dict(stats: Optional[Mapping[str, Any]], **extra: Any) -> Dict[str, Any]:
+def stats_dict(stats: Mapping[str, Any] | None, **extra: Any) -> dict[str, Any]:
     """The manifest form of what a step returned, with the orchestrator's own keys ``extra``
     (``incremental``, ``selected``, ...) after the stage's; nothing is mutated. ``stats``: a
     :class:`StageStats` (its :meth:`~StageStats.to_dict`), or a plain mapping (the pipeline's
@@ -141,7 +142,7 @@ def stats_dict(stats: Optional[Mapping[str, Any]], **extra: Any) -> Dict[str, An
     return {**plain, **extra}
 
 
-def _xtransformer_ranker(cfg: PinaConfig) -> Tuple[str, ...]:
+def _xtransformer_ranker(cfg: PinaConfig) -> tuple[str, ...]:
     """``encoder: xtransformer`` fine-tunes with an XR-Transformer whose ranker is configured by
     ``pretrain.xlinear``; no other encoder reads it."""
     return ("pretrain.xlinear",) if cfg.pretrain.encoder == "xtransformer" else ()
@@ -156,16 +157,16 @@ class StageSpec:
 
     name: str
     target: str
-    sections: Tuple[str, ...]
-    outputs: Tuple[str, ...]
+    sections: tuple[str, ...]
+    outputs: tuple[str, ...]
     #: the model folder (``storage.VECTORIZER`` or ``storage.MODELS``) the outputs are computed
     #: with; its version is recorded with the stage, so an incremental run never merges rows
     #: computed with two versions of it
-    model_folder: Optional[str] = None
+    model_folder: str | None = None
     #: fields the output depends on for some configurations only (``cfg -> fields``)
-    sections_if: Optional[Callable[[PinaConfig], Tuple[str, ...]]] = None
+    sections_if: Callable[[PinaConfig], tuple[str, ...]] | None = None
 
-    def fingerprint_sections(self, cfg: PinaConfig) -> Tuple[str, ...]:
+    def fingerprint_sections(self, cfg: PinaConfig) -> tuple[str, ...]:
         """The sections and fields whose values make this stage's fingerprint under ``cfg``.
 
         Examples
@@ -185,7 +186,7 @@ class StageSpec:
         return getattr(importlib.import_module(mod), fn)
 
 
-STAGES: Dict[str, StageSpec] = {
+STAGES: dict[str, StageSpec] = {
     s.name: s
     for s in [
         StageSpec(
@@ -264,4 +265,4 @@ class StageContext:
     paths: storage.RunPaths
     manifest: Manifest
     models_root: str
-    selection: Optional[str] = None
+    selection: str | None = None

@@ -5,7 +5,8 @@ refuse a mix left by a stage that died half way (:func:`uncommitted_tables`).
 :func:`input_fingerprint` identifies the input files a run read.
 """
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pina_spark.storage.files import read_bytes, write_bytes
 from pina_spark.storage.fs import _jfs
@@ -18,7 +19,7 @@ class UncommittedError(InputError):
     """A stage's input was published by an upstream stage run that never committed."""
 
 
-def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) -> Dict[str, Any]:
+def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) -> dict[str, Any]:
     """Record, in one atomic write (``<root>/_commits/<stage>.json``), the version token of every
     output ``rels`` of ``stage``: the point where all its tables become valid together."""
     import json
@@ -36,7 +37,7 @@ def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) 
     return rec
 
 
-def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
+def read_commit(paths: RunPaths, stage: str) -> dict[str, Any] | None:
     import json
 
     raw = read_bytes(paths.table(f"{COMMITS}/{stage}.json"))
@@ -45,7 +46,7 @@ def read_commit(paths: RunPaths, stage: str) -> Optional[Dict[str, Any]]:
 
 def uncommitted_tables(
     paths: RunPaths, owners: Mapping[str, Sequence[str]], unfinished: Iterable[str] = ()
-) -> Dict[str, List[str]]:
+) -> dict[str, list[str]]:
     """``{stage: [tables]}`` of the tables in ``owners`` (stage -> its outputs) whose published
     version no commit record lists. A table no commit has ever listed counts only when its
     stage is in ``unfinished`` (the manifest shows a run of it that did not finish) and the
@@ -54,11 +55,11 @@ def uncommitted_tables(
     pre-step) is committed when any of them lists its current version."""
     unfinished = set(unfinished)
     records = {st: read_commit(paths, st) or {} for st in owners}
-    committed: Dict[str, set] = {}
+    committed: dict[str, set] = {}
     for rec in records.values():
         for rel, v in rec.get("tables", {}).items():
             committed.setdefault(rel, set()).add(v)
-    out: Dict[str, List[str]] = {}
+    out: dict[str, list[str]] = {}
     for st, rels in owners.items():
         for rel in rels:
             v = table_version(paths.table(rel))
@@ -69,7 +70,7 @@ def uncommitted_tables(
     return out
 
 
-def input_fingerprint(spark, uris: Iterable[Optional[str]]) -> str:
+def input_fingerprint(spark, uris: Iterable[str | None]) -> str:
     """Hash of (path, size, modification time) of every file under the given inputs."""
     import hashlib
 

@@ -12,7 +12,8 @@ Examples
 
 import json
 import logging
-from typing import Any, Dict, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import variants as V
@@ -37,7 +38,7 @@ PARTITION_BY = (storage.VARIANT, storage.SPLIT)
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-def widths(dense_dim: int, sparse_dim: int, variants: Iterable[str]) -> Dict[str, Dict[str, int]]:
+def widths(dense_dim: int, sparse_dim: int, variants: Iterable[str]) -> dict[str, dict[str, int]]:
     """Dense and sparse width of every variant: ``D``/``S`` for ``vectorizer_only`` (V0 alone),
     ``2D``/``2S`` for the neighbour variants (V0 and V1)."""
     return {
@@ -49,7 +50,7 @@ def widths(dense_dim: int, sparse_dim: int, variants: Iterable[str]) -> Dict[str
     }
 
 
-def write_meta(features_uri: str, dense_dim: int, sparse_dim: int, variants) -> Dict[str, Any]:
+def write_meta(features_uri: str, dense_dim: int, sparse_dim: int, variants) -> dict[str, Any]:
     """Write :data:`FEATURES_META` into the published folder; returns what was written."""
     meta = {
         "dense_dim": dense_dim,
@@ -63,7 +64,7 @@ def write_meta(features_uri: str, dense_dim: int, sparse_dim: int, variants) -> 
     return meta
 
 
-def read_sparse_width(features_uri: str, variant: str) -> Optional[int]:
+def read_sparse_width(features_uri: str, variant: str) -> int | None:
     """The sparse width of ``variant`` from :data:`FEATURES_META`, ``None`` when unknown."""
     raw = storage.read_bytes(storage.join(features_uri, FEATURES_META))
     if raw is None:
@@ -72,12 +73,12 @@ def read_sparse_width(features_uri: str, variant: str) -> Optional[int]:
     return int(w["sparse"]) if w else None
 
 
-def escape_partition_value(v: Optional[str]) -> str:
+def escape_partition_value(v: str | None) -> str:
     """Spark's escaping of a partition value in a folder name (``%XX`` for special chars)."""
     if v is None:
         return _HIVE_NULL
     special = set("\"#%'*/:=?\\\x7f{[]^")
-    return "".join("%%%02X" % ord(c) if (c in special or ord(c) < 0x20) else c for c in v)
+    return "".join(f"%{ord(c):02X}" if (c in special or ord(c) < 0x20) else c for c in v)
 
 
 def variant_dir(base: str, variant: str) -> str:
@@ -85,16 +86,16 @@ def variant_dir(base: str, variant: str) -> str:
     return storage.join(base, f"{storage.VARIANT}={escape_partition_value(variant)}")
 
 
-def partition_dir(base: str, variant: str, split: Optional[str]) -> str:
+def partition_dir(base: str, variant: str, split: str | None) -> str:
     """The folder of one ``(variant, split)`` under ``base`` (executor and driver side)."""
     return f"{variant_dir(base, variant)}/{storage.SPLIT}={escape_partition_value(split)}"
 
 
-def partition_counts(spark, uri: str) -> Dict[str, Dict[str, int]]:
+def partition_counts(spark, uri: str) -> dict[str, dict[str, int]]:
     """Rows per (variant, split) of the published features: Parquet footers, else Spark."""
     from pyspark.sql import functions as F
 
-    counts: Dict[str, Dict[str, int]] = {}
+    counts: dict[str, dict[str, int]] = {}
     dset = storage.parquet_dataset(uri)
     if dset is not None:
         try:

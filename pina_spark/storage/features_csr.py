@@ -19,7 +19,7 @@ Examples
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.runtime import embstore
@@ -53,14 +53,14 @@ class FeatureMatrix:
         dense_width, sparse_width: widths of the two blocks (``X.shape[1]`` is their sum).
     """
 
-    ids: List[str]
+    ids: list[str]
     X: Any
     dense_width: int
     sparse_width: int
 
 
 def features_to_csr(
-    spark, features_uri_or_df, variant: str, split: str, sparse_width: Optional[int] = None
+    spark, features_uri_or_df, variant: str, split: str, sparse_width: int | None = None
 ) -> FeatureMatrix:
     """One (variant, split) of ``features`` as a :class:`FeatureMatrix`. Driver side.
 
@@ -116,7 +116,7 @@ def features_to_csr(
     return csr_from_batches(batches(), f"{variant}/{split}", sparse_width)
 
 
-def read_variant(features_uri: str, variant: str, sparse_width: Optional[int]) -> FeatureMatrix:
+def read_variant(features_uri: str, variant: str, sparse_width: int | None) -> FeatureMatrix:
     """Every row of one variant of ``features`` (all its splits but a null one, as the train
     stage reads them), read file by file with ``pyarrow.parquet``, without Spark: executor side
     (a model-fitting task reads its own inputs, so the driver holds no matrix), or anywhere
@@ -154,7 +154,7 @@ def read_variant(features_uri: str, variant: str, sparse_width: Optional[int]) -
     return csr_from_batches(batches(), variant, sparse_width)
 
 
-def csr_from_batches(batches, what: str, sparse_width: Optional[int]) -> FeatureMatrix:
+def csr_from_batches(batches, what: str, sparse_width: int | None) -> FeatureMatrix:
     """Arrow record batches of :data:`ROW_COLUMNS` -> :class:`FeatureMatrix` (rows in batch
     order): the one conversion of :func:`features_to_csr` and :func:`read_variant`.
     ``sparse_width`` ``None``: max index + 1 (warned).
@@ -173,9 +173,9 @@ def csr_from_batches(batches, what: str, sparse_width: Optional[int]) -> Feature
     import pyarrow as pa
     import scipy.sparse as sp
 
-    ids: List[Any] = []
-    parts: List[Any] = []  # per batch: its finished block, or (dense, sparse parts) to finish
-    dense_w: Optional[int] = None  # set by the first batch with a dense value
+    ids: list[Any] = []
+    parts: list[Any] = []  # per batch: its finished block, or (dense, sparse parts) to finish
+    dense_w: int | None = None  # set by the first batch with a dense value
     max_sp = -1
     for batch in batches:
         if batch.num_rows == 0:
@@ -248,8 +248,8 @@ def export_csr(
     variant: str,
     split: str,
     out_path: str,
-    sparse_width: Optional[int] = None,
-) -> Dict[str, Any]:
+    sparse_width: int | None = None,
+) -> dict[str, Any]:
     """Write one (variant, split) of ``features`` (:func:`features_to_csr`) as a PECOS/scipy
     CSR ``.npz`` at ``out_path`` and its row order (``instance_id`` ascending, one per line) at
     ``<out_path without .npz>.ids.txt``. Driver side.
@@ -290,7 +290,7 @@ def export_csr(
     return out
 
 
-def frame_to_csr(pdf, dense_dim: Optional[int] = None, sparse_dim: Optional[int] = None):
+def frame_to_csr(pdf, dense_dim: int | None = None, sparse_dim: int | None = None):
     """Rows of a ``features`` frame already in pandas (``dense``, ``sparse_indices``,
     ``sparse_values``) -> float32 CSR ``[dense | sparse]`` with sorted indices, duplicates
     summed and no explicit zeros.

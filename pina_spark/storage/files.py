@@ -7,7 +7,6 @@ on S3. :func:`copy_dir` moves model folders to and from object stores.
 
 import os
 import uuid
-from typing import Optional
 
 from pina_spark.storage.schemas import InputError
 from pina_spark.storage.uri import is_remote, local_path
@@ -47,7 +46,7 @@ def read_inputs_of(uri: str, what: str) -> bytes:
     return raw
 
 
-def read_bytes(uri: str) -> Optional[bytes]:
+def read_bytes(uri: str) -> bytes | None:
     """Read a small file; ``None`` when it does not exist."""
     if is_remote(uri):
         import pyarrow.fs as pafs

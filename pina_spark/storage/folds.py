@@ -15,7 +15,7 @@ import hashlib
 
 
 def _unit(node_id: str, salt: str) -> float:
-    h = hashlib.sha1(f"{salt}\x1f{node_id}".encode("utf-8")).hexdigest()
+    h = hashlib.sha1(f"{salt}\x1f{node_id}".encode()).hexdigest()
     return int(h[:12], 16) / float(16**12)
 
 

@@ -7,7 +7,6 @@ where they apply (local paths and ``s3://``).
 """
 
 import logging
-from typing import List, Optional, Tuple
 
 from pina_spark.storage.uri import is_remote, local_path
 
@@ -32,7 +31,7 @@ def delete_path(spark, uri: str) -> None:
         fs.delete(p, True)
 
 
-def list_dir(spark, uri: str) -> List[Tuple[str, bool]]:
+def list_dir(spark, uri: str) -> list[tuple[str, bool]]:
     """``(name, is_directory)`` of the entries of folder ``uri`` (Hadoop FS; ``[]`` when it
     does not exist)."""
     fs, p = _jfs(spark, uri)
@@ -69,7 +68,7 @@ def parquet_dataset(uri: str):
         return None
 
 
-def count_rows_arrow(uri: str) -> Optional[int]:
+def count_rows_arrow(uri: str) -> int | None:
     """Row count of a Parquet table from its footers, driver side (``None`` when pyarrow does
     not read it here)."""
     dset = parquet_dataset(uri)
@@ -81,7 +80,7 @@ def count_rows_arrow(uri: str) -> Optional[int]:
         return None
 
 
-def parquet_size(uri: str) -> Optional[Tuple[int, int]]:
+def parquet_size(uri: str) -> tuple[int, int] | None:
     """(rows, uncompressed bytes) of a Parquet table from its footers, driver side (``None``
     when pyarrow does not read it here)."""
     dset = parquet_dataset(uri)
@@ -98,7 +97,7 @@ def parquet_size(uri: str) -> Optional[Tuple[int, int]]:
         return None
 
 
-def pyarrow_reaches(uri: Optional[str]) -> bool:
+def pyarrow_reaches(uri: str | None) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
     ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
     if not uri:
@@ -159,7 +158,7 @@ def parquet_files(uri: str):
     return fs, sorted(keep, key=lambda fi: fi.path)
 
 
-def files_fingerprint(uri: str) -> Optional[str]:
+def files_fingerprint(uri: str) -> str | None:
     """Driver side: hash of (path, size, modification time) of every file under ``uri`` listed
     with ``pyarrow.fs`` (no JVM round trip per file), or ``None`` where pyarrow does not reach
     or list it (then use :func:`~pina_spark.storage.commits.input_fingerprint`). Not

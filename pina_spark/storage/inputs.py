@@ -6,7 +6,7 @@ any job runs. Lines that cannot be parsed are kept in ``_corrupt_record`` (:data
 """
 
 import re
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from pina_spark.storage.fs import parquet_dataset, parquet_files, path_exists, pyarrow_reaches
 from pina_spark.storage.schemas import INPUT_COLUMNS, InputError, schema
@@ -112,7 +112,7 @@ def read_input(spark, uri: str, table: str):
         for field in full.fields:
             if field.name in present and present[field.name] != field.dataType:
                 ok = isinstance(field.dataType, T.DoubleType) and isinstance(
-                    present[field.name], (T.FloatType, T.IntegerType, T.LongType)
+                    present[field.name], T.FloatType | T.IntegerType | T.LongType
                 )
                 if not ok:
                     raise InputError(
@@ -184,7 +184,7 @@ def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> 
             return str(t)
 
     fs, files = found
-    seen: Dict[str, Dict[str, str]] = {}
+    seen: dict[str, dict[str, str]] = {}
     for fi in files:
         try:
             with fs.open_input_file(fi.path) as fh:
@@ -212,7 +212,7 @@ def _not_parquet_message(table: str, path: str, uri: str) -> str:
     )
 
 
-def _non_parquet_file(uri: str, spark_error: str) -> Optional[str]:
+def _non_parquet_file(uri: str, spark_error: str) -> str | None:
     """The first data file of the Parquet folder ``uri`` whose footer pyarrow cannot read (a
     stray ``README.txt``), else the path Spark's error names as "not a Parquet file", else
     ``None`` (an empty folder or file)."""
@@ -238,7 +238,7 @@ def _non_parquet_file(uri: str, spark_error: str) -> Optional[str]:
 JSON_PEEK_LINES = 1000
 
 
-def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
+def _peek_columns(spark, uri: str, fmt: str) -> list[str]:
     import json
 
     from pyspark.sql import functions as F
@@ -255,7 +255,7 @@ def _peek_columns(spark, uri: str, fmt: str) -> List[str]:
     )
     if not lines:
         raise InputError(f"{uri}: input is empty (no rows)")
-    keys: List[str] = []
+    keys: list[str] = []
     for row in lines:
         try:
             obj = json.loads(row[0])

@@ -8,7 +8,7 @@ this process's staging folders, so that recovery spares a live run's files, and
 import logging
 import os
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any
 
 from pina_spark.storage.files import read_bytes, write_bytes
 from pina_spark.storage.schemas import LOCK
@@ -27,7 +27,7 @@ class LeaseError(RuntimeError):
 #: lease files older than this (no heartbeat) may be taken over
 LEASE_STALE_S = 600.0
 LEASE_HEARTBEAT_S = 30.0
-_LEASES: Dict[str, "Lease"] = {}
+_LEASES: dict[str, "Lease"] = {}
 _LEASES_LOCK = __import__("threading").Lock()
 
 
@@ -35,7 +35,7 @@ def _root_key(root: str) -> str:
     return root.rstrip("/")
 
 
-def held_run_id(root: str) -> Optional[str]:
+def held_run_id(root: str) -> str | None:
     """Run id of the lease this process holds on ``root`` (``None`` when it holds none)."""
     lease = _LEASES.get(_root_key(root))
     return lease.run_id if lease is not None else None
@@ -49,7 +49,7 @@ def check_lease_for(uri: str) -> None:
             lease.check()
 
 
-def read_lease(root: str) -> Optional[Dict[str, Any]]:
+def read_lease(root: str) -> dict[str, Any] | None:
     """The content of ``<root>/_LOCK`` (``None`` when there is no lease)."""
     import json
 
@@ -60,7 +60,7 @@ def read_lease(root: str) -> Optional[Dict[str, Any]]:
         return {"run_id": "?", "heartbeat": 0.0, "note": "unreadable lease file"}
 
 
-def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> Optional[Dict[str, Any]]:
+def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> dict[str, Any] | None:
     """The lease of ``root`` when it is live (heartbeat younger than ``stale_s``), else ``None``."""
     import time
 
@@ -72,7 +72,7 @@ def live_lease_owner(root: str, stale_s: float = LEASE_STALE_S) -> Optional[Dict
     return owner
 
 
-def describe_lease(owner: Dict[str, Any]) -> str:
+def describe_lease(owner: dict[str, Any]) -> str:
     import time
 
     age = time.time() - float(owner.get("heartbeat", 0.0))
@@ -115,11 +115,11 @@ class Lease:
         self.stale_s = float(stale_s)
         self.heartbeat_s = float(heartbeat_s)
         self.uri = self.root + "/" + LOCK
-        self.lost: Optional[str] = None
+        self.lost: str | None = None
         self._depth = 0
-        self._stop: Optional[threading.Event] = None
-        self._thread: Optional[threading.Thread] = None
-        self.started: Optional[str] = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.started: str | None = None
 
     def _content(self) -> bytes:
         import json
@@ -155,7 +155,7 @@ class Lease:
             fh.write(self._content())
         return True
 
-    def _take_over_stale(self, owner: Dict[str, Any]) -> None:
+    def _take_over_stale(self, owner: dict[str, Any]) -> None:
         aside = f"{self.uri}.stale-{uuid.uuid4().hex[:8]}"
         log.warning("lease %s: taking over the stale lease of %s", self.uri, describe_lease(owner))
         try:

@@ -20,7 +20,8 @@ import platform
 import re
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from pina_spark.config import redact
 from pina_spark.storage.files import read_bytes, write_bytes
@@ -44,14 +45,14 @@ def _now_us() -> str:
 _LIBS = ("pyspark", "pyarrow", "numpy", "scipy", "pandas", "libpecos", "torch", "transformers")
 
 
-def library_versions(names=_LIBS) -> Dict[str, Optional[str]]:
+def library_versions(names=_LIBS) -> dict[str, str | None]:
     """Installed versions of ``names`` (default: the stack) and of Python (``None`` for a
     missing package): the run manifest's ``libraries`` and the model cards' ``versions``."""
     try:
         from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # pragma: no cover
         return {}
-    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for name in names:
         try:
             out[name] = version(name)
@@ -79,7 +80,7 @@ class StepTimer:
 
     def __init__(self, stage: str):
         self.stage = stage
-        self._steps: Dict[str, float] = {}
+        self._steps: dict[str, float] = {}
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -91,7 +92,7 @@ class StepTimer:
             self._steps[name] = self._steps.get(name, 0.0) + dt
             log.info("%s: %s took %.2fs", self.stage, name, dt)
 
-    def as_dict(self) -> Dict[str, float]:
+    def as_dict(self) -> dict[str, float]:
         """``{step: seconds}`` rounded to milliseconds, in first-run order."""
         return {k: round(v, 3) for k, v in self._steps.items()}
 
@@ -127,9 +128,9 @@ class Manifest:
 
     def __init__(self, uri: str):
         self.uri = uri
-        self.data: Dict[str, Any] = self._read()
+        self.data: dict[str, Any] = self._read()
 
-    def _read(self) -> Dict[str, Any]:
+    def _read(self) -> dict[str, Any]:
         raw = read_bytes(self.uri)
         data = json.loads(raw) if raw else {"stages": {}}
         data.setdefault("stages", {})
@@ -155,10 +156,10 @@ class Manifest:
 
         self._update(change)
 
-    def stage(self, name: str) -> Optional[Dict[str, Any]]:
+    def stage(self, name: str) -> dict[str, Any] | None:
         return self.data["stages"].get(name)
 
-    def set_run_info(self, config: Dict[str, Any]) -> None:
+    def set_run_info(self, config: dict[str, Any]) -> None:
         cfg = redact.redact_config(config)
 
         def change(data):
@@ -193,7 +194,7 @@ class Manifest:
         )
 
     def record_stage(
-        self, name: str, stats: Dict[str, Any], fingerprint: str, duration_s: float, **extra: Any
+        self, name: str, stats: dict[str, Any], fingerprint: str, duration_s: float, **extra: Any
     ) -> None:
         """Mark ``name`` complete (after its outputs were published). ``extra``: e.g.
         ``rows_out={table: n}``, ``rows_per_s``."""
@@ -215,7 +216,7 @@ class Manifest:
 
         self._update_stage(name, fn)
 
-    def start_run(self, run_id: str, stages: List[str], **info: Any) -> None:
+    def start_run(self, run_id: str, stages: list[str], **info: Any) -> None:
         """Append an entry to the run history (one per ``run_pipeline`` call)."""
 
         def change(data):
@@ -226,7 +227,7 @@ class Manifest:
         self._update(change)
 
     def finish_run(
-        self, run_id: str, result: Dict[str, str], status: str, error: Optional[str] = None
+        self, run_id: str, result: dict[str, str], status: str, error: str | None = None
     ) -> None:
         def change(data):
             for h in reversed(data.get("history", [])):

@@ -12,14 +12,15 @@ Examples
 """
 
 import io as _pyio
-from typing import Any, Dict, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 __all__ = ["dumps", "loads", "pack_strings", "unpack_strings"]
 
 
-def dumps(matrices: Dict[str, Any], arrays: Dict[str, Any]) -> bytes:
+def dumps(matrices: dict[str, Any], arrays: dict[str, Any]) -> bytes:
     """One ``.npz`` of CSR ``matrices`` (float32 data) and plain ``arrays``."""
     out = dict(arrays)
     for name, m in matrices.items():
@@ -39,7 +40,7 @@ def dumps(matrices: Dict[str, Any], arrays: Dict[str, Any]) -> bytes:
 
 def loads(
     raw: bytes, matrices: Sequence[str], optional: Sequence[str] = ()
-) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(matrices, arrays)`` of :func:`dumps`' bytes; ``matrices`` names the CSR ones (their
     indices sorted), ``optional`` CSR ones that may be absent (then not in ``matrices``' dict).
 
@@ -65,7 +66,7 @@ def loads(
     return mats, {k: z[k] for k in z.files if k not in parts}
 
 
-def pack_strings(name: str, strings: Sequence[str]) -> Dict[str, Any]:
+def pack_strings(name: str, strings: Sequence[str]) -> dict[str, Any]:
     """Arrays of :func:`dumps` holding ``strings`` as UTF-8 bytes and their end offsets (no
     pickle, no fixed-width padding to the longest string).
 
@@ -82,7 +83,7 @@ def pack_strings(name: str, strings: Sequence[str]) -> Dict[str, Any]:
     }
 
 
-def unpack_strings(arrays: Dict[str, Any], name: str) -> list:
+def unpack_strings(arrays: dict[str, Any], name: str) -> list:
     """The strings :func:`pack_strings` packed under ``name``."""
     buf = arrays[f"{name}_utf8"].tobytes()
     ends = arrays[f"{name}_ends"].tolist()

@@ -19,7 +19,8 @@ Examples
 (True, 2)
 """
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["PartFile"]
 
@@ -37,8 +38,8 @@ class PartFile:
         name: str,
         attempt: int,
         schema,
-        compression: Optional[str] = None,
-        use_dictionary: Union[bool, Sequence[str]] = True,
+        compression: str | None = None,
+        use_dictionary: bool | Sequence[str] = True,
     ):
         import pyarrow.parquet as pq
 

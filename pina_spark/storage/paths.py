@@ -8,7 +8,6 @@ Examples
 """
 
 import uuid
-from typing import Optional
 
 from pina_spark.storage.lease import held_run_id
 from pina_spark.storage.schemas import MANIFEST, STAGING, STAGING_RUN_TAG
@@ -18,7 +17,7 @@ class RunPaths:
     """Where a run's tables live. With ``run_date`` every output goes under
     ``<output>/run_date=YYYY-MM-DD/`` so a rerun of that date replaces only that date."""
 
-    def __init__(self, output: str, run_date: Optional[str] = None):
+    def __init__(self, output: str, run_date: str | None = None):
         self.output = output.rstrip("/")
         self.run_date = run_date
         self.root = self.output + (f"/run_date={run_date}" if run_date else "")

@@ -28,7 +28,8 @@ import dataclasses as dc
 import hashlib
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any
 
 from pina_spark.storage.fs import pyarrow_fs, pyarrow_reaches
 from pina_spark.storage.inputs import JSON_PEEK_LINES
@@ -75,17 +76,17 @@ class InputReport:
     format: str
     files: int = 0
     bytes: int = 0
-    rows: Optional[int] = None
-    columns: Tuple[str, ...] = ()
-    problem: Optional[str] = None
-    note: Optional[str] = None
+    rows: int | None = None
+    columns: tuple[str, ...] = ()
+    problem: str | None = None
+    note: str | None = None
 
     @property
     def blocks_run(self) -> bool:
         """Whether a run reading this table would stop on it."""
         return self.status in (MISSING, BAD)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dict(dc.asdict(self), columns=list(self.columns))
 
 
@@ -112,8 +113,8 @@ def inspect_input(uri: str, table: str) -> InputReport:
     found = InputReport(
         table, uri, OK, fmt, files=len(files), bytes=sum(int(fi.size or 0) for fi in files)
     )
-    rows: Optional[int]
-    note: Optional[str] = None
+    rows: int | None
+    note: str | None = None
     try:
         if fmt == "parquet":
             rows, columns = _parquet(fs, files, uri, table)
@@ -165,7 +166,7 @@ def type_accepted(expected, found) -> bool:
     if found == expected:
         return True
     return isinstance(expected, T.DoubleType) and isinstance(
-        found, (T.FloatType, T.IntegerType, T.LongType)
+        found, T.FloatType | T.IntegerType | T.LongType
     )
 
 
@@ -182,7 +183,7 @@ def _spark_type(arrow_type):
         return None
 
 
-def _parquet(fs, files, uri: str, table: str) -> Tuple[int, List[str]]:
+def _parquet(fs, files, uri: str, table: str) -> tuple[int, list[str]]:
     """Row count and columns of a Parquet input, from the footer of every file; the contract
     columns' types are checked in each file."""
     import pyarrow.parquet as pq
@@ -193,7 +194,7 @@ def _parquet(fs, files, uri: str, table: str) -> Tuple[int, List[str]]:
         )
     expected = {f.name: f.dataType for f in schema(table).fields}
     rows, columns = 0, []
-    seen: Dict[str, Dict[str, str]] = {}
+    seen: dict[str, dict[str, str]] = {}
     for fi in files:
         try:
             with fs.open_input_file(fi.path) as fh:
@@ -245,19 +246,19 @@ def _open_text(fs, path: str):
     )
 
 
-def _first_line(fs, path: str) -> Optional[str]:
+def _first_line(fs, path: str) -> str | None:
     with _open_text(fs, path) as fh:
         line = fh.readline(_FIRST_LINE_MAX)
     line = line.rstrip("\r\n")
     return line if line.strip() else None
 
 
-def _csv_header(fs, files, uri: str) -> List[str]:
+def _csv_header(fs, files, uri: str) -> list[str]:
     """The header of a CSV input: the first line of every file, which must agree (Spark checks
     each file's header against the columns it reads)."""
     import csv
 
-    headers: Dict[Tuple[str, ...], str] = {}
+    headers: dict[tuple[str, ...], str] = {}
     for fi in files:
         line = _first_line(fs, fi.path)
         if line is None:
@@ -274,9 +275,9 @@ def _csv_header(fs, files, uri: str) -> List[str]:
     return first
 
 
-def _json_keys(fs, files, uri: str) -> List[str]:
+def _json_keys(fs, files, uri: str) -> list[str]:
     """The keys of the first :data:`JSON_PEEK_LINES` non-blank lines of a JSON lines input."""
-    keys: List[str] = []
+    keys: list[str] = []
     n = 0
     for fi in files:
         with _open_text(fs, fi.path) as fh:
@@ -301,7 +302,7 @@ def _json_keys(fs, files, uri: str) -> List[str]:
     return keys
 
 
-def _count_text(fs, files, uri: str, fmt: str) -> Tuple[Optional[int], Optional[str]]:
+def _count_text(fs, files, uri: str, fmt: str) -> tuple[int | None, str | None]:
     """Rows of a local text input of at most :data:`COUNT_TEXT_MAX_BYTES` (CSV records after
     the header, quoted newlines kept in their record; non-blank JSON lines), else ``None``."""
     import csv
@@ -321,7 +322,7 @@ def _count_text(fs, files, uri: str, fmt: str) -> Tuple[Optional[int], Optional[
 
 
 # --------------------------------------------------------------------------- run root
-def is_complete_arrow(uri: str) -> Optional[bool]:
+def is_complete_arrow(uri: str) -> bool | None:
     """Whether the published folder ``uri`` holds its ``_SUCCESS`` marker, with pyarrow
     (what :func:`pina_spark.storage.is_complete` asks Hadoop); ``None`` where pyarrow does not
     reach it."""
@@ -336,7 +337,7 @@ def is_complete_arrow(uri: str) -> Optional[bool]:
         return None
 
 
-def input_fingerprint_local(uris: Iterable[Optional[str]]) -> Optional[str]:
+def input_fingerprint_local(uris: Iterable[str | None]) -> str | None:
     """:func:`pina_spark.storage.input_fingerprint` without a JVM, for local inputs: the same
     hash of ``file:<absolute path>:<size>:<modification ms>`` of every file under each input
     (Hadoop's local file system hides its ``.<name>.crc`` checksum files and qualifies a relative

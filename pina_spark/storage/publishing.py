@@ -15,7 +15,8 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pina_spark.storage.files import read_bytes, write_bytes
 from pina_spark.storage.fs import (
@@ -48,7 +49,7 @@ def _rename(spark, src: str, dst: str) -> None:
     ``os.rename``, which cannot replace a non-empty folder, so the refusal is atomic there."""
     import errno
 
-    exists = IOError(
+    exists = OSError(
         f"could not rename {src} -> {dst}: the destination exists (another "
         f"writer published it; refusing to nest or overwrite)"
     )
@@ -63,7 +64,7 @@ def _rename(spark, src: str, dst: str) -> None:
             # another writer renamed into place between the check and the rename
             if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and os.path.lexists(d):
                 raise exists from e
-            raise IOError(f"could not rename {src} -> {dst}: {e}") from e
+            raise OSError(f"could not rename {src} -> {dst}: {e}") from e
         return
     fs, s = _jfs(spark, src)
     _, d = _jfs(spark, dst)
@@ -73,10 +74,10 @@ def _rename(spark, src: str, dst: str) -> None:
     if parent is not None and not fs.exists(parent):
         fs.mkdirs(parent)
     if not fs.rename(s, d):
-        raise exists if fs.exists(d) else IOError(f"could not rename {src} -> {dst}")
+        raise exists if fs.exists(d) else OSError(f"could not rename {src} -> {dst}")
 
 
-def _version_info(uri: str) -> Optional[Dict[str, Any]]:
+def _version_info(uri: str) -> dict[str, Any] | None:
     """The content of ``<uri>/_VERSION`` (``{"version", "files": {path: size} or None}``)."""
     import json
 
@@ -93,14 +94,14 @@ def _version_info(uri: str) -> Optional[Dict[str, Any]]:
     return info if isinstance(info, dict) else None
 
 
-def table_version(uri: str) -> Optional[str]:
+def table_version(uri: str) -> str | None:
     """The version token written into a published folder by :func:`publish` (``None`` for a
     folder published before version tokens existed, or a missing one)."""
     info = _version_info(uri)
     return info.get("version") if info else None
 
 
-def _relative_files(uri: str) -> Optional[Dict[str, int]]:
+def _relative_files(uri: str) -> dict[str, int] | None:
     """``{relative path: size}`` of every file under ``uri`` but the markers and hidden files
     (e.g. Hadoop's local ``.crc`` files) (pyarrow listing; ``None`` where pyarrow does not
     reach)."""
@@ -142,7 +143,7 @@ def publish(spark, staging: str, final: str) -> None:
     aside copy is put back when ``final`` is gone, else dropped)."""
     check_lease_for(final)
     if not is_complete(spark, staging):
-        raise IOError(f"refusing to publish {staging}: no _SUCCESS marker (incomplete write)")
+        raise OSError(f"refusing to publish {staging}: no _SUCCESS marker (incomplete write)")
     import json
 
     write_bytes(
@@ -170,7 +171,7 @@ def publish(spark, staging: str, final: str) -> None:
     log.info("published %s", final)
 
 
-def recover(spark, paths: RunPaths, rels: Iterable[str]) -> List[str]:
+def recover(spark, paths: RunPaths, rels: Iterable[str]) -> list[str]:
     """Repair an interrupted publish: if ``<t>`` is missing, or present without ``_SUCCESS``
     (an S3-style rename copies object by object and can stop half way), and a complete
     ``<t>.__old-*`` exists, restore it; delete leftover staging folders of runs that do not
@@ -249,12 +250,12 @@ def _clean_staging(spark, paths: RunPaths) -> None:
         fs.delete(p, True)
 
 
-def _stray_olds(spark, paths: RunPaths, depth: int = 2) -> List[str]:
+def _stray_olds(spark, paths: RunPaths, depth: int = 2) -> list[str]:
     """Relative names ``t`` of every ``<root>/t.__old-*`` folder (``depth`` levels deep)."""
     fs, root = _jfs(spark, paths.root)
     if not fs.exists(root):
         return []
-    found: List[str] = []
+    found: list[str] = []
     level = [("", root)]
     for _ in range(depth):
         nxt = []
@@ -319,23 +320,23 @@ def publish_written(spark, df, staging: str, final: str, what: str) -> int:
     return n
 
 
-def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str) -> None:
+def _check_written(staging: str, reported: Sequence[tuple[str, int]], what: str) -> None:
     """Raise ``IOError`` unless the data files under ``staging`` are exactly ``reported`` (path,
     rows), each with that row count in its Parquet footer."""
     import pyarrow.parquet as pq
 
     found = parquet_files(staging)
     if found is None:
-        raise IOError(f"{what}: cannot list {staging} to check the written files")
+        raise OSError(f"{what}: cannot list {staging} to check the written files")
     fs, files = found
     on_disk = {fi.path for fi in files}
-    want: Dict[str, int] = {}
+    want: dict[str, int] = {}
     for path, rows in reported:
         want[path] = want.get(path, 0) + rows  # pyarrow paths, as the writers report them
     missing = sorted(set(want) - on_disk)
     extra = sorted(on_disk - set(want))
     if missing or extra:
-        raise IOError(
+        raise OSError(
             f"{what}: the files in {staging} are not those the tasks reported "
             f"(missing {missing[:3]}{'...' if len(missing) > 3 else ''}, unexpected "
             f"{extra[:3]}{'...' if len(extra) > 3 else ''}); was the staging folder "
@@ -345,6 +346,6 @@ def _check_written(staging: str, reported: Sequence[Tuple[str, int]], what: str)
         with fs.open_input_file(path) as fh:
             got = pq.ParquetFile(fh).metadata.num_rows
         if got != rows:
-            raise IOError(
+            raise OSError(
                 f"{what}: {path} holds {got} rows, its task reported {rows}; not " f"publishing"
             )

@@ -11,8 +11,6 @@ Examples
 ('basket_id', 'item_id')
 """
 
-from typing import Dict, Tuple
-
 # --------------------------------------------------------------------------- column names
 INSTANCE_ID = "instance_id"
 LABEL_ID = "label_id"
@@ -142,7 +140,7 @@ def _schemas():
 
 
 #: input tables: (required columns, optional columns)
-INPUT_COLUMNS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, ...]]] = {
+INPUT_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "instances": ((INSTANCE_ID, TEXT), (SPLIT,)),
     "labels": ((LABEL_ID, TEXT), ()),
     "instance_labels": ((INSTANCE_ID, LABEL_ID), ()),

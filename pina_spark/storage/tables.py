@@ -8,7 +8,7 @@ go through staging and atomic publish (:mod:`pina_spark.storage.publishing`).
 
 import contextlib
 import logging
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
 
 from pina_spark.storage.files import write_bytes
 from pina_spark.storage.fs import (
@@ -92,7 +92,7 @@ def collect_arrow(df):
     return pa.Table.from_batches([], schema=to_arrow_schema(df.schema))
 
 
-def frame_from_arrow(spark, tbl, table: Optional[str] = None):
+def frame_from_arrow(spark, tbl, table: str | None = None):
     """A DataFrame of a pyarrow Table held by the driver, with the explicit schema of
     ``table`` (the reverse of :func:`collect_arrow`; ``None``: the Table's own schema): from the
     Arrow table itself on Spark >= 4, through pandas with Arrow on Spark 3.5.
@@ -168,7 +168,7 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str, kind:
             log.warning("could not remove the staging folder %s", staging)
 
 
-def parquet_codec(name: Optional[str], default: str = "snappy") -> str:
+def parquet_codec(name: str | None, default: str = "snappy") -> str:
     """pyarrow's name of a Spark Parquet compression codec (``uncompressed`` -> ``none``).
 
     Examples
@@ -216,8 +216,8 @@ def _footer_has_contract(uri: str, contract) -> bool:
 
 
 def write_quarantine(
-    df, paths: RunPaths, table: str, n_rows: Optional[int] = None, spark=None
-) -> Dict[str, int]:
+    df, paths: RunPaths, table: str, n_rows: int | None = None, spark=None
+) -> dict[str, int]:
     """Publish quarantined rows of input ``table`` (with a ``reason`` column) under
     ``quarantine/<table>`` and return counts per reason, counted on the published table
     (:func:`group_counts`; always written, even when empty). ``n_rows=0`` (known to the
@@ -253,7 +253,7 @@ def _write_parquet_file(fs, folder: str, tbl) -> None:
         pq.write_table(tbl, fh, compression="zstd")
 
 
-def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: Optional[str] = None) -> str:
+def write_arrow(spark, tbl, paths: RunPaths, rel: str, partition_by: str | None = None) -> str:
     """Publish a pyarrow Table held by the driver at ``paths.table(rel)``, same staging and
     publish as :func:`write_table`: one Parquet file (one per value of ``partition_by``, in
     ``<column>=<value>/`` folders without the column, as Spark lays out a partitioned table)

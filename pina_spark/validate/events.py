@@ -38,7 +38,7 @@ Examples
 """
 
 import logging
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.validate.rules import CHECKS, MAX_TEXT_CHARS, RULES, column, reason_counts
@@ -62,7 +62,7 @@ _RULES = RULES["events"]
 _DUPLICATE = _RULES.duplicate
 
 
-def validate_events(raw, instance_ids, rows_in: int, uri: str) -> Tuple[Any, Any, Dict[str, Any]]:
+def validate_events(raw, instance_ids, rows_in: int, uri: str) -> tuple[Any, Any, dict[str, Any]]:
     """Validate the raw ``events`` frame in one pass and collect it.
 
     Parameters
@@ -104,7 +104,7 @@ def with_reason(tbl, rules):
     return tbl.append_column(storage.REASON, reason)
 
 
-def tag_row_rules(tbl, table: str, max_text_chars: int, enc: Optional[Dict[str, Any]] = None):
+def tag_row_rules(tbl, table: str, max_text_chars: int, enc: dict[str, Any] | None = None):
     """The row rules of ``table`` (:data:`pina_spark.validate.rules.RULES`, defaults first) over
     the pyarrow Table ``tbl``: ``tbl`` plus ``reason``; ``enc``: dictionary-encoded columns
     (:func:`encode_ids`), tested once per distinct value."""
@@ -122,7 +122,7 @@ def tag_row_rules(tbl, table: str, max_text_chars: int, enc: Optional[Dict[str, 
     )
 
 
-def encode_ids(tbl) -> Dict[str, Any]:
+def encode_ids(tbl) -> dict[str, Any]:
     """``basket_id`` and ``item_id`` dictionary-encoded once (an id repeats on every row of its
     basket, or of its item): the row rules test each distinct id once
     (:func:`pina_spark.validate.rules.per_value`) and :func:`flag_duplicates` uses the codes."""
@@ -160,7 +160,7 @@ def split_by_reason(tbl, table: str, rows_in: int, uri: str):
 
     cols = [f.name for f in storage.schema(table).fields]
     reason = tbl.column(storage.REASON)
-    by_reason: Dict[Any, int] = {None: reason.null_count}
+    by_reason: dict[Any, int] = {None: reason.null_count}
     for vc in pc.value_counts(reason.combine_chunks()).to_pylist():
         if vc["values"] is not None:
             by_reason[vc["values"]] = int(vc["counts"])

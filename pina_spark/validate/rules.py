@@ -60,7 +60,8 @@ True
 """
 
 import dataclasses as dc
-from typing import Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from pina_spark import storage
 
@@ -284,7 +285,7 @@ def _bad_weight_arrow(values, max_chars: int):
 
 
 #: every check a row rule may name
-CHECKS: Dict[str, Check] = {
+CHECKS: dict[str, Check] = {
     "corrupt": Check(_corrupt_spark, _corrupt_arrow, if_null=False),
     "blank": Check(_blank_spark, _blank_arrow, if_null=True),
     "fffd": Check(_fffd_spark, _fffd_arrow, if_null=False),
@@ -323,7 +324,7 @@ class RowRule:
 
     reason: str
     check: str
-    columns: Tuple[str, ...]
+    columns: tuple[str, ...]
 
     def spark_mask(self, max_text_chars: int):
         """The rule as a pyspark Column (true: the row breaks it; never null)."""
@@ -334,7 +335,7 @@ class RowRule:
             cond = one if cond is None else (cond | one)
         return cond
 
-    def arrow_mask(self, tbl, max_text_chars: int, enc: Optional[Dict[str, Any]] = None):
+    def arrow_mask(self, tbl, max_text_chars: int, enc: dict[str, Any] | None = None):
         """The rule over a pyarrow Table (a boolean array, never null); a column found in
         ``enc`` (dictionary-encoded once by the caller) is tested once per distinct value."""
         import pyarrow.compute as pc
@@ -366,8 +367,8 @@ class Duplicate:
     ordered by ``order`` ascending, nulls last (rows tied on keys and order are identical in
     the contract columns, so which of them is kept does not matter)."""
 
-    keys: Tuple[str, ...]
-    order: Tuple[str, ...]
+    keys: tuple[str, ...]
+    order: tuple[str, ...]
     reason: str
 
 
@@ -376,10 +377,10 @@ class TableRules:
     """The rules of one input table, applied in this order: ``defaults`` (a blank value of the
     column becomes the given value), ``rows``, ``unknown``, ``duplicate``."""
 
-    rows: Tuple[RowRule, ...]
+    rows: tuple[RowRule, ...]
     duplicate: Duplicate
-    unknown: Tuple[Unknown, ...] = ()
-    defaults: Tuple[Tuple[str, str], ...] = ()
+    unknown: tuple[Unknown, ...] = ()
+    defaults: tuple[tuple[str, str], ...] = ()
 
 
 _ID, _LABEL = storage.INSTANCE_ID, storage.LABEL_ID
@@ -392,7 +393,7 @@ _PAIR_ROWS = (
 _PAIR_DUPLICATE = Duplicate((_ID, _LABEL), (), "duplicate_pair")
 
 #: the rules of every input table
-RULES: Dict[str, TableRules] = {
+RULES: dict[str, TableRules] = {
     "instances": TableRules(
         defaults=((storage.SPLIT, storage.SPLIT_TRAIN),),
         rows=(
@@ -454,8 +455,8 @@ class ValidationInvariantError(RuntimeError):
 
 
 def reason_counts(
-    table: str, uri: str, rows_in: int, by_reason: Dict[Optional[str], int]
-) -> Dict[str, Any]:
+    table: str, uri: str, rows_in: int, by_reason: dict[str | None, int]
+) -> dict[str, Any]:
     """The manifest counts of one table from its rows per reason (``None``: used), checking
     the rows-in = used + quarantined invariant.
 
@@ -494,7 +495,7 @@ _ADVICE = {
 }
 
 
-def check_quality(counts: Dict[str, Dict[str, Any]], quality, where: str = "") -> None:
+def check_quality(counts: dict[str, dict[str, Any]], quality, where: str = "") -> None:
     """Data-quality gates over the counts of :func:`pina_spark.validate.validate_inputs`
     (``quality`` config section): run after the quarantine tables are published.
 

@@ -37,7 +37,8 @@ Example::
 import contextlib
 import dataclasses as dc
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.validate import events as arrow_events
@@ -137,7 +138,7 @@ def _flag_duplicates(tagged, keys, order, reason: str):
     )
 
 
-def _tag(raw, name: str, max_text_chars: int, clean: Dict[str, Any]):
+def _tag(raw, name: str, max_text_chars: int, clean: dict[str, Any]):
     """Every rule of table ``name`` over the raw frame: ``raw`` plus ``reason`` (null =
     clean). ``clean``: the clean frames of the tables its ids must be in."""
     from pyspark.sql import functions as F
@@ -234,7 +235,7 @@ def validate_filter_pairs(raw):
 
 
 # --------------------------------------------------------------------------- driver entry
-def required_tables(cfg) -> Tuple[str, ...]:
+def required_tables(cfg) -> tuple[str, ...]:
     """Input tables the config needs (a missing one is an error).
 
     Examples
@@ -251,7 +252,7 @@ def required_tables(cfg) -> Tuple[str, ...]:
     return tuple(need)
 
 
-def read_inputs(spark, cfg) -> Dict[str, Any]:
+def read_inputs(spark, cfg) -> dict[str, Any]:
     """The raw frames of every configured input table (:func:`pina_spark.storage.read_input`), after
     checking that the tables the config needs are configured.
 
@@ -309,11 +310,11 @@ class ValidationResult:
         The persisted intermediate frames, for the caller to ``unpersist()`` when done.
     """
 
-    tables: Dict[str, Any]
-    quarantine: Dict[str, Any]
-    counts: Dict[str, Dict[str, Any]]
-    clean_arrow: Dict[str, Any]
-    persisted: Tuple[Any, ...]
+    tables: dict[str, Any]
+    quarantine: dict[str, Any]
+    counts: dict[str, dict[str, Any]]
+    clean_arrow: dict[str, Any]
+    persisted: tuple[Any, ...]
 
 
 def validate_inputs(
@@ -321,8 +322,8 @@ def validate_inputs(
     cfg,
     *,
     timer=None,
-    raw: Optional[Dict[str, Any]] = None,
-    rows_in: Optional[Dict[str, int]] = None,
+    raw: dict[str, Any] | None = None,
+    rows_in: dict[str, int] | None = None,
     on_driver: Sequence[str] = (),
     driver_frames: bool = True,
 ) -> ValidationResult:
@@ -369,12 +370,12 @@ def validate_inputs(
         result.counts["events"]["reasons"]  # {'unknown_item': 3, 'duplicate_event': 1}
     """
     raw = read_inputs(spark, cfg) if raw is None else raw
-    tables: Dict[str, Any] = {}
-    quarantine: Dict[str, Any] = {}
-    counts: Dict[str, Dict[str, Any]] = {}
-    persisted: List[Any] = []
-    clean_ids: Dict[str, Any] = {}  # clean ids as pyarrow arrays, where the driver has them
-    driver_clean: Dict[str, Any] = {}  # clean rows of the tables validated on the driver
+    tables: dict[str, Any] = {}
+    quarantine: dict[str, Any] = {}
+    counts: dict[str, dict[str, Any]] = {}
+    persisted: list[Any] = []
+    clean_ids: dict[str, Any] = {}  # clean ids as pyarrow arrays, where the driver has them
+    driver_clean: dict[str, Any] = {}  # clean rows of the tables validated on the driver
     for name in TABLE_ORDER:
         if name not in raw:
             continue
@@ -419,7 +420,7 @@ def validate_inputs(
     return ValidationResult(tables, quarantine, counts, driver_clean, tuple(persisted))
 
 
-def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> Tuple[str, ...]:
+def driver_tables(spark, cfg, raw: dict[str, Any], rows_in: dict[str, int]) -> tuple[str, ...]:
     """Which of :data:`DRIVER_TABLES` are validated on the driver (decided once, before any is
     read): those of at most :data:`DRIVER_MAX_ROWS` rows and :data:`DRIVER_MAX_BYTES` bytes of
     values. Rows and bytes come from the Parquet footers where pyarrow reaches the input (no
@@ -447,7 +448,7 @@ def driver_tables(spark, cfg, raw: Dict[str, Any], rows_in: Dict[str, int]) -> T
     return tuple(out)
 
 
-def _spark_size(raw) -> Tuple[int, int]:
+def _spark_size(raw) -> tuple[int, int]:
     """(rows, characters of the string columns) of a raw input frame: one Spark job."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -480,7 +481,7 @@ def _driver_rows(raw, uri: str, name: str):
     return tbl
 
 
-def _clean_ids(tables: Dict[str, Any], clean_ids: Dict[str, Any], name: str):
+def _clean_ids(tables: dict[str, Any], clean_ids: dict[str, Any], name: str):
     """The clean ids of ``name`` (``instances`` or ``labels``) as a pyarrow array: the driver's
     when it validated the table, else one Spark collect."""
     if name not in clean_ids:
@@ -489,7 +490,7 @@ def _clean_ids(tables: Dict[str, Any], clean_ids: Dict[str, Any], name: str):
     return clean_ids[name]
 
 
-def _validate_one(name: str, raw, tables: Dict[str, Any], max_text_chars: int):
+def _validate_one(name: str, raw, tables: dict[str, Any], max_text_chars: int):
     """The tagged rows of one table (persisted), joined against the clean ``tables`` its rules
     name."""
     from pyspark import StorageLevel
@@ -498,7 +499,7 @@ def _validate_one(name: str, raw, tables: Dict[str, Any], max_text_chars: int):
     return _tag(raw, name, max_text_chars, clean).persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _count(tagged, name: str, uri: str, rows_in: int) -> Dict[str, Any]:
+def _count(tagged, name: str, uri: str, rows_in: int) -> dict[str, Any]:
     """The counts of one tagged table: one ``groupBy`` of the reasons."""
     from pyspark.sql import functions as F
 
@@ -509,7 +510,7 @@ def _count(tagged, name: str, uri: str, rows_in: int) -> Dict[str, Any]:
     return reason_counts(name, uri, rows_in, by_reason)
 
 
-def _log_counts(name: str, c: Dict[str, Any]) -> None:
+def _log_counts(name: str, c: dict[str, Any]) -> None:
     log.info(
         "input %s: %d rows in, %d used, %d quarantined %s",
         name,

@@ -28,7 +28,8 @@ Examples
 ['duplicate_id', None, None, 'missing_id']
 """
 
-from typing import Any, Dict, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.validate.events import flag_unknown, split_by_reason, tag_row_rules
@@ -41,8 +42,8 @@ TABLES = ("instances", "labels", "instance_labels")
 
 
 def validate_table(
-    name: str, tbl, rows_in: int, uri: str, max_text_chars: int, known: Dict[str, Any]
-) -> Tuple[Any, Any, Dict[str, Any]]:
+    name: str, tbl, rows_in: int, uri: str, max_text_chars: int, known: dict[str, Any]
+) -> tuple[Any, Any, dict[str, Any]]:
     """Validate one raw table held by the driver (the contract columns and
     ``_corrupt_record``, as :func:`pina_spark.storage.read_input_arrow` gives them).
 
@@ -73,7 +74,7 @@ def validate_table(
     return split_by_reason(tag_table(name, tbl, max_text_chars, known), name, rows_in, uri)
 
 
-def tag_table(name: str, tbl, max_text_chars: int, known: Dict[str, Any]):
+def tag_table(name: str, tbl, max_text_chars: int, known: dict[str, Any]):
     """Every rule of table ``name`` (:data:`pina_spark.validate.rules.RULES`) over ``tbl``:
     the row rules, the unknown ids against ``known`` (``{table: pyarrow array of its clean
     ids}``), then the duplicates: ``tbl`` plus ``reason``."""

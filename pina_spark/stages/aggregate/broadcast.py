@@ -11,7 +11,8 @@ the driver reads them and ships a Spark broadcast variable (one copy per Python 
 
 import dataclasses as dc
 import logging
-from typing import Any, Dict, Iterator, List, Tuple
+from collections.abc import Iterator
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import variants as V
@@ -29,7 +30,7 @@ class FilesSource(embstore.StoreSpec):
     """The tables each executor machine memory-maps (a
     :class:`~pina_spark.runtime.embstore.StoreSpec`; ``key`` names the exact table files)."""
 
-    def open(self) -> Dict[str, Any]:
+    def open(self) -> dict[str, Any]:
         """Executor side: the memory-mapped store (cached per worker)."""
         return embstore.open_store(self)
 
@@ -43,7 +44,7 @@ class SparkSource:
 
     broadcast: Any
 
-    def open(self) -> Dict[str, Any]:
+    def open(self) -> dict[str, Any]:
         """Executor side: the broadcast arrays (cached per worker by Spark)."""
         return self.broadcast.value
 
@@ -125,7 +126,7 @@ def _source(spark, inputs: AggregateInputs, plan: AggregatePlan):
     return SparkSource(spark.sparkContext.broadcast(payload))
 
 
-def _read_arrow(df, uris: Tuple[str, ...], columns: List[str]):
+def _read_arrow(df, uris: tuple[str, ...], columns: list[str]):
     """Read ``columns`` of a table on the driver: pyarrow straight from the Parquet files when
     ``uris`` (the file tables ``df`` is the union of) are readable (fast, multi-threaded), else
     through Spark."""
@@ -135,7 +136,7 @@ def _read_arrow(df, uris: Tuple[str, ...], columns: List[str]):
     return storage.collect_arrow(df.select(*columns))
 
 
-def broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> Dict[str, Any]:
+def broadcast_payload(emb_tbl, ids_tbl, dense_dim: int, sparse_dim: int) -> dict[str, Any]:
     """Driver side: numpy/Arrow arrays of the embeddings, indexed by a node-index lookup (the
     keys of :func:`pina_spark.runtime.embstore.open_store`)."""
     import numpy as np

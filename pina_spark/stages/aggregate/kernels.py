@@ -16,7 +16,6 @@ Examples
 """
 
 import dataclasses as dc
-from typing import Optional, Tuple
 
 from pina_spark import storage
 from pina_spark.runtime import embstore
@@ -43,7 +42,7 @@ class ReduceTask:
     with_v1: bool
     dense_dim: int
     sparse_dim: int
-    fault_plan: Optional[Tuple] = None
+    fault_plan: tuple | None = None
 
 
 def weights(ln, lw, nb_ptr, w_col):

@@ -36,7 +36,8 @@ Examples
 
 import dataclasses as dc
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.runtime import embstore

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import re
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 from urllib.parse import unquote
 
 from pina_spark import storage
@@ -65,12 +65,12 @@ class AggregateInputs:
     nodes: Any
     embeddings: Any
     neighbors: Any
-    embeddings_uri: Optional[str] = None
-    nodes_uri: Optional[str] = None
+    embeddings_uri: str | None = None
+    nodes_uri: str | None = None
     selection: Any = None
-    label_features_uri: Optional[str] = None
+    label_features_uri: str | None = None
 
-    def uris(self, table_uri: Optional[str]) -> Tuple[str, ...]:
+    def uris(self, table_uri: str | None) -> tuple[str, ...]:
         """The file tables behind ``embeddings`` (or ``nodes``): ``table_uri`` plus the label
         features table; ``()`` when ``table_uri`` is not a file table."""
         if not table_uri:
@@ -114,22 +114,22 @@ class AggregatePlan:
 
     strategy: str
     reason: str
-    broadcast_via: Optional[str]
-    broadcast_via_reason: Optional[str]
+    broadcast_via: str | None
+    broadcast_via_reason: str | None
     writer: str
     writer_reason: str
     dense_dim: int
     sparse_dim: int
     v1_weight: float
-    variants: Tuple[str, ...]
+    variants: tuple[str, ...]
     embeddings_mb: float
     partitions: int
     label_features: str = "text"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The plan as the stage statistics record it (``broadcast_via`` only for
         ``broadcast``)."""
-        d: Dict[str, Any] = {
+        d: dict[str, Any] = {
             "strategy": self.strategy,
             "reason": self.reason,
             "dense_dim": self.dense_dim,
@@ -152,7 +152,7 @@ def plan_aggregate(
     inputs: AggregateInputs,
     agg_cfg,
     staging_uri: str,
-    sparse_dim: Optional[int] = None,
+    sparse_dim: int | None = None,
 ) -> AggregatePlan:
     """Decide strategy, transport, writer, widths and partitions. Driver side.
 
@@ -219,8 +219,8 @@ def plan_aggregate(
 
 
 def measure_embeddings(
-    inputs: AggregateInputs, sparse_dim: Optional[int]
-) -> Tuple[Dict[str, Any], int, int]:
+    inputs: AggregateInputs, sparse_dim: int | None
+) -> tuple[dict[str, Any], int, int]:
     """``(stats, D, S)`` of the embeddings (Parquet footers where pyarrow reads them, else one
     Spark job): rows, dense and sparse values, max sparse index; S = ``sparse_dim`` when known
     (checked against the max index), else max index + 1 (with a warning). Driver side."""
@@ -255,7 +255,7 @@ def measure_embeddings(
 # --------------------------------------------------------------------------- choosers
 def choose_strategy(
     strategy: str, size_mb: float, broadcast_max_mb: float, limit_key: str = "broadcast_max_mb"
-) -> Tuple[str, str]:
+) -> tuple[str, str]:
     """Pick ``broadcast`` or ``shuffle``; refuse ``broadcast`` of a too large table.
 
     Returns ``(strategy, reason)``. Raises ``ValueError`` (before any job runs) when
@@ -298,11 +298,11 @@ def choose_strategy(
 
 
 def choose_broadcast_via(
-    value: Optional[str],
-    embeddings_uri: Optional[str],
-    nodes_uri: Optional[str],
-    extra_uri: Optional[str] = None,
-) -> Tuple[str, str]:
+    value: str | None,
+    embeddings_uri: str | None,
+    nodes_uri: str | None,
+    extra_uri: str | None = None,
+) -> tuple[str, str]:
     """``(via, reason)`` for ``aggregate.broadcast_via`` = ``auto`` | ``files`` | ``spark``.
 
     ``files``: every executor machine reads the ``embeddings`` and ``nodes`` Parquet tables
@@ -336,7 +336,7 @@ def choose_broadcast_via(
     return "spark", "auto: the tables are not file tables pyarrow reads here; Spark broadcast"
 
 
-def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str]:
+def choose_writer(conf_value: str | None, staging_uri: str) -> tuple[str, str]:
     """``(writer, reason)`` for ``aggregate.writer`` = ``auto`` (default) | ``arrow`` |
     ``spark``. ``auto`` takes the executor-side pyarrow writer where pyarrow reaches the
     staging folder (:func:`pina_spark.storage.pyarrow_reaches`) and the JVM writer elsewhere.
@@ -361,9 +361,7 @@ def choose_writer(conf_value: Optional[str], staging_uri: str) -> Tuple[str, str
     )
 
 
-def resolve_sparse_dim(
-    models_uri: Optional[str] = None, sparse_dim: Optional[int] = None
-) -> Optional[int]:
+def resolve_sparse_dim(models_uri: str | None = None, sparse_dim: int | None = None) -> int | None:
     """The tf-idf dimension S: ``sparse_dim`` when given, else ``sparse_dim`` of
     the vectorizer's ``encoder.json`` (:func:`artifacts.vectorizer_dir` of ``models_uri``; or of
     ``<models>/model_card.json``), else ``None``
@@ -404,16 +402,16 @@ def resolve_sparse_dim(
 
 
 # --------------------------------------------------------------------------- facts
-def neighbor_variants(neighbors) -> List[str]:
+def neighbor_variants(neighbors) -> list[str]:
     """The ``variant`` values of the neighbours table: from its file paths (no job) when it is
     a partitioned file table, else with a ``distinct``."""
     try:
         files = neighbors.inputFiles()
     except Exception:
         files = []
-    found: Set[str] = set()
+    found: set[str] = set()
     for f in files:
-        m = re.search(r"/%s=([^/]*)/" % re.escape(storage.VARIANT), f)
+        m = re.search(rf"/{re.escape(storage.VARIANT)}=([^/]*)/", f)
         if m is None:  # a file outside variant=... folders: ask Spark
             found = set()
             break
@@ -425,7 +423,7 @@ def neighbor_variants(neighbors) -> List[str]:
     )
 
 
-def _footer_stats(uris: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
+def _footer_stats(uris: tuple[str, ...]) -> dict[str, Any] | None:
     """:func:`pina_spark.runtime.embstore.footer_stats` summed over tables (``None`` when any is not
     readable from its footers)."""
     if not uris:
@@ -445,7 +443,7 @@ def _footer_stats(uris: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
     }
 
 
-def _embedding_stats_spark(emb) -> Dict[str, Any]:
+def _embedding_stats_spark(emb) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     n_sp = F.greatest(F.coalesce(F.size(storage.SPARSE_INDICES), F.lit(0)), F.lit(0))

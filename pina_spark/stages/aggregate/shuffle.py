@@ -6,7 +6,7 @@ within partitions and reduced by a ``mapInArrow`` that cuts each Arrow batch int
 per-instance segments (rows of an instance that straddle two batches are carried over).
 """
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from pina_spark import storage
 from pina_spark.config import variants as V

@@ -11,7 +11,7 @@ encoding off for the float arrays).
 """
 
 import dataclasses as dc
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from pina_spark import storage
 from pina_spark.storage import features as layout
@@ -42,7 +42,7 @@ class ArrowSink:
 
     schema = SINK_SCHEMA
 
-    def __init__(self, staging: str, compression: Optional[str]):
+    def __init__(self, staging: str, compression: str | None):
         self.staging = staging
         self.codec = storage.parquet_codec(compression, "zstd")
 

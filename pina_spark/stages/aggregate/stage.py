@@ -9,7 +9,6 @@ The job composes two choices of the plan: the strategy (:class:`BroadcastPath` o
 import dataclasses as dc
 import logging
 import time
-from typing import Optional, Tuple
 
 from pina_spark import storage
 from pina_spark.config import variants as V
@@ -82,7 +81,7 @@ def run(ctx) -> AggregateStats:
     t0 = time.time()
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     inputs, sparse_dim = _inputs(ctx)
-    lf_stats: Optional[LabelFeaturesStats] = None
+    lf_stats: LabelFeaturesStats | None = None
     scratch = None
     try:
         if cfg.aggregate.label_features != "text":
@@ -117,7 +116,7 @@ def run(ctx) -> AggregateStats:
     return stats
 
 
-def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]):
+def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: int | None):
     """``aggregate.label_features`` ``pifa`` / ``text_pifa``: write the virtual label-feature
     rows to a scratch folder of the run's staging area and return ``(inputs that aggregate
     them, the scratch folder, statistics)``."""
@@ -172,7 +171,7 @@ def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: Optional[int]
     return augmented, scratch, stats
 
 
-def _inputs(ctx) -> Tuple[AggregateInputs, Optional[int]]:
+def _inputs(ctx) -> tuple[AggregateInputs, int | None]:
     """The published input tables of the run and S (``None`` when the models do not say)."""
     spark, paths = ctx.spark, ctx.paths
     nodes = storage.read_table(spark, paths, storage.NODES)

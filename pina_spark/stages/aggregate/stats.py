@@ -1,7 +1,6 @@
 """What the aggregate stage returns: :class:`AggregateStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Dict, List, Optional
 
 from pina_spark.stages import StageStats, flattened, optional
 
@@ -17,7 +16,7 @@ class LabelFeaturesStats(StageStats):
         label_features_s: the seconds they took.
     """
 
-    label_features_rows: Optional[int]
+    label_features_rows: int | None
     label_features_s: float
 
 
@@ -50,17 +49,17 @@ class AggregateStats(StageStats):
     reason: str
     dense_dim: int
     sparse_dim: int
-    variants: List[str]
+    variants: list[str]
     embeddings_mb: float
     partitions: int
     label_features: str
-    broadcast_via: Optional[str] = optional()
-    broadcast_via_reason: Optional[str] = optional()
+    broadcast_via: str | None = optional()
+    broadcast_via_reason: str | None = optional()
     writer: str
     writer_reason: str
-    label_features_built: Optional[LabelFeaturesStats] = flattened(default_none=True)
+    label_features_built: LabelFeaturesStats | None = flattened(default_none=True)
     plan_s: float
-    rows: Dict[str, Dict[str, int]]
-    widths: Dict[str, Dict[str, int]]
+    rows: dict[str, dict[str, int]]
+    widths: dict[str, dict[str, int]]
     write_s: float
     time_s: float

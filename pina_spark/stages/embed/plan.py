@@ -11,7 +11,7 @@ Examples
 """
 
 import dataclasses as dc
-from typing import Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 from pina_spark import storage
 from pina_spark.runtime.sizing import n_partitions
@@ -48,7 +48,7 @@ class EmbedPlan:
     rows: int
     partitions: int
     batch_size: int
-    length_offsets: Tuple[Tuple[int, int, int], ...] = dc.field(default=(), repr=False)
+    length_offsets: tuple[tuple[int, int, int], ...] = dc.field(default=(), repr=False)
 
 
 #: texts longer than this many characters are ordered as if this long (the encoder truncates
@@ -65,7 +65,7 @@ LENGTH_SQL = f"least(coalesce(char_length({storage.TEXT}), 0), {LENGTH_CAP})"
 RANK_CHUNK = 1 << 20
 
 
-def text_length(text: Optional[str]) -> int:
+def text_length(text: str | None) -> int:
     """:data:`LENGTH_SQL` in Python (characters, i.e. code points; the tests check they agree).
 
     >>> text_length(None), text_length("shoe"), text_length("x" * 5000)
@@ -74,7 +74,7 @@ def text_length(text: Optional[str]) -> int:
     return min(len(text or ""), LENGTH_CAP)
 
 
-def length_offsets(counts: Mapping[Tuple[int, int], int]) -> Tuple[Tuple[int, int, int], ...]:
+def length_offsets(counts: Mapping[tuple[int, int], int]) -> tuple[tuple[int, int, int], ...]:
     """``(length, chunk, rank of its first node)`` for every text length and chunk of node
     indices (``node_index div RANK_CHUNK``), in that order: the nodes sorted by (text length,
     node index) are ranked 0 .. n-1, and the embed stage's batch ``b`` holds ranks
@@ -96,7 +96,7 @@ def plan_embed(
     n_rows: int,
     version: str = "",
     slots: int = 1,
-    length_counts: Optional[Mapping[Tuple[int, int], int]] = None,
+    length_counts: Mapping[tuple[int, int], int] | None = None,
 ) -> EmbedPlan:
     """The :class:`EmbedPlan` of ``n_rows`` nodes (``inference_cfg``: the ``inference``
     section; ``slots``: task slots of the application; ``length_counts``: nodes per (text

@@ -20,7 +20,8 @@ Example::
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.models import artifacts
@@ -55,7 +56,7 @@ class EmbedTask:
     plan: EmbedPlan
     device: str
     torch_threads: int
-    fault_plan: Optional[Tuple[str, Tuple[int, ...]]] = None
+    fault_plan: tuple[str, tuple[int, ...]] | None = None
 
     @classmethod
     def of(cls, plan: EmbedPlan, inference_cfg, fault_plan=None) -> "EmbedTask":
@@ -168,7 +169,7 @@ def _with_length_keys(df):
     )
 
 
-def length_counts(nodes_df) -> Dict[Tuple[int, int], int]:
+def length_counts(nodes_df) -> dict[tuple[int, int], int]:
     """Driver side: nodes per (text length, chunk of node indices) (:data:`~.plan.LENGTH_SQL`,
     ``node_index div RANK_CHUNK``), one aggregate."""
     rows = (
@@ -188,7 +189,7 @@ def embed_frame(
     fault_plan=None,
     version: str = "",
     accumulator=None,
-    load_fn: Optional[Callable[[str, str], Any]] = None,
+    load_fn: Callable[[str, str], Any] | None = None,
     slots: int = 1,
 ):
     """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).

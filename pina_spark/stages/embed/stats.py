@@ -1,7 +1,6 @@
 """What the embed stage returns: :class:`EmbedStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Dict, Optional
 
 from pina_spark.stages import StageStats
 
@@ -30,9 +29,9 @@ class EmbedStats(StageStats):
     encoded_rows: int
     partitions: int
     seconds: float
-    rows_per_s: Optional[float]
+    rows_per_s: float | None
     vectorizer: str
     model_loads: int
     worker_processes: int
     max_loads_per_worker_model: int
-    loads_per_worker: Dict[str, Dict[str, int]]
+    loads_per_worker: dict[str, dict[str, int]]

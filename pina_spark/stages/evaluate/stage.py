@@ -35,7 +35,8 @@ Examples
 import json
 import logging
 import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -75,14 +76,14 @@ PRETRAIN_REPORT = "pretrain.json"
 
 
 def per_instance_parquet(
-    instance_ids: Sequence[str], per_inst: Dict[str, Dict[int, np.ndarray]]
+    instance_ids: Sequence[str], per_inst: dict[str, dict[int, np.ndarray]]
 ) -> bytes:
     """Parquet bytes of :data:`PER_INSTANCE_FILE` (``per_inst[variant][k]`` aligned with
     ``instance_ids``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols: Dict[str, list] = {"variant": [], "instance_id": []}
+    cols: dict[str, list] = {"variant": [], "instance_id": []}
     for k in TTEST_KS:
         cols[f"P@{k}"] = []
     for v, by_k in per_inst.items():
@@ -100,7 +101,7 @@ def per_instance_precision_recall(
     pred_ids: Sequence[Sequence[Any]],
     true_sets: Sequence[Iterable[Any]],
     ks: Sequence[int] = REPORTED_KS,
-) -> Tuple[Dict[int, np.ndarray], Dict[int, np.ndarray], np.ndarray]:
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], np.ndarray]:
     """Per-instance P@k and R@k (for the t-test and for averaging).
 
     Parameters
@@ -142,7 +143,7 @@ def per_instance_precision_recall(
         n_true[i] = len(truth)
         if not truth or pred is None:
             continue
-        seen: Set[Any] = set()
+        seen: set[Any] = set()
         r = 0
         for lab in pred:
             if r >= kmax:
@@ -155,8 +156,8 @@ def per_instance_precision_recall(
             r += 1
     cum = np.cumsum(hits, axis=1) if kmax else hits
     has_truth = n_true > 0
-    P: Dict[int, np.ndarray] = {}
-    R: Dict[int, np.ndarray] = {}
+    P: dict[int, np.ndarray] = {}
+    R: dict[int, np.ndarray] = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for k in ks:
             c = cum[:, k - 1] if n else np.zeros(0)
@@ -169,7 +170,7 @@ def precision_recall_at_k(
     pred_ids: Sequence[Sequence[Any]],
     true_sets: Sequence[Iterable[Any]],
     ks: Sequence[int] = REPORTED_KS,
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Mean P@k and R@k over the instances that have at least one true label.
 
     Parameters
@@ -193,7 +194,7 @@ def precision_recall_at_k(
     (0.5, 0.3333, 0.25, 0.75, 2)
     """
     P, R, mask = per_instance_precision_recall(pred_ids, true_sets, ks)
-    out: Dict[str, float] = {}
+    out: dict[str, float] = {}
     n = int(mask.sum())
     for k in ks:
         out[f"P@{k}"] = float(P[k][mask].mean()) if n else 0.0
@@ -202,7 +203,7 @@ def precision_recall_at_k(
     return out
 
 
-def paired_ttest(a: ArrayLike, b: ArrayLike) -> Dict[str, Optional[float]]:
+def paired_ttest(a: ArrayLike, b: ArrayLike) -> dict[str, float | None]:
     """Instance-wise paired t-test of ``a`` against ``b`` (:func:`scipy.stats.ttest_rel`).
 
     Returns ``{"t": t, "p": p}``. Identical vectors give ``t = 0.0, p = 1.0`` (not NaN); a
@@ -237,8 +238,8 @@ def filter_pairs(
     pred_ids: Sequence[Sequence[Any]],
     true_sets: Sequence[Iterable[Any]],
     instance_ids: Sequence[Any],
-    pairs: Iterable[Tuple[Any, Any]],
-) -> Tuple[List[List[Any]], List[Set[Any]]]:
+    pairs: Iterable[tuple[Any, Any]],
+) -> tuple[list[list[Any]], list[set[Any]]]:
     """Reciprocal-pair removal: drop every ``(instance_id, label_id)`` in ``pairs`` from both the
     ranked predictions (later labels move up) and the ground truth.
 
@@ -248,11 +249,11 @@ def filter_pairs(
     >>> p, sorted(t[0])
     ([['b', 'c']], ['c'])
     """
-    drop: Dict[Any, Set[Any]] = {}
+    drop: dict[Any, set[Any]] = {}
     for inst, lab in pairs:
         drop.setdefault(inst, set()).add(lab)
-    out_p: List[List[Any]] = []
-    out_t: List[Set[Any]] = []
+    out_p: list[list[Any]] = []
+    out_t: list[set[Any]] = []
     for inst, pred, truth in zip(instance_ids, pred_ids, true_sets):
         d = drop.get(inst)
         pred = list(pred) if pred is not None else []
@@ -265,7 +266,7 @@ def filter_pairs(
     return out_p, out_t
 
 
-def metrics_table_markdown(metrics: Dict[str, Any], ks: Sequence[int] = REPORTED_KS) -> str:
+def metrics_table_markdown(metrics: dict[str, Any], ks: Sequence[int] = REPORTED_KS) -> str:
     """The metrics table of ``report.md``: percent with 2 decimals, relative gain against
     ``baseline`` and the t-test p-values (P@1/3/5).
 
@@ -314,7 +315,7 @@ def _fmt_p(p) -> str:
     return f"{p:.2e}" if p < 1e-3 else f"{p:.3f}"
 
 
-def _ordered(variants: Iterable[str]) -> List[str]:
+def _ordered(variants: Iterable[str]) -> list[str]:
     vs = list(variants)
     return [v for v in VARIANT_ORDER if v in vs] + sorted(v for v in vs if v not in VARIANT_ORDER)
 
@@ -341,7 +342,7 @@ def run(ctx) -> EvaluateStats:
     train_stats = _read_train_stats(paths.table(storage.PREDICTIONS))
     out_variants, per_inst, mask = score_variants(preds, truths, ks, train_stats)
     n_scored = int(mask.sum()) if mask is not None else int(sum(1 for t in truths if t))
-    metrics: Dict[str, Any] = {
+    metrics: dict[str, Any] = {
         "variants": out_variants,
         "significance": significance_table(per_inst),
         "n_train": n_train,
@@ -397,7 +398,7 @@ def _test_split(spark, paths):
     return nodes, test, int((inst[storage.SPLIT] == storage.SPLIT_TRAIN).sum())
 
 
-def _truths(spark, paths, nodes, test) -> List[Set[str]]:
+def _truths(spark, paths, nodes, test) -> list[set[str]]:
     """The true labels (label ``node_id``) of every test instance, in ``test`` order."""
     from pyspark.sql import functions as F
 
@@ -408,7 +409,7 @@ def _truths(spark, paths, nodes, test) -> List[Set[str]]:
     ) as test_idx:
         y = il.join(F.broadcast(test_idx), storage.INSTANCE_INDEX).toPandas()
     idx2id = dict(zip(nodes[storage.NODE_INDEX].astype("int64"), nodes[storage.NODE_ID]))
-    truth_by_id: Dict[str, Set[str]] = {}
+    truth_by_id: dict[str, set[str]] = {}
     for ii, li in zip(
         y[storage.INSTANCE_INDEX].astype("int64"), y[storage.LABEL_INDEX].astype("int64")
     ):
@@ -416,7 +417,7 @@ def _truths(spark, paths, nodes, test) -> List[Set[str]]:
     return [truth_by_id.get(i, set()) for i in test[storage.NODE_ID]]
 
 
-def _predictions(spark, paths, test_ids: List[str]):
+def _predictions(spark, paths, test_ids: list[str]):
     """``(variants, {variant: predicted label ids per test instance})``, aligned with
     ``test_ids`` (a missing prediction is an empty list, with a warning)."""
     preds_df = storage.read_table(spark, paths, storage.PREDICTIONS)
@@ -424,7 +425,7 @@ def _predictions(spark, paths, test_ids: List[str]):
     preds_pd = preds_df.select(
         storage.VARIANT, storage.INSTANCE_ID, storage.LABEL_IDS, storage.SCORES
     ).toPandas()
-    preds: Dict[str, List[List[str]]] = {}
+    preds: dict[str, list[list[str]]] = {}
     for v in variants:
         sub = preds_pd[preds_pd[storage.VARIANT] == v]
         by_id = dict(zip(sub[storage.INSTANCE_ID], sub[storage.LABEL_IDS]))
@@ -469,7 +470,7 @@ def _filter_pairs_input(spark, paths, uri: str, test_ids, preds, truths):
     return preds, new_truths, len(pairs)
 
 
-def score_variants(preds, truths, ks: Sequence[int], train_stats: Dict[str, Any]):
+def score_variants(preds, truths, ks: Sequence[int], train_stats: dict[str, Any]):
     """``(metrics per variant, per-instance P@k (TTEST_KS) per variant, scored mask)``: P@k and
     R@k averaged over the test instances with labels, plus the train stage's timings.
 
@@ -479,12 +480,12 @@ def score_variants(preds, truths, ks: Sequence[int], train_stats: Dict[str, Any]
     >>> m["pina"]["P@1"], mask.tolist()
     (1.0, [True, False])
     """
-    out_variants: Dict[str, Dict[str, Any]] = {}
-    per_inst: Dict[str, Dict[int, np.ndarray]] = {}
+    out_variants: dict[str, dict[str, Any]] = {}
+    per_inst: dict[str, dict[int, np.ndarray]] = {}
     mask = None
     for v, pv in preds.items():
         P, R, mask = per_instance_precision_recall(pv, truths, ks)
-        m: Dict[str, Any] = {}
+        m: dict[str, Any] = {}
         for k in ks:
             m[f"P@{k}"] = float(P[k][mask].mean()) if mask.any() else 0.0
         for k in ks:
@@ -498,11 +499,11 @@ def score_variants(preds, truths, ks: Sequence[int], train_stats: Dict[str, Any]
     return out_variants, per_inst, mask
 
 
-def significance_table(per_inst: Dict[str, Dict[int, np.ndarray]]):
+def significance_table(per_inst: dict[str, dict[int, np.ndarray]]):
     """Paired t-test p-values on P@1/3/5: every variant against ``baseline``, and whether the
     neighbourhood adds anything over the vectorizer alone (``pina`` / ``pina_naive`` against
     ``vectorizer_only``) and over g on B (``pina`` against ``pina_naive``)."""
-    significance: Dict[str, Dict[str, Optional[float]]] = {}
+    significance: dict[str, dict[str, float | None]] = {}
     pairs = [(v, V.BASELINE) for v in per_inst if v != V.BASELINE]
     pairs += [
         (V.PINA, V.VECTORIZER_ONLY),
@@ -549,7 +550,7 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -
     storage.write_bytes(eval_dir + "/_SUCCESS", b"")
 
 
-def _pretrain_report(models_root: str) -> Optional[bytes]:
+def _pretrain_report(models_root: str) -> bytes | None:
     """g's held-out P@k / R@k per variant (``pretrain_report`` of the models' card), as the
     bytes of ``eval/pretrain.json``; ``None`` (logged) where the card has none."""
     card = read_model_card(models_root)
@@ -560,7 +561,7 @@ def _pretrain_report(models_root: str) -> Optional[bytes]:
     return json.dumps(rep, indent=1, sort_keys=True).encode("utf-8")
 
 
-def _read_train_stats(pred_uri: str) -> Dict[str, Dict[str, Any]]:
+def _read_train_stats(pred_uri: str) -> dict[str, dict[str, Any]]:
     raw = storage.read_bytes(pred_uri + "/" + TRAIN_STATS_FILE)
     if not raw:
         log.warning("%s/%s missing: train_s will be null", pred_uri, TRAIN_STATS_FILE)
@@ -571,7 +572,7 @@ def _read_train_stats(pred_uri: str) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def _plot_pk(metrics: Dict[str, Any], ks: Sequence[int]) -> bytes:
+def _plot_pk(metrics: dict[str, Any], ks: Sequence[int]) -> bytes:
     import io as _bio
 
     import matplotlib
@@ -615,7 +616,7 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds) -> str:
     from pyspark.sql import functions as F
 
     pos = {i: p for p, i in enumerate(test_ids)}
-    neigh: Dict[str, Tuple[List[str], List[float]]] = {}
+    neigh: dict[str, tuple[list[str], list[float]]] = {}
     feat_uri = paths.table(storage.FEATURES)
     if storage.is_complete(spark, feat_uri):
         try:
@@ -669,7 +670,7 @@ def _examples_markdown(spark, paths, cfg, test_ids, truths, preds) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _node_texts(spark, paths, node_ids) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def _node_texts(spark, paths, node_ids) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(instance texts, label texts)`` by ``node_id`` of the nodes ``node_ids`` only (the
     driver never holds every node's text)."""
     from pyspark.sql import functions as F
@@ -688,7 +689,7 @@ def _node_texts(spark, paths, node_ids) -> Tuple[Dict[str, Any], Dict[str, Any]]
     return inst, lab
 
 
-def _report_markdown(metrics: Dict[str, Any], ks: Sequence[int], examples_md: str) -> str:
+def _report_markdown(metrics: dict[str, Any], ks: Sequence[int], examples_md: str) -> str:
     parts = [
         "# PINA downstream evaluation",
         "",

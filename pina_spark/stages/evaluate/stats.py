@@ -1,7 +1,7 @@
 """What the evaluate stage returns: :class:`EvaluateStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from pina_spark.stages import StageStats, flattened, optional
 
@@ -23,8 +23,8 @@ class EvaluateStats(StageStats):
         p_at_1: per scored variant, its P@1 (6 decimals), written as ``<variant>_P@1``.
     """
 
-    variants: List[str]
+    variants: list[str]
     n_test: int
     n_test_scored: int
-    promotion: Optional[Dict[str, Any]] = optional()
-    p_at_1: Dict[str, float] = flattened("{key}_P@1")
+    promotion: dict[str, Any] | None = optional()
+    p_at_1: dict[str, float] = flattened("{key}_P@1")

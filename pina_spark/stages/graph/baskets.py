@@ -13,8 +13,6 @@ matrix of a pyarrow table (:func:`basket_matrix`; the ``broadcast`` strategy). t
 checks that they agree.
 """
 
-from typing import Dict
-
 from pina_spark import storage
 
 HASH_SEP = "\x1f"
@@ -35,7 +33,7 @@ def basket_hash(basket_id: str, item_id: str) -> str:
     """
     import hashlib
 
-    return hashlib.sha1(f"{basket_id}{HASH_SEP}{item_id}".encode("utf-8")).hexdigest()
+    return hashlib.sha1(f"{basket_id}{HASH_SEP}{item_id}".encode()).hexdigest()
 
 
 def capped_baskets(events, max_basket_size: int):
@@ -80,7 +78,7 @@ def capped_baskets(events, max_basket_size: int):
     )
 
 
-def basket_stats(capped, max_basket_size: int) -> Dict[str, int]:
+def basket_stats(capped, max_basket_size: int) -> dict[str, int]:
     """Basket counts of a :func:`capped_baskets` frame (one driver action).
 
     Returns ``baskets``, ``baskets_one_item`` (contribute nothing), ``baskets_capped`` (had more

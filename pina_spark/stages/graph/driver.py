@@ -32,8 +32,6 @@ Examples
  ('pina_naive', 'B', 1, 2)]
 """
 
-from typing import Dict
-
 from pina_spark import storage
 from pina_spark.config import variants as V
 
@@ -153,7 +151,7 @@ def pretrain_edges(nodes, instance_labels, side_info: str):
     keep[keep] = train[src[keep]]
     pairs = np.unique(np.stack([src[keep], dst[keep]], axis=1), axis=0).reshape(-1, 2)
     b_src, b_dst = pairs[:, 0], pairs[:, 1]
-    blocks: Dict[str, tuple] = {"B": (b_src, b_dst)}
+    blocks: dict[str, tuple] = {"B": (b_src, b_dst)}
     if side_info == "label_text":
         t = np.flatnonzero(train).astype(np.int64)
         lab = np.unique(b_dst)

@@ -54,7 +54,7 @@ class PairPlan:
     reason: str
 
 
-def pair_plan(spark, graph_cfg, n_events: Optional[int]) -> PairPlan:
+def pair_plan(spark, graph_cfg, n_events: int | None) -> PairPlan:
     """Resolve ``graph.strategy`` (``auto``: ``broadcast`` up to ``broadcast_max_events``).
 
     Examples

@@ -6,7 +6,7 @@ the partition's offset (sizes of the partitions before it, collected on the driv
 partitions hold consecutive key ranges, so the result is the same for any partitioning.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 
@@ -19,8 +19,8 @@ def _global_rank(
     df,
     key: str,
     offset: int = 0,
-    persisted: Optional[List[Any]] = None,
-    n_rows: Optional[int] = None,
+    persisted: list[Any] | None = None,
+    n_rows: int | None = None,
 ):
     """Add ``node_index`` = ``offset`` + rank of ``key`` (unique) in ascending order; returns
     (frame, n). With ``n_rows`` (the known row count) up to :data:`SINGLE_PARTITION_RANK_MAX`:
@@ -66,8 +66,8 @@ def _global_rank(
 def assign_node_indices(
     instances,
     labels,
-    persisted: Optional[List[Any]] = None,
-    n_rows: Tuple[Optional[int], Optional[int]] = (None, None),
+    persisted: list[Any] | None = None,
+    n_rows: tuple[int | None, int | None] = (None, None),
 ):
     """The ``nodes`` table: instances sorted by id get ``0..n_inst-1``, then labels sorted by id.
 

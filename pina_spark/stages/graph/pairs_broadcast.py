@@ -16,14 +16,14 @@ pass over the events.
 
 import dataclasses as dc
 import time
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.runtime import faults
 from pina_spark.stages.graph.scoring import _ITEM_A, _ITEM_B, _finish_pairs, _score_np
 
 
-def _item_bounds(matrix, tasks: int) -> Tuple[int, ...]:
+def _item_bounds(matrix, tasks: int) -> tuple[int, ...]:
     """Item-code bounds of ``tasks`` contiguous ranges of about equal work (an item's work: the
     basket items at or after it, summed over its baskets)."""
     import numpy as np
@@ -59,10 +59,10 @@ class PairTask:
     """
 
     matrix: Any
-    bounds: Tuple[int, ...]
+    bounds: tuple[int, ...]
     min_count: int
     measure: str
-    fault_plan: Optional[tuple] = None
+    fault_plan: tuple | None = None
     seconds: Any = None
     directed: bool = False
 

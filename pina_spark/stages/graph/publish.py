@@ -16,7 +16,8 @@ Otherwise :class:`SparkGraphPath` builds them with Spark
 both give the same tables (tests/test_graph.py).
 """
 
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pina_spark import storage, validate
 from pina_spark.stages.graph import driver
@@ -38,7 +39,7 @@ class GraphPath(Protocol):
     def publish_pretrain_edges(self, nodes, instance_labels, i2i_train) -> None: ...
 
 
-def builds_on_driver(cfg, clean_arrow: Dict[str, Any]) -> bool:
+def builds_on_driver(cfg, clean_arrow: dict[str, Any]) -> bool:
     """Whether the driver builds the three tables: labels given and every table of
     :data:`pina_spark.validate.DRIVER_TABLES` validated on the driver (in ``clean_arrow``)."""
     return cfg.task.labels == "given" and set(validate.DRIVER_TABLES) <= set(clean_arrow)
@@ -75,8 +76,8 @@ class SparkGraphPath:
         cfg,
         paths,
         frame: Callable[[str], Any],
-        n_rows: Tuple[Optional[int], Optional[int]],
-        persisted: List[Any],
+        n_rows: tuple[int | None, int | None],
+        persisted: list[Any],
         labels=None,
         instance_labels=None,
     ):
@@ -115,7 +116,7 @@ class DriverGraphPath:
 
     built_on_driver = True
 
-    def __init__(self, spark, cfg, paths, clean_arrow: Dict[str, Any]):
+    def __init__(self, spark, cfg, paths, clean_arrow: dict[str, Any]):
         self.spark, self.cfg, self.paths, self.clean = spark, cfg, paths, clean_arrow
         self.nodes: Any = None  # the pyarrow tables written by the steps, for the next ones
         self.instance_labels: Any = None

@@ -12,7 +12,7 @@ tables (:mod:`.publish`: on the driver or by Spark) are decided once, here.
 import dataclasses as dc
 import logging
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage, validate
 from pina_spark.runtime import faults
@@ -34,7 +34,7 @@ from pina_spark.storage.manifest import StepTimer
 log = logging.getLogger(__name__)
 
 
-def _degree_stats(spark, uri: str) -> Tuple[int, Dict[str, float]]:
+def _degree_stats(spark, uri: str) -> tuple[int, dict[str, float]]:
     """(directed edge rows, degree quantiles) of the published edges at ``uri``: degrees per
     ``src_id`` (:func:`pina_spark.storage.group_counts`), quantiles with linear interpolation (as
     Spark's ``percentile``)."""
@@ -61,9 +61,9 @@ def _build_graphs(
     gplan: PairPlan,
     fault_plan,
     need_train: bool,
-    persisted: List[Any],
+    persisted: list[Any],
     timer,
-    tasks: List[PairTask],
+    tasks: list[PairTask],
 ):
     """(all-items edges, their basket stats, train-only edges or None when every instance is a
     train instance, their basket stats); ``None, None`` for the last two without
@@ -88,7 +88,7 @@ def _build_graphs(
         if train_only
         else None
     )
-    out: List[Any] = []
+    out: list[Any] = []
     if gplan.strategy == "broadcast":
         tbl = events.select([storage.BASKET_ID, storage.ITEM_ID])
         with timer.step("train.collect_ids"):
@@ -136,11 +136,11 @@ def run(ctx) -> GraphStats:
     t0 = time.time()
     timer = StepTimer("graph")
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
-    persisted: List[Any] = []
+    persisted: list[Any] = []
     with timer.step("inputs.read"):  # paths, columns and types of every input (no rows)
         raw = validate.read_inputs(spark, cfg)
-    rows_in: Dict[str, int] = {}
-    gplan: Optional[PairPlan] = None
+    rows_in: dict[str, int] = {}
+    gplan: PairPlan | None = None
     if "events" in raw:  # the pair plan decides how the events are validated, too
         with timer.step("events.rows_in"):
             rows_in["events"] = validate.count_input(raw["events"], cfg.input.events)
@@ -190,16 +190,16 @@ def run(ctx) -> GraphStats:
     events = tables.get("events")
     i2i_all = i2i_train = None
     # the co-purchase graphs' statistics (events only)
-    baskets: Optional[Dict[str, int]] = None
-    baskets_train: Optional[Dict[str, int]] = None
-    n_edges: Optional[int] = None
-    n_edges_train: Optional[int] = None
-    degree: Optional[Dict[str, float]] = None
-    pair_tasks_s: Optional[Dict[str, float]] = None
+    baskets: dict[str, int] | None = None
+    baskets_train: dict[str, int] | None = None
+    n_edges: int | None = None
+    n_edges_train: int | None = None
+    degree: dict[str, float] | None = None
+    pair_tasks_s: dict[str, float] | None = None
     if events is not None:
         assert gplan is not None
         need_train = cfg.side_info in ("i2i", "both") or cfg.task.labels == "graph"
-        pair_tasks: List[PairTask] = []
+        pair_tasks: list[PairTask] = []
         built = _build_graphs(
             spark,
             events,
@@ -281,7 +281,7 @@ def run(ctx) -> GraphStats:
     with timer.step("counts"):
         n_il = storage.count_rows_arrow(paths.table(storage.INSTANCE_LABELS))
         n_instance_labels = il_idx.count() if n_il is None else n_il
-        per: Dict[str, Dict[str, int]] = {}
+        per: dict[str, dict[str, int]] = {}
         for r in storage.group_counts(
             spark, paths.table(storage.PRETRAIN_EDGES), [storage.VARIANT, storage.BLOCK]
         ).to_pylist():

@@ -1,7 +1,7 @@
 """What the graph stage returns: :class:`GraphStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from pina_spark.stages import StageStats, optional
 
@@ -36,18 +36,18 @@ class GraphStats(StageStats):
         time_s: wall seconds of the stage.
     """
 
-    pair_plan: Optional[Dict[str, Any]] = optional()
-    validated_on_driver: List[str]
-    inputs: Dict[str, Dict[str, Any]]
-    baskets: Optional[Dict[str, int]] = optional()
-    i2i_edges: Optional[int] = optional()
-    degree: Optional[Dict[str, float]] = optional()
-    baskets_train: Optional[Dict[str, int]] = optional()
-    i2i_edges_train: Optional[int] = optional()
-    pair_tasks_s: Optional[Dict[str, float]] = optional()
+    pair_plan: dict[str, Any] | None = optional()
+    validated_on_driver: list[str]
+    inputs: dict[str, dict[str, Any]]
+    baskets: dict[str, int] | None = optional()
+    i2i_edges: int | None = optional()
+    degree: dict[str, float] | None = optional()
+    baskets_train: dict[str, int] | None = optional()
+    i2i_edges_train: int | None = optional()
+    pair_tasks_s: dict[str, float] | None = optional()
     built_on_driver: bool
-    nodes: Dict[str, int]
+    nodes: dict[str, int]
     instance_labels: int
-    pretrain_edges: Dict[str, Dict[str, int]]
-    steps_s: Dict[str, float]
+    pretrain_edges: dict[str, dict[str, int]]
+    steps_s: dict[str, float]
     time_s: float

@@ -8,7 +8,7 @@ X from the memory-mapped store of its machine (:mod:`pina_spark.runtime.embstore
 (:func:`write_task_files`), which the driver publishes.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.runtime import embstore
@@ -26,7 +26,7 @@ __all__ = [
 
 
 #: executor side, per Python worker: :func:`task_order` of the latest store (one entry)
-_TASK_ORDER: Dict[Tuple[Any, ...], Tuple[Any, Any]] = {}
+_TASK_ORDER: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 def read_node_indices(uri: str):
@@ -49,7 +49,7 @@ def read_node_indices(uri: str):
     return np.unique(np.concatenate(parts))
 
 
-def task_order(E: Dict[str, Any], n_folds: int = 0, selection=None):
+def task_order(E: dict[str, Any], n_folds: int = 0, selection=None):
     """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of every instance
     node of the store ``E`` (:func:`~pina_spark.runtime.embstore.open_store`), optionally only those
     in ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
@@ -89,7 +89,7 @@ def task_rows(order, n_tasks: int, task: int):
     return nodes[lo:hi], routes[lo:hi]
 
 
-def cached_task_order(E: Dict[str, Any], key: str, n_folds: int, selection: Optional[str]):
+def cached_task_order(E: dict[str, Any], key: str, n_folds: int, selection: str | None):
     """Executor side: :func:`task_order` of a store, computed once per worker (the latest
     one is kept): the tasks of a stage that a worker runs share it."""
     ck = (key, n_folds, selection)
@@ -111,7 +111,7 @@ def route_chunks(routes, batch_size: int):
     if not n:
         return []
     cut = np.flatnonzero(routes[1:] != routes[:-1]) + 1
-    out: List[Tuple[int, int]] = []
+    out: list[tuple[int, int]] = []
     for s, e in zip(np.concatenate([[0], cut]).tolist(), np.concatenate([cut, [n]]).tolist()):
         out.extend((a, min(a + batch_size, e)) for a in range(s, e, batch_size))
     return out
@@ -121,7 +121,7 @@ def route_chunks(routes, batch_size: int):
 SINK_SCHEMA = "variant string, rows long, path string"
 
 
-def write_task_files(tables: Dict[str, Any], sink: Sink, task: int, attempt: int):
+def write_task_files(tables: dict[str, Any], sink: Sink, task: int, attempt: int):
     """Executor side: write each variant's rows of a task to
     ``<sink.uri>/variant=<v>/part-<task>.parquet`` (pyarrow; a hidden temporary name renamed when
     complete, so a retried or speculative attempt replaces the same file with the same rows) and
@@ -157,7 +157,7 @@ class StoreOpener:
     def __init__(self, spec: embstore.StoreSpec):
         import threading
 
-        self._out: Dict[str, Any] = {}
+        self._out: dict[str, Any] = {}
         self._thread = threading.Thread(
             target=self._run, args=(spec,), daemon=True, name="pina-open-store"
         )

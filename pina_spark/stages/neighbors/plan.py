@@ -13,7 +13,8 @@ Examples
 
 import dataclasses as dc
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.config import variants
@@ -45,7 +46,7 @@ class Sink:
     """
 
     uri: str
-    compression: Optional[str] = None
+    compression: str | None = None
 
 
 @dc.dataclass(frozen=True)
@@ -93,23 +94,23 @@ class NeighborPlan:
         selection: an incremental run's selection table (``None``: every instance).
     """
 
-    variants: Tuple[str, ...]
+    variants: tuple[str, ...]
     train_mode: str
     folds: int
     instance_nodes: int
     partitions: int
     embeddings_via: str
     embeddings_via_reason: str
-    models: Tuple[GModel, ...]
+    models: tuple[GModel, ...]
     remapped_nodes: bool
     writer: str
     g_mmap: bool
     dense_dim: int
     use_twin: bool
-    store: Optional[embstore.StoreSpec] = None
-    selection: Optional[str] = None
+    store: embstore.StoreSpec | None = None
+    selection: str | None = None
 
-    def info(self) -> Dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         """Plain facts for the stage statistics and the manifest."""
         return {
             "variants": list(self.variants),
@@ -131,9 +132,9 @@ def plan_neighbors(
     spark,
     ctx,
     nodes: Callable[[], Any],
-    variants: Optional[List[str]] = None,
-    sink: Optional[Sink] = None,
-) -> Tuple[NeighborPlan, Dict[str, Any]]:
+    variants: list[str] | None = None,
+    sink: Sink | None = None,
+) -> tuple[NeighborPlan, dict[str, Any]]:
     """The :class:`NeighborPlan` of a run, and g's output column -> node_index map per model
     name (``-1``: may not be a neighbour; broadcast to the tasks).
 
@@ -182,8 +183,8 @@ def plan_neighbors(
         inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.selection or None
     )
     routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
-    g_models: List[GModel] = []
-    col_maps: Dict[str, Any] = {}
+    g_models: list[GModel] = []
+    col_maps: dict[str, Any] = {}
     extra = 2 if nb.leave_self_out else 0
     for v in variants:
         for r in routes:

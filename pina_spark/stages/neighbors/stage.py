@@ -35,7 +35,8 @@ import dataclasses as dc
 import json
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.models import artifacts
@@ -104,8 +105,8 @@ class NeighborTask:
         sink: ``files`` only, where the tasks write their rows (``None``: yield them).
     """
 
-    variants: Tuple[str, ...]
-    models: Tuple[GModel, ...]
+    variants: tuple[str, ...]
+    models: tuple[GModel, ...]
     n_folds: int
     leave_self_out: bool
     use_twin: bool
@@ -116,14 +117,14 @@ class NeighborTask:
     torch_threads: int
     batch_size: int
     g_mmap: bool
-    fault_plan: Optional[Tuple[str, Tuple[int, ...]]] = None
-    store: Optional[StoreSpec] = None
+    fault_plan: tuple[str, tuple[int, ...]] | None = None
+    store: StoreSpec | None = None
     n_tasks: int = 0
-    selection: Optional[str] = None
-    sink: Optional[Sink] = None
+    selection: str | None = None
+    sink: Sink | None = None
 
     @classmethod
-    def of(cls, plan: NeighborPlan, cfg, fault_plan=None, sink: Optional[Sink] = None):
+    def of(cls, plan: NeighborPlan, cfg, fault_plan=None, sink: Sink | None = None):
         """The task of ``plan`` with the ``neighbors`` / ``inference`` settings of ``cfg``."""
         nb, inf = cfg.neighbors, cfg.inference
         files = plan.embeddings_via == "files"
@@ -159,7 +160,7 @@ class _Models:
         )
         self._acc = acc
 
-    def of(self, route: int) -> Tuple[List[GModel], List[Any]]:
+    def of(self, route: int) -> tuple[list[GModel], list[Any]]:
         specs = [self._by_route[(v, route)] for v in self._variants]
         return specs, [
             runtime.get_model(m.uri, self._loader, m.version, "cpu", self._acc, m.name)
@@ -220,7 +221,7 @@ def _make_shuffle_fn(task: NeighborTask, col_maps_bc, acc):
         threads = runtime.task_threads(task.torch_threads, tc)
         col_maps = col_maps_bc.value
         models_of = _Models(task, acc).of
-        counters: Dict[str, int] = {}
+        counters: dict[str, int] = {}
 
         def route_of(rb):
             return rb.column(ROUTE).to_numpy(zero_copy_only=False)
@@ -282,7 +283,7 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
             models_of(FULL_ROUTE)
         E = opening.result()
         order = cached_task_order(E, task.store.key, task.n_folds, task.selection)
-        counters: Dict[str, int] = {}
+        counters: dict[str, int] = {}
         for rb in batches:
             for t in rb.column(0).to_pylist():
                 nodes, routes = task_rows(order, task.n_tasks, int(t))
@@ -291,7 +292,7 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
                 if not have.all():  # instances without an embedding row: counted, skipped
                     counters[MISSING_KEY] = counters.get(MISSING_KEY, 0) + int((~have).sum())
                     nodes, routes, rows = nodes[have], routes[have], rows[have]
-                out: Dict[str, List[Any]] = {v: [] for v in task.variants}
+                out: dict[str, list[Any]] = {v: [] for v in task.variants}
                 for s, e in route_chunks(routes, task.batch_size):
                     specs, models = models_of(int(routes[s]))
                     idx = nodes[s:e]
@@ -411,10 +412,10 @@ def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc
 def neighbors_frame(
     spark,
     ctx,
-    variants: Optional[Sequence[str]] = None,
+    variants: Sequence[str] | None = None,
     fault_plan=None,
     accumulator=None,
-    sink: Optional[Sink] = None,
+    sink: Sink | None = None,
 ):
     """Driver side: the lazy ``neighbors`` DataFrame (with a ``variant`` column) and the plain
     facts of its plan (:meth:`~pina_spark.stages.neighbors.plan.NeighborPlan.info`: variants, folds,
@@ -431,7 +432,7 @@ def neighbors_frame(
         df, info = neighbors_frame(spark, ctx)
         info["variants"]  # ['pina', 'pina_naive']
     """
-    read: List[Any] = []
+    read: list[Any] = []
 
     def nodes():  # read with Spark only where needed (shuffle, remap, no pyarrow)
         if not read:
@@ -483,7 +484,7 @@ def run(ctx) -> NeighborsStats:
         storage.write_table(df, ctx.paths, storage.NEIGHBORS, partition_by=[storage.VARIANT])
     dt = time.time() - t0
     counters = dict(acc.value)
-    per_variant: Dict[str, NeighborsVariantStats] = {}
+    per_variant: dict[str, NeighborsVariantStats] = {}
     for v in info["variants"]:
         per_model = {
             k.split("|", 1)[1].split("/", 1)[1]: int(c)

@@ -2,7 +2,6 @@
 :class:`NeighborsVariantStats` per variant), recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Dict, List, Optional
 
 from pina_spark.stages import StageStats, optional
 
@@ -21,8 +20,8 @@ class NeighborsVariantStats(StageStats):
     """
 
     rows: int
-    rows_per_s: Optional[float]
-    rows_per_model: Dict[str, int]
+    rows_per_s: float | None
+    rows_per_model: dict[str, int]
 
 
 @dc.dataclass(frozen=True, kw_only=True, eq=False)
@@ -53,26 +52,26 @@ class NeighborsStats(StageStats):
             no row in ``embeddings`` (no neighbours for them).
     """
 
-    variants: Dict[str, NeighborsVariantStats]
+    variants: dict[str, NeighborsVariantStats]
     folds: int
     instance_nodes: int
     partitions: int
     embeddings_via: str
     embeddings_via_reason: str
     train_mode: str
-    models: List[str]
-    candidates_per_row: Dict[str, int]
+    models: list[str]
+    candidates_per_row: dict[str, int]
     remapped_nodes: bool
     writer: str
     g_mmap: bool
     rows: int
     seconds: float
-    rows_per_s: Optional[float]
+    rows_per_s: float | None
     k: int
     weighting: str
     node_kinds: str
     model_loads: int
     worker_processes: int
     max_loads_per_worker_model: int
-    loads_per_worker: Dict[str, Dict[str, int]]
-    instances_without_embeddings: Optional[int] = optional()
+    loads_per_worker: dict[str, dict[str, int]]
+    instances_without_embeddings: int | None = optional()

@@ -31,7 +31,8 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ HELDOUT = "holdout-eval"
 
 # --------------------------------------------------------------------------- training blocks
 def exclude_self(
-    pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: Optional[np.ndarray] = None
+    pred, row_nodes: np.ndarray, output_nodes: np.ndarray, twin_nodes: np.ndarray | None = None
 ):
     """Drop, in every row ``r`` of ``pred``, the column whose node is ``row_nodes[r]`` (and the
     column of ``twin_nodes[r]`` when given and >= 0: the item's label node, task.labels: graph).
@@ -99,7 +100,7 @@ def exclude_self(
 
 def ranking_metrics(
     pred, truth, p_ks: Sequence[int] = P_KS, r_ks: Sequence[int] = R_KS
-) -> Dict[str, float]:
+) -> dict[str, float]:
     """Mean P@k and R@k of score matrix ``pred`` against binary ``truth`` (same shape), over
     rows with at least one positive. Ties: score desc, column asc.
 
@@ -118,7 +119,7 @@ def ranking_metrics(
     truth = sp.csr_matrix(truth)
     truth.eliminate_zeros()
     kmax = max(list(p_ks) + list(r_ks))
-    hits: Dict[int, List[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
+    hits: dict[int, list[float]] = {k: [] for k in set(p_ks) | set(r_ks)}
     npos = []
     for r in range(pred.shape[0]):
         pos = set(truth.indices[truth.indptr[r] : truth.indptr[r + 1]].tolist())
@@ -132,7 +133,7 @@ def ranking_metrics(
         for k in hits:
             hits[k].append(hit[:k].sum())
         npos.append(len(pos))
-    out: Dict[str, float] = {"rows": len(npos)}
+    out: dict[str, float] = {"rows": len(npos)}
     if not npos:
         return out
     npos_a = np.array(npos, dtype=np.float64)
@@ -143,7 +144,7 @@ def ranking_metrics(
     return out
 
 
-def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: Optional[dict] = None):
+def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: dict | None = None):
     """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
 
     Parameters
@@ -238,7 +239,7 @@ class _LayerClock(logging.Handler):
 
     def __init__(self):
         super().__init__(logging.INFO)
-        self.starts: List[float] = []
+        self.starts: list[float] = []
         self._level = logging.NOTSET
         self._propagate = True
 
@@ -262,13 +263,13 @@ class _LayerClock(logging.Handler):
         lg.setLevel(self._level)
         lg.propagate = self._propagate
 
-    def layers(self, end: float) -> List[float]:
+    def layers(self, end: float) -> list[float]:
         """Seconds of each level, given the end of the last one."""
         ts = self.starts + [end]
         return [round(b - a, 2) for a, b in zip(ts, ts[1:])]
 
 
-def predict_g(model, X, xcfg, topk: Optional[int] = None):
+def predict_g(model, X, xcfg, topk: int | None = None):
     """Scores of g on X (csr rows x outputs) with the configured beam/post-processor.
 
     Example::
@@ -295,7 +296,7 @@ class Fit:
 
     variant: str
     kind: str
-    fold: Optional[int] = None
+    fold: int | None = None
     folds: int = 0
 
     @property
@@ -307,7 +308,7 @@ class Fit:
         )
 
 
-def plan_fits(variant: str, has_heldout: bool, folds: int) -> List[Fit]:
+def plan_fits(variant: str, has_heldout: bool, folds: int) -> list[Fit]:
     """The fits of one variant, in the order the driver runs them."""
     out = [Fit(variant, "heldout")] if has_heldout else []
     out.append(Fit(variant, "full"))
@@ -315,7 +316,7 @@ def plan_fits(variant: str, has_heldout: bool, folds: int) -> List[Fit]:
     return out
 
 
-def make_bundle(pb: Problem, X, fold, out) -> Dict[str, Any]:
+def make_bundle(pb: Problem, X, fold, out) -> dict[str, Any]:
     """A variant's training inputs as arrays: X, Y and, per row, its node, kind, twin column,
     fold (``-1``: in every fold model) and held-out flag. ``X`` is ``None`` when the fit
     tasks read it themselves (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
@@ -331,12 +332,12 @@ def make_bundle(pb: Problem, X, fold, out) -> Dict[str, Any]:
     }
 
 
-def has_heldout(b: Dict[str, Any]) -> bool:
+def has_heldout(b: dict[str, Any]) -> bool:
     held = b["is_inst"] & b["out"]
     return bool(held.any() and (~held).any())
 
 
-def save_bundle(b: Dict[str, Any]) -> bytes:
+def save_bundle(b: dict[str, Any]) -> bytes:
     """One ``.npz`` (no pickles) of a bundle.
 
     Examples
@@ -354,18 +355,18 @@ def save_bundle(b: Dict[str, Any]) -> bytes:
     return npz.dumps(mats, arrays)
 
 
-def load_bundle(raw: bytes) -> Dict[str, Any]:
+def load_bundle(raw: bytes) -> dict[str, Any]:
     """The bundle :func:`save_bundle` wrote (``X`` absent when it was written without)."""
     mats, arrays = npz.loads(raw, ["Y"], optional=["X"])
-    b: Dict[str, Any] = {k: arrays[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
+    b: dict[str, Any] = {k: arrays[k] for k in ("rows", "cols", "is_inst", "twin", "fold", "out")}
     b.update(mats)
     return b
 
 
 # --------------------------------------------------------------------------- one fit
 def run_fit(
-    fit: Fit, b: Dict[str, Any], xcfg, models_dir: str, threads: int = -1
-) -> Dict[str, Any]:
+    fit: Fit, b: dict[str, Any], xcfg, models_dir: str, threads: int = -1
+) -> dict[str, Any]:
     """Train ``fit`` on bundle ``b``; save it under ``models_dir`` (its :func:`g_dir`) unless it
     is the held-out evaluation model, whose P@k / R@k on the held-out rows it returns instead.
     Returns the fit's card."""
@@ -384,7 +385,7 @@ def run_fit(
             predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)), rows[held], cols, twin[held]
         )
         truth = exclude_self(Y[held], rows[held], cols, twin[held])
-        ev: Dict[str, Any] = ranking_metrics(pred, truth)
+        ev: dict[str, Any] = ranking_metrics(pred, truth)
         ev.update(
             {
                 "heldout_rows": int(held.sum()),
@@ -397,10 +398,10 @@ def run_fit(
         return {"fit": fit.name, "heldout_eval": ev}
     keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
     t0 = time.time()
-    steps: Dict[str, Any] = {}
+    steps: dict[str, Any] = {}
     m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads, times=steps)
     secs = round(time.time() - t0, 2)
-    info: Dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
+    info: dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
     if fit.kind == "fold":
         info.update(
             {
@@ -423,12 +424,12 @@ def run_fit(
 
 
 def variant_card(
-    stats: Dict[str, Any], results: Sequence[Dict[str, Any]], F: int
-) -> Dict[str, Any]:
+    stats: dict[str, Any], results: Sequence[dict[str, Any]], F: int
+) -> dict[str, Any]:
     """The model card entry of a variant from its fits' cards (same keys as always: the
     problem's statistics, ``heldout_eval``, ``full``, ``folds``, ``folds_train_s``,
     ``folds_size_bytes``)."""
-    vcard: Dict[str, Any] = dict(stats)
+    vcard: dict[str, Any] = dict(stats)
     folds = []
     for r in results:
         if "heldout_eval" in r:
@@ -481,14 +482,14 @@ class FitTask:
     fit: Fit
     bundle: str
     out: str
-    xlinear: Dict[str, Any]
-    store: Optional[StoreSpec] = None
+    xlinear: dict[str, Any]
+    store: StoreSpec | None = None
 
 
 def _fit_work(tasks: Sequence[FitTask]):
     """Driver side: the executor function of the fit tasks (``i`` -> ``tasks[i]``)."""
 
-    def work(i: int, threads: int) -> Dict[str, Any]:
+    def work(i: int, threads: int) -> dict[str, Any]:
         from pina_spark.config import XLinearConfig
 
         t = tasks[i]
@@ -516,7 +517,7 @@ def bundle_uri(scratch: str, variant: str) -> str:
 
 
 def write_bundles(
-    bundle_of: Callable[[str], Dict[str, Any]], variants: Sequence[str], scratch: str
+    bundle_of: Callable[[str], dict[str, Any]], variants: Sequence[str], scratch: str
 ) -> None:
     """Write each variant's bundle (``bundle_of(variant)``, called once per variant and
     dropped once written: one variant's matrices at a time) for :func:`fits_on_executors`."""
@@ -532,8 +533,8 @@ def fits_on_executors(
     xcfg,
     scratch: str,
     models_dir: str,
-    store: Optional[StoreSpec] = None,
-) -> List[Dict[str, Any]]:
+    store: StoreSpec | None = None,
+) -> list[dict[str, Any]]:
     """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
     ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end up
     in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec of

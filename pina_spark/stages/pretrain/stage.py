@@ -66,7 +66,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 
@@ -255,7 +255,7 @@ def run(ctx) -> PretrainStats:
         times_s=dict(vcard.get("times_s", {})),
     )
     card.times_s["vectorizer_stage"] = card.times_s.pop("stage", None)
-    report: Dict[str, Any] = {
+    report: dict[str, Any] = {
         "variants": {},
         "holdout_fraction": pcfg.holdout_fraction,
         "protocol": "instance input rows with folds.is_heldout(node_id, "
@@ -300,7 +300,7 @@ def run(ctx) -> PretrainStats:
             is_inst = np.asarray(pb.is_inst, dtype=bool)
             fits += gtrain.plan_fits(v, gtrain.has_heldout({"is_inst": is_inst, "out": out}), F)
 
-        def bundle_of(v: str) -> Dict[str, Any]:
+        def bundle_of(v: str) -> dict[str, Any]:
             """Variant ``v``'s bundle, made when needed: one variant's X at a time beside
             ``X_all`` (no copy when the variant has every input row, in order), or no X at
             all when the tasks read theirs from the store."""

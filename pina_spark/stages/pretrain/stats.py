@@ -2,7 +2,7 @@
 per g variant), recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Any, Dict, Optional
+from typing import Any
 
 from pina_spark.stages import StageStats, flattened, optional
 
@@ -23,12 +23,12 @@ class PretrainVariantStats(StageStats):
         folds_train_s: training seconds of the fold models (0.0 without them).
     """
 
-    heldout: Dict[str, float] = flattened()
+    heldout: dict[str, float] = flattened()
     output_nodes: int
     folds_train_s: float
 
     @classmethod
-    def of_card(cls, vcard: Dict[str, Any]) -> "PretrainVariantStats":
+    def of_card(cls, vcard: dict[str, Any]) -> "PretrainVariantStats":
         """The summary of a variant's model card entry
         (:func:`pina_spark.stages.pretrain.fits.variant_card`)."""
         ev = vcard.get("heldout_eval", {})
@@ -59,16 +59,16 @@ class PretrainStats(StageStats):
         detail: ``{"variants": the model card's variants, "times_s": its times}``.
     """
 
-    reused_models: Optional[str] = optional()
-    variants: Optional[str] = optional()
-    input_rows: Optional[int] = optional()
-    encoder: Optional[str] = optional()
+    reused_models: str | None = optional()
+    variants: str | None = optional()
+    input_rows: int | None = optional()
+    encoder: str | None = optional()
     encoded_rows: int = 0
-    dense_dim: Optional[int] = optional()
-    sparse_dim: Optional[int] = optional()
-    seconds: Optional[float] = optional()
-    per_variant: Dict[str, PretrainVariantStats] = flattened("{key}_{name}")
-    detail: Optional[Dict[str, Any]] = optional()
+    dense_dim: int | None = optional()
+    sparse_dim: int | None = optional()
+    seconds: float | None = optional()
+    per_variant: dict[str, PretrainVariantStats] = flattened("{key}_{name}")
+    detail: dict[str, Any] | None = optional()
 
     @classmethod
     def reused(cls, models_root: str) -> "PretrainStats":

@@ -5,7 +5,7 @@ top-k of a score matrix. Used by the driver path (:mod:`.stage`) and the task pa
 
 import os
 import time
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -156,7 +156,7 @@ def train_xtransformer(texts: Sequence[str], X_feat, Y, cfg):
     )
 
 
-def topk_from_csr(P, k: int) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+def topk_from_csr(P, k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per row of a score CSR: column indices and scores of the top ``k`` (score desc, column
     asc on ties).
 

@@ -6,7 +6,8 @@ align the same way).
 import dataclasses as dc
 import logging
 import time
-from typing import Any, List, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def _load_features(spark, feat_uri: str, variant: str):
         .collect()
         if r[0] is not None
     )
-    ids: List[str] = []
+    ids: list[str] = []
     mats = []
     dense_w = set()
     for split in splits:
@@ -63,7 +64,7 @@ def _load_features(spark, feat_uri: str, variant: str):
     return ids, X
 
 
-def _align(ids: List[str], X, wanted: List[str]):
+def _align(ids: list[str], X, wanted: list[str]):
     """Rows of ``X`` (indexed by ``ids``) in the order of ``wanted``; missing ids -> zero rows.
     Returns (matrix, number missing)."""
     import scipy.sparse as sp
@@ -99,10 +100,10 @@ class LabelProblem:
     has_lab: Any
     Y: Any
     label_ids: Any
-    train_ids: List[str]
-    test_ids: List[str]
-    train_text: List[str]
-    test_text: List[str]
+    train_ids: list[str]
+    test_ids: list[str]
+    train_text: list[str]
+    test_text: list[str]
 
 
 def label_problem(spark, paths) -> LabelProblem:
@@ -187,7 +188,7 @@ class VariantInputs:
     X_tr: Any
     X_te: Any
     vec: Any
-    no_feat_rows: Tuple[int, ...]
+    no_feat_rows: tuple[int, ...]
     prep_s: float
     n_features: int
 
@@ -200,7 +201,7 @@ def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) 
     """The :class:`VariantInputs` of one variant (tf-idf for the baseline, else the
     ``features`` table)."""
     t0 = time.time()
-    no_feat_rows: List[int] = []
+    no_feat_rows: list[int] = []
     vec = None
     if variant == V.BASELINE:
         X_tr, X_te, vec = _baseline_matrices(cfg, prob.train, prob.test, prob.has_lab)
@@ -214,7 +215,7 @@ def variant_inputs(spark, cfg, prob: LabelProblem, variant: str, feat_uri: str) 
 
 
 def align_features(
-    ids: List[str], X, train_ids: List[str], test_ids: List[str], variant: str = "?"
+    ids: list[str], X, train_ids: list[str], test_ids: list[str], variant: str = "?"
 ):
     """A variant's ``features`` rows (``ids``, ``X``) as the problem's matrices: ``(X_tr, X_te,
     no_feat_rows, (train rows missing, test rows missing))``; a missing row is a zero row, and

@@ -44,7 +44,7 @@ table, so the driver holds no feature matrix; only the baseline's tf-idf is buil
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.config import ConfigError
@@ -80,10 +80,10 @@ def run(ctx) -> TrainStats:
     feat_uri = paths.table(storage.FEATURES)
     feat_ok = storage.is_complete(spark, feat_uri)
     models_dir = paths.staging(storage.DOWNSTREAM_MODELS)
-    trained: List[str] = []
-    skipped: Dict[str, str] = {}
-    read_by: Optional[str] = None
-    per_variant: Dict[str, Dict[str, Any]] = {}
+    trained: list[str] = []
+    skipped: dict[str, str] = {}
+    read_by: str | None = None
+    per_variant: dict[str, dict[str, Any]] = {}
     pred_frames = []
     where = "driver" if tcfg.model == "xtransformer" else runtime.fits_where(spark, tcfg.train_on)
 

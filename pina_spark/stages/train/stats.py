@@ -1,7 +1,6 @@
 """What the train stage returns: :class:`TrainStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Dict, List, Optional
 
 from pina_spark.stages import StageStats, flattened, optional
 
@@ -26,8 +25,8 @@ class TrainStats(StageStats):
     n_train: int
     n_test: int
     n_labels_trained: int
-    variants: List[str]
-    skipped: Dict[str, str]
+    variants: list[str]
+    skipped: dict[str, str]
     train_on: str
-    features_read_by: Optional[str] = optional()
-    train_s: Dict[str, float] = flattened("{key}_train_s")
+    features_read_by: str | None = optional()
+    train_s: dict[str, float] = flattened("{key}_train_s")

@@ -30,7 +30,8 @@ import dataclasses as dc
 import json
 import logging
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class FeaturesRead:
     """
 
     uri: str
-    sparse_width: Optional[int]
+    sparse_width: int | None
 
 
 @dc.dataclass(frozen=True)
@@ -86,10 +87,10 @@ class VariantTask:
 
     variant: str
     model_dir: str
-    train: Dict[str, Any]
-    matrices: Optional[str] = None
-    problem: Optional[str] = None
-    features: Optional[FeaturesRead] = None
+    train: dict[str, Any]
+    matrices: str | None = None
+    problem: str | None = None
+    features: FeaturesRead | None = None
 
     def __post_init__(self):
         given = (self.matrices is not None, self.problem is not None, self.features is not None)
@@ -103,11 +104,11 @@ class VariantTask:
 def _fit_work(tasks: Sequence[VariantTask]):
     """Driver side: the executor function of the variant tasks (``i`` -> ``tasks[i]``)."""
 
-    def work(i: int, threads: int) -> Dict[str, Any]:
+    def work(i: int, threads: int) -> dict[str, Any]:
         from pina_spark.config import TrainConfig
 
         t = tasks[i]
-        facts: Dict[str, Any] = {}
+        facts: dict[str, Any] = {}
         if t.matrices is not None:
             raw = storage.read_inputs_of(t.matrices, f"variant {t.variant}")
             mats, _ = npz.loads(raw, ["X_tr", "Y", "X_te"])
@@ -150,8 +151,8 @@ def _fit_work(tasks: Sequence[VariantTask]):
 
 
 def fit_on_executors(
-    spark, cfg, prob, inputs: Iterable[Tuple[str, Any]], models_dir: str, scratch: str
-) -> Dict[str, Tuple[Any, Dict[str, Any]]]:
+    spark, cfg, prob, inputs: Iterable[tuple[str, Any]], models_dir: str, scratch: str
+) -> dict[str, tuple[Any, dict[str, Any]]]:
     """Train the variants of ``inputs`` (``(variant, VariantInputs or FeaturesRead)`` pairs) as
     Spark tasks, one each. A :class:`FeaturesRead` variant's task reads its own features (the
     problem's Y and ids are written once, to ``problem.npz``); a ``VariantInputs`` variant's
@@ -162,10 +163,10 @@ def fit_on_executors(
     :func:`~pina_spark.stages.train.results.variant_result` gives them. ``scratch``: a staging URI
     every executor reaches; deleted afterwards.
     """
-    kept: Dict[str, Any] = {}
+    kept: dict[str, Any] = {}
     try:
         with heartbeat("downstream models as Spark tasks"):
-            tasks: List[VariantTask] = []
+            tasks: list[VariantTask] = []
             problem_uri, problem_written = f"{scratch}/problem.npz", False
             for v, inp in inputs:
                 model_dir = f"{models_dir}/{v}"
@@ -196,7 +197,7 @@ def fit_on_executors(
             )
     finally:
         storage.delete_path(spark, scratch)
-    out: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
+    out: dict[str, tuple[Any, dict[str, Any]]] = {}
     for i, t in enumerate(tasks):
         cols_k, scores_k = _unpack_topk(bytes(got[i]["topk"]))
         train_s, predict_s = json.loads(got[i]["secs"])

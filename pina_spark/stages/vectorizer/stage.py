@@ -33,7 +33,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import redact
@@ -60,7 +60,7 @@ def run(ctx) -> VectorizerStats:
     t_stage = time.time()
     nodes, problems, all_rows = bpre.load_problems(spark, paths, cfg)
     texts = ["" if t is None else str(t) for t in nodes.text[nodes.pos(all_rows)]]
-    card: Dict[str, Any] = {
+    card: dict[str, Any] = {
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": library_versions(artifacts.MODEL_LIBS),
         "config": redact.redact_config({"pretrain": pcfg.to_dict()}),

@@ -1,7 +1,6 @@
 """What the vectorizer stage returns: :class:`VectorizerStats`, recorded in the manifest."""
 
 import dataclasses as dc
-from typing import Optional
 
 from pina_spark.stages import StageStats, optional
 
@@ -27,15 +26,15 @@ class VectorizerStats(StageStats):
         xtransformer_rows: the fine-tuning rows (``encoder: xtransformer`` only).
     """
 
-    reused_vectorizer: Optional[str] = optional()
-    encoder: Optional[str] = optional()
-    fitted_on_rows: Optional[int] = optional()
-    dense_dim: Optional[int] = optional()
-    sparse_dim: Optional[int] = optional()
+    reused_vectorizer: str | None = optional()
+    encoder: str | None = optional()
+    fitted_on_rows: int | None = optional()
+    dense_dim: int | None = optional()
+    sparse_dim: int | None = optional()
     encoded_rows: int = 0
-    seconds: Optional[float] = optional()
-    contrastive_pairs: Optional[int] = optional()
-    xtransformer_rows: Optional[int] = optional()
+    seconds: float | None = optional()
+    contrastive_pairs: int | None = optional()
+    xtransformer_rows: int | None = optional()
 
     @classmethod
     def reused(cls, vectorizer: str) -> "VectorizerStats":
