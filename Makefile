@@ -1,6 +1,7 @@
-# pina-spark: two commands do all set-up on a fresh machine (Python 3.10+, Java 17):
+# pina-spark: two commands do all set-up on a fresh machine (Python 3.10-3.12, Java 17):
 #   make demo   creates .venv, installs everything, runs the whole pipeline on the demo data
 #   make test   creates/refreshes .venv, runs the test suite
+# Inner loop: make test-fast (no lint; leaves out the slow and demo markers, see its target).
 # Also: make dist (wheel + venv-pack'd environment archive for EMR, see docs/emr.md), make docs
 # (docs/config.md), make test-spark35 (the demo on pyspark 3.5 in .venv35, as EMR 7 runs it),
 # make check-install35 (the wheel installed over a platform's pyspark 3.5), make test-airflow
