@@ -212,19 +212,12 @@ def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> dict[str, str]:
     >>> sorted(inputs_read(cfg, ("graph",))), sorted(inputs_read(cfg, ("train", "evaluate")))
     (['filter_pairs', 'instance_labels', 'instances', 'labels'], ['filter_pairs'])
     """
-    from pina_spark.validate import required_tables
+    from pina_spark.validate import require_configured
 
     inp = cfg.input
     out: dict[str, str] = {}
     if "graph" in stages:
-        for name in required_tables(cfg):
-            if not getattr(inp, name):
-                why = (
-                    "task.labels=given"
-                    if name in ("labels", "instance_labels")
-                    else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
-                )
-                raise storage.InputError(f"input.{name}: required ({why}) but not configured")
+        require_configured(cfg)
         out.update({f.name: getattr(inp, f.name) for f in dc.fields(inp) if getattr(inp, f.name)})
     elif runs_nodes_step(cfg, storage.RunPaths(cfg.output, cfg.run.run_date).root, stages):
         if inp.instances:

@@ -252,6 +252,30 @@ def required_tables(cfg) -> tuple[str, ...]:
     return tuple(need)
 
 
+def require_configured(cfg) -> None:
+    """Raise :class:`~pina_spark.storage.InputError` naming the first table the config needs
+    (:func:`required_tables`) that ``input`` leaves unset, and why it is needed.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> try:
+    ...     require_configured(config_from_dict({"output": "/tmp/r"}))
+    ... except storage.InputError as e:
+    ...     print(e)
+    input.instances: required (side_info=label_text, task.labels=given) but not configured
+    """
+    inp = cfg.input
+    for name in required_tables(cfg):
+        if not getattr(inp, name):
+            why = (
+                "task.labels=given"
+                if name in ("labels", "instance_labels")
+                else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
+            )
+            raise storage.InputError(f"input.{name}: required ({why}) but not configured")
+
+
 def read_inputs(spark, cfg) -> dict[str, Any]:
     """The raw frames of every configured input table (:func:`pina_spark.storage.read_input`), after
     checking that the tables the config needs are configured.
@@ -266,14 +290,7 @@ def read_inputs(spark, cfg) -> dict[str, Any]:
         sorted(read_inputs(spark, cfg))  # ['instance_labels', 'instances', 'labels']
     """
     inp = cfg.input
-    for name in required_tables(cfg):
-        if not getattr(inp, name):
-            why = (
-                "task.labels=given"
-                if name in ("labels", "instance_labels")
-                else f"side_info={cfg.side_info}, task.labels={cfg.task.labels}"
-            )
-            raise storage.InputError(f"input.{name}: required ({why}) but not configured")
+    require_configured(cfg)
     if cfg.task.labels == "graph" and (inp.labels or inp.instance_labels):
         log.warning(
             "task.labels=graph: input.labels / input.instance_labels are validated but "
