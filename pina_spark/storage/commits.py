@@ -10,6 +10,7 @@ from typing import Any
 
 from pina_spark.storage.files import read_bytes, write_bytes
 from pina_spark.storage.fs import _jfs
+from pina_spark.storage.lease import check_lease_for
 from pina_spark.storage.paths import RunPaths
 from pina_spark.storage.publishing import table_version
 from pina_spark.storage.schemas import COMMITS, InputError
@@ -21,10 +22,13 @@ class UncommittedError(InputError):
 
 def commit_stage(paths: RunPaths, stage: str, rels: Sequence[str], run_id: str) -> dict[str, Any]:
     """Record, in one atomic write (``<root>/_commits/<stage>.json``), the version token of every
-    output ``rels`` of ``stage``: the point where all its tables become valid together."""
+    output ``rels`` of ``stage``: the point where all its tables become valid together.
+    Refuses (:class:`~pina_spark.storage.lease.LeaseError`) when this process held the root's
+    lease and lost it, as :func:`~pina_spark.storage.publishing.publish` does."""
     import json
     import time
 
+    check_lease_for(paths.root)
     rec = {
         "stage": stage,
         "run_id": run_id,

@@ -2,7 +2,9 @@
 
 The lease is what makes the publish machinery safe to share a root. :func:`held_run_id` tags
 this process's staging folders, so that recovery spares a live run's files, and
-:func:`check_lease_for` stops a run that lost its lease from publishing.
+:func:`check_lease_for` stops a run that lost its lease from publishing. A heartbeat that fails
+is retried; once it has failed for so long that others may take the lease over as stale, the
+lease counts as lost, so the run stops before it publishes anything more.
 """
 
 import logging
@@ -27,8 +29,16 @@ class LeaseError(RuntimeError):
 #: lease files older than this (no heartbeat) may be taken over
 LEASE_STALE_S = 600.0
 LEASE_HEARTBEAT_S = 30.0
+#: longest wait between two tries of a failed heartbeat (capped by the heartbeat interval)
+LEASE_RETRY_MAX_S = 8.0
 _LEASES: dict[str, "Lease"] = {}
 _LEASES_LOCK = __import__("threading").Lock()
+
+
+def _utc(t: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _root_key(root: str) -> str:
@@ -43,7 +53,8 @@ def held_run_id(root: str) -> str | None:
 
 def check_lease_for(uri: str) -> None:
     """Raise :class:`LeaseError` when ``uri`` lies under a root whose lease this process held and
-    lost (taken over as stale by another run): publishing now could clobber that run's work."""
+    lost (taken over as stale by another run, or not refreshed in time so that another run may
+    take it over): publishing now could clobber that run's work."""
     for root, lease in list(_LEASES.items()):
         if uri == root or uri.startswith(root + "/"):
             lease.check()
@@ -89,6 +100,10 @@ class Lease:
     fast naming the owner; a lease whose heartbeat is older than ``stale_s`` is taken over (the
     stale file is first renamed aside, so of two runs taking over only one wins).
 
+    A failed heartbeat is logged and retried with a short backoff. When no heartbeat has been
+    written for ``stale_s - heartbeat_s`` (one interval short of going stale), the lease is lost:
+    :meth:`check`, which every publish and stage commit calls, raises :class:`LeaseError`.
+
     Reentrant inside one process: :func:`acquire_lease` on a root this process already holds
     returns the same lease.
 
@@ -116,6 +131,10 @@ class Lease:
         self.heartbeat_s = float(heartbeat_s)
         self.uri = self.root + "/" + LOCK
         self.lost: str | None = None
+        #: when the last heartbeat written was taken (``time.time()``), and the failures since
+        self.last_refresh: float | None = None
+        self.failures = 0
+        self.last_error: str | None = None
         self._depth = 0
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
@@ -173,9 +192,11 @@ class Lease:
     def acquire(self) -> "Lease":
         import time
 
-        self.started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.started = _utc(time.time())
         for _ in range(2):
+            t0 = time.time()
             if self._create():
+                self.last_refresh = t0
                 break
             owner = read_lease(self.root) or {}
             if time.time() - float(owner.get("heartbeat", 0.0)) <= self.stale_s:
@@ -198,16 +219,74 @@ class Lease:
         import threading
 
         self._stop = threading.Event()
-
-        def beat():
-            while not self._stop.wait(self.heartbeat_s):
-                self.refresh()
-
-        self._thread = threading.Thread(target=beat, name=f"lease-{self.run_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._beat, args=(self._stop,), name=f"lease-{self.run_id}", daemon=True
+        )
         self._thread.start()
 
+    def _beat(self, stop: "threading.Event") -> None:
+        """The heartbeat thread: refresh every ``heartbeat_s``; after a failure retry sooner
+        (1 s, 2 s, 4 s ..., at most :data:`LEASE_RETRY_MAX_S` and ``heartbeat_s``, and once more
+        just before the deadline) until a refresh succeeds or the lease is overdue (lost)."""
+        import time
+
+        wait = self.heartbeat_s
+        while not stop.wait(wait):
+            try:
+                self.refresh()
+            except Exception as e:  # any failure: an I/O error, a timeout, a bad reply
+                self.failures += 1
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.warning(
+                    "run %s: could not refresh the lease %s (failure %d since %s): %s",
+                    self.run_id,
+                    self.uri,
+                    self.failures,
+                    _utc(self.last_refresh or 0.0),
+                    self.last_error,
+                )
+                if self._overdue():
+                    self._lose_unrefreshed()
+                    return
+                left = (self.last_refresh or 0.0) + self._deadline_s() - time.time()
+                backoff = min(2.0 ** (self.failures - 1), LEASE_RETRY_MAX_S, self.heartbeat_s)
+                wait = max(0.0, min(backoff, left))
+                continue
+            if self.lost:
+                return
+            wait = self.heartbeat_s
+
+    def _deadline_s(self) -> float:
+        """How long the lease may go without a heartbeat before it counts as lost: one heartbeat
+        interval short of ``stale_s``, so a publish never starts on a lease others may take."""
+        return self.stale_s - self.heartbeat_s
+
+    def _overdue(self) -> bool:
+        import time
+
+        return (
+            self.last_refresh is not None and time.time() - self.last_refresh > self._deadline_s()
+        )
+
+    def _lose_unrefreshed(self) -> None:
+        """Mark the lease lost because its heartbeat could not be written in time."""
+        self.lost = (
+            f"could not refresh it since {_utc(self.last_refresh or 0.0)} "
+            f"({self.failures} failed tries; last error: {self.last_error or 'none'}), so "
+            f"another run may take it over as stale {self.stale_s:g}s after that"
+        )
+        log.error("run %s: lease on %s lost: %s", self.run_id, self.root, self.lost)
+        if self._stop is not None:
+            self._stop.set()
+
     def refresh(self) -> None:
-        """Rewrite the heartbeat, unless the lease is no longer ours (then mark it lost)."""
+        """Rewrite the heartbeat, unless the lease is no longer ours (then mark it lost).
+        An I/O error propagates (the heartbeat thread retries)."""
+        import time
+
+        if self.lost:
+            return
+        t0 = time.time()
         owner = read_lease(self.root)
         if owner is None or owner.get("run_id") != self.run_id:
             self.lost = (
@@ -219,18 +298,34 @@ class Lease:
                 self._stop.set()
             return
         write_bytes(self.uri, self._content())
+        self.last_refresh = t0
+        self.failures = 0
+
+    def _raise_lost(self) -> None:
+        raise LeaseError(
+            f"run {self.run_id} lost its lease on {self.root}: {self.lost}; "
+            f"stopping before publishing"
+        )
 
     def check(self) -> None:
+        """Raise :class:`LeaseError` when the lease is lost: taken over by another run, or not
+        refreshed for longer than ``stale_s - heartbeat_s`` (see :meth:`_beat`)."""
+        if not self.lost and self._overdue():
+            self._lose_unrefreshed()
         if self.lost:
-            raise LeaseError(f"run {self.run_id} lost its lease: {self.lost}; not publishing")
+            self._raise_lost()
         owner = read_lease(self.root)
         if owner is None or owner.get("run_id") != self.run_id:
             self.refresh()
-            raise LeaseError(f"run {self.run_id} lost its lease: {self.lost}; not publishing")
+            self._raise_lost()
 
     def release(self) -> None:
+        import threading
+
         if self._stop is not None:
             self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=min(self.heartbeat_s, 5.0))  # no heartbeat after removal
         owner = read_lease(self.root)
         if owner is not None and owner.get("run_id") == self.run_id:
             try:
