@@ -6,7 +6,7 @@
 # (docs/config.md), make test-spark35 (the demo on pyspark 3.5 in .venv35, as EMR 7 runs it),
 # make check-install35 (the wheel installed over a platform's pyspark 3.5), make test-airflow
 # (the DAGs in their own venv), make test-spark35-full (the whole suite on pyspark 3.5), make lint;
-# .ci/run runs make test, test-spark35-full, check-install35 and test-airflow.
+# .ci/run runs make test, test-spark35-ci (a 3.5 subset), check-install35 and test-airflow.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -91,7 +91,7 @@ TORCH_GPU_PIP ?= --index-url https://download.pytorch.org/whl/cu126 --extra-inde
 DIST_PLATFORM := Linux x86_64
 BUILD_PLATFORM ?= $(shell uname -s) $(shell uname -m)
 
-.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full \
+.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full test-spark35-ci \
 	check-dist-platform
 
 wheel: $(STAMP)
@@ -248,6 +248,16 @@ test-spark35: $(STAMP35)
 test-spark35-full: $(STAMP35)
 	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \
 		$(PY35) -m pytest -q -ra --doctest-modules $(PYTEST_ARGS) tests pina_spark
+	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
+
+# CI's pyspark 3.5 run (.ci/run; the whole suite twice no longer fits CI's time): the fast tier
+# and the demo through spark-submit with its golden digest (everything but the slow marker), then
+# every input-validation test, slow ones included (the rules most tied to Spark's version)
+test-spark35-ci: $(STAMP35)
+	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \
+		$(PY35) -m pytest -q -ra -m "not slow" --doctest-modules $(PYTEST_ARGS) tests pina_spark
+	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \
+		$(PY35) -m pytest -q -ra -m slow $(PYTEST_ARGS) tests/test_validate.py tests/test_bad_input.py
 	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 
 clean:
