@@ -15,14 +15,8 @@ import pina_emr_steps as pes
 dag = pes.emr_dag(
     "pina_daily",
     "@daily",
-    ("embed", "neighbors", "aggregate"),
-    extra_args=[
-        "--models",
-        "latest",
-        "--incremental",
-        "--set",
-        f"input.instances={pes.PREFIX}/input/daily/{pes.RUN_DATE}/instances/",
-    ],
+    pes.DAILY_STAGES,
+    extra_args=pes.DAILY_ARGS,
     core_nodes=4,
     timeout_h=6,
     retries=1,

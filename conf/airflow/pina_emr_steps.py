@@ -285,6 +285,23 @@ PREFIX = f"s3://{BUCKET}/pina"
 #: (an Airflow 3 manual run without a logical date) the date the run was queued for
 RUN_DATE = "{{ params.run_date or (ds if ds is defined else dag_run.run_after | ds) }}"
 
+#: the daily augmentation (CPU and GPU DAGs): the day's instances, with the promoted models
+DAILY_STAGES = ("embed", "neighbors", "aggregate")
+DAILY_ARGS = [
+    "--models",
+    "latest",
+    "--incremental",
+    "--set",
+    f"input.instances={PREFIX}/input/daily/{RUN_DATE}/instances/",
+]
+#: the monthly retraining (CPU and GPU DAGs): every stage, promoting a run that passes the gate
+MONTHLY_ARGS = [
+    "--set",
+    "evaluate.promote=true",
+    "--set",
+    "evaluate.gate_tolerance={{ var.value.get('pina_gate_tolerance', '0.005') }}",
+]
+
 
 def emr_dag(
     dag_id: str,

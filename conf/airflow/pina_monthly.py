@@ -16,12 +16,7 @@ dag = pes.emr_dag(
     "pina_monthly",
     "@monthly",
     tuple(pes.STAGES),
-    extra_args=[
-        "--set",
-        "evaluate.promote=true",
-        "--set",
-        "evaluate.gate_tolerance={{ var.value.get('pina_gate_tolerance', '0.005') }}",
-    ],
+    extra_args=pes.MONTHLY_ARGS,
     core_nodes=8,
     timeout_h=24,
     retries=0,
