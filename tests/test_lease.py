@@ -1,13 +1,22 @@
-"""The lease heartbeat: a failed refresh is retried, and a lease that cannot be refreshed before
-it would go stale is lost, so the run publishes and commits nothing more (no Spark needed).
+"""The lease (no Spark needed).
 
-Failures are injected by replacing the lease module's ``write_bytes``; the intervals are a few
-tens of milliseconds so each test takes well under a second.
+The heartbeat: a failed refresh is retried, and a lease that cannot be refreshed before it would
+go stale is lost, so the run publishes and commits nothing more. Failures are injected by
+replacing the lease module's ``write_bytes``; the intervals are a few tens of milliseconds.
+
+Taking over: of runs taking over one stale lease exactly one holds it, a fresh empty lease file
+is held, an owner whose process is gone on this host is taken over at once, and no
+``_LOCK.stale-*`` file is left. The interleavings are forced with hooks on the lease's own steps
+(another run acting between two of them) and with threads meeting at a barrier; the owner
+process is a child Python process that takes the lease and is then killed.
 """
 
 import json
 import logging
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -101,3 +110,285 @@ def test_a_lease_refreshed_on_time_is_not_lost(tmp_path):
         storage.check_lease_for(root + "/nodes")
         assert lease.lost is None
         assert json.loads(open(os.path.join(root, storage.LOCK)).read())["run_id"] == "me"
+
+
+# --------------------------------------------------------------------------- taking over
+@pytest.fixture(params=["posix", "pyarrow.fs"])
+def fs_kind(request, monkeypatch):
+    """Take-overs on a local disk (rename, hard link) and through pyarrow.fs, the code path of
+    ``s3://`` and ``hdfs://`` roots (here a LocalFileSystem, whose move is a rename as on HDFS)."""
+    if request.param == "pyarrow.fs":
+        monkeypatch.setattr(lease_mod, "is_remote", lambda uri: True)
+    return request.param
+
+
+def _write_lock(root, record=None, raw=None, age_s=0.0):
+    """Write ``<root>/_LOCK`` as another run would have, with its mtime ``age_s`` ago."""
+    os.makedirs(root, exist_ok=True)
+    p = os.path.join(root, storage.LOCK)
+    with open(p, "wb") as fh:
+        fh.write(raw if raw is not None else json.dumps(record).encode())
+    t = time.time() - age_s
+    os.utime(p, (t, t))
+
+
+def _stale_record(run_id="dead-run"):
+    return {
+        "run_id": run_id,
+        "host": "other-host",
+        "pid": 99999,
+        "started": "2026-11-23T00:00:00Z",
+        "heartbeat": time.time() - 10_000,
+    }
+
+
+def _leftovers(root):
+    return sorted(n for n in os.listdir(root) if n.startswith(storage.LOCK + "."))
+
+
+def _lease(root, run_id):
+    return lease_mod.Lease(root, run_id, stale_s=60, heartbeat_s=30)
+
+
+def _stop(*leases):
+    """Stop the heartbeat threads of leases a failing test left running."""
+    for lease in leases:
+        if lease is not None and lease._stop is not None:
+            lease._stop.set()
+
+
+def test_a_taker_that_read_the_stale_lease_before_another_took_it_over_backs_off(
+    tmp_path, monkeypatch, fs_kind
+):
+    """Runs a and b read the same stale lease; a takes it over first, then b goes on. b must not
+    move a's fresh lease aside: a keeps it and b is refused, naming a."""
+    root = str(tmp_path / "r")
+    _write_lock(root, _stale_record())
+    real = lease_mod.Lease._take_over_stale
+    first: list = []
+
+    def a_goes_first(self, *args):
+        if self.run_id == "b" and not first:  # b judged the lease stale; a takes it over now
+            first.append(_lease(root, "a").acquire())
+        return real(self, *args)
+
+    monkeypatch.setattr(lease_mod.Lease, "_take_over_stale", a_goes_first)
+    b = _lease(root, "b")
+    try:
+        with pytest.raises(storage.LeaseError, match="in use by run a "):
+            b.acquire()
+        (a,) = first
+        assert storage.read_lease(root)["run_id"] == "a"
+        a.check()  # a still holds it
+        a.release()
+        assert _leftovers(root) == []
+    finally:
+        _stop(b, *first)
+
+
+def test_a_lease_refreshed_between_the_check_and_the_rename_is_put_back(
+    tmp_path, monkeypatch, fs_kind
+):
+    """Run a's lease looks stale to b (its heartbeat stalled), and a's heartbeat comes in just
+    before b renames ``_LOCK`` aside: b reads what it moved, sees a's new record instead of the
+    stale one, puts it back and backs off; a keeps its lease."""
+    root = str(tmp_path / "r")
+    a = _lease(root, "a").acquire()
+    b = _lease(root, "b")
+    try:
+        stalled = {**storage.read_lease(root), "heartbeat": time.time() - 10_000}
+        _write_lock(root, stalled)
+        real = lease_mod.Lease._move
+
+        def a_beats_just_then(self, src, dst):
+            if self is b and src.endswith("/" + storage.LOCK):
+                a.refresh()
+            return real(self, src, dst)
+
+        monkeypatch.setattr(lease_mod.Lease, "_move", a_beats_just_then)
+        with pytest.raises(storage.LeaseError, match="in use by run a "):
+            b.acquire()
+        assert storage.read_lease(root)["heartbeat"] > stalled["heartbeat"]
+        a.check()  # a still holds it
+        assert a.lost is None
+        a.release()
+        assert _leftovers(root) == []
+    finally:
+        _stop(a, b)
+
+
+def _race(root, n, monkeypatch):
+    """``n`` threads take the lease of ``root``, meeting at a barrier before their first
+    take-over; returns the leases held, the LeaseErrors and any other errors."""
+    real = lease_mod.Lease._take_over_stale
+    barrier = threading.Barrier(n)
+    waited: set = set()
+
+    def together(self, *args):
+        if self.run_id not in waited:  # the first take-over of each thread
+            waited.add(self.run_id)
+            barrier.wait(timeout=10)
+        return real(self, *args)
+
+    monkeypatch.setattr(lease_mod.Lease, "_take_over_stale", together)
+    held: list = []
+    refused: list = []
+    other: list = []
+
+    def take(i):
+        try:
+            held.append(_lease(root, f"t{i}").acquire())
+        except storage.LeaseError as e:
+            refused.append(e)
+        except Exception as e:  # reported by the caller
+            other.append(e)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    monkeypatch.setattr(lease_mod.Lease, "_take_over_stale", real)
+    return held, refused, other
+
+
+def test_of_runs_racing_to_take_over_a_stale_lease_exactly_one_holds_it(tmp_path, monkeypatch):
+    """Six threads read one stale lease and meet at a barrier before taking it over, ten times
+    over: each time exactly one holds the lease, the others are refused, nothing is left."""
+    n = 6
+    for k in range(10):
+        root = str(tmp_path / f"r{k}")
+        _write_lock(root, _stale_record())
+        held, refused, other = _race(root, n, monkeypatch)
+        try:
+            assert not other, other
+            assert len(held) == 1, f"round {k}: {[x.run_id for x in held]} all hold the lease"
+            assert len(refused) == n - 1
+            assert storage.read_lease(root)["run_id"] == held[0].run_id
+            held[0].release()
+            assert _leftovers(root) == []
+        finally:
+            _stop(*held)
+
+
+def test_an_empty_or_partly_written_lease_file_is_held_until_its_mtime_is_stale(tmp_path, fs_kind):
+    """The moment between a run's exclusive create and its first write: the lease file is held,
+    its mtime standing for the heartbeat, and is taken over once older than ``stale_s``."""
+    root = str(tmp_path / "r")
+    _write_lock(root, raw=b"")
+    with pytest.raises(storage.LeaseError, match="in use by an empty lease file"):
+        _lease(root, "me").acquire()
+    _write_lock(root, raw=b'{"run_id": "w", "heartb')
+    with pytest.raises(storage.LeaseError, match="in use by an unreadable lease file"):
+        _lease(root, "me").acquire()
+    assert storage.live_lease_owner(root, 60)["note"] == "unreadable lease file"
+    assert storage.read_lease(root)["run_id"] == "?"
+
+    _write_lock(root, raw=b"", age_s=120)  # its writer died before writing, 2 minutes ago
+    assert storage.live_lease_owner(root, 60) is None
+    lease = _lease(root, "me").acquire()
+    try:
+        assert storage.read_lease(root)["run_id"] == "me"
+        assert _leftovers(root) == []
+    finally:
+        lease.release()
+
+
+_HOLDER = """
+import sys, time
+from pina_spark import storage
+storage.acquire_lease(sys.argv[1], "child")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def _child_holding(root):
+    """A Python process on this host that takes the lease of ``root`` (600 s stale time) and
+    sleeps."""
+    code = os.path.dirname(os.path.dirname(os.path.abspath(lease_mod.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(code))
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, root], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout.readline().strip() == "held", "the child did not take the lease"
+    return p
+
+
+def _proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+
+
+@needs_proc
+def test_an_owner_whose_process_is_gone_on_this_host_is_taken_over_at_once(tmp_path):
+    """A live owner on this host is refused; once its process is killed (first a zombie not yet
+    reaped, then a reaped pid) its lease is taken over at once, though its heartbeat is fresh."""
+    root = str(tmp_path / "r")
+    child = _child_holding(root)
+    try:
+        with pytest.raises(storage.LeaseError, match=f"run child .*pid {child.pid}"):
+            storage.acquire_lease(root, "me")
+        assert storage.live_lease_owner(root)["run_id"] == "child"
+        record = storage.read_lease(root)
+        child.kill()
+        _wait_for(lambda: _proc_state(child.pid) in ("Z", None), "the child to exit")
+        assert storage.live_lease_owner(root) is None
+        with storage.acquire_lease(root, "me"):  # stale_s 600: the heartbeat is seconds old
+            assert storage.read_lease(root)["run_id"] == "me"
+    finally:
+        child.kill()
+        child.wait()
+    assert _leftovers(root) == [] and storage.read_lease(root) is None
+
+    _write_lock(root, {**record, "heartbeat": time.time()})  # the pid now reaped
+    assert storage.live_lease_owner(root) is None
+    with storage.acquire_lease(root, "me"):
+        assert storage.read_lease(root)["run_id"] == "me"
+    assert _leftovers(root) == []
+
+
+@needs_proc
+def test_a_reused_pid_counts_as_dead_and_another_hosts_pid_is_not_checked(tmp_path):
+    """The owner's pid runs, but started at another time than the lease records: the pid was
+    reused, the owner is dead. A record from another host (or boot) is judged by its heartbeat
+    alone, even when its pid is not running here."""
+    root = str(tmp_path / "r")
+    child = _child_holding(root)
+    try:
+        record = storage.read_lease(root)
+        _write_lock(root, {**record, "pid_start": "1"})  # same pid, another process
+        with storage.acquire_lease(root, "me"):
+            assert storage.read_lease(root)["run_id"] == "me"
+    finally:
+        child.kill()
+        child.wait()
+    for other in ({"host": "other-host"}, {"boot_id": "another-boot"}):
+        _write_lock(root, {**record, **other, "heartbeat": time.time()})  # its pid is gone here
+        with pytest.raises(storage.LeaseError, match="in use by run child"):
+            storage.acquire_lease(root, "me")
+    assert _leftovers(root) == []
+
+
+def test_a_take_over_leaves_no_stale_record_and_tidies_old_ones(tmp_path, fs_kind):
+    """The record moved aside is removed once the take-over stands; records that earlier takers
+    left (older than ``stale_s``, by the time in their name) are removed, a fresh one is not."""
+    root = str(tmp_path / "r")
+    _write_lock(root, _stale_record())
+    now_ms = int(time.time() * 1000)
+    old = f"{storage.LOCK}.stale-{now_ms - 3_600_000}-deadbeefdead"
+    fresh = f"{storage.LOCK}.stale-{now_ms}-0123456789ab"
+    for name in (old, fresh):
+        with open(os.path.join(root, name), "w") as fh:
+            fh.write("{}")
+    with storage.acquire_lease(root, "me", stale_s=60) as lease:
+        assert storage.read_lease(root)["run_id"] == "me"
+        assert _leftovers(root) == [fresh]
+        assert lease.lost is None
+    assert _leftovers(root) == [fresh]
