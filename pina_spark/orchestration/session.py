@@ -27,7 +27,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from pina_spark.config.redact import SECRET_KEY_RE
+from pina_spark.config.redact import SPARK_REDACTION_REGEX, SPARK_STRING_REDACTION_REGEX
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,12 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.ui.showConsoleProgress": "false",
-    # Spark's own redaction (UI environment page, event logs, YARN and JVM logs of the conf)
-    # with the same key rule as the manifest and model card (pina_spark.config.redact); Spark's
-    # default misses credential, private key and api key
-    "spark.redaction.regex": "(?i)" + SECRET_KEY_RE.pattern,
+    # Spark's own redaction (UI environment page, event logs, job properties, YARN and JVM
+    # logs of the conf; plans) with the same key and value rules as the manifest and model card
+    # (pina_spark.config.redact); Spark's default misses credential, private key, api key,
+    # account and encryption keys, SAS tokens and passwords inside URLs
+    "spark.redaction.regex": SPARK_REDACTION_REGEX,
+    "spark.redaction.string.regex": SPARK_STRING_REDACTION_REGEX,
 }
 
 
