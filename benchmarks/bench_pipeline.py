@@ -168,32 +168,48 @@ def _config(data: str, out: str, threads: int, driver_memory: str) -> dict:
     }
 
 
-def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str, sets=()) -> dict:
-    """Generate N products, run the whole pipeline in a fresh process, read its manifest."""
+def run_size(
+    n: int,
+    seed: int,
+    work: str,
+    threads: int,
+    driver_memory: str,
+    sets=(),
+    code: str = ROOT,
+    side: str = "",
+) -> dict:
+    """Generate N products (once per ``work``: both sides of ``--against`` run on the same
+    data), run the whole pipeline with the code at ``code`` in a fresh process, read its
+    manifest."""
     import yaml
 
     py = sys.executable
     data = os.path.join(work, f"syn{n}")
     t0 = time.time()
-    subprocess.run(
-        [py, "-m", "pina_spark.cli", "prepare-data", "--source", "synthetic"]
-        + ["--instances", str(n), "--seed", str(seed), "--output", data],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    if not os.path.exists(os.path.join(data, "prepare_stats.json")):
+        subprocess.run(
+            [py, "-m", "pina_spark.cli", "prepare-data", "--source", "synthetic"]
+            + ["--instances", str(n), "--seed", str(seed), "--output", data],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     gen_s = time.time() - t0
-    out = os.path.join(work, f"run{n}")
-    conf = os.path.join(work, f"syn{n}.yaml")
+    out = os.path.join(work, f"run{n}{side}")
+    conf = os.path.join(work, f"syn{n}{side}.yaml")
     doc = _config(data, out, threads, driver_memory)
     for kv in sets:
         _set(doc, kv)
     with open(conf, "w") as fh:
         yaml.safe_dump(doc, fh)
-    log_path = os.path.join(work, f"run{n}.log")
+    log_path = os.path.join(work, f"run{n}{side}.log")
     t1 = time.time()
     with open(log_path, "w") as log_fh:
         proc = subprocess.Popen(
-            [py, "-m", "pina_spark.cli", "run", "--config", conf], stdout=log_fh, stderr=log_fh
+            [py, "-m", "pina_spark.cli", "run", "--config", conf],
+            stdout=log_fh,
+            stderr=log_fh,
+            cwd=code,
+            env=dict(os.environ, PYTHONPATH=code),
         )
         sampler = _Sampler(proc.pid)
         sampler.start()
@@ -225,6 +241,7 @@ def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str, set
     encoded = driver_rows + exec_rows
     return {
         "n": n,
+        "side": side.lstrip("-") or "new",
         "nodes": nodes,
         "events": stats.get("events", {}).get("rows"),
         "labels": stats.get("labels", {}).get("rows"),
@@ -239,13 +256,15 @@ def run_size(n: int, seed: int, work: str, threads: int, driver_memory: str, set
         "driver_python_peak_rss_mb": round(max((p for _, p, _ in sampler.series), default=0), 1),
         "driver_jvm_peak_rss_mb": round(max((j for _, _, j in sampler.series), default=0), 1),
         "peak_rss_mb_by_stage": peaks_by_stage(sampler.series, st),
-        # each variant's full g: rows, seconds per step and per level of its label tree
+        # one g fit per variant (the full one in_sample, else fold 0): rows, seconds per step
+        # and per level of its label tree
         "g_fits": {
-            v: {"rows": d["full"].get("rows"), **d["full"].get("steps_s", {})}
+            v: {"rows": one.get("rows"), **one.get("steps_s", {})}
             for v, d in (st.get("pretrain", {}).get("stats", {}).get("detail", {}))
             .get("variants", {})
             .items()
-            if "full" in d
+            for one in [d.get("full") or (d.get("folds") or [{}])[0]]
+            if one
         },
         "p_at_1": {
             v: round(m["P@1"], 4)
@@ -322,6 +341,51 @@ def merge(sources, out: str) -> None:
     print(table(results))
 
 
+def against(a, work: str) -> None:
+    """``--against REV``: per size, the pipeline with REV's code (a ``git worktree``) and with
+    this checkout, one after the other on the same generated data (old first), then a table of
+    the stages' seconds, old / new / new-over-old, and seconds per 1,000 products."""
+    old = os.path.join(work, "old-code")
+    if not os.path.isdir(old):
+        subprocess.run(["git", "worktree", "add", "-f", old, a.against], cwd=ROOT, check=True)
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", a.against], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    pairs = []
+    try:
+        for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
+            pair = {}
+            for side, code in (("old", old), ("new", ROOT)):
+                pair[side] = run_size(
+                    n, a.seed, work, a.threads, a.driver_memory, a.set, code, f"-{side}"
+                )
+                print(json.dumps(pair[side]), flush=True)
+            pairs.append(pair)
+            with open(a.json, "w") as fh:
+                json.dump({"against": rev, "pairs": pairs, "sets": a.set}, fh, indent=1)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", old], cwd=ROOT, check=False)
+    print(f"`python benchmarks/bench_pipeline.py --sizes {a.sizes} --against {a.against}`\n")
+    print("| N | side | " + " | ".join(STAGES) + " | total s | s / 1k products |")
+    print("|---|---|" + "---|" * (len(STAGES) + 2))
+    for pair in pairs:
+        for side in ("old", "new"):
+            r = pair[side]
+            cells = [f"{r['stages'].get(s, 0.0):.1f}" for s in STAGES]
+            print(
+                f"| {r['n']:,} | {side} ({rev if side == 'old' else 'this'}) | "
+                + " | ".join(cells)
+                + f" | {r['total_s']:.1f} | {1000 * r['total_s'] / r['n']:.2f} |"
+            )
+        o, w = pair["old"], pair["new"]
+        cells = [
+            f"{w['stages'].get(s, 0.0) / o['stages'][s]:.2f}" if o["stages"].get(s) else "-"
+            for s in STAGES
+        ]
+        ratio = w["total_s"] / o["total_s"]
+        print(f"| {o['n']:,} | new / old | " + " | ".join(cells) + f" | {ratio:.2f} | |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,300000")
@@ -336,6 +400,12 @@ def main(argv=None):
         help="a config override for every size's run (dotted key, YAML value), repeatable",
     )
     ap.add_argument("--workdir", default=None, help="where data and runs go (default: a temp dir)")
+    ap.add_argument(
+        "--against",
+        default=None,
+        help="git revision: every size runs with its code (a worktree) and with this checkout, "
+        "alternating, on the same data; prints new / old per stage",
+    )
     ap.add_argument("--json", required=True)
     ap.add_argument(
         "--merge",
@@ -347,6 +417,8 @@ def main(argv=None):
         return merge([x.strip() for x in a.merge.split(",") if x.strip()], a.json)
     work = a.workdir or tempfile.mkdtemp(prefix="pina-bench-pipeline-")
     os.makedirs(work, exist_ok=True)
+    if a.against:
+        return against(a, work)
     results = []
     for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
         results.append(run_size(n, a.seed, work, a.threads, a.driver_memory, a.set))

@@ -136,7 +136,7 @@ def test_fine_tune_saves_reloads_and_encodes_identically_on_an_executor(
                 "encoder": "contrastive",
                 "max_length": 24,
                 "tfidf": TFIDF,
-                "holdout_fraction": 0.0,
+                "finetune_holdout_fraction": 0.0,
                 "contrastive": TINY,
                 "xlinear": {"nr_splits": 4, "max_leaf_size": 20},
             },
@@ -210,7 +210,7 @@ def test_fine_tuning_never_sees_a_test_row(spark, tmp_path):
                 "pretrain": {
                     "encoder": "contrastive",
                     "max_length": 16,
-                    "holdout_fraction": 0.0,
+                    "finetune_holdout_fraction": 0.0,
                     "contrastive": {**TINY, "max_pairs": 64, "batch_size": 8},
                     "tfidf": {"ngram_range": [1, 1], "min_df_cnt": 1},
                     "xlinear": {"nr_splits": 2, "max_leaf_size": 10},

@@ -171,8 +171,8 @@ def env(spark, tmp_path_factory):
         if variant == "pina_naive":
             inputs, outputs = tr, lab_nodes
             edges = [(i, n) for i in tr for n in inst_labels[i]]
-        else:
-            inputs = outputs = tr + lab_nodes
+        else:  # every model of a variant has one output space, as the pretrain stage makes them
+            inputs, outputs = tr + lab_nodes, train + lab_nodes
             edges = [(i, n) for i in tr for n in inst_labels[i]] + [(i, i) for i in tr]
             edges += [(n, n) for n in lab_nodes] + [(n, i) for i in tr for n in inst_labels[i]]
         r_of = {v: k for k, v in enumerate(inputs)}
@@ -222,27 +222,63 @@ def _collect_neighbors(df):
     }
 
 
-def _reference(env, nb, variants=neighbors_plan.VARIANTS):
-    """Single-process: PECOS predict of every instance row with the model it must use, then
-    filtering / ordering / weighting written as plain Python loops."""
+def _model_loader(models, variant):
+    """``fold -> (PECOS model, output nodes)`` of one variant, each loaded once."""
     from pecos.xmc.xlinear.model import XLinearModel
 
+    cache = {}
+
+    def model(f):
+        if f not in cache:
+            d = artifacts.g_dir(models, variant, f)
+            m = XLinearModel.load(d, is_predict_only=True)
+            cache[f] = (m, np.load(os.path.join(d, artifacts.OUTPUT_NODES)))
+        return cache[f]
+
+    return model
+
+
+def _cross_reference(fold_models, x, onodes, nb):
+    """A test row's scores from every fold model, one model and one candidate at a time."""
+
+    def allowed(node):
+        if nb.node_kinds == "labels":
+            return node >= N_INST
+        return node < N_INST if nb.node_kinds == "instances" else True
+
+    extra = 2 if nb.leave_self_out else 0
+    n_bad = sum(not allowed(int(n)) for n in onodes)
+    topk = min(len(onodes), nb.k + extra + n_bad, max(100, 10 * (nb.k + extra)))
+    full = [m.predict(x, only_topk=len(onodes), threads=1).toarray()[0] for m in fold_models]
+    tops = [[c for c in np.argsort(-p, kind="stable")[:topk] if p[c] != 0] for p in full]
+    agg = np.zeros(len(onodes))
+    for p, top in zip(full, tops):
+        agg[top] += p[top]
+    return sp.csr_matrix(agg / len(fold_models))
+
+
+def _reference(env, nb, variants=neighbors_plan.VARIANTS):
+    """Single-process: PECOS predict of every instance row with the model(s) it must use, then
+    filtering / ordering / weighting written as plain Python loops. Out of fold, a test row
+    takes every fold model (cross-fitting): each model's top ``topk`` scores averaged (0 where a
+    model did not return the candidate); ``topk`` is the stage's rule: k + 2 (self and twin) +
+    the outputs node_kinds excludes, capped at max(100, 10 (k + 2))."""
     rows, X = env["rows"], env["X"]
     out, used = {}, {}
+    oof = nb.train_mode == "out_of_fold"
     for variant in variants:
-        cache = {}
+        model = _model_loader(env["models"], variant)
         for i, r in enumerate(rows[:N_INST]):
-            f = (
-                folds.fold_of(r.node_id, F)
-                if (nb.train_mode == "out_of_fold" and r.split == "train")
-                else None
-            )
-            if f not in cache:
-                d = artifacts.g_dir(env["models"], variant, f)
-                m = XLinearModel.load(d, is_predict_only=True)
-                cache[f] = (m, np.load(os.path.join(d, artifacts.OUTPUT_NODES)))
-            m, onodes = cache[f]
-            y = m.predict(X[i], only_topk=m.nr_labels, threads=1).tocsr()
+            if oof:
+                f = folds.fold_of(r.node_id, F) if r.split == "train" else "cross"
+            else:
+                f = None
+            if f == "cross":
+                onodes = model(0)[1]
+                y = _cross_reference([model(g)[0] for g in range(F)], X[i], onodes, nb)
+            else:
+                m, onodes = model(f)
+                y = m.predict(X[i], only_topk=m.nr_labels, threads=1).tocsr()
             cand = []
             for c, s in zip(y.indices, y.data):
                 node = int(onodes[c])
@@ -416,7 +452,7 @@ def test_neighbors_equal_single_process_pecos_out_of_fold(env, spark):
     assert st["rows"] == N_INST and st["variants"]["pina"]["rows"] == N_INST
     per_model = st["variants"]["pina"]["rows_per_model"]
     n_train = sum(r.split == "train" for r in env["rows"][:N_INST])
-    assert per_model["full"] == N_INST - n_train
+    assert per_model["cross"] == N_INST - n_train  # test rows: every fold model together
     assert sum(per_model[f"fold={f}"] for f in range(F)) == n_train
     # every worker loaded every model it needed exactly once (8 models, 8 tasks)
     assert st["max_loads_per_worker_model"] == 1
@@ -436,9 +472,31 @@ def test_out_of_fold_routes_train_rows_to_their_fold_model(env, spark):
     # ...and the published table follows the fold model (previous test), not the full one
     got = _collect_neighbors(storage.read_table(spark, ctx.paths, storage.NEIGHBORS))
     assert all(got[("pina", i)][0] == oof[("pina", i)][0] for i in differ)
-    # test instances always use the full model
+    # test instances use every fold model together (cross-fitting), never a full model
     test_rows = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "test"]
-    assert all(used[("pina", i)] is None for i in test_rows)
+    assert test_rows and all(used[("pina", i)] == "cross" for i in test_rows)
+
+
+@pytest.mark.slow
+def test_test_rows_are_cross_fitted_from_the_fold_models(env, spark, tmp_path):
+    """Out of fold, a test row's neighbours come from every fold model together (cross-fitting):
+    with the full models deleted from a copy of the models folder, the stage runs, predicts the
+    test rows with the F fold models' scores averaged, and equals the single-process reference;
+    train rows keep their own fold's model."""
+    models = _copy_models(env, tmp_path / "no_full")
+    for v in neighbors_plan.VARIANTS:
+        shutil.rmtree(artifacts.g_dir(models, v))  # g/<v>/full: never needed out of fold
+    ctx = dc.replace(env["ctx"], models_root=models)
+    df, info = neighbors_stage.neighbors_frame(spark, ctx)
+    assert info["cross_fit"] == "mean" and "pina/full" not in info["models"]
+    got = _collect_neighbors(df)
+    ref, used = _reference(env, ctx.cfg.neighbors)
+    _assert_same(got, ref)
+    test_rows = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "test"]
+    assert test_rows and all(used[("pina", i)] == "cross" for i in test_rows)
+    # the combination matters: the full model (trained on every train row) ranks differently
+    full, _ = _reference(env, dc.replace(ctx.cfg.neighbors, train_mode="in_sample"), ["pina"])
+    assert any(got[("pina", i)][1] != full[("pina", i)][1] for i in test_rows)
 
 
 @pytest.mark.slow
@@ -898,7 +956,7 @@ def _copy_models(env, root) -> str:
 @pytest.mark.slow
 def test_corrupt_g_fails_naming_the_artifact(env, spark, tmp_path):
     models = _copy_models(env, tmp_path / "other")
-    bad = artifacts.g_dir(models, "pina_naive", None)
+    bad = artifacts.g_dir(models, "pina_naive", 0)
     for p in glob.glob(os.path.join(bad, "**", "*.npz"), recursive=True):
         open(p, "wb").write(b"not a numpy archive")
     ctx = dc.replace(env["ctx"], models_root=models)

@@ -269,7 +269,7 @@ def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_p
     cfg = _copy_run(run_a, tmp_path / "corrupt_g", ["inference.rows_per_task=1000"])
     files = [
         f
-        for f in _model_files(cfg.output, storage.MODELS + "/g/pina/full")
+        for f in _model_files(cfg.output, storage.MODELS + "/g/pina/fold=0")
         if not f.endswith("output_nodes.npy")
     ]
     assert files, "no g model files found"
@@ -278,7 +278,7 @@ def test_corrupt_g_model_fails_neighbors_naming_the_artifact(spark, run_a, tmp_p
             fh.write(b"\x00garbage")
     with pytest.raises(Exception) as e:
         _run(spark, cfg, ["neighbors"])
-    assert "g/pina/full" in str(e.value), str(e.value)[-2000:]
+    assert "g/pina/fold=0" in str(e.value), str(e.value)[-2000:]
 
 
 def test_missing_vectorizer_fails_embed_naming_the_artifact(spark, run_a, tmp_path):

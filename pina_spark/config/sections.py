@@ -278,8 +278,12 @@ class PretrainConfig(_Params):
             fine-tuned, as PECOS does; ``nr_splits`` fine-tunes the coarsest level only, 3x
             cheaper and measured worse, RESULTS.md).
         contrastive: fine-tuning budget and loss of ``encoder: contrastive``.
-        holdout_fraction: share of B_pre input rows held out (by hash) to report g's P@k/R@k.
-        train_on: where g's independent fits (held-out evaluation, full, one per fold, per
+        finetune_holdout_fraction: share of the train items (by a hash of the id) kept out of
+            the encoder's fine-tuning pairs (``contrastive``), so that g's report can give its
+            held-out P@k/R@k also over rows that neither g nor the fine-tuned encoder learnt from
+            (``heldout_eval.finetune_heldout`` in ``model_card.json``). Every train row is
+            still in g's training (g's report is out of fold on every row).
+        train_on: where g's independent fits (one per fold, or the full one ``in_sample``, per
             variant) run: ``driver`` (one after another), ``executors`` (one Spark task each, on
             the task's cores) or ``auto`` (executors on a cluster, the driver in local mode).
         mmap_max_mb: with fits on the executors, the largest embeddings copy (estimated MB)
@@ -291,9 +295,10 @@ class PretrainConfig(_Params):
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """
 
-    #: the settings the vectorizer stage reads: tf-idf, encoder, fine-tuning (``holdout_fraction``:
-    #: g's held-out items never become fine-tuning pairs); ``xlinear`` too, with ``encoder:
-    #: xtransformer`` only (the ranker of its fine-tuning; see :data:`pina_spark.stages.STAGES`)
+    #: the settings the vectorizer stage reads: tf-idf, encoder, fine-tuning
+    #: (``finetune_holdout_fraction``: those items never become fine-tuning pairs); ``xlinear``
+    #: too, with ``encoder: xtransformer`` only (the ranker of its fine-tuning; see
+    #: :data:`pina_spark.stages.STAGES`)
     VECTORIZER: typing.ClassVar[tuple[str, ...]] = (
         "encoder",
         "encoder_path",
@@ -301,18 +306,21 @@ class PretrainConfig(_Params):
         "tfidf",
         "xtransformer",
         "contrastive",
-        "holdout_fraction",
+        "finetune_holdout_fraction",
         "dense_weight",
     )
     #: the settings that decide how g is trained (the pretrain stage); ``train_on`` and
     #: ``mmap_max_mb`` only decide where its fits run and how X reaches them (the same models
     #: either way), so no stage depends on them
-    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("xlinear", "holdout_fraction")
+    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("xlinear", "finetune_holdout_fraction")
     #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
     REMOVED: typing.ClassVar[dict[str, str]] = {
         "encode_batch_size": "the driver no longer encodes the pretraining rows; the embed "
         "stage encodes every node once, on the executors, in batches of inference.batch_size "
         "(delete the key)",
+        "holdout_fraction": "g's held-out report no longer needs its own fit: every train row "
+        "is predicted by the fold model that never saw it. The items it kept out of the "
+        "encoder's fine-tuning pairs are now pretrain.finetune_holdout_fraction (rename the key)",
     }
 
     encoder: Literal["minilm", "hf", "xtransformer", "contrastive"] = "minilm"
@@ -331,14 +339,20 @@ class PretrainConfig(_Params):
     xlinear: XLinearConfig = dc.field(default_factory=XLinearConfig)
     xtransformer: dict[str, Any] = dc.field(default_factory=dict)
     contrastive: ContrastiveConfig = dc.field(default_factory=ContrastiveConfig)
-    holdout_fraction: float = 0.1
+    finetune_holdout_fraction: float = 0.1
     dense_weight: float = 0.5
     train_on: Literal["auto", "driver", "executors"] = "auto"
     mmap_max_mb: int = 8192
 
     def __post_init__(self):
         _check_range("pretrain.mmap_max_mb", self.mmap_max_mb, 0, None)
-        _check_range("pretrain.holdout_fraction", self.holdout_fraction, 0.0, 1.0, hi_open=True)
+        _check_range(
+            "pretrain.finetune_holdout_fraction",
+            self.finetune_holdout_fraction,
+            0.0,
+            1.0,
+            hi_open=True,
+        )
         _check_range("pretrain.dense_weight", self.dense_weight, 0.0, 1.0)
 
 
@@ -350,8 +364,10 @@ class NeighborsConfig(_Params):
         k: neighbours per instance.
         leave_self_out: never return an instance as its own neighbour (and do not reward it in
             pretraining).
-        train_mode: ``out_of_fold`` (each train instance is predicted by a g that never saw its
-            row; test/new instances by the full g) or ``in_sample`` (the paper's recipe).
+        train_mode: ``out_of_fold`` (F fold models: each train instance is predicted by the
+            one that never saw its row; test/new instances by all F together: each model's
+            top candidates, scores averaged over the F models, a candidate a model did not
+            return counting 0) or ``in_sample`` (the paper's recipe: one g on every row).
         folds: number of folds F for ``out_of_fold`` (by a hash of the instance id).
         weighting: scores -> edge weights: ``l1`` (paper: softmax first when raw scores can be
             negative), ``softmax`` (with ``temperature``), ``raw``.

@@ -8,9 +8,10 @@ PECOS' ``XLinearModel`` owns its ``save`` / ``load`` / ``compile_mmap_model``)::
     <run>/vectorizer/                 PhiPre.save: tfidf/, encoder.json [, encoder/]
     <run>/vectorizer/vectorizer_card.json   how it was fitted / fine-tuned (copied into the
                                       model card)
-    <run>/models/g/<variant>/full/    XR-Linear (PECOS layout) + output_nodes.npy
-                                      [+ train_rows.npy, g_info.json]
-    <run>/models/g/<variant>/fold=<f>/  out_of_fold only
+    <run>/models/g/<variant>/fold=<f>/  out_of_fold (default): XR-Linear (PECOS layout) +
+                                      output_nodes.npy [+ train_rows.npy, g_info.json]
+    <run>/models/g/<variant>/full/    in_sample only (same files); models of earlier
+                                      versions may hold both
     <run>/models/folds.json           F and the fold rule
     <run>/models/model_card.json      what was trained, how, and with which library versions
     <run>/{vectorizer,models}/_SUCCESS  written last (each folder is published atomically)
@@ -93,6 +94,15 @@ MODEL_LIBS = (
 
 
 # --------------------------------------------------------------------------- layout
+def g_variant_dir(models_root: str, variant: str) -> str:
+    """Folder of every g model of ``variant``: ``<models>/g/<variant>``.
+
+    >>> g_variant_dir("/tmp/run/models", "pina")
+    '/tmp/run/models/g/pina'
+    """
+    return storage.join(models_root, G_DIR, variant)
+
+
 def g_dir(models_root: str, variant: str, fold: int | None = None) -> str:
     """Folder of g for ``variant``: ``<models>/g/<variant>/full`` or ``.../fold=<f>``."""
     return storage.join(models_root, G_DIR, g_name(variant, fold))

@@ -62,9 +62,10 @@ def contrastive_candidates(
     (self and the row's twin label excluded), over all variants; ``which`` keeps ``labels``,
     ``instances`` or ``both`` kinds of target node. Arrays of node indices ``anchor``, ``node``.
 
-    Pairs that touch an item of g's held-out report (``holdout_fraction``: the anchor, an
-    instance node, or with ``twins`` -- ``task.labels: graph`` -- a label node that is the item)
-    are left out, so the encoder never saw what the held-out report asks g to predict.
+    Pairs that touch an item kept out of fine-tuning (``holdout_fraction``,
+    ``pretrain.finetune_holdout_fraction``: the anchor, an instance node, or with ``twins`` --
+    ``task.labels: graph`` -- a label node that is the item) are left out, so the encoder never
+    saw what g's report on those rows (``finetune_heldout``) asks g to predict.
 
     Example::
 
@@ -102,7 +103,9 @@ def fine_tune_contrastive(problems, nodes: Nodes, pcfg, out_dir: str, twins: boo
     from pina_spark.models.encoders import load_encoder, minilm_path, resolve_local
 
     ccfg = pcfg.contrastive
-    cand = contrastive_candidates(problems, nodes, ccfg.pairs, pcfg.holdout_fraction, twins)
+    cand = contrastive_candidates(
+        problems, nodes, ccfg.pairs, pcfg.finetune_holdout_fraction, twins
+    )
     a, n = nodes.pos(cand["anchor"]), nodes.pos(cand["node"])
     chosen = contrastive.choose_pairs(
         nodes.node_id[a],

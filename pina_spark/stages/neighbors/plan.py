@@ -32,8 +32,12 @@ log = logging.getLogger(__name__)
 VARIANTS = variants.GRAPH  # the variants with a g (pina, pina_naive)
 
 
-#: the route of rows predicted by the full g (other routes are fold numbers)
+#: the route of rows no single fold model serves: test and new rows, predicted by every fold
+#: model of the variant together (``out_of_fold``: cross-fitting), or every row by the full g
+#: (``in_sample``); other routes are fold numbers
 FULL_ROUTE = -1
+#: the name of the cross-fitted route in the statistics (``pina/cross``)
+CROSS = "cross"
 
 
 @dc.dataclass(frozen=True)
@@ -55,7 +59,7 @@ class GModel:
 
     Attributes:
         variant: ``pina`` | ``pina_naive``.
-        route: :data:`FULL_ROUTE` (the full model) or the fold of a fold model.
+        route: :data:`FULL_ROUTE` (the full model, ``in_sample``) or the fold of a fold model.
         uri: its folder (:func:`pina_spark.models.artifacts.g_dir`).
         version: fingerprint of the folder's files (executor cache key).
         topk: candidates PECOS returns per row (``k`` + the excluded ones, capped).
@@ -115,6 +119,7 @@ class NeighborPlan:
         return {
             "variants": list(self.variants),
             "folds": self.folds,
+            "cross_fit": "mean" if self.folds else None,
             "instance_nodes": self.instance_nodes,
             "partitions": self.partitions,
             "embeddings_via": self.embeddings_via,
@@ -128,6 +133,22 @@ class NeighborPlan:
         }
 
 
+def _require_one_output_space(variant: str, models: list[GModel], col_maps) -> None:
+    """The fold models of a variant share one output space (the pretrain stage saves the same
+    ``output_nodes.npy`` with each), else an :class:`~pina_spark.storage.InputError` naming
+    the first model that differs."""
+    import numpy as np
+
+    first = col_maps[models[0].name]
+    for m in models[1:]:
+        if not np.array_equal(col_maps[m.name], first):
+            raise storage.InputError(
+                f"g models of {variant} have different output spaces: {m.uri} and "
+                f"{models[0].uri} (output_nodes.npy); test rows add their scores column by "
+                f"column (cross-fitting): retrain them with the pretrain stage"
+            )
+
+
 def plan_neighbors(
     spark,
     ctx,
@@ -139,7 +160,7 @@ def plan_neighbors(
     name (``-1``: may not be a neighbour; broadcast to the tasks).
 
     ``nodes``: a function returning this run's ``nodes`` DataFrame, called only when needed.
-    ``variants``: default, every variant with a full g in the models folder. ``sink``: where
+    ``variants``: default, every variant with a g in the models folder. ``sink``: where
     ``files`` tasks write their rows (``writer == "arrow"``); ignored with ``shuffle``.
     """
     cfg = ctx.cfg
@@ -147,11 +168,13 @@ def plan_neighbors(
     models = storage.norm(ctx.models_root)
     artifacts.require_models(spark, models)
     if variants is None:
-        variants = [v for v in VARIANTS if storage.path_exists(spark, artifacts.g_dir(models, v))]
+        variants = [
+            v for v in VARIANTS if storage.path_exists(spark, artifacts.g_variant_dir(models, v))
+        ]
     if not variants:
         raise storage.InputError(
-            f"no g model found: expected {artifacts.g_dir(models, 'pina')} and/or "
-            f"{artifacts.g_dir(models, 'pina_naive')}"
+            f"no g model found: expected {artifacts.g_variant_dir(models, 'pina')} and/or "
+            f"{artifacts.g_variant_dir(models, 'pina_naive')}"
         )
     out_of_fold = nb.train_mode == "out_of_fold"
     n_folds = 0
@@ -182,7 +205,9 @@ def plan_neighbors(
     via, via_reason = choose_embeddings_via(
         inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.selection or None
     )
-    routes = [FULL_ROUTE] + (list(range(n_folds)) if out_of_fold else [])
+    # out of fold, train rows take their fold's model and the other rows every fold model
+    # (cross-fitting): there is no full model to load
+    routes = list(range(n_folds)) if out_of_fold else [FULL_ROUTE]
     g_models: list[GModel] = []
     col_maps: dict[str, Any] = {}
     extra = 2 if nb.leave_self_out else 0
@@ -210,6 +235,8 @@ def plan_neighbors(
                 )
             g_models.append(m)
             col_maps[m.name] = cmap
+        if out_of_fold:  # cross-fitting adds the fold models' scores column by column
+            _require_one_output_space(v, [m for m in g_models if m.variant == v], col_maps)
 
     store = None
     n_rows = n_inst

@@ -4,9 +4,12 @@ weights, into ``neighbors`` partitioned by ``variant``.
 X for g is rebuilt from the ``embeddings`` table (``hstack([dense, sparse])`` =
 ``PhiPre.features``): the encoder is not run twice and the stage needs no text. PECOS scores
 each row independently; candidates are ordered by (score desc, node_index asc), so the rows do
-not depend on the partitioning. A row's ``route`` is the g model it needs (:data:`FULL_ROUTE`:
-the full g; ``f``: fold model f, ``out_of_fold`` only) and rows are grouped by route, so a task
-needs only a few models (the executor cache holds 4). The driver decides the path once
+not depend on the partitioning. A row's ``route`` is the g model it needs (``f``: fold model f,
+for a train row of fold f; :data:`FULL_ROUTE`: with ``out_of_fold``, every fold model of the
+variant, for test and new rows -- cross-fitting, the models' scores averaged
+(:func:`cross_fit_scores`) -- and with ``in_sample`` the full g) and
+rows are grouped by route, so a task needs few models at a time (the executor cache is grown
+to hold every model of a route). The driver decides the path once
 (:func:`pina_spark.stages.neighbors.plan.plan_neighbors`, ``inference.embeddings_via``):
 
 * ``files``: the job is ``spark.range(P)``; each task takes its slice of the instance nodes
@@ -23,7 +26,7 @@ g's ``output_nodes.npy`` are node indices of the run that trained it; when the m
 run's, they are mapped through ``(kind, node_id)`` into this run's ``nodes``
 (:func:`~pina_spark.stages.neighbors.nodes.node_maps`). This run's ``nodes`` must therefore contain
 the models run's train instances and labels; new instances may have any index and split (``new``
-rows use the full g, like ``test``).
+rows take the route of ``test`` rows).
 
 Example::
 
@@ -58,7 +61,14 @@ from pina_spark.stages.neighbors.files import (
     task_rows,
     write_task_files,
 )
-from pina_spark.stages.neighbors.plan import FULL_ROUTE, GModel, NeighborPlan, Sink, plan_neighbors
+from pina_spark.stages.neighbors.plan import (
+    CROSS,
+    FULL_ROUTE,
+    GModel,
+    NeighborPlan,
+    Sink,
+    plan_neighbors,
+)
 from pina_spark.stages.neighbors.stats import NeighborsStats, NeighborsVariantStats
 from pina_spark.stages.neighbors.topk import normalize_scores, topk_neighbors
 
@@ -69,6 +79,7 @@ __all__ = [
     "neighbors_frame",
     "run",
     "fold_route_expr",
+    "cross_fit_scores",
     "MISSING_KEY",
 ]
 
@@ -149,38 +160,93 @@ class NeighborTask:
         )
 
 
+@dc.dataclass(frozen=True)
+class _Group:
+    """Executor side: the g models one variant predicts a route's rows with (one, or every fold
+    model for the cross-fitted route) and the route's name in the statistics."""
+
+    variant: str
+    name: str
+    specs: tuple[GModel, ...]
+    models: tuple[Any, ...]
+
+
 class _Models:
-    """Executor side: the g models of a route, one per variant, through the worker cache."""
+    """Executor side: the g models of a route, per variant, through the worker cache (grown to
+    hold every model of the cross-fitted route at once)."""
 
     def __init__(self, task: NeighborTask, acc):
         self._by_route = {(m.variant, m.route): m for m in task.models}
         self._variants = task.variants
+        self._folds = task.n_folds
         self._loader: Callable[[str, str], Any] = (
             artifacts.load_g_mmap if task.g_mmap else artifacts.load_g
         )
         self._acc = acc
+        runtime.MODEL_CACHE.capacity = max(
+            runtime.MODEL_CACHE.capacity, len(task.variants) * (max(task.n_folds, 1) + 1)
+        )
 
-    def of(self, route: int) -> tuple[list[GModel], list[Any]]:
-        specs = [self._by_route[(v, route)] for v in self._variants]
-        return specs, [
-            runtime.get_model(m.uri, self._loader, m.version, "cpu", self._acc, m.name)
-            for m in specs
-        ]
+    def of(self, route: int) -> list[_Group]:
+        out = []
+        for v in self._variants:
+            if route == FULL_ROUTE and self._folds:
+                specs = tuple(self._by_route[(v, f)] for f in range(self._folds))
+                name = f"{v}/{CROSS}"
+            else:
+                specs = (self._by_route[(v, route)],)
+                name = specs[0].name
+            models = tuple(
+                runtime.get_model(m.uri, self._loader, m.version, "cpu", self._acc, m.name)
+                for m in specs
+            )
+            out.append(_Group(v, name, specs, models))
+        return out
 
 
-def _predict_chunk(
-    task: NeighborTask, specs: Sequence[GModel], models, col_maps, X, idx, own, twin, threads
-):
-    """Executor side: ``(spec, record batch)`` per g model for the rows of ``X`` (node indices
-    ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
+def cross_fit_scores(models, X, topk: int, threads: int = -1):
+    """Executor side: one score matrix of F models of g (same output space) for the rows of
+    ``X``: each model's top ``topk`` candidates, scores summed and divided by F (a candidate a
+    model did not return counts 0). With one model, its top ``topk``.
+
+    Re-scoring the union of the models' candidates with every model instead is what PECOS'
+    inference form cannot do: ``selected_outputs_csr`` raises NotImplementedError for a
+    predict-only (or memory-mapped) model, and loading the training form on every executor
+    doubles g's memory there.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> class G:
+    ...     def __init__(self, s): self.s = sp.csr_matrix(np.array(s, np.float32))
+    ...     def predict(self, X, only_topk=None, threads=-1): return self.s
+    >>> a, b = G([[0.8, 0.0, 0.2]]), G([[0.0, 0.6, 0.4]])
+    >>> np.round(cross_fit_scores([a, b], None, 2).toarray(), 6).tolist()
+    [[0.4, 0.3, 0.3]]
+    """
+    preds = [g.predict(X, only_topk=topk, threads=threads) for g in models]
+    if len(preds) == 1:
+        return preds[0]
+    total = preds[0].astype("float32")
+    for p in preds[1:]:
+        total = total + p
+    total = (total / float(len(preds))).tocsr()
+    total.sort_indices()
+    return total
+
+
+def _predict_chunk(task: NeighborTask, groups, col_maps, X, idx, own, twin, threads):
+    """Executor side: ``(group, record batch)`` per variant for the rows of ``X`` (node
+    indices ``idx``; ``own`` / ``twin``: the nodes each row may not get, -1 = none)."""
     import numpy as np
     import pyarrow as pa
 
     schema = neighbors_arrow_schema()
     has_x = nonzero_rows(X)
     n, k = len(idx), task.k
-    for spec, g in zip(specs, models):
-        Y = g.predict(X, only_topk=spec.topk, threads=threads)
+    for grp in groups:
+        spec = grp.specs[0]  # a variant's fold models share one output space
+        Y = cross_fit_scores(grp.models, X, spec.topk, threads)
         cmap = col_maps[spec.name]
         if Y.shape != (n, len(cmap)):
             raise runtime.ModelLoadError(
@@ -193,17 +259,22 @@ def _predict_chunk(
         weights = normalize_scores(scores, counts, task.weighting, task.temperature)
         keep = np.arange(k)[None, :] < counts[:, None]
         yield (
-            spec,
+            grp,
             pa.RecordBatch.from_arrays(
                 [
                     pa.array(idx, pa.int64()),
                     list_array(counts, nodes[keep], pa.int64()),
                     list_array(counts, weights[keep].astype(np.float32), pa.float32()),
-                    pa.array([spec.variant] * n, pa.string()),
+                    pa.array([grp.variant] * n, pa.string()),
                 ],
                 schema=schema,
             ),
         )
+
+
+def _nr_features(groups: Sequence[_Group]) -> int:
+    """The width of g's input X (every model of a run has the vectorizer's)."""
+    return int(groups[0].models[0].model.nr_features)
 
 
 def _make_shuffle_fn(task: NeighborTask, col_maps_bc, acc):
@@ -227,7 +298,7 @@ def _make_shuffle_fn(task: NeighborTask, col_maps_bc, acc):
             return rb.column(ROUTE).to_numpy(zero_copy_only=False)
 
         for route, tbl in iter_chunks(batches, route_of, task.batch_size):
-            specs, models = models_of(route)
+            groups = models_of(route)
             n = tbl.num_rows
             idx = tbl.column(storage.INSTANCE_INDEX).to_numpy()
             if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
@@ -244,12 +315,10 @@ def _make_shuffle_fn(task: NeighborTask, col_maps_bc, acc):
             else:
                 own = np.full(n, -1, dtype=np.int64)
                 twin = own
-            X = features_from_arrow(tbl, task.dense_dim, int(models[0].model.nr_features))
-            for spec, rb in _predict_chunk(
-                task, specs, models, col_maps, X, idx, own, twin, threads
-            ):
+            X = features_from_arrow(tbl, task.dense_dim, _nr_features(groups))
+            for grp, rb in _predict_chunk(task, groups, col_maps, X, idx, own, twin, threads):
                 yield rb
-                key = f"rows|{spec.name}"
+                key = f"rows|{grp.name}"
                 counters[key] = counters.get(key, 0) + n
         if acc is not None and counters:
             acc.add(counters)
@@ -294,7 +363,7 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
                     nodes, routes, rows = nodes[have], routes[have], rows[have]
                 out: dict[str, list[Any]] = {v: [] for v in task.variants}
                 for s, e in route_chunks(routes, task.batch_size):
-                    specs, models = models_of(int(routes[s]))
+                    groups = models_of(int(routes[s]))
                     idx = nodes[s:e]
                     if task.leave_self_out:
                         own = idx
@@ -305,12 +374,12 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
                         )
                     else:
                         own = twin = np.full(len(idx), -1, dtype=np.int64)
-                    X = embstore.features(E, rows[s:e], int(models[0].model.nr_features))
-                    for spec, b in _predict_chunk(
-                        task, specs, models, col_maps, X, idx, own, twin, threads
+                    X = embstore.features(E, rows[s:e], _nr_features(groups))
+                    for grp, b in _predict_chunk(
+                        task, groups, col_maps, X, idx, own, twin, threads
                     ):
-                        out[spec.variant].append(b)
-                        key = f"rows|{spec.name}"
+                        out[grp.variant].append(b)
+                        key = f"rows|{grp.name}"
                         counters[key] = counters.get(key, 0) + (e - s)
                 # rows of a task in instance_index order, as the shuffle path writes them
                 tables = {}

@@ -16,7 +16,8 @@ class NeighborsVariantStats(StageStats):
         rows: instance rows predicted.
         rows_per_s: ``rows`` / the seconds of the one pass that predicts every variant
             (``None`` for a pass of no measurable time).
-        rows_per_model: rows per g model (``full``, ``fold=<f>``).
+        rows_per_model: rows per g route (``fold=<f>``; ``cross``: test and new rows, every fold
+            model together; ``full``: ``in_sample``).
     """
 
     rows: int

@@ -1,8 +1,12 @@
 """g's fits: the independent XR-Linear models of the pretrain stage, and where they run.
 
-Per variant, the pretrain stage fits up to F + 2 models on the same X and Y: the held-out
-evaluation model (not saved: it predicts the held-out rows for g's report), the ``full`` model
-and, out of fold, one model per fold. They are independent of each other, so they are
+Per variant, the pretrain stage fits F models on the same X and Y with ``neighbors.train_mode:
+out_of_fold`` (one per fold: model f never sees fold f's instance rows, nor their twin label
+rows), or one ``full`` model with ``in_sample`` (the paper's recipe). There is no separate
+evaluation fit and, out of fold, no ``full`` fit: each fold model predicts its own fold's rows
+right after training, which gives g's held-out report on every train row
+(:func:`oof_metrics`), and test and new rows are predicted by all F fold models together
+(cross-fitting, in the neighbours stage). The fits are independent of each other, so they are
 :class:`Fit` s of one plan, decided once on the driver, and run either
 
 - on the driver, one after another (``pretrain.train_on: driver``; what ``auto`` picks in local
@@ -20,9 +24,10 @@ models (test: ``test_pretrain.py::test_fits_on_executors_equal_fits_on_the_drive
 
 Examples
 --------
->>> fits = plan_fits("pina", has_heldout=True, folds=3)
->>> [f.name for f in fits]
-['pina/holdout-eval', 'pina/full', 'pina/fold=0', 'pina/fold=1', 'pina/fold=2']
+>>> [f.name for f in plan_fits("pina", folds=3)]
+['pina/fold=0', 'pina/fold=1', 'pina/fold=2']
+>>> [f.name for f in plan_fits("pina", folds=0)]
+['pina/full']
 """
 
 import dataclasses as dc
@@ -60,11 +65,11 @@ __all__ = [
     "predict_g",
     "exclude_self",
     "ranking_metrics",
+    "combine_metrics",
 ]
 
 P_KS = (1, 3, 5)
 R_KS = (1, 3, 5, 10)
-HELDOUT = "holdout-eval"
 
 
 # --------------------------------------------------------------------------- training blocks
@@ -141,6 +146,26 @@ def ranking_metrics(
         out[f"P@{k}"] = round(float(np.mean(np.array(hits[k]) / k)), 6)
     for k in r_ks:
         out[f"R@{k}"] = round(float(np.mean(np.array(hits[k]) / npos_a)), 6)
+    return out
+
+
+def combine_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """One :func:`ranking_metrics` result from those of disjoint row sets (each fold's rows):
+    every mean weighted by its ``rows``, so the result is the mean over all rows.
+
+    Examples
+    --------
+    >>> combine_metrics([{"rows": 1, "P@1": 1.0}, {"rows": 3, "P@1": 0.0}, {"rows": 0}])
+    {'rows': 4, 'P@1': 0.25}
+    """
+    parts = [p for p in parts if p.get("rows")]
+    n = int(sum(p["rows"] for p in parts))
+    out: dict[str, float] = {"rows": n}
+    if not n:
+        return out
+    for key in parts[0]:
+        if key != "rows":
+            out[key] = round(sum(p[key] * p["rows"] for p in parts) / n, 6)
     return out
 
 
@@ -291,8 +316,8 @@ def predict_g(model, X, xcfg, topk: int | None = None):
 # --------------------------------------------------------------------------- the plan
 @dc.dataclass(frozen=True)
 class Fit:
-    """One model of g: ``kind`` is ``heldout`` (evaluation model, not saved), ``full`` or
-    ``fold`` (``fold`` = f of ``folds``)."""
+    """One model of g: ``kind`` is ``full`` (``in_sample``: every row) or ``fold`` (``fold`` =
+    f of ``folds``: every row but fold f's instance rows and their twin label rows)."""
 
     variant: str
     kind: str
@@ -301,25 +326,23 @@ class Fit:
 
     @property
     def name(self) -> str:
-        return (
-            f"{self.variant}/{HELDOUT}"
-            if self.kind == "heldout"
-            else g_name(self.variant, self.fold)
-        )
+        return g_name(self.variant, self.fold)
 
 
-def plan_fits(variant: str, has_heldout: bool, folds: int) -> list[Fit]:
-    """The fits of one variant, in the order the driver runs them."""
-    out = [Fit(variant, "heldout")] if has_heldout else []
-    out.append(Fit(variant, "full"))
-    out += [Fit(variant, "fold", f, folds) for f in range(folds)]
-    return out
+def plan_fits(variant: str, folds: int) -> list[Fit]:
+    """The fits of one variant, in the order the driver runs them: F fold models
+    (``folds`` > 0, ``out_of_fold``), else the one ``full`` model (``in_sample``)."""
+    if folds:
+        return [Fit(variant, "fold", f, folds) for f in range(folds)]
+    return [Fit(variant, "full")]
 
 
 def make_bundle(pb: Problem, X, fold, out) -> dict[str, Any]:
     """A variant's training inputs as arrays: X, Y and, per row, its node, kind, twin column,
-    fold (``-1``: in every fold model) and held-out flag. ``X`` is ``None`` when the fit
-    tasks read it themselves (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
+    fold (``-1``: in every fold model) and whether its item was kept out of the encoder's
+    fine-tuning pairs (``out``: ``pretrain.finetune_holdout_fraction``; g's report gives
+    those rows' metrics apart). ``X`` is ``None`` when the fit tasks read it themselves
+    (:class:`FitTask` ``store``): row ``r`` is node ``rows[r]``."""
     return {
         "X": X,
         "Y": pb.Y,
@@ -330,11 +353,6 @@ def make_bundle(pb: Problem, X, fold, out) -> dict[str, Any]:
         "fold": np.asarray(fold, dtype=np.int64),
         "out": np.asarray(out, dtype=bool),
     }
-
-
-def has_heldout(b: dict[str, Any]) -> bool:
-    held = b["is_inst"] & b["out"]
-    return bool(held.any() and (~held).any())
 
 
 def save_bundle(b: dict[str, Any]) -> bytes:
@@ -364,44 +382,41 @@ def load_bundle(raw: bytes) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- one fit
+def oof_metrics(model, b: dict[str, Any], held: np.ndarray, xcfg) -> dict[str, Any]:
+    """g's held-out report of one fold model: P@k / R@k of ``model`` on the rows ``held``
+    (its own fold's instance rows: rows it never saw), self and twin label excluded from the
+    predictions and from the truth (:func:`exclude_self`); ``finetune_heldout``: the same over
+    the rows whose item was also kept out of the encoder's fine-tuning pairs (``out``)."""
+    X, Y, rows, cols, twin = b["X"], b["Y"], b["rows"], b["cols"], b["twin"]
+    kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
+    idx = np.flatnonzero(held)
+    pred = exclude_self(
+        predict_g(model, X[idx], xcfg, topk=max(kmax, xcfg.topk)), rows[idx], cols, twin[idx]
+    )
+    truth = exclude_self(Y[idx], rows[idx], cols, twin[idx])
+    ev: dict[str, Any] = ranking_metrics(pred, truth)
+    unseen = b["out"][idx]
+    if unseen.any():
+        ev["finetune_heldout"] = ranking_metrics(pred[unseen], truth[unseen])
+    return ev
+
+
 def run_fit(
     fit: Fit, b: dict[str, Any], xcfg, models_dir: str, threads: int = -1
 ) -> dict[str, Any]:
-    """Train ``fit`` on bundle ``b``; save it under ``models_dir`` (its :func:`g_dir`) unless it
-    is the held-out evaluation model, whose P@k / R@k on the held-out rows it returns instead.
-    Returns the fit's card."""
+    """Train ``fit`` on bundle ``b`` and save it under ``models_dir`` (its :func:`g_dir`).
+    A fold model then predicts its own fold's instance rows, which it never saw: its card's
+    ``oof_eval`` (:func:`oof_metrics`) is its share of g's held-out report. Returns the fit's
+    card."""
     X, Y, rows, cols = b["X"], b["Y"], b["rows"], b["cols"]
-    is_inst, twin, v = b["is_inst"], b["twin"], fit.variant
-    if fit.kind == "heldout":
-        out = b["out"]
-        held = is_inst & out
-        t0 = time.time()
-        m = train_g(X[~out], Y[~out], xcfg, what=f"g[{fit.name}]", threads=threads)
-        train_s = time.time() - t0
-        with tempfile.TemporaryDirectory() as d:
-            size = save_g(m, cols, d)
-        kmax = max(max(P_KS), max(R_KS)) + 1  # +1: room for self, removed below
-        pred = exclude_self(
-            predict_g(m, X[held], xcfg, topk=max(kmax, xcfg.topk)), rows[held], cols, twin[held]
-        )
-        truth = exclude_self(Y[held], rows[held], cols, twin[held])
-        ev: dict[str, Any] = ranking_metrics(pred, truth)
-        ev.update(
-            {
-                "heldout_rows": int(held.sum()),
-                "train_rows": int((~out).sum()),
-                "heldout_twin_label_rows": int((out & ~is_inst).sum()),
-                "train_s": round(train_s, 2),
-                "model_size_bytes": size,
-            }
-        )
-        return {"fit": fit.name, "heldout_eval": ev}
+    is_inst, v = b["is_inst"], fit.variant
     keep = np.ones(len(rows), dtype=bool) if fit.kind == "full" else b["fold"] != fit.fold
     t0 = time.time()
     steps: dict[str, Any] = {}
     m = train_g(X[keep], Y[keep], xcfg, what=f"g[{fit.name}]", threads=threads, times=steps)
     secs = round(time.time() - t0, 2)
     info: dict[str, Any] = {"variant": v, "fold": fit.fold, "rows": int(keep.sum())}
+    oof: dict[str, Any] | None = None
     if fit.kind == "fold":
         info.update(
             {
@@ -410,31 +425,56 @@ def run_fit(
                 "excluded_twin_label_rows": int((~keep & ~is_inst).sum()),
             }
         )
+        t1 = time.time()
+        oof = oof_metrics(m, b, ~keep & is_inst, xcfg)
+        oof["predict_s"] = round(time.time() - t1, 2)
     info["output_nodes"] = int(len(cols))
-    if fit.kind == "full":
-        info["positives"] = int(Y.nnz)
+    info["positives"] = int(Y[keep].nnz)
     info["train_s"] = secs
     info["steps_s"] = steps
     size = save_g(m, cols, g_dir(models_dir, v, fit.fold), train_rows=rows[keep], info=info)
-    return {
+    card = {
         "fit": fit.name,
         **{k: x for k, x in info.items() if k not in ("variant",)},
         "size_bytes": size,
     }
+    if oof is not None:
+        card["oof_eval"] = oof
+    return card
+
+
+def heldout_report(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """g's held-out report of a variant from its fold models' ``oof_eval`` (every train
+    instance row, each predicted by the fold model that never saw it); ``None`` with
+    ``in_sample`` (one model saw every row: nothing is held out)."""
+    parts = [r["oof_eval"] for r in results if "oof_eval" in r]
+    if not parts:
+        return None
+    ev: dict[str, Any] = combine_metrics(
+        [{k: x for k, x in p.items() if k not in ("finetune_heldout", "predict_s")} for p in parts]
+    )
+    ev["heldout_rows"] = int(ev.pop("rows"))
+    ev["rows"] = ev["heldout_rows"]
+    fh = [p["finetune_heldout"] for p in parts if "finetune_heldout" in p]
+    if fh:
+        ev["finetune_heldout"] = combine_metrics(fh)
+    ev["predict_s"] = round(sum(p.get("predict_s", 0.0) for p in parts), 2)
+    return ev
 
 
 def variant_card(
     stats: dict[str, Any], results: Sequence[dict[str, Any]], F: int
 ) -> dict[str, Any]:
-    """The model card entry of a variant from its fits' cards (same keys as always: the
-    problem's statistics, ``heldout_eval``, ``full``, ``folds``, ``folds_train_s``,
-    ``folds_size_bytes``)."""
+    """The model card entry of a variant from its fits' cards: the problem's statistics,
+    ``heldout_eval`` (:func:`heldout_report`, out of fold only), ``full`` (``in_sample``),
+    ``folds``, ``folds_train_s``, ``folds_size_bytes``, ``fits_train_s`` (every fit)."""
     vcard: dict[str, Any] = dict(stats)
+    ev = heldout_report(results)
+    if ev is not None:
+        vcard["heldout_eval"] = ev
     folds = []
     for r in results:
-        if "heldout_eval" in r:
-            vcard["heldout_eval"] = r["heldout_eval"]
-        elif r.get("fold") is None:
+        if r.get("fold") is None:
             vcard["full"] = {
                 "train_s": r["train_s"],
                 "size_bytes": r["size_bytes"],
@@ -452,6 +492,7 @@ def variant_card(
                         "excluded_twin_label_rows",
                         "train_s",
                         "size_bytes",
+                        "steps_s",
                     )
                 }
             )
@@ -460,6 +501,7 @@ def variant_card(
         vcard["folds"] = folds
         vcard["folds_train_s"] = round(sum(c["train_s"] for c in folds), 2)
         vcard["folds_size_bytes"] = int(sum(c["size_bytes"] for c in folds))
+    vcard["fits_train_s"] = round(sum(float(r["train_s"]) for r in results), 2)
     return vcard
 
 
@@ -503,9 +545,8 @@ def _fit_work(tasks: Sequence[FitTask]):
         xcfg = XLinearConfig.from_dict(t.xlinear, prefix="pretrain.xlinear.")
         with tempfile.TemporaryDirectory(prefix="pina-fit-") as d:
             card = run_fit(t.fit, b, xcfg, d, threads=threads)
-            if t.fit.kind != "heldout":
-                src = g_dir(d, t.fit.variant, t.fit.fold)
-                storage.copy_dir(src, g_dir(t.out, t.fit.variant, t.fit.fold))
+            src = g_dir(d, t.fit.variant, t.fit.fold)
+            storage.copy_dir(src, g_dir(t.out, t.fit.variant, t.fit.fold))
         return {"card": json.dumps(card, sort_keys=True)}
 
     return work
@@ -555,8 +596,7 @@ def fits_on_executors(
         rows = runtime.one_task_each(spark, len(tasks), _fit_work(tasks), "card string")
     cards = {i: json.loads(r["card"]) for i, r in rows.items()}
     for f in fits:
-        if f.kind != "heldout":
-            dst = g_dir(models_dir, f.variant, f.fold)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            storage.copy_dir(g_dir(f"{scratch}/models", f.variant, f.fold), dst)
+        dst = g_dir(models_dir, f.variant, f.fold)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        storage.copy_dir(g_dir(f"{scratch}/models", f.variant, f.fold), dst)
     return [cards[i] for i in range(len(tasks))]

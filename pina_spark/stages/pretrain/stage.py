@@ -35,29 +35,33 @@ Decisions (what the public reference gets wrong, and how it is done here)
   (an i2i instance whose only edge was I_inst) stay in X/Y as negative-only rows. Label rows keep
   their I_label identity (labels are never neighbour queries). The neighbour stage also removes
   self from predictions.
-- **out_of_fold** (``neighbors.train_mode``, default): besides ``full`` (all rows), F =
-  ``neighbors.folds`` models per variant; model ``f`` is trained on all rows except the INSTANCE
-  rows with ``folds.fold_of(node_id, F) == f`` (label rows always kept). The output space and
-  ``output_nodes.npy`` are identical to the full model's. ``train_rows.npy`` next to each model
-  lists the node indices of its training rows. With ``task.labels: graph`` an item is both an
-  instance node and a label node (same ``node_id``); the label row of an item lists the train
-  items co-bought with it, i.e. the item's own labels, so model ``f`` also leaves out the LABEL
-  rows of fold f's items (and the held-out evaluation those of the held-out items), and the
-  item's label node is excluded from its predictions like self. Otherwise a train item's "out of
-  fold" neighbours would be read from its own label row, a train-only leak that test items (never
-  labels) cannot get.
-- **Held-out report.** Instance input rows with ``folds.is_heldout(node_id, holdout_fraction)``
-  are held out; an evaluation model is trained without them (same Y otherwise), predicts them,
-  self is excluded from predictions and from the truth, and P@1/3/5, R@1/3/5/10 are averaged over
-  held-out rows with at least one positive. The evaluation model is not saved: the saved ``full``
-  model is trained on ALL rows (the neighbour stage routes train rows to fold models anyway).
+- **out_of_fold** (``neighbors.train_mode``, default): F = ``neighbors.folds`` models per variant
+  and no other; model ``f`` is trained on all rows except the INSTANCE rows with
+  ``folds.fold_of(node_id, F) == f`` (label rows always kept). Every fold model has the same
+  output space (``output_nodes.npy``). ``train_rows.npy`` next to each model lists the node
+  indices of its training rows. With ``task.labels: graph`` an item is both an instance node
+  and a label node (same ``node_id``); the label row of an item lists the train items
+  co-bought with it, i.e. the item's own labels, so model ``f`` also leaves out the LABEL rows
+  of fold f's items, and the item's label node is excluded from its predictions like self.
+  Otherwise a train item's "out of fold" neighbours would be read from its own label row, a
+  train-only leak that test items (never labels) cannot get. Train rows are predicted by
+  their fold's model; test and new rows by all F models together (cross-fitting,
+  their scores averaged: the neighbours stage), so no ``full`` model is fitted.
+- **in_sample**: one ``full`` model on every row (the paper's recipe; no held-out report).
+- **Held-out report** (out of fold): right after training, fold model f predicts fold f's
+  instance rows, which it never saw; self and twin label are excluded from the predictions and
+  from the truth, and P@1/3/5, R@1/3/5/10 are averaged over every train instance row with at
+  least one positive (``heldout_eval``; ``finetune_heldout``: the same over the rows whose item
+  was also kept out of the encoder's fine-tuning pairs, ``pretrain.finetune_holdout_fraction``,
+  the rows neither g nor a fine-tuned encoder learnt from). No model is fitted for the report.
 
 - **run.models** set to an earlier run: nothing is trained; the stage checks that the models
   folder is complete and returns
   :meth:`~pina_spark.stages.pretrain.stats.PretrainStats.reused` (``reused_models``).
 - **Cost.** Training cost/size of the fold models is in ``model_card.json`` (``folds_train_s``,
-  ``folds_size_bytes``, per fold) and in the stage statistics (``<variant>_folds_train_s``);
-  reading X from ``embeddings`` in ``times_s.read_features``.
+  ``folds_size_bytes``, per fold; ``fits_train_s``: every fit of the variant) and in the stage
+  statistics (``<variant>_folds_train_s``); reading X from ``embeddings`` in
+  ``times_s.read_features``.
 """
 
 import json
@@ -198,8 +202,8 @@ def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: 
 
 # --------------------------------------------------------------------------- the stage
 def run(ctx) -> PretrainStats:
-    """Pretraining g: train g (full [+ F fold models]) per variant on X read from
-    ``embeddings``, report, publish.
+    """Pretraining g: train g (F fold models, or the full one ``in_sample``) per variant on X
+    read from ``embeddings``, report, publish.
 
     Example::
 
@@ -257,11 +261,12 @@ def run(ctx) -> PretrainStats:
     card.times_s["vectorizer_stage"] = card.times_s.pop("stage", None)
     report: dict[str, Any] = {
         "variants": {},
-        "holdout_fraction": pcfg.holdout_fraction,
-        "protocol": "instance input rows with folds.is_heldout(node_id, "
-        "holdout_fraction) held out; evaluation model trained "
-        "without them; self excluded from predictions and "
-        "truth; averages over held-out rows with >= 1 positive",
+        "finetune_holdout_fraction": pcfg.finetune_holdout_fraction,
+        "protocol": "out of fold: every train instance row is predicted by the fold model "
+        "that never saw it (nor its twin label row); self and twin excluded from predictions "
+        "and truth; averages over rows with >= 1 positive. finetune_heldout: the rows whose "
+        "item folds.is_heldout(node_id, finetune_holdout_fraction) also kept out of the "
+        "encoder's fine-tuning pairs",
     }
     try:
         out_of_fold = ncfg.train_mode == "out_of_fold"
@@ -287,18 +292,13 @@ def run(ctx) -> PretrainStats:
         for v in variants:
             pb = problems[v]
             fold = bpre.row_folds(pb.entity, F) if F else np.zeros(len(pb.rows), np.int64)
+            frac = pcfg.finetune_holdout_fraction
             out = np.array(
-                [
-                    e is not None
-                    and pcfg.holdout_fraction > 0
-                    and is_heldout(e, pcfg.holdout_fraction)
-                    for e in pb.entity
-                ],
+                [e is not None and frac > 0 and is_heldout(e, frac) for e in pb.entity],
                 dtype=bool,
             )
             row_facts[v] = (fold, out)
-            is_inst = np.asarray(pb.is_inst, dtype=bool)
-            fits += gtrain.plan_fits(v, gtrain.has_heldout({"is_inst": is_inst, "out": out}), F)
+            fits += gtrain.plan_fits(v, F)
 
         def bundle_of(v: str) -> dict[str, Any]:
             """Variant ``v``'s bundle, made when needed: one variant's X at a time beside
@@ -339,7 +339,9 @@ def run(ctx) -> PretrainStats:
             if "heldout_eval" in card.variants[v]:
                 ev = card.variants[v]["heldout_eval"]
                 report["variants"][v] = ev
-                log.info("g[%s] held-out B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
+                log.info("g[%s] out-of-fold B_pre rows: %s", v, json.dumps(ev, sort_keys=True))
+            else:
+                report["variants"][v] = {"rows": 0, "why": "in_sample: one model saw every row"}
         folds_doc = {
             "train_mode": ncfg.train_mode,
             "folds": F,
@@ -348,6 +350,9 @@ def run(ctx) -> PretrainStats:
             "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
             "rows of fold f (task.labels graph: and without the "
             "label rows of those items)",
+            "test_rows": "predicted by every fold model together, scores averaged"
+            if F
+            else "predicted by g/<variant>/full",
         }
         with open(os.path.join(tmp, FOLDS_JSON), "w") as fh:
             json.dump(folds_doc, fh, indent=1, sort_keys=True)

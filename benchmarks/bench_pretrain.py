@@ -1,0 +1,171 @@
+"""The pretrain stage against its floor: one single-process PECOS fit of g (issue #34).
+
+For N products: ``pina-spark prepare-data --source synthetic --instances N`` (the scale
+generator), then ``pina-spark run --stages graph,vectorizer,embed,pretrain`` in a fresh process
+with the settings of ``bench_pipeline.py`` (``task.labels: given``, ``side_info: label_text``,
+``--set`` overrides). The pretrain stage is then rerun ``--repeat`` times (``--force``, the
+same tables), and, right after, in a fresh process, the ``pina`` variant's B_pre is built as the
+stage builds it (:func:`pina_spark.models.bpre.load_problems`, X read from ``embeddings``) and
+ONE ``XLinearModel.train`` of g on all of its rows (:func:`pina_spark.stages.pretrain.fits.
+train_g`, the run's ``pretrain.xlinear``, the threads the stage's driver fits use) is timed
+``--repeat`` times. That fit is the paper's in-sample recipe: the floor that out-of-fold g
+(F fold models per variant, two variants) is measured against.
+
+Prints and writes ``pretrain_s`` (the whole stage, both variants; median of the repeats),
+``single_fit_s`` (median), ``ratio`` = pretrain_s / single_fit_s, ``folds``, the variants
+fitted, ``fits`` (models trained by the stage), the threads, ``pretrain.train_on`` and where the
+fits ran, with every repeat's seconds. Goal (issue #34): ``ratio <= folds + 0.5``.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 \\
+        --json runs/bench_pretrain_30k.json
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from bench_pipeline import _config, _set  # noqa: E402
+
+UPSTREAM = "graph,vectorizer,embed"
+
+
+def _cli(args, log_path: str) -> float:
+    """Run ``pina-spark ARGS`` in a fresh process; its wall seconds (raises on failure)."""
+    t0 = time.time()
+    with open(log_path, "a") as fh:
+        rc = subprocess.call([sys.executable, "-m", "pina_spark.cli", *args], stdout=fh, stderr=fh)
+    if rc:
+        raise RuntimeError(f"pina-spark {' '.join(args)} failed (rc {rc}); see {log_path}")
+    return time.time() - t0
+
+
+def single_fit(conf: str, repeat: int) -> dict:
+    """Child process: the ``pina`` variant's X and Y as the pretrain stage builds them, then one
+    g fit on every row, ``repeat`` times; the seconds of each and the problem's size."""
+    import numpy as np
+
+    from pina_spark.config import load_config
+    from pina_spark.models import artifacts, bpre
+    from pina_spark.orchestration import pipeline, session
+    from pina_spark.stages.pretrain.fits import train_g
+    from pina_spark.stages.pretrain.stage import features_from_embeddings
+
+    cfg = load_config(conf)
+    spark = session.get_spark(cfg.spark)
+    ctx = pipeline.make_context(spark, cfg)
+    _, problems, _ = bpre.load_problems(spark, ctx.paths, cfg)
+    pb = problems["pina"]
+    models = ctx.paths.table("models")
+    enc = artifacts.read_json(f"{artifacts.vectorizer_dir(models)}/{artifacts.ENCODER_JSON}")
+    X = features_from_embeddings(
+        spark, ctx.paths, pb.rows, int(enc["dense_dim"]), int(enc["sparse_dim"])
+    )
+    spark.stop()
+    secs = []
+    for _ in range(repeat):
+        t0 = time.time()
+        train_g(X, pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
+        secs.append(round(time.time() - t0, 2))
+    return {
+        "single_fit_runs_s": secs,
+        "rows": int(X.shape[0]),
+        "outputs": int(pb.Y.shape[1]),
+        "positives": int(pb.Y.nnz),
+        "threads": os.cpu_count(),
+        "nnz_x": int(np.int64(X.nnz)),
+    }
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--instances", type=int, required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--repeat", type=int, default=1, help="pretrain reruns and single fits")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--workdir", default=None, help="where data and runs go (default: temp)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--single-fit", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.single_fit:  # the child process
+        with open(a.json, "w") as fh:
+            json.dump(single_fit(a.single_fit, a.repeat), fh)
+        return {}
+    work = a.workdir or tempfile.mkdtemp(prefix="bench-pretrain-")
+    os.makedirs(work, exist_ok=True)
+    n = a.instances
+    data, out = os.path.join(work, f"syn{n}"), os.path.join(work, f"run{n}")
+    log_path = os.path.join(work, f"run{n}.log")
+    if not os.path.exists(os.path.join(data, "prepare_stats.json")):
+        _cli(
+            ["prepare-data", "--source", "synthetic", "--instances", str(n)]
+            + ["--seed", str(a.seed), "--output", data],
+            log_path,
+        )
+    doc = _config(data, out, a.threads, a.driver_memory)
+    for kv in a.set:
+        _set(doc, kv)
+    conf = os.path.join(work, f"syn{n}.yaml")
+    with open(conf, "w") as fh:
+        yaml.safe_dump(doc, fh)
+    _cli(["run", "--config", conf, "--stages", UPSTREAM], log_path)
+    runs = []
+    for r in range(a.repeat):
+        _cli(["run", "--config", conf, "--stages", "pretrain", "--force"], log_path)
+        man = json.load(open(os.path.join(out, "_manifest.json")))
+        runs.append(man["stages"]["pretrain"])
+        print(f"pretrain run {r + 1}: {runs[-1]['duration_s']} s", flush=True)
+    fit_json = os.path.join(work, "single_fit.json")
+    subprocess.check_call(
+        [sys.executable, __file__, "--instances", str(n), "--json", fit_json]
+        + ["--repeat", str(a.repeat), "--single-fit", conf]
+    )
+    fit = json.load(open(fit_json))
+    card = json.load(open(os.path.join(out, "models", "model_card.json")))
+    pre = [float(r["duration_s"]) for r in runs]
+    pretrain_s = statistics.median(pre)
+    single_s = statistics.median(fit["single_fit_runs_s"])
+    folds = int(card.get("folds", {}).get("folds") or 0)
+    result = {
+        "instances": n,
+        "pretrain_s": round(pretrain_s, 2),
+        "pretrain_runs_s": pre,
+        "single_fit_s": round(single_s, 2),
+        "ratio": round(pretrain_s / single_s, 3),
+        "goal_ratio_at_most": folds + 0.5 if folds else None,
+        "folds": folds,
+        "variants": sorted(card.get("variants", {})),
+        "fits": int(
+            sum(len(v.get("folds", [])) + ("full" in v) for v in card["variants"].values())
+        ),
+        "fits_on": card.get("fits_on"),
+        "train_on": doc.get("pretrain", {}).get("train_on", "auto"),
+        "threads": fit["threads"],
+        "spark_master": doc["spark"]["master"],
+        "fits_train_s": {v: c.get("fits_train_s") for v, c in card["variants"].items()},
+        "single_fit": fit,
+        "sets": a.set,
+    }
+    with open(a.json, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "single_fit"}, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
