@@ -237,6 +237,8 @@ def test_fault_injection_with_retries_gives_identical_output(spark, run_a, tmp_p
         ",".join(FAULT_STAGES),
         "--models",
         run_a.output,
+        "--set",
+        "run.trust_models=true",  # run_a is not promoted: nothing else vouches for its models
         # local mode ignores spark.task.maxFailures: retries need master local[N,F]
         "--set",
         "spark.master=local[2,4]",

@@ -565,6 +565,9 @@ class RunConfig(_Params):
         models: an earlier run's root whose ``models/`` are reused (no retraining), or
             ``latest``: the run promoted under ``output`` (``_PROMOTED``, see
             ``evaluate.promote``).
+        trust_models: load the models of ``run.models`` even when nothing vouches for them
+            (neither the promotion record of ``output`` nor a signature under
+            ``$PINA_SPARK_MODEL_KEY``): only for roots that only trusted people can write.
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
         lease_stale_s: a run root's lease (``<root>/_LOCK``) whose heartbeat is older than this
@@ -576,6 +579,7 @@ class RunConfig(_Params):
 
     run_date: str | None = None
     models: str | None = None
+    trust_models: bool = False
     incremental: bool = False
     force: bool = False
     lease_stale_s: float = 600.0

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from pina_spark.models.safe_load import HF_LOAD, load_xtransformer
 from pina_spark.runtime import process_device
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,8 @@ class MeanPoolEncoder(Encoder):
         self.max_length = int(max_length)
         self.device = process_device(device)
         self.local_dir = local
-        self._tok = AutoTokenizer.from_pretrained(local)
-        self._model = AutoModel.from_pretrained(local).to(self.device).eval()
+        self._tok = AutoTokenizer.from_pretrained(local, trust_remote_code=False)
+        self._model = AutoModel.from_pretrained(local, **HF_LOAD).to(self.device).eval()
         self.dim = int(self._model.config.hidden_size)
         self._torch = torch
         log.info(
@@ -239,15 +240,13 @@ class XTransformerEncoder(Encoder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from pecos.xmc.xtransformer.model import XTransformer
-
         self.kind = "xtransformer"
         self.path = path
         self.max_length = int(max_length)
         self.device = process_device(device)
         local = resolve_local(path)
         self.local_dir = local
-        self._model = XTransformer.load(local)
+        self._model = load_xtransformer(local)  # PECOS' load, but no pickled code
         enc = self._model.text_encoder.text_encoder
         self.dim = int(enc.config.hidden_size)
         log.info(

@@ -265,14 +265,18 @@ class PhiPre:
     def load(cls, dir_uri: str, device: str = "cpu") -> "PhiPre":
         """Load a saved vectorizer (remote folders are cached locally once per machine).
 
+        Only what :meth:`save` writes is loaded, by loaders that let no file choose code
+        (:mod:`pina_spark.models.safe_load`): a tf-idf of another PECOS type, or an encoder
+        ``path`` other than the folder's own ``encoder/``, is refused
+        (:class:`~pina_spark.runtime.ModelLoadError` naming the file).
+
         Example::
 
             phi = PhiPre.load("/tmp/run/models/vectorizer")
             phi.dense_dim  # 384
         """
-        from pecos.utils.featurization.text.preprocess import Preprocessor
-
         from pina_spark.models.encoders import load_encoder, resolve_local
+        from pina_spark.models.safe_load import load_tfidf
 
         local = resolve_local(dir_uri)
         spec_path = os.path.join(local, ENCODER_JSON)
@@ -280,7 +284,8 @@ class PhiPre:
             raise FileNotFoundError(f"{dir_uri}: no {ENCODER_JSON} (not a saved PhiPre folder)")
         with open(spec_path) as fh:
             spec = json.load(fh)
-        pre = Preprocessor.load(os.path.join(local, TFIDF_DIR))
+        _check_encoder_path(spec, spec_path)
+        pre = load_tfidf(os.path.join(local, TFIDF_DIR))
         enc = load_encoder(spec, device=device, base_dir=local)
         phi = cls(
             pre,
@@ -362,6 +367,24 @@ def stack_features(dense: np.ndarray, sparse):
     ).astype(np.float32)
     X.sort_indices()
     return X
+
+
+def _check_encoder_path(spec: Any, spec_path: str) -> None:
+    """The encoder of a saved vectorizer is inside it (``encoder/``, :meth:`PhiPre.save`) or
+    the installed MiniLM (``path: null``); any other ``path`` would load a folder that nothing
+    checked."""
+    from pina_spark.runtime import ModelLoadError
+
+    if not isinstance(spec, dict):
+        raise ModelLoadError(f"model artifact {spec_path}: not an encoder spec")
+    kind = spec.get("kind")
+    want = ENCODER_DIR if kind in SHIPPED_KINDS else None
+    if spec.get("path") != want:
+        raise ModelLoadError(
+            f"model artifact {spec_path}: encoder kind {kind!r} with path "
+            f"{spec.get('path')!r}; a saved vectorizer's encoder is {want!r} (inside the "
+            f"folder, checked with it)"
+        )
 
 
 def _tfidf_kwargs(pretrain_cfg) -> dict[str, Any]:

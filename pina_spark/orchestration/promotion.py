@@ -8,6 +8,11 @@ output is promoted when it has the metric). A failed gate leaves the pointer as 
 retraining that got worse never reaches the daily runs. :func:`resolve_models` turns
 ``run.models: latest`` into that run root once, on the driver, before anything runs.
 
+The pointer also holds the checksums digest of the promoted run's vectorizer folder
+(``digests``), taken when it is promoted: the record sits under ``output``, out of reach of
+whoever writes only run roots, and the embed stage loads that run's vectorizer only while it
+still has that digest (:func:`pina_spark.models.trust.anchor`).
+
 Examples
 --------
 >>> decide({"value": 0.40}, 0.39, tolerance=0.02)
@@ -25,11 +30,10 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
+from pina_spark.models.trust import DIGESTS, PROMOTED, folder_digest, read_promoted
 
 log = logging.getLogger(__name__)
 
-#: file under ``output`` (not under a ``run_date=`` folder: it spans dates)
-PROMOTED = "_PROMOTED"
 #: the ``run.models`` / ``--models`` value that means "the promoted run"
 LATEST = "latest"
 
@@ -38,10 +42,17 @@ def pointer_uri(output: str) -> str:
     return storage.join(output, PROMOTED)
 
 
-def read_promoted(output: str) -> dict[str, Any] | None:
-    """The pointer of ``output``, or ``None`` when nothing was promoted yet."""
-    raw = storage.read_bytes(pointer_uri(output))
-    return json.loads(raw) if raw else None
+def digests_of(run_root: str) -> dict[str, str]:
+    """``{folder name: checksums digest}`` of the model folders of ``run_root`` that the
+    promotion record vouches for (its vectorizer; none when it has no checksums or cannot be
+    read here: then ``run.models: latest`` refuses it, saying nothing vouches for it)."""
+    vec = storage.RunPaths(run_root).table(storage.VECTORIZER)
+    try:
+        digest = folder_digest(vec)
+    except Exception as e:
+        log.warning("promotion: no digest of %s (%s: %s)", vec, type(e).__name__, e)
+        return {}
+    return {storage.VECTORIZER: digest} if digest else {}
 
 
 def resolve_models(cfg: PinaConfig) -> PinaConfig:
@@ -107,6 +118,7 @@ def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[st
             "value": float(value),
             "promoted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "previous": (current or {}).get("run"),
+            DIGESTS: digests_of(run_root),
         }
         storage.write_bytes(pointer_uri(cfg.output), json.dumps(pointer, indent=1).encode())
         log.info("promotion: %s promoted (%s)", run_root, reason)

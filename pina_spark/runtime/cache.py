@@ -4,10 +4,10 @@ Executor side, except :class:`ModelCache`, :class:`LoadStatsParam` and :func:`su
 which are plain Python so they can be unit-tested on the driver.
 
 Follows pyspark.ml's ``ModelCache`` / ``predict_batch_udf`` pattern: a module-level, bounded
-(LRU, capacity 4), lock-protected ``OrderedDict`` keyed by ``(model URI, version, device)``.
-The driver computes ``version`` (a fingerprint of the model folder's files) so a model retrained
-at the same URI is never served stale. The cache lives as long as the Python worker process, so
-it only pays off with ``spark.python.worker.reuse=true`` (Spark's default, and set by
+(LRU, capacity 4), lock-protected ``OrderedDict`` keyed by ``(model URI, version, device,
+digest)``. The driver computes ``version`` (a fingerprint of the model folder's files) so a model
+retrained at the same URI is never served stale. The cache lives as long as the Python worker
+process, so it only pays off with ``spark.python.worker.reuse=true`` (Spark's default, and set by
 :data:`pina_spark.orchestration.session.DEFAULT_CONF`); without reuse every task reloads its models.
 
 Every load is counted per worker (``(pid, key) -> loads``); :func:`get_model` also records it
@@ -183,6 +183,7 @@ def get_model(
     device: str = "cpu",
     accumulator: Any = None,
     name: str | None = None,
+    digest: str = "",
 ) -> Any:
     """Executor side: the model at ``uri`` for ``device``, loaded at most once per worker.
 
@@ -201,16 +202,21 @@ def get_model(
         A :class:`LoadStatsParam` accumulator; a load adds ``{"loads|<pid>|<name>": 1}``.
     name : str, optional
         Short model name for the statistics (default: ``uri``).
+    digest : str
+        The folder's checksums digest the driver vouched for
+        (:func:`pina_spark.models.trust.anchor`, handed over in the stage's task); the local
+        copy must have it (:func:`~pina_spark.runtime.checksums.local_model_dir`). Part of the
+        cache key.
 
     Example::
 
         get_model("/tmp/x", lambda d, dev: d)
     """
     require_executor("get_model")
-    key = (uri, version, device)
+    key = (uri, version, device, digest)
 
     def _load():
-        local = local_model_dir(uri, version)
+        local = local_model_dir(uri, version, digest)
         t0 = time.time()
         try:
             model = loader(local, device)

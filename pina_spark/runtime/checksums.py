@@ -1,9 +1,17 @@
 """Model folders as checked local copies: the ``_CHECKSUMS.json`` files the pretrain stage writes,
-their verification, the private local cache of remote folders, and the checks a folder passes
-before a native loader reads it.
+their verification, the digest and signature that vouch for them, the private local cache of
+remote folders, and the checks a folder passes before a native loader reads it.
 
 Executor side (:func:`local_model_dir`, :func:`check_artifacts`), except
 :func:`write_checksums` (the driver, when pretrain publishes its models).
+
+``_CHECKSUMS.json`` files sit in the folder they vouch for: they catch a truncated or half-copied
+file, not someone who can write the folder. :func:`checksums_digest` condenses them into one
+value that can be kept elsewhere (the promotion record, the task a driver hands its executors:
+:func:`local_model_dir` refuses a copy whose digest differs) and :func:`signature` is its HMAC
+under the key in ``$PINA_SPARK_MODEL_KEY`` (:data:`MODEL_KEY_ENV`), written as
+``_CHECKSUMS.sig`` when that key is set. :mod:`pina_spark.models.trust` decides which folders a
+run loads.
 
 Remote model folders (``s3://...``) are copied once per worker process into a private local
 cache dir (mode 0700: ``$PINA_MODEL_CACHE``, else under the executor's local dirs), keyed by URI
@@ -21,13 +29,14 @@ Examples
 """
 
 import hashlib
+import hmac
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pina_spark import storage
@@ -36,9 +45,15 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CHECKSUMS",
+    "SIGNATURE",
+    "MODEL_KEY_ENV",
     "ModelLoadError",
     "write_checksums",
     "verify_checksums",
+    "checksums_digest",
+    "local_digest",
+    "model_key",
+    "signature",
     "local_model_dir",
     "check_artifacts",
 ]
@@ -51,7 +66,16 @@ class ModelLoadError(RuntimeError):
 # --------------------------------------------------------------------------- local copies
 #: per-directory checksum file written by the pretrain stage (sha256 of every file there)
 CHECKSUMS = "_CHECKSUMS.json"
-#: local folders of model URIs already checked in this process: ``(uri, version) -> folder``
+#: HMAC of the folder's :func:`checksums_digest` (top folder only), written when a key is set
+SIGNATURE = "_CHECKSUMS.sig"
+#: environment variable holding the HMAC key of model folders (never a file in a run root)
+MODEL_KEY_ENV = "PINA_SPARK_MODEL_KEY"
+#: shortest key accepted (bytes)
+MIN_KEY_BYTES = 16
+#: files of a folder no ``_CHECKSUMS.json`` lists (markers; :data:`SIGNATURE` at the top only)
+_UNLISTED = (CHECKSUMS, "_SUCCESS", ".pina_complete", storage.VERSION_FILE)
+#: local folders of model URIs already checked in this process:
+#: ``(uri, version, digest) -> folder``
 _LOCAL_DIRS: dict[Any, str] = {}
 _LOCAL_LOCK = threading.Lock()
 
@@ -78,10 +102,14 @@ def _cache_root() -> str:
 
 def write_checksums(local_dir: str) -> int:
     """Driver side (pretrain): write ``_CHECKSUMS.json`` (``{file: sha256}`` of the files directly
-    inside) into every folder of ``local_dir``; returns the number of files covered."""
+    inside) into every folder of ``local_dir``, then, when ``$PINA_SPARK_MODEL_KEY`` is set,
+    ``_CHECKSUMS.sig`` (:func:`signature`) at its top; returns the number of files covered."""
     import json
 
     n = 0
+    top_sig = os.path.join(local_dir, SIGNATURE)
+    if os.path.exists(top_sig):
+        os.remove(top_sig)  # never listed, and rewritten below under the current key only
     for base, _, files in os.walk(local_dir):
         sums = {
             f: _sha256(os.path.join(base, f))
@@ -91,7 +119,74 @@ def write_checksums(local_dir: str) -> int:
         with open(os.path.join(base, CHECKSUMS), "w") as fh:
             json.dump(sums, fh, indent=1, sort_keys=True)
         n += len(sums)
+    key = model_key()
+    if key is not None:
+        digest = local_digest(local_dir)
+        assert digest is not None  # written just above
+        with open(top_sig, "w") as fh:
+            fh.write(signature(digest, key) + "\n")
     return n
+
+
+def checksums_digest(listed: Mapping[str, bytes]) -> str:
+    """One sha256 over every ``_CHECKSUMS.json`` of a folder: ``listed`` maps each one's folder,
+    relative to the top (``""`` for the top, ``/``-separated), to its bytes. Together with
+    :func:`verify_checksums` it pins every file of the folder.
+
+    Examples
+    --------
+    >>> checksums_digest({"": b"{}"}) == checksums_digest({"": b"{}", "sub": b"{}"})
+    False
+    """
+    h = hashlib.sha256(b"pina-spark checksums v1\n")
+    for rel in sorted(listed):
+        h.update(f"{rel}\x1f{hashlib.sha256(listed[rel]).hexdigest()}\x1e".encode())
+    return h.hexdigest()
+
+
+def local_digest(local_dir: str) -> str | None:
+    """:func:`checksums_digest` of a local folder, ``None`` when its top has no
+    ``_CHECKSUMS.json``."""
+    if not os.path.isfile(os.path.join(local_dir, CHECKSUMS)):
+        return None
+    listed = {}
+    for base, _, files in os.walk(local_dir):
+        if CHECKSUMS in files:
+            rel = os.path.relpath(base, local_dir)
+            with open(os.path.join(base, CHECKSUMS), "rb") as fh:
+                listed["" if rel == "." else rel.replace(os.sep, "/")] = fh.read()
+    return checksums_digest(listed)
+
+
+def model_key() -> bytes | None:
+    """The HMAC key of model folders, from ``$PINA_SPARK_MODEL_KEY`` (``None`` when unset).
+
+    Raises
+    ------
+    ModelLoadError
+        The key is shorter than :data:`MIN_KEY_BYTES`.
+    """
+    raw = os.environ.get(MODEL_KEY_ENV, "")
+    if not raw:
+        return None
+    key = raw.encode()
+    if len(key) < MIN_KEY_BYTES:
+        raise ModelLoadError(
+            f"{MODEL_KEY_ENV} is set but shorter than {MIN_KEY_BYTES} bytes; use a long "
+            f"random key (e.g. `openssl rand -hex 32`)"
+        )
+    return key
+
+
+def signature(digest: str, key: bytes) -> str:
+    """HMAC-SHA256 (hex) of a folder's :func:`checksums_digest` under ``key``.
+
+    Examples
+    --------
+    >>> len(signature("ab" * 32, b"k" * 16))
+    64
+    """
+    return hmac.new(key, f"pina-spark model folder\n{digest}".encode(), hashlib.sha256).hexdigest()
 
 
 def verify_checksums(local_dir: str, what: str) -> bool:
@@ -121,9 +216,7 @@ def verify_checksums(local_dir: str, what: str) -> bool:
         if not isinstance(listed, dict):
             raise ModelLoadError(f"model artifact {what}: {listed_file} is not a checksum map")
         present = {
-            f
-            for f in files
-            if f not in (CHECKSUMS, "_SUCCESS", ".pina_complete", storage.VERSION_FILE)
+            f for f in files if f not in _UNLISTED and not (f == SIGNATURE and base == local_dir)
         }
         for f in sorted(present | set(listed)):
             p = os.path.join(base, f)
@@ -148,7 +241,7 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def local_model_dir(uri: str, version: str = "") -> str:
+def local_model_dir(uri: str, version: str = "", digest: str = "") -> str:
     """Executor side: a local folder holding the model folder ``uri``.
 
     Local paths are returned as they are, after checking they exist and, once per process and
@@ -156,25 +249,29 @@ def local_model_dir(uri: str, version: str = "") -> str:
     once per worker process (and reused across processes of one machine via an atomic rename)
     with :func:`pina_spark.storage.copy_dir` into the private cache (:func:`_cache_root`), keyed by
     ``uri`` and ``version``, and checked against the checksums pretrain wrote
-    (:func:`verify_checksums`) before first use in each process.
+    (:func:`verify_checksums`) before first use in each process. With ``digest`` (what the
+    driver vouched for, :func:`pina_spark.models.trust.anchor`), the folder's
+    :func:`local_digest` must equal it too.
 
     Raises
     ------
     ModelLoadError
-        The folder is missing, cannot be copied or fails its checksums; names ``uri``.
+        The folder is missing, cannot be copied, fails its checksums or is not the one the
+        driver vouched for; names ``uri``.
     """
     if not storage.is_remote(uri):
         p = storage.local_path(uri)
         if not os.path.isdir(p):
             raise ModelLoadError(f"model artifact missing: {uri} (no such folder)")
         with _LOCAL_LOCK:
-            if (uri, version) not in _LOCAL_DIRS:
+            if (uri, version, digest) not in _LOCAL_DIRS:
                 verify_checksums(p, uri)  # once per process and version, as for copies
-                _LOCAL_DIRS[(uri, version)] = p
+                _check_digest(p, uri, digest)
+                _LOCAL_DIRS[(uri, version, digest)] = p
         return p
     with _LOCAL_LOCK:
-        if (uri, version) in _LOCAL_DIRS:
-            return _LOCAL_DIRS[(uri, version)]
+        if (uri, version, digest) in _LOCAL_DIRS:
+            return _LOCAL_DIRS[(uri, version, digest)]
         key = hashlib.sha1(f"{uri}\x1f{version}".encode()).hexdigest()[:16]
         dst = os.path.join(_cache_root(), key)
         marker = os.path.join(dst, ".pina_complete")
@@ -197,11 +294,21 @@ def local_model_dir(uri: str, version: str = "") -> str:
             log.info("copied %s to %s in %.1fs", uri, dst, time.time() - t0)
         try:
             verify_checksums(dst, uri)
+            _check_digest(dst, uri, digest)
         except ModelLoadError:
             shutil.rmtree(dst, ignore_errors=True)  # the next attempt copies afresh
             raise
-        _LOCAL_DIRS[(uri, version)] = dst
+        _LOCAL_DIRS[(uri, version, digest)] = dst
         return dst
+
+
+def _check_digest(local: str, uri: str, digest: str) -> None:
+    if digest and local_digest(local) != digest:
+        raise ModelLoadError(
+            f"model artifact {uri}: its {CHECKSUMS} files are not the ones the driver "
+            f"checked (digest {local_digest(local)}, expected {digest}): the folder changed "
+            f"after the run vouched for it; refusing to load it"
+        )
 
 
 def check_artifacts(

@@ -41,6 +41,9 @@ class EmbedPlan:
             chunk of node indices (:func:`length_offsets`): with the nodes sorted by (text
             length, node index), a batch is ``batch_size`` consecutive ranks, so it pads to
             texts of nearly one length.
+        digest: the vectorizer folder's checksums digest the driver vouched for
+            (:func:`pina_spark.models.trust.anchor`); every executor's copy must have it
+            (``""``: no check beyond the folder's own checksums).
     """
 
     vectorizer: str
@@ -49,6 +52,7 @@ class EmbedPlan:
     partitions: int
     batch_size: int
     length_offsets: tuple[tuple[int, int, int], ...] = dc.field(default=(), repr=False)
+    digest: str = ""
 
 
 #: texts longer than this many characters are ordered as if this long (the encoder truncates
@@ -97,12 +101,13 @@ def plan_embed(
     version: str = "",
     slots: int = 1,
     length_counts: Mapping[tuple[int, int], int] | None = None,
+    digest: str = "",
 ) -> EmbedPlan:
     """The :class:`EmbedPlan` of ``n_rows`` nodes (``inference_cfg``: the ``inference``
     section; ``slots``: task slots of the application; ``length_counts``: nodes per (text
     length, chunk of node indices), :func:`pina_spark.stages.embed.stage.length_counts`, whose sum
     must be ``n_rows``; without it the plan sizes the tasks only, and the embed stage refuses
-    it).
+    it; ``digest``: what the driver vouched for, :attr:`EmbedPlan.digest`).
 
     Examples
     --------
@@ -121,4 +126,5 @@ def plan_embed(
         partitions=n_partitions(n_rows, inference_cfg.rows_per_task, slots),
         batch_size=int(inference_cfg.batch_size),
         length_offsets=length_offsets(length_counts or {}),
+        digest=digest,
     )

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pina_spark import runtime, storage
-from pina_spark.models import artifacts
+from pina_spark.models import artifacts, trust
 from pina_spark.runtime import faults
 from pina_spark.runtime.arrow import EMBED_SCHEMA, embed_arrow_schema, iter_chunks, list_array
 from pina_spark.stages.embed.plan import LENGTH_SQL, RANK_CHUNK, EmbedPlan, plan_embed
@@ -87,7 +87,13 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
         for _, tbl in iter_chunks(batches, block_of, bs):
             if phi is None:
                 phi = runtime.get_model(
-                    task.plan.vectorizer, load_fn, task.plan.version, device, acc, "vectorizer"
+                    task.plan.vectorizer,
+                    load_fn,
+                    task.plan.version,
+                    device,
+                    acc,
+                    "vectorizer",
+                    digest=task.plan.digest,
                 )
                 if hasattr(phi, "tfidf_threads"):
                     phi.tfidf_threads = threads
@@ -191,6 +197,7 @@ def embed_frame(
     accumulator=None,
     load_fn: Callable[[str, str], Any] | None = None,
     slots: int = 1,
+    digest: str = "",
 ):
     """Driver side: the lazy ``embeddings`` DataFrame of ``nodes_df`` (node_index, text).
 
@@ -216,6 +223,9 @@ def embed_frame(
     slots : int
         Task slots of the application (:func:`runtime.task_slots`); the task count is a
         multiple of it.
+    digest : str
+        The vectorizer folder's checksums digest every task's copy must have
+        (:func:`pina_spark.models.trust.anchor`; ``""``: its own checksums only).
 
     Example::
 
@@ -225,7 +235,7 @@ def embed_frame(
     """
     counts = length_counts(nodes_df)
     task = EmbedTask.of(
-        plan_embed(vectorizer_uri, inference_cfg, n_rows, version, slots, counts),
+        plan_embed(vectorizer_uri, inference_cfg, n_rows, version, slots, counts, digest),
         inference_cfg,
         fault_plan,
     )
@@ -247,6 +257,9 @@ def run(ctx) -> EmbedStats:
     """
     spark, cfg = ctx.spark, ctx.cfg
     vec_uri = artifacts.require_vectorizer(spark, ctx.models_root)
+    # refuses a vectorizer nothing trusted vouches for; the executors check their copies
+    # against the digest it vouched for
+    digest = trust.anchor(cfg, vec_uri, storage.VECTORIZER)
     nodes = storage.read_table(spark, ctx.paths, storage.NODES).select(
         storage.NODE_INDEX, storage.TEXT
     )
@@ -254,7 +267,9 @@ def run(ctx) -> EmbedStats:
     n = sum(counts.values())
     acc = spark.sparkContext.accumulator({}, runtime.LoadStatsParam())
     slots = runtime.task_slots(spark)
-    plan = plan_embed(vec_uri, cfg.inference, n, artifacts.version(spark, vec_uri), slots, counts)
+    plan = plan_embed(
+        vec_uri, cfg.inference, n, artifacts.version(spark, vec_uri), slots, counts, digest
+    )
     log.info("embed: %s, %d text lengths", plan, len(plan.length_offsets))
     task = EmbedTask.of(plan, cfg.inference, faults.fault_plan(cfg, "embed"))
     df = _embed_frame(nodes, task, acc, artifacts.load_vectorizer)

@@ -1,0 +1,167 @@
+"""Which model folders a run may load: decided once on the driver, then checked by every executor.
+
+A model folder lists its files' sha256 in ``_CHECKSUMS.json`` files inside it
+(:mod:`pina_spark.runtime.checksums`); whoever can write the folder can rewrite those too, so
+they prove only that a copy is whole. What vouches for a folder is kept where the writer of a run
+root cannot rewrite it silently:
+
+- the HMAC key in ``$PINA_SPARK_MODEL_KEY`` (the driver's environment, never a file): a folder
+  published while the key was set carries ``_CHECKSUMS.sig``, the HMAC of its checksums digest;
+- the promotion record ``<output>/_PROMOTED`` (:mod:`pina_spark.orchestration.promotion`):
+  the evaluate stage that promotes a run writes the digest of its vectorizer folder there, so
+  ``run.models: latest`` (or ``run.models`` naming the promoted run) loads only that content.
+
+:func:`anchor` applies the policy to one folder and returns the digest it vouched for:
+
+- key set: the folder must carry a valid signature (unsigned or re-signed folders are refused,
+  this run's own included);
+- the promotion record of ``output`` names the ``run.models`` run with a digest for the folder:
+  the folder must have that digest;
+- otherwise the run's own models (no ``run.models``) are loaded as today (the run root is the
+  run's own), and another run's models (``run.models``) only with ``run.trust_models: true``.
+
+The digest reaches the executors inside the stage's frozen plan (never a global); each checks
+its local copy against it (:func:`pina_spark.runtime.checksums.local_model_dir`), so a folder
+changed after the driver's check is refused too. A refused folder raises
+:class:`ModelTrustError` (an input error: the command stops with exit code 2 and the message).
+
+Example::
+
+    digest = anchor(cfg, "s3://b/runs/prod/run_date=2026-11-20/vectorizer", "vectorizer")
+"""
+
+import hmac
+import json
+import logging
+import os
+from typing import Any
+
+from pina_spark import storage
+from pina_spark.runtime.checksums import (
+    CHECKSUMS,
+    MODEL_KEY_ENV,
+    SIGNATURE,
+    checksums_digest,
+    local_digest,
+    model_key,
+    signature,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PROMOTED",
+    "DIGESTS",
+    "ModelTrustError",
+    "anchor",
+    "folder_digest",
+    "read_promoted",
+]
+
+#: the promotion record, a file under ``output`` (not under a ``run_date=`` folder)
+PROMOTED = "_PROMOTED"
+#: the promotion record's entry ``{model folder name: checksums digest}`` of the promoted run
+DIGESTS = "digests"
+
+
+class ModelTrustError(storage.InputError):
+    """A model folder nothing trusted vouches for; the message names it and what to do."""
+
+
+def read_promoted(output: str) -> dict[str, Any] | None:
+    """The promotion record of ``output``, or ``None`` when nothing was promoted yet."""
+    raw = storage.read_bytes(storage.join(output, PROMOTED))
+    return json.loads(raw) if raw else None
+
+
+def folder_digest(uri: str) -> str | None:
+    """:func:`~pina_spark.runtime.checksums.checksums_digest` of the model folder ``uri`` (local
+    or a ``pyarrow.fs`` URI such as ``s3://``: only its ``_CHECKSUMS.json`` files are read), or
+    ``None`` when its top has none."""
+    if not storage.is_remote(uri):
+        return local_digest(storage.local_path(uri))
+    import pyarrow.fs as pafs
+
+    fs, root = storage.pyarrow_fs(uri)
+    root = root.rstrip("/")
+    listed = {}
+    for fi in fs.get_file_info(pafs.FileSelector(root, allow_not_found=True, recursive=True)):
+        if fi.type == pafs.FileType.File and fi.base_name == CHECKSUMS:
+            rel = os.path.dirname(fi.path[len(root) + 1 :])
+            with fs.open_input_stream(fi.path) as fh:
+                listed[rel] = fh.read()
+    return checksums_digest(listed) if "" in listed else None
+
+
+def anchor(cfg, uri: str, name: str) -> str:
+    """Driver side: refuse the model folder ``uri`` (``name``: ``vectorizer``) unless the policy
+    of this module lets the run ``cfg`` load it; returns the digest executors check their copy
+    against (``""`` for a folder without checksums that the policy accepts: models published
+    before checksums existed).
+
+    Raises
+    ------
+    ModelTrustError
+        Names the folder, what failed and how to vouch for it.
+    """
+    digest = folder_digest(uri)
+    key = model_key()
+    if key is not None:
+        _check_signature(uri, digest, key)
+    other = cfg.run.models
+    pinned = _pinned(cfg.output, other, name) if other else None
+    if pinned is not None:
+        if digest != pinned:
+            raise ModelTrustError(
+                f"model folder {uri}: its checksums digest {digest} is not the {pinned} that the "
+                f"promotion record {storage.join(cfg.output, PROMOTED)} holds for it (rewritten "
+                f"after it was promoted?); refusing to load it"
+            )
+        return digest or ""
+    if key is not None or not other:
+        return digest or ""
+    if cfg.run.trust_models:
+        log.warning(
+            "run.trust_models: loading %s, which neither %s nor the promotion record vouches "
+            "for: whoever can write %s decides what runs here",
+            uri,
+            MODEL_KEY_ENV,
+            other,
+        )
+        return digest or ""
+    raise ModelTrustError(
+        f"model folder {uri} (run.models {other}): nothing vouches for it: no promotion record "
+        f"{storage.join(cfg.output, PROMOTED)} names that run with a digest, and "
+        f"{MODEL_KEY_ENV} is not set. Promote that run (evaluate.promote) and use run.models: "
+        f"latest, publish it with {MODEL_KEY_ENV} set and set it here too, or set "
+        f"run.trust_models: true if only trusted people can write {other}"
+    )
+
+
+def _pinned(output: str, models_run: str, name: str) -> str | None:
+    """The digest the promotion record of ``output`` holds for ``name`` of ``models_run``."""
+    record = read_promoted(output)
+    if not record or storage.norm(str(record.get("run", ""))) != storage.norm(models_run):
+        return None
+    digest = (record.get(DIGESTS) or {}).get(name)
+    return str(digest) if digest else None
+
+
+def _check_signature(uri: str, digest: str | None, key: bytes) -> None:
+    if digest is None:
+        raise ModelTrustError(
+            f"model folder {uri} has no {CHECKSUMS}, and {MODEL_KEY_ENV} is set: unsigned "
+            f"models are refused (publish it again with the key set)"
+        )
+    sig_uri = storage.join(uri, SIGNATURE)
+    raw = storage.read_bytes(sig_uri)
+    if raw is None:
+        raise ModelTrustError(
+            f"model folder {uri} has no {SIGNATURE}, and {MODEL_KEY_ENV} is set: unsigned "
+            f"models are refused (publish it again with the key set)"
+        )
+    if not hmac.compare_digest(raw.decode("ascii", "replace").strip(), signature(digest, key)):
+        raise ModelTrustError(
+            f"model folder {uri}: {sig_uri} does not match its {CHECKSUMS} files under "
+            f"{MODEL_KEY_ENV} (rewritten, or signed with another key); refusing to load it"
+        )
