@@ -542,3 +542,67 @@ def test_ids_with_control_characters_or_unicode_spaces_are_quarantined(spark, tm
         r[storage.NODE_ID] for r in storage.read_table(spark, paths, storage.NODES).collect()
     }
     assert not any(c in i for i in node_ids for c in "\r\n\t\u00a0\u200b")
+
+
+@pytest.mark.slow
+def test_bytes_that_are_not_utf8_reach_the_quarantine_escaped_and_readable(spark, tmp_path):
+    """A JSONL line holding bytes that are not UTF-8 (Spark's JSON parser refuses the line) and
+    Parquet strings holding such bytes (never decoded on read) are quarantined as
+    ``invalid_utf8``; the published ``quarantine/<table>`` reads with pandas and with pyarrow
+    (``to_pandas``) and holds each such value escaped as Python's backslashreplace writes it
+    (``b"i13\\xff"`` -> ``"i13\\\\xff"``); the clean rows go on to ``nodes``."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "in"
+    d.mkdir()
+    good = [ln.split(",") for ln in GOOD_INSTANCES]
+    ids = [i.encode() for i, _, _ in good] + [b"i13\xff", b"i14"]
+    texts = [t.encode() for _, t, _ in good] + [b"fine", b"caf\xe9 au lait"]
+    inst = str(d / "instances.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                n: pa.array(v, pa.binary()).view(pa.string())
+                for n, v in (("instance_id", ids), ("text", texts))
+            }
+        ),
+        inst,
+    )
+    labels = d / "labels.jsonl"
+    labels.write_bytes(
+        b"".join(
+            f'{{"label_id": "{i}", "text": "{t}"}}\n'.encode()
+            for i, t in (ln.split(",") for ln in GOOD_LABELS)
+        )
+        + b'{"label_id": "L5\xff", "text": "bad bytes"}\n'
+    )
+    events = d / "events.jsonl"
+    events.write_bytes(
+        b"".join(
+            f'{{"basket_id": "{b}", "item_id": "{i}"}}\n'.encode() for b, i, _, _ in GOOD_EVENTS
+        )
+        + b'{"basket_id": "b\xfe", "item_id": "i01"}\n'
+    )
+    cfg = _cfg(
+        tmp_path,
+        _small_inputs(tmp_path, spark, instances=inst, labels=str(labels), events=str(events)),
+    )
+    assert pipeline.run_pipeline(spark, cfg, ["graph"])["graph"] == "ran"
+    paths = storage.RunPaths(cfg.output)
+    want = {
+        "instances": {(storage.INSTANCE_ID, "i13\\xff"), (storage.TEXT, "caf\\xe9 au lait")},
+        "labels": {(storage.CORRUPT, '{"label_id": "L5\\xff", "text": "bad bytes"}')},
+        "events": {(storage.CORRUPT, '{"basket_id": "b\\xfe", "item_id": "i01"}')},
+    }
+    for table, values in want.items():
+        path = paths.table(f"{storage.QUARANTINE}/{table}")
+        by_arrow = pq.read_table(path).to_pandas()
+        assert pd.read_parquet(path).equals(by_arrow)
+        assert set(by_arrow[storage.REASON]) == {"invalid_utf8"}, table
+        assert values <= {(c, v) for c in by_arrow.columns for v in by_arrow[c] if v is not None}
+        stats = _graph_entry(cfg)["stats"]["inputs"][table]
+        assert stats["reasons"] == {"invalid_utf8": len(values)}, table
+    nodes = storage.read_table(spark, paths, storage.NODES)
+    assert nodes.filter(nodes[storage.KIND] == storage.KIND_INSTANCE).count() == len(good)

@@ -596,6 +596,116 @@ def test_invalid_utf8_in_parquet_is_quarantined_on_both_paths(spark, tmp_path):
         assert sorted(r.instance_id for r in result.tables["instances"].collect()) == ["p2", "p3"]
 
 
+def _published_quarantine(path):
+    """A published ``quarantine/<table>`` read by pandas and by pyarrow (both must decode
+    every string): its rows as (reason, strings) pairs, sorted; strings: the raw line of an
+    unparseable row (the fields Spark's parser gave before it failed vary with the version),
+    else the row's non-null strings."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    by_pandas = pd.read_parquet(path)
+    by_arrow = pq.read_table(path).to_pandas()
+    assert by_pandas.equals(by_arrow)
+
+    def strings(row):
+        if isinstance(row[storage.CORRUPT], str):
+            return (row[storage.CORRUPT],)
+        return tuple(v for k, v in row.items() if k != storage.REASON and isinstance(v, str))
+
+    return sorted((r[storage.REASON], strings(r)) for r in by_arrow.to_dict("records"))
+
+
+@pytest.mark.slow
+def test_values_that_are_not_utf8_are_quarantined_escaped_on_both_paths(spark, tmp_path):
+    """Bytes that are not UTF-8 never reach a quarantine table as they are (they break pandas
+    and pyarrow readers of ``quarantine/``): a JSON line holding them, which Spark's parser
+    refuses, is ``invalid_utf8`` (not ``unparseable``) and its ``_corrupt_record`` is escaped;
+    so are the values of a Parquet string column (b"p\\xff" -> "p\\\\xff", Python's
+    backslashreplace). The Spark path and the driver's pyarrow path publish the same rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    inst = str(tmp_path / "instances.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "instance_id": _bad_utf8([b"p\xff", b"p1", b"p2", b"p3"]),
+                "text": _bad_utf8([b"a", b"caf\xe9 \xed\xa0\x80 \xf0\x9f\x98\x80", b"c", b"d"]),
+            }
+        ),
+        inst,
+    )
+    lab = tmp_path / "labels.jsonl"
+    lab.write_bytes(
+        b'{"label_id": "l1", "text": "a"}\n'
+        b'{"label_id": "l2\xff", "text": "b"}\n'
+        b'{"label_id": "l3", "text": \n'
+        b'{"label_id": "l4 \xef\xbf\xbd kept \xe2\x82", "text": "d"}\n'
+    )
+    il = _csv(tmp_path / "il.csv", ["instance_id", "label_id"], [["p2", "l1"], ["p3", "l1"]])
+    ev = tmp_path / "events.jsonl"
+    ev.write_bytes(
+        b'{"basket_id": "b1", "item_id": "p2"}\n{"basket_id": "b\xfe", "item_id": "p3"}\n'
+    )
+    cfg = _cfg(tmp_path, instances=inst, labels=str(lab), instance_labels=il, events=str(ev))
+    raw = validate.read_inputs(spark, cfg)
+    want = {
+        "instances": [
+            ("invalid_utf8", ("p1", "caf\\xe9 \\xed\\xa0\\x80 \U0001f600", "train")),
+            ("invalid_utf8", ("p\\xff", "a", "train")),
+        ],
+        "labels": [
+            ("invalid_utf8", ('{"label_id": "l2\\xff", "text": "b"}',)),
+            ("invalid_utf8", ('{"label_id": "l4 \ufffd kept \\xe2\\x82", "text": "d"}',)),
+            ("unparseable", ('{"label_id": "l3", "text": ',)),
+        ],
+        "instance_labels": [],
+        "events": [("invalid_utf8", ('{"basket_id": "b\\xfe", "item_id": "p3"}',))],
+    }
+    for where, on_driver in (("spark", ()), ("driver", (*validate.DRIVER_TABLES, "events"))):
+        result = validate.validate_inputs(spark, cfg, raw=raw, on_driver=on_driver)
+        _check_adds_up(result.counts)
+        paths = storage.RunPaths(str(tmp_path / f"run-{where}"))
+        got = {}
+        for name, q in result.quarantine.items():
+            storage.write_quarantine(q, paths, name, spark=spark)
+            got[name] = _published_quarantine(paths.table(f"{storage.QUARANTINE}/{name}"))
+        assert got == want, where
+
+
+@pytest.mark.slow
+def test_escape_spark_writes_what_python_backslashreplace_writes(spark):
+    """The Spark SQL escape (hex tokens, no UDF) gives, byte string by byte string, the text
+    of ``bytes.decode("utf-8", "backslashreplace")``: seeded random bytes biased towards
+    UTF-8 lead and continuation bytes, plus edge cases (overlong forms, surrogates, above
+    U+10FFFF, truncated sequences, U+FFFD itself)."""
+    import random
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from pina_spark.validate import utf8
+
+    rnd = random.Random(36)
+    pool = [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0]
+    pool += [0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    values = [bytes(rnd.choice(pool) for _ in range(rnd.randint(0, 12))) for _ in range(400)]
+    values += [b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82"]
+    values += [b"\xef\xbf\xbd", "\U0001f600 é 中".encode(), b"plain", b"\\xff"]
+    # a binary column cast to string keeps the bytes as they are (pyspark 3.5 and 4.x)
+    df = spark.createDataFrame(
+        [(k, bytearray(v)) for k, v in enumerate(values)], "k int, b binary"
+    ).select("k", F.col("b").cast("string").alias("v"))
+    got = {r.k: r.e for r in df.select("k", utf8.escape_spark("v").alias("e")).collect()}
+    want = [v.decode("utf-8", "backslashreplace") for v in values]
+    assert [got[k] for k in range(len(values))] == want
+    strings = pa.array(values, pa.binary()).view(pa.string())
+    assert utf8.escape_arrow(strings).to_pylist() == want
+    assert utf8.escape_arrow(pa.chunked_array([strings[:9], strings[9:]])).to_pylist() == want
+    assert utf8.invalid_utf8_mask(strings) == [v != w.encode() for v, w in zip(values, want)]
+
+
 # --------------------------------------------------------------------------- errors
 def test_missing_column_names_column_and_file(spark, tmp_path, base_files):
     bad = _csv(tmp_path / "inst_nocol.csv", ["instance_id", "title"], [["i1", "x"]])

@@ -41,6 +41,7 @@ import logging
 from typing import Any
 
 from pina_spark import storage
+from pina_spark.validate import utf8
 from pina_spark.validate.rules import CHECKS, MAX_TEXT_CHARS, RULES, column, reason_counts
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ def tag_rows(tbl, enc=None):
 
 def split_by_reason(tbl, table: str, rows_in: int, uri: str):
     """``(clean, quarantine, counts)`` of a tagged table: the clean rows with the contract
-    columns of ``table``, the others with ``_corrupt_record`` and ``reason``, and the counts
+    columns of ``table``, the others with ``_corrupt_record`` and ``reason`` (their values
+    that are not UTF-8 escaped, :func:`pina_spark.validate.utf8.escape_arrow`), and the counts
     of :func:`pina_spark.validate.rules.reason_counts` (rows in = used + quarantined
     checked)."""
     import pyarrow.compute as pc
@@ -167,6 +169,7 @@ def split_by_reason(tbl, table: str, rows_in: int, uri: str):
     counts = reason_counts(table, uri, rows_in, by_reason)
     bad = pc.is_valid(reason)
     quarantine = tbl.filter(bad).select([*cols, storage.CORRUPT, storage.REASON])
+    quarantine = utf8.escape_table_arrow(quarantine, utf8.string_columns(table))
     clean = tbl.filter(pc.invert(bad)).select(cols)
     return clean, quarantine, counts
 

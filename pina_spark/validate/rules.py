@@ -12,6 +12,9 @@ the same row (``tests/test_validate.py`` runs both on the same rows).
 ===================  =========================================================================
 reason               rule
 ===================  =========================================================================
+``invalid_utf8``     the reader could not parse the line and its bytes are not UTF-8 (JSON
+                     lines: Spark's parser refuses such bytes; CSV: the line holds U+FFFD):
+                     the encoding is the first thing to fix
 ``unparseable``      the reader could not parse the line (``_corrupt_record`` is set)
 ``missing_id``       an id column is null or blank (instances, labels, pairs); blank is
                      Unicode-aware: only white space of any kind (tab, NBSP, U+3000...),
@@ -19,9 +22,10 @@ reason               rule
 ``missing_basket``   events: ``basket_id`` null or blank
 ``missing_item``     events: ``item_id`` null or blank
 ``invalid_utf8``     a string column holds U+FFFD or bytes that are not valid UTF-8: Spark's
-                     CSV/JSON readers replace such bytes by U+FFFD (the original text is
-                     lost), Parquet keeps them as they are (a later stage would fail on
-                     them); quarantined rather than silently mangled
+                     CSV reader replaces such bytes by U+FFFD (the original text is lost),
+                     Parquet keeps them as they are (a later stage would fail on them);
+                     quarantined rather than silently mangled. The quarantine tables hold
+                     such values escaped (``\\xff``, :mod:`pina_spark.validate.utf8`)
 ``invalid_id``       an id holds a control character (``\\r``, ``\\n``, tab...), a format
                      character (zero-width space, BOM, bidi marks), a line/paragraph separator
                      or a space other than U+0020 (NBSP...): such ids break one-id-per-line
@@ -49,11 +53,12 @@ else :class:`ValidationInvariantError`), and :func:`check_quality` gates the cou
 
 Examples
 --------
->>> [r.reason for r in RULES["labels"].rows]
-['unparseable', 'missing_id', 'invalid_utf8', 'invalid_id', 'missing_text', 'text_too_long']
+>>> [r.reason for r in RULES["labels"].rows]  # doctest: +NORMALIZE_WHITESPACE
+['invalid_utf8', 'unparseable', 'missing_id', 'invalid_utf8', 'invalid_id', 'missing_text',
+ 'text_too_long']
 >>> import pyarrow as pa
 >>> t = pa.table({"label_id": ["a", "a\\u200b", "\\u3000"], "text": ["x", "y", "z"]})
->>> RULES["labels"].rows[1].arrow_mask(t, MAX_TEXT_CHARS).to_pylist()  # missing_id
+>>> RULES["labels"].rows[2].arrow_mask(t, MAX_TEXT_CHARS).to_pylist()  # missing_id
 [False, False, True]
 >>> {r.reason for t in RULES.values() for r in (*t.rows, *t.unknown, t.duplicate)} == set(REASONS)
 True
@@ -64,6 +69,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pina_spark import storage
+from pina_spark.validate.utf8 import REPLACEMENT_CHAR, invalid_utf8_mask
 
 __all__ = [
     "REASONS",
@@ -114,8 +120,6 @@ TABLE_ORDER = ("instances", "labels", "instance_labels", "events", "filter_pairs
 #: the id column of the tables whose clean ids other tables are checked against
 ID_COLUMN = {"instances": storage.INSTANCE_ID, "labels": storage.LABEL_ID}
 
-#: the character Spark's text readers substitute for bytes that are not valid UTF-8
-REPLACEMENT_CHAR = "\ufffd"
 VALID_SPLITS = (storage.SPLIT_TRAIN, storage.SPLIT_TEST)
 #: Java regex: characters that make an id blank when nothing else is there (any Unicode white
 #: space, control and format characters)
@@ -195,27 +199,6 @@ def _fffd_spark(col: str, max_chars: int):
     return F.coalesce(F.col(col).rlike(REPLACEMENT_CHAR), F.lit(False))
 
 
-def _invalid_utf8_mask(chunk):
-    """Per value of one pyarrow string chunk: bytes that are not valid UTF-8 (``None`` on a
-    null). Checked value by value only in a chunk that fails pyarrow's full validation."""
-    import pyarrow as pa
-
-    try:
-        chunk.validate(full=True)
-        return [False] * len(chunk)
-    except pa.ArrowInvalid:
-        pass
-
-    def bad(b):
-        try:
-            b.decode("utf-8")
-            return False
-        except UnicodeDecodeError:
-            return True
-
-    return [None if b is None else bad(b) for b in chunk.view(pa.binary()).to_pylist()]
-
-
 def _fffd_arrow(values, max_chars: int):
     """U+FFFD or bytes that are not UTF-8, as :func:`_fffd_spark` (pyarrow does not check
     the UTF-8 of a Parquet string column on read)."""
@@ -224,7 +207,7 @@ def _fffd_arrow(values, max_chars: int):
 
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     invalid = pa.chunked_array(
-        [pa.array(_invalid_utf8_mask(c), pa.bool_()) for c in chunks], pa.bool_()
+        [pa.array(invalid_utf8_mask(c), pa.bool_()) for c in chunks], pa.bool_()
     )
     if isinstance(values, pa.Array):
         invalid = invalid.combine_chunks()
@@ -384,8 +367,12 @@ class TableRules:
 
 
 _ID, _LABEL = storage.INSTANCE_ID, storage.LABEL_ID
+#: an unparseable line that is not UTF-8: the bytes are its first defect
+_BAD_BYTES_LINE = RowRule("invalid_utf8", "fffd", (storage.CORRUPT,))
+_UNPARSEABLE = RowRule("unparseable", "corrupt", (storage.CORRUPT,))
 _PAIR_ROWS = (
-    RowRule("unparseable", "corrupt", (storage.CORRUPT,)),
+    _BAD_BYTES_LINE,
+    _UNPARSEABLE,
     RowRule("missing_id", "blank", (_ID, _LABEL)),
     RowRule("invalid_utf8", "fffd", (_ID, _LABEL)),
     RowRule("invalid_id", "bad_id", (_ID, _LABEL)),
@@ -397,7 +384,8 @@ RULES: dict[str, TableRules] = {
     "instances": TableRules(
         defaults=((storage.SPLIT, storage.SPLIT_TRAIN),),
         rows=(
-            RowRule("unparseable", "corrupt", (storage.CORRUPT,)),
+            _BAD_BYTES_LINE,
+            _UNPARSEABLE,
             RowRule("missing_id", "blank", (_ID,)),
             RowRule("invalid_utf8", "fffd", (_ID, storage.TEXT, storage.SPLIT)),
             RowRule("invalid_id", "bad_id", (_ID,)),
@@ -409,7 +397,8 @@ RULES: dict[str, TableRules] = {
     ),
     "labels": TableRules(
         rows=(
-            RowRule("unparseable", "corrupt", (storage.CORRUPT,)),
+            _BAD_BYTES_LINE,
+            _UNPARSEABLE,
             RowRule("missing_id", "blank", (_LABEL,)),
             RowRule("invalid_utf8", "fffd", (_LABEL, storage.TEXT)),
             RowRule("invalid_id", "bad_id", (_LABEL,)),
@@ -428,7 +417,8 @@ RULES: dict[str, TableRules] = {
     ),
     "events": TableRules(
         rows=(
-            RowRule("unparseable", "corrupt", (storage.CORRUPT,)),
+            _BAD_BYTES_LINE,
+            _UNPARSEABLE,
             RowRule("missing_basket", "blank", (storage.BASKET_ID,)),
             RowRule("missing_item", "blank", (storage.ITEM_ID,)),
             RowRule(

@@ -43,6 +43,7 @@ from typing import Any
 from pina_spark import storage
 from pina_spark.validate import events as arrow_events
 from pina_spark.validate import tables as arrow_tables
+from pina_spark.validate import utf8
 from pina_spark.validate.rules import (
     CHECKS,
     ID_COLUMN,
@@ -153,13 +154,17 @@ def _tag(raw, name: str, max_text_chars: int, clean: dict[str, Any]):
 
 
 def _split(tagged, table: str):
-    """(clean rows without helper columns, quarantined rows with ``reason``)."""
+    """(clean rows without helper columns, quarantined rows with ``reason``; their values that
+    are not UTF-8 escaped, :func:`pina_spark.validate.utf8.escape_spark`)."""
     from pyspark.sql import functions as F
 
     cols = [f.name for f in storage.schema(table).fields]
     clean = tagged.filter(F.col(storage.REASON).isNull()).select(*cols)
+    strings = set(utf8.string_columns(table))
     quarantine = tagged.filter(F.col(storage.REASON).isNotNull()).select(
-        *cols, storage.CORRUPT, storage.REASON
+        *[utf8.escape_spark(c).alias(c) if c in strings else F.col(c) for c in cols],
+        utf8.escape_spark(storage.CORRUPT).alias(storage.CORRUPT),
+        storage.REASON,
     )
     return clean, quarantine
 
