@@ -203,15 +203,42 @@ def test_dagbag_loads_every_dag(dagbag):
     assert "evaluate.promote=true" in monthly["HadoopJarStep"]["Args"]
 
 
+#: each DAG's stage_timeout_h (conf/airflow/pina_daily.py, pina_monthly.py, pina_gpu.py)
+STAGE_TIMEOUT_H = {"pina_daily": 6, "pina_daily_gpu": 6, "pina_monthly": 24, "pina_monthly_gpu": 24}
+
+
+def test_every_task_has_an_execution_timeout(dagbag):
+    """pina-spark sets no stage timeout of its own; the DAGs do (docs/reliability.md): every
+    task of every DAG has an ``execution_timeout``. A stage task's is its DAG's
+    ``stage_timeout_h`` and it watches its step at least that long; the cluster tasks' (and
+    any task's that names none) is ``CLUSTER_TASK_TIMEOUT_H``."""
+    pes = _steps_module()
+    assert set(dagbag.dag_ids) == set(STAGE_TIMEOUT_H)
+    for dag_id, dag in dagbag.dags.items():
+        assert dag.default_args["execution_timeout"] == datetime.timedelta(
+            hours=pes.CLUSTER_TASK_TIMEOUT_H
+        )
+        for task in dag.tasks:
+            limit = task.execution_timeout
+            assert isinstance(limit, datetime.timedelta), (dag_id, task.task_id)
+            if task.task_id.startswith("stage_"):
+                assert limit == datetime.timedelta(hours=STAGE_TIMEOUT_H[dag_id]), dag_id
+                assert task.waiter_max_attempts * pes.POLL_S >= limit.total_seconds()
+            else:
+                assert limit == datetime.timedelta(hours=pes.CLUSTER_TASK_TIMEOUT_H), task.task_id
+
+
 class FakeEmr:
     """EMR for the provider's operators: a real botocore client (requests validated against the
     API model) answered by a ``before-call`` handler. ``fail``: stage -> how many of its first
-    attempts fail."""
+    attempts fail; ``hang``: stages whose steps run until cancelled."""
 
-    def __init__(self, fail=None):
+    def __init__(self, fail=None, hang=()):
         import botocore.session
 
         self.fail = dict(fail or {})
+        self.hang = set(hang)
+        self.cancelled = set()
         self.requests = []  # (operation, request body)
         self.steps = {}  # step id -> (stage, attempt, name)
         self.client = botocore.session.get_session().create_client(
@@ -247,7 +274,10 @@ class FakeEmr:
         elif op == "DescribeStep":
             stage, attempt, name = self.steps[body["StepId"]]
             status = {"State": "COMPLETED"}
-            if attempt <= self.fail.get(stage, 0):
+            if stage in self.hang:
+                cancelled = body["StepId"] in self.cancelled
+                status = {"State": "CANCELLED" if cancelled else "RUNNING"}
+            elif attempt <= self.fail.get(stage, 0):
                 status = {
                     "State": "FAILED",
                     "FailureDetails": {
@@ -257,6 +287,13 @@ class FakeEmr:
                     },
                 }
             out = {"Step": {"Id": body["StepId"], "Name": name, "Status": status}}
+        elif op == "CancelSteps":
+            self.cancelled.update(body["StepIds"])
+            out = {
+                "CancelStepsInfoList": [
+                    {"StepId": i, "Status": "SUBMITTED"} for i in body["StepIds"]
+                ]
+            }
         elif op == "TerminateJobFlows":
             out = {}
         else:
@@ -286,8 +323,8 @@ def fake_emr(monkeypatch, airflow_db):
     for var in ("PINA_SUBNET", "PINA_BUCKET", "PINA_VERSION"):
         monkeypatch.delenv(f"AIRFLOW_VAR_{var}", raising=False)
 
-    def make(fail=None):
-        fake = FakeEmr(fail)
+    def make(fail=None, hang=()):
+        fake = FakeEmr(fail, hang)
         fake.raised = raised
         monkeypatch.setattr(EmrHook, "conn", property(lambda self: fake.client))
         return fake
@@ -295,12 +332,13 @@ def fake_emr(monkeypatch, airflow_db):
     return make
 
 
-def _run(dag, run_conf=None, logical_date=None):
-    """``dag.test()`` with no wait between looks at a step or before a retry."""
+def _run(dag, run_conf=None, logical_date=None, waiter_delay=0):
+    """``dag.test()`` with no wait before a retry and ``waiter_delay`` seconds between looks at
+    a step."""
     for task in dag.tasks:
         task.retry_delay = datetime.timedelta(0)
         if hasattr(task, "waiter_delay"):
-            task.waiter_delay = 0
+            task.waiter_delay = waiter_delay
     if _airflow3():
         return dag.test(logical_date=logical_date, run_conf=run_conf)
     when = logical_date or datetime.datetime.now(datetime.timezone.utc)
@@ -401,3 +439,41 @@ def test_gpu_dag_runs_the_smoke_step_first_on_gpu_nodes(dagbag, fake_emr):
         conf = _conf(step["HadoopJarStep"]["Args"])
         gpu = stage in ("gpu-smoke", "embed", "neighbors")
         assert (conf.get("spark.executor.resource.gpu.amount") == "1") == gpu, stage
+
+
+def test_a_stage_past_its_execution_timeout_fails_and_its_step_is_cancelled(dagbag, fake_emr):
+    """A step that never ends: its stage task fails when its ``execution_timeout`` (here 3 s)
+    passes, and cancels the step on the way out (``on_kill``: CancelSteps with
+    TERMINATE_PROCESS); no later stage is added, the cluster is still terminated and the run is
+    failed. (Airflow 2's ``dag.test()`` lets the timeout, a BaseException, out of the run: there
+    the test stops at the cancelled step.)"""
+    fake = fake_emr(hang={"graph"})
+    dag = dagbag.dags["pina_monthly_gpu"]  # no retry
+    task = dag.get_task("stage_graph")
+    limit = task.execution_timeout
+    task.execution_timeout = datetime.timedelta(seconds=3)
+    try:
+        if _airflow3():
+            dr = _run(dag, run_conf={"run_date": "2026-11-08"}, waiter_delay=1)
+        else:
+            from airflow.exceptions import AirflowTaskTimeout
+
+            with pytest.raises(AirflowTaskTimeout):
+                _run(dag, run_conf={"run_date": "2026-11-08"}, waiter_delay=1)
+    finally:
+        task.execution_timeout = limit
+    assert fake.added() == ["gpu-smoke", "graph"]
+    assert fake.bodies("CancelSteps") == [
+        {"ClusterId": "j-FAKE", "StepIds": ["s-2"], "StepCancellationOption": "TERMINATE_PROCESS"}
+    ]
+    if not _airflow3():
+        return
+    states = _states(dr)
+    assert states["stage_gpu_smoke"] == "success"
+    assert states["stage_graph"] == "failed"
+    assert {states[f"stage_{s}"] for s in ("vectorizer", "embed", "evaluate")} == {
+        "upstream_failed"
+    }
+    assert states["terminate_cluster"] == "success"
+    assert str(getattr(dr.state, "value", dr.state)) == "failed"
+    assert fake.bodies("TerminateJobFlows") == [{"JobFlowIds": ["j-FAKE"]}]

@@ -2,7 +2,9 @@
 the PROMOTED models (``--models latest``: the run whose evaluate stage last passed the gate, see
 pina_monthly.py), incrementally, on a transient EMR 7 CPU cluster. Run date: the ``run_date``
 Param of a manual run, else the logical date (pina_emr_steps.RUN_DATE). A failed stage's step is
-added again once, 15 minutes later; finished stages are skipped by the pipeline's resume.
+added again once, 15 minutes later; finished stages are skipped by the pipeline's resume. Each
+stage task may run ``stage_timeout_h`` (6) hours per attempt, its ``execution_timeout``: past
+that Airflow fails it and cancels its step (pina-spark sets no stage timeout of its own).
 
 Airflow Variables: ``pina_bucket`` (e.g. ``my-bucket``), ``pina_version`` (the archive,
 ``dist/pina-env-<version>.tar.gz``), ``pina_subnet`` (optional: unset, EMR picks a subnet of the
@@ -18,6 +20,6 @@ dag = pes.emr_dag(
     pes.DAILY_STAGES,
     extra_args=pes.DAILY_ARGS,
     core_nodes=4,
-    timeout_h=6,
     retries=1,
+    stage_timeout_h=6,
 )

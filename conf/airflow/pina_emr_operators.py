@@ -6,7 +6,8 @@ Airflow 3.
   ``pina_subnet`` Variable unset), instead of an empty one EMR refuses.
 - :class:`EmrStageOperator` adds one stage's step and watches it: a retry of the task adds the
   step again (retrying a sensor would only look at the same failed step again), and a failure
-  names the stage, the step and EMR's reason for it.
+  names the stage, the step and EMR's reason for it. A task killed by its ``execution_timeout``
+  (or by hand) cancels the step it is watching.
 """
 
 from airflow.exceptions import AirflowException
@@ -58,12 +59,17 @@ class EmrStageOperator(EmrAddStepsOperator):
         kwargs["wait_for_completion"] = False  # the watching is done here, to name the stage
         super().__init__(**kwargs)
         self.stage = stage
+        self._watching: list[str] = []  # the steps on_kill cancels
+
+    def _client(self):
+        # the provider's operators have a hook attribute since 9.x's AwsBaseOperator
+        hook = getattr(self, "hook", None) or EmrHook(aws_conn_id=self.aws_conn_id)
+        return hook.conn
 
     def execute(self, context):
         step_ids = super().execute(context)
-        # the provider's operators have a hook attribute since 9.x's AwsBaseOperator
-        hook = getattr(self, "hook", None) or EmrHook(aws_conn_id=self.aws_conn_id)
-        client = hook.conn
+        self._watching = list(step_ids)
+        client = self._client()
         waiter = client.get_waiter("step_complete")
         for step_id in step_ids:
             try:
@@ -79,8 +85,27 @@ class EmrStageOperator(EmrAddStepsOperator):
             except AirflowException as exc:
                 step = client.describe_step(ClusterId=self.job_flow_id, StepId=step_id)["Step"]
                 raise AirflowException(step_failure(self.stage, step, str(exc))) from exc
+        self._watching = []
         self.log.info("stage %s: EMR steps %s completed", self.stage, step_ids)
         return step_ids
+
+    def on_kill(self):
+        """Cancel the step being watched (Airflow calls this when the task passes its
+        ``execution_timeout`` or is killed): a running step's process is terminated, so the
+        stage stops instead of running on beside a retry. In cluster deploy mode the Spark
+        driver is a YARN application that may outlive its step until the cluster is
+        terminated (the DAG's teardown)."""
+        if not self._watching:
+            return
+        self.log.warning("stage %s: cancelling EMR steps %s", self.stage, self._watching)
+        try:
+            self._client().cancel_steps(
+                ClusterId=self.job_flow_id,
+                StepIds=self._watching,
+                StepCancellationOption="TERMINATE_PROCESS",
+            )
+        except Exception as exc:  # the task fails anyway; say why the step may still run
+            self.log.error("stage %s: cannot cancel %s: %s", self.stage, self._watching, exc)
 
 
 def step_failure(stage: str, step: dict, error: str = "") -> str:

@@ -142,6 +142,15 @@ RETRY_DELAY_S = 900
 #: seconds between two looks at a running step
 POLL_S = 60
 
+#: default of :func:`emr_dag`'s ``stage_timeout_h``: hours a stage task (its step, from being
+#: added, queued behind the cluster's start, to its end) may take before Airflow fails it and
+#: cancels the step (``execution_timeout``); pina-spark sets no stage timeout of its own
+STAGE_TIMEOUT_H = 6
+
+#: hours the cluster tasks (create, terminate: API calls that do not wait) may take; also the
+#: ``execution_timeout`` of any task that names none (the DAGs' ``default_args``)
+CLUSTER_TASK_TIMEOUT_H = 1
+
 
 def _submit(driver_memory: str, archive: str, conf: Sequence[str], script: str) -> list[str]:
     args = [
@@ -309,14 +318,18 @@ def emr_dag(
     stages: Sequence[str],
     extra_args: Sequence[str],
     core_nodes: int,
-    timeout_h: int,
     retries: int,
     gpu_fleet: bool = False,
+    stage_timeout_h: int = STAGE_TIMEOUT_H,
 ):
     """An Airflow DAG: create a transient EMR 7 cluster, then one task per stage (the GPU smoke
     step first on the GPU fleet) that adds the stage's step and waits for it, retried
     ``retries`` times (each retry adds the step again), then terminate the cluster whatever
-    happened (a teardown task: the run's state is the stages')."""
+    happened (a teardown task: the run's state is the stages').
+
+    Every task has an ``execution_timeout``: ``stage_timeout_h`` hours for each stage task
+    (per attempt; a task past it fails and cancels its step), :data:`CLUSTER_TASK_TIMEOUT_H`
+    for the cluster tasks."""
     import datetime
 
     from pina_emr_operators import (
@@ -327,7 +340,7 @@ def emr_dag(
         Param,
     )
 
-    timeout = datetime.timedelta(hours=timeout_h)
+    timeout = datetime.timedelta(hours=stage_timeout_h)
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -343,7 +356,10 @@ def emr_dag(
                 description="YYYY-MM-DD; empty: the run's logical date (or the day it runs)",
             )
         },
-        default_args={"retries": 0},
+        default_args={
+            "retries": 0,
+            "execution_timeout": datetime.timedelta(hours=CLUSTER_TASK_TIMEOUT_H),
+        },
     ) as dag:
         create = EmrClusterOperator(
             task_id="create_cluster",
@@ -363,7 +379,7 @@ def emr_dag(
                     job_flow_id=create.output,
                     steps=[step],
                     waiter_delay=POLL_S,
-                    waiter_max_attempts=max(1, timeout_h * 3600 // POLL_S),
+                    waiter_max_attempts=max(1, stage_timeout_h * 3600 // POLL_S),
                     execution_timeout=timeout,
                     retries=retries,
                     retry_delay=datetime.timedelta(seconds=RETRY_DELAY_S),

@@ -4,7 +4,9 @@ clusters of g5.4xlarge core nodes. Each run starts with the GPU smoke step (one 
 own a GPU and see CUDA), then one step per stage: embed and neighbours own a GPU per task and
 ship the CUDA archive (``dist/pina-env-gpu-<version>.tar.gz``), every other stage runs on
 5-core CPU executors. Outputs and promotions live under conf/emr-gpu.yaml's ``output``
-(``runs/prod-gpu``), apart from the CPU DAGs'. Unpause either this pair or the CPU pair.
+(``runs/prod-gpu``), apart from the CPU DAGs'. Unpause either this pair or the CPU pair. Stage
+timeouts (``stage_timeout_h``, each task's ``execution_timeout``) as the CPU DAGs': 6 h daily,
+24 h monthly.
 
 Airflow Variables: as pina_daily.py and pina_monthly.py.
 """
@@ -17,9 +19,9 @@ daily = pes.emr_dag(
     pes.DAILY_STAGES,
     extra_args=pes.DAILY_ARGS,
     core_nodes=2,
-    timeout_h=6,
     retries=1,
     gpu_fleet=True,
+    stage_timeout_h=6,
 )
 
 monthly = pes.emr_dag(
@@ -28,7 +30,7 @@ monthly = pes.emr_dag(
     tuple(pes.STAGES),
     extra_args=pes.MONTHLY_ARGS,
     core_nodes=4,
-    timeout_h=24,
     retries=0,
     gpu_fleet=True,
+    stage_timeout_h=24,
 )
