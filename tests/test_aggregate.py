@@ -577,8 +577,8 @@ def test_mapped_embeddings_refuse_the_driver():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["broadcast", "shuffle"])
-def test_selection_computes_only_the_selected_instances(spark, hub_case, tmp_path, strategy):
-    """An incremental run's selection (``ctx.selection``: node indices) gives exactly the
+def test_incremental_rows_computes_only_the_selected_instances(spark, hub_case, tmp_path, strategy):
+    """An incremental run's rows (``ctx.incremental_rows``: node indices) gives exactly the
     selected instances' rows of the full run, in every variant."""
     import pyarrow.compute as pc
 
@@ -590,7 +590,7 @@ def test_selection_computes_only_the_selected_instances(spark, hub_case, tmp_pat
     _write(sel_uri, pa.table({storage.NODE_INDEX: pa.array(chosen, pa.int64())}))
     conf = {"output": root, "aggregate": {"strategy": strategy, "v1_weight": 1.3}}
     ctx = make_context(spark, config_from_dict(conf))
-    ctx.selection = sel_uri
+    ctx.incremental_rows = sel_uri
     stats = aggregate.run(ctx)
     assert stats["strategy"] == strategy
     got = _read_features(root)

@@ -575,10 +575,10 @@ _CALLS = []
 
 def fake_embed(ctx):
     """A stand-in embed stage (pipeline target ``test_concurrency:fake_embed``): records whether
-    it ran on the full ``nodes`` (no selection) and publishes one embeddings row per node."""
+    it ran on the full ``nodes`` (no incremental rows) and publishes one embeddings row per node."""
     from pyspark.sql import functions as F
 
-    _CALLS.append({"selection": ctx.selection, "root": ctx.paths.root})
+    _CALLS.append({"incremental_rows": ctx.incremental_rows, "root": ctx.paths.root})
     nodes = storage.read_table(ctx.spark, ctx.paths, storage.NODES)
     emb = nodes.select(
         storage.NODE_INDEX,
@@ -633,6 +633,6 @@ def test_retrain_between_two_days_forces_a_full_recompute(spark, tmp_path):
     assert storage.table_version(dst) != v1
     _CALLS.clear()
     st = pipeline.run_incremental(ctx, spec, inc)
-    assert len(_CALLS) == 1 and _CALLS[0]["selection"] is None
+    assert len(_CALLS) == 1 and _CALLS[0]["incremental_rows"] is None
     assert st["incremental"].startswith("full (") and "retrained" in st["incremental"], st
     assert storage.read_table(spark, ctx.paths, storage.EMBEDDINGS).count() == 6

@@ -726,7 +726,7 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         sel = sel.unionByName(inc.also_select(spark, paths, changed_any.select(storage.NODE_INDEX)))
     sel = sel.distinct()
     scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
-    sel_uri = scratch + "/selection"
+    sel_uri = scratch + "/incremental_rows"
     sel.write.mode("overwrite").parquet(sel_uri)
     sel = spark.read.parquet(sel_uri)
     n_sel = sel.count()
@@ -749,7 +749,7 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
             overlay = OverlayPaths(
                 paths, {inc.subset: sub_paths.table("input"), inc.output: out_uri}
             )
-            sub_ctx = dc.replace(ctx, paths=overlay, selection=sel_uri)
+            sub_ctx = dc.replace(ctx, paths=overlay, incremental_rows=sel_uri)
             stats = stats_dict(spec.load()(sub_ctx))
             recomputed = spark.read.parquet(out_uri)
         else:

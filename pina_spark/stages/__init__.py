@@ -256,7 +256,7 @@ class StageContext:
     """What a stage gets: the session, the config, the run's paths and the manifest.
 
     ``models`` is where models are read from (this run's ``models/`` unless ``run.models`` names
-    an earlier run). ``selection``: in an incremental run, the URI of a table with the
+    an earlier run). ``incremental_rows``: in an incremental run, the URI of a table with the
     ``node_index`` of the rows being recomputed (``None`` otherwise; stages may ignore it: the
     pipeline already hands them a subset view of their input)."""
 
@@ -265,4 +265,4 @@ class StageContext:
     paths: storage.RunPaths
     manifest: Manifest
     models_root: str
-    selection: str | None = None
+    incremental_rows: str | None = None

@@ -55,7 +55,8 @@ class AggregateInputs:
         nodes, embeddings, neighbors: DataFrames (``neighbors`` with its ``variant`` column).
         embeddings_uri, nodes_uri: where the two tables live, when they are file tables: the
             driver then sizes them from Parquet footers and reads them with pyarrow.
-        selection: ``node_index`` of the instances to compute (incremental runs), else all.
+        incremental_rows: ``node_index`` of the instances to compute (incremental runs), else
+            all.
         label_features_uri: a table of extra rows that are both ``embeddings`` and ``nodes``
             rows (the virtual label-feature rows of
             :mod:`~pina_spark.stages.aggregate.labelfeatures`; ``nodes`` and ``embeddings`` then
@@ -67,7 +68,7 @@ class AggregateInputs:
     neighbors: Any
     embeddings_uri: str | None = None
     nodes_uri: str | None = None
-    selection: Any = None
+    incremental_rows: Any = None
     label_features_uri: str | None = None
 
     def uris(self, table_uri: str | None) -> tuple[str, ...]:
@@ -78,7 +79,8 @@ class AggregateInputs:
         return (table_uri,) + ((self.label_features_uri,) if self.label_features_uri else ())
 
     def instances(self):
-        """``instance_index, instance_id, split`` of the instance nodes (of the selection)."""
+        """``instance_index, instance_id, split`` of the instance nodes (of the incremental
+        rows, in an incremental run)."""
         from pyspark.sql import functions as F
 
         inst = self.nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE).select(
@@ -86,8 +88,8 @@ class AggregateInputs:
             F.col(storage.NODE_ID).alias(storage.INSTANCE_ID),
             F.col(storage.SPLIT),
         )
-        if self.selection is not None:
-            sel = self.selection.select(
+        if self.incremental_rows is not None:
+            sel = self.incremental_rows.select(
                 F.col(storage.NODE_INDEX).cast("long").alias(storage.INSTANCE_INDEX)
             )
             inst = inst.join(sel, storage.INSTANCE_INDEX, "left_semi")
@@ -192,7 +194,7 @@ def plan_aggregate(
     if V.VECTORIZER_ONLY in variants:
         raise ValueError(f"neighbors: variant name {V.VECTORIZER_ONLY!r} is reserved")
     n_inst = None
-    if inputs.nodes_uri and inputs.selection is None:
+    if inputs.nodes_uri and inputs.incremental_rows is None:
         n_inst = storage.count_rows_arrow(inputs.nodes_uri)
     if n_inst is None:
         n_inst = inputs.instances().count()  # (an upper bound only sizes the partitions)

@@ -177,16 +177,16 @@ def _inputs(ctx) -> tuple[AggregateInputs, int | None]:
     nodes = storage.read_table(spark, paths, storage.NODES)
     embeddings = storage.read_table(spark, paths, storage.EMBEDDINGS)
     neighbors = storage.read_table(spark, paths, storage.NEIGHBORS)
-    selection = None
-    if ctx.selection:
-        selection = spark.read.parquet(ctx.selection)
+    incremental_rows = None
+    if ctx.incremental_rows:
+        incremental_rows = spark.read.parquet(ctx.incremental_rows)
     inputs = AggregateInputs(
         nodes=nodes,
         embeddings=embeddings,
         neighbors=neighbors,
         embeddings_uri=paths.table(storage.EMBEDDINGS),
         nodes_uri=paths.table(storage.NODES),
-        selection=selection,
+        incremental_rows=incremental_rows,
     )
     sparse_dim = resolve_sparse_dim(ctx.models_root, None)
     if sparse_dim is None:

@@ -203,7 +203,7 @@ def plan_neighbors(
     remap, label_idx, n_inst = node_maps(spark, ctx, nodes, nb.node_kinds != "both")
     emb_uri, nodes_uri = ctx.paths.table(storage.EMBEDDINGS), ctx.paths.table(storage.NODES)
     via, via_reason = choose_embeddings_via(
-        inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.selection or None
+        inf.embeddings_via, emb_uri, nodes_uri, inf.mmap_max_mb, ctx.incremental_rows or None
     )
     # out of fold, train rows take their fold's model and the other rows every fold model
     # (cross-fitting): there is no full model to load
@@ -245,8 +245,8 @@ def plan_neighbors(
         # selection) and their X from the memory-mapped store of its machine (embstore)
         sparse_dim = int(enc["sparse_dim"])
         store = embstore.store_spec(emb_uri, nodes_uri, dense_dim, sparse_dim)
-        if ctx.selection:
-            n_sel = storage.count_rows_arrow(ctx.selection)
+        if ctx.incremental_rows:
+            n_sel = storage.count_rows_arrow(ctx.incremental_rows)
             n_rows = min(n_inst, n_sel) if n_sel is not None else n_inst
     plan = NeighborPlan(
         variants=tuple(variants),
@@ -263,6 +263,6 @@ def plan_neighbors(
         dense_dim=dense_dim,
         use_twin=bool(nb.leave_self_out and cfg.task.labels_are_items),
         store=store,
-        selection=(ctx.selection or None) if via == "files" else None,
+        selection=(ctx.incremental_rows or None) if via == "files" else None,
     )
     return plan, col_maps
