@@ -49,6 +49,7 @@ __all__ = [
     "QualityConfig",
     "FaultsConfig",
     "TuneConfig",
+    "SelectConfig",
 ]
 
 SIDE_INFO = ("label_text", "i2i", "both", "naive")
@@ -667,6 +668,121 @@ class TuneConfig(_Params):
     metric: str = "P@1"
 
 
+#: the keys ``select.grid`` may search: settings read after g is trained (neighbours and
+#: aggregation), so a selection reuses the run's models
+SELECT_GRID_SECTIONS = ("neighbors", "aggregate")
+#: the ``aggregate.label_features`` values a ``select.candidates`` entry may name
+SELECT_LABEL_FEATURES = ("text", "pifa", "text_pifa")
+_SELECT_GRID_CLASSES = {"neighbors": NeighborsConfig, "aggregate": AggregateConfig}
+#: keys of those sections a selection does not search: the candidates set the label features,
+#: and g's training settings would need another g
+_SELECT_GRID_FIXED = ("aggregate.label_features",) + tuple(
+    f"neighbors.{k}" for k in NeighborsConfig.G_TRAINING
+)
+
+
+@dc.dataclass(frozen=True)
+class SelectConfig(_Params):
+    """The variant selection of ``pina-spark select`` and how production runs follow it.
+
+    Attributes:
+        candidates: what is compared on the validation split: ``vectorizer_only`` (V0 alone, no
+            g, no neighbours; it reads no label features, so it takes no suffix) and
+            ``VARIANT/LABEL_FEATURES`` for a variant with neighbours (``pina_naive``, ``pina``;
+            ``aggregate.label_features``: ``text``, ``pifa`` or ``text_pifa``), e.g. ``pina/pifa``.
+        grid: ``KEY -> [values]`` searched for every candidate with neighbours (neighbors.* or
+            aggregate.* keys read after g is trained, not ``aggregate.label_features``, which
+            the candidates set); ``{}`` keeps the run's own values.
+        alpha: the significance level of the choice rule (Holm-Bonferroni corrected over the
+            comparisons made, see ``pina_spark/selection/rule.py``).
+        min_gain_points: a dearer candidate is taken only when its validation P@1 beats the
+            best cheaper one's by at least this many points (0.5 = half a point of P@1).
+        follow: how a run with ``run.models`` follows the selection written under that root
+            (``<models root>/selection/selection.json``): ``auto`` (follow it when present; an
+            unreadable or stale one is an error), ``required`` (a missing one is an error too)
+            or ``off`` (ignore it).
+    """
+
+    candidates: list[str] = dc.field(
+        default_factory=lambda: [
+            V.VECTORIZER_ONLY,
+            f"{V.PINA_NAIVE}/text",
+            f"{V.PINA_NAIVE}/pifa",
+            f"{V.PINA}/text",
+            f"{V.PINA}/pifa",
+        ]
+    )
+    grid: dict[str, list[Any]] = dc.field(
+        default_factory=lambda: {"neighbors.k": [5, 10], "aggregate.v1_weight": [0.5, 1.0]}
+    )
+    alpha: float = 0.05
+    min_gain_points: float = 0.5
+    follow: Literal["auto", "required", "off"] = "auto"
+
+    def __post_init__(self):
+        if not self.candidates:
+            raise ConfigError("select.candidates: expected at least one candidate")
+        seen = set()
+        for c in self.candidates:
+            parsed = self.parse_candidate(c)
+            if parsed in seen:
+                raise ConfigError(f"select.candidates: {c!r} is listed twice")
+            seen.add(parsed)
+        for key, vals in self.grid.items():
+            section, _, name = key.partition(".")
+            if section not in SELECT_GRID_SECTIONS or not name or "." in name:
+                raise ConfigError(
+                    f"select.grid.{key}: only neighbors.* and aggregate.* keys can be searched"
+                )
+            fields = (f"{section}.{f.name}" for f in dc.fields(_SELECT_GRID_CLASSES[section]))
+            searchable = sorted(set(fields) - set(_SELECT_GRID_FIXED))
+            if key not in searchable:
+                raise ConfigError(
+                    f"select.grid.{key}: not a searchable key (searchable: "
+                    f"{', '.join(searchable)})"
+                )
+            if not isinstance(vals, list) or not vals:
+                raise ConfigError(f"select.grid.{key}: expected a non-empty list of values")
+        _check_range("select.alpha", self.alpha, 0.0, 1.0, lo_open=True, hi_open=True)
+        _check_range("select.min_gain_points", self.min_gain_points, 0.0, None)
+
+    @staticmethod
+    def parse_candidate(candidate: str) -> tuple[str, str | None]:
+        """``(variant, label_features)`` of one ``select.candidates`` entry (``None``: the
+        variant reads no label features).
+
+        Examples
+        --------
+        >>> SelectConfig.parse_candidate("pina/pifa")
+        ('pina', 'pifa')
+        >>> SelectConfig.parse_candidate("vectorizer_only")
+        ('vectorizer_only', None)
+        >>> SelectConfig.parse_candidate("pina")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        pina_spark.config.sections.ConfigError: select.candidates: 'pina' needs ...
+        """
+        variant, sep, lf = candidate.partition("/")
+        if variant == V.VECTORIZER_ONLY:
+            if sep:
+                raise ConfigError(
+                    f"select.candidates: {candidate!r}: vectorizer_only reads no label "
+                    f"features; write it without '/{lf}'"
+                )
+            return variant, None
+        if variant not in V.GRAPH:
+            raise ConfigError(
+                f"select.candidates: {candidate!r}: unknown variant {variant!r} (known: "
+                f"{V.VECTORIZER_ONLY}, {', '.join(V.GRAPH)})"
+            )
+        if lf not in SELECT_LABEL_FEATURES:
+            raise ConfigError(
+                f"select.candidates: {candidate!r} needs its aggregate.label_features, one of "
+                f"{', '.join(f'{variant}/{x}' for x in SELECT_LABEL_FEATURES)}"
+            )
+        return variant, lf
+
+
 @dc.dataclass(frozen=True)
 class PinaConfig(_Params):
     """The whole run. ``output`` is required.
@@ -693,6 +809,7 @@ class PinaConfig(_Params):
     faults: FaultsConfig = dc.field(default_factory=FaultsConfig)
     quality: QualityConfig = dc.field(default_factory=QualityConfig)
     tune: TuneConfig = dc.field(default_factory=TuneConfig)
+    select: SelectConfig = dc.field(default_factory=SelectConfig)
 
     def replace(self, **changes) -> "PinaConfig":
         """A copy with top-level fields replaced (sections are immutable)."""
