@@ -26,7 +26,7 @@ def captured(monkeypatch):
     """Replace the Spark part: record (cfg, stages) instead of running."""
     calls = []
 
-    def fake_run_stages(cfg, stages):
+    def fake_run_stages(cfg, stages, sets=()):
         calls.append((cfg, tuple(stages)))
         return {s: "ran" for s in stages}
 
@@ -122,7 +122,7 @@ def test_config_file_errors_exit_2(tmp_path, captured, capsys):
 def test_input_errors_exit_2(conf, monkeypatch, capsys):
     from pina_spark.storage import InputError
 
-    def boom(cfg, stages):
+    def boom(cfg, stages, sets=()):
         raise InputError("input.instances: i.parquet does not exist")
 
     monkeypatch.setattr(cli, "run_stages", boom)

@@ -187,17 +187,23 @@ def config_from_args(args, base=None):
     return cfg
 
 
-def run_stages(cfg, stages) -> dict:
-    """Check the inputs the stages read (pyarrow, :func:`pina_spark.cli.check.require_inputs`),
-    take the run root's lease (before Spark starts, so a second run on the same root fails at
-    once naming the owner), then run the stages."""
+def run_stages(cfg, stages, sets: list[str] | tuple[str, ...] = ()) -> dict:
+    """Follow the selection of ``run.models``' root
+    (:func:`pina_spark.selection.follow.follow_selection`; the keys of ``sets``, the ``--set``
+    strings, win over it), check the inputs the stages read (pyarrow,
+    :func:`pina_spark.cli.check.require_inputs`), take the run root's lease (before Spark
+    starts, so a second run on the same root fails at once naming the owner), then run the
+    stages."""
     import uuid
 
     from pina_spark.cli.check import require_inputs
     from pina_spark.orchestration.pipeline import run_pipeline
+    from pina_spark.orchestration.promotion import resolve_models
     from pina_spark.orchestration.session import get_spark
+    from pina_spark.selection.follow import follow_selection, set_keys
     from pina_spark.storage import RunPaths, acquire_lease
 
+    cfg, _ = follow_selection(resolve_models(cfg), set_keys(sets))
     require_inputs(cfg, stages)
     root = RunPaths(cfg.output, cfg.run.run_date).root
     with acquire_lease(
@@ -229,7 +235,7 @@ def _cmd_run(args) -> int:
     from pina_spark.config import parse_stages
 
     cfg = config_from_args(args)
-    result = run_stages(cfg, parse_stages(args.stages))
+    result = run_stages(cfg, parse_stages(args.stages), args.set)
     _emit(json.dumps({"output": cfg.output, "stages": result}, indent=2))
     return 0
 
@@ -255,7 +261,7 @@ def _cmd_demo(args) -> int:
     base = {"output": os.path.join(out, "run"), "input": inputs}
     args.config = args.config or _packaged_demo_config()
     cfg = config_from_args(args, base=base)
-    result = run_stages(cfg, parse_stages(args.stages))
+    result = run_stages(cfg, parse_stages(args.stages), args.set)
     _emit(
         json.dumps(
             {"input": os.path.join(out, "input"), "output": cfg.output, "stages": result}, indent=2
@@ -473,7 +479,7 @@ def job_main(stage: str, argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
     try:
         cfg = config_from_args(args)
-        result = run_stages(cfg, (stage,))
+        result = run_stages(cfg, (stage,), args.set)
     except Exception as e:
         return _fail(e)
     _emit(json.dumps({"output": cfg.output, "stages": result}))

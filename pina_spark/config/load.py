@@ -28,6 +28,7 @@ __all__ = [
     "dump_config",
     "skeleton",
     "parse_stages",
+    "set_dotted",
 ]
 
 
@@ -209,6 +210,31 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, what: str) -> None:
+    """Set the dotted config ``key`` (``neighbors.k``) of the plain config dict ``data`` to
+    ``value`` in place; ``what`` names where the key came from in the error raised when a
+    part of it is not a section.
+
+    Examples
+    --------
+    >>> d = {"neighbors": {"k": 5}}
+    >>> set_dotted(d, "neighbors.k", 10, "grid key"); d
+    {'neighbors': {'k': 10}}
+    >>> set_dotted(d, "neighbors.k.x", 1, "grid key")
+    Traceback (most recent call last):
+    ...
+    pina_spark.config.sections.ConfigError: grid key 'neighbors.k.x': 'k' is not a config section
+    """
+    node = data
+    parts = key.split(".")
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{what} {key!r}: {p!r} is not a config section")
+        node = nxt
+    node[parts[-1]] = value
 
 
 def parse_stages(spec: str | None) -> tuple[str, ...]:

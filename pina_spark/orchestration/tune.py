@@ -50,6 +50,7 @@ from typing import Any
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig, config_from_dict
 from pina_spark.config import variants as V
+from pina_spark.config.load import set_dotted
 from pina_spark.stages import STAGES, StageContext, stats_dict
 from pina_spark.storage.folds import is_validation
 
@@ -139,17 +140,6 @@ def point_id(point: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _set_key(data: dict[str, Any], key: str, value: Any) -> None:
-    node = data
-    parts = key.split(".")
-    for p in parts[:-1]:
-        nxt = node.get(p)
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"tune grid key {key!r}: {p!r} is not a config section")
-        node = nxt
-    node[parts[-1]] = value
-
-
 def point_config(cfg: PinaConfig, point: dict[str, Any], work_root: str) -> PinaConfig:
     """The config of one grid point, run in ``work_root`` (strict: an unknown key or a bad value
     raises :class:`ConfigError` naming it)."""
@@ -160,7 +150,7 @@ def point_config(cfg: PinaConfig, point: dict[str, Any], work_root: str) -> Pina
                 f"tune grid key {k!r}: only stage parameters can be tuned "
                 f"(neighbors.*, aggregate.*, train.*, evaluate.*, inference.*)"
             )
-        _set_key(data, k, v)
+        set_dotted(data, k, v, "tune grid key")
     data["output"] = work_root
     data["run"] = {"run_date": None, "models": None, "incremental": False, "force": False}
     tv = [v for v in data["train"]["variants"] if v in TUNED_VARIANTS] or [V.PINA]
