@@ -392,3 +392,22 @@ def test_a_take_over_leaves_no_stale_record_and_tidies_old_ones(tmp_path, fs_kin
         assert _leftovers(root) == [fresh]
         assert lease.lost is None
     assert _leftovers(root) == [fresh]
+
+
+def test_a_taker_with_a_smaller_stale_timeout_does_not_take_over_a_healthy_owner(tmp_path):
+    """The owner recorded ``stale_after_s`` 600 and heartbeated 30 s ago (on another host, so
+    only the heartbeat tells): a run started with ``run.lease_stale_s`` 5 is refused, the owner
+    judged by its own timeout; once the heartbeat is older than that, the lease is taken over."""
+    root = str(tmp_path / "r")
+    owner = {**_stale_record("healthy"), "heartbeat": time.time() - 30, "stale_after_s": 600.0}
+    _write_lock(root, owner)
+    with pytest.raises(storage.LeaseError, match=r"in use by run healthy.*600s after"):
+        storage.acquire_lease(root, "me", stale_s=5)
+    assert storage.live_lease_owner(root, 5)["run_id"] == "healthy"
+    assert storage.read_lease(root)["run_id"] == "healthy"
+
+    _write_lock(root, {**owner, "heartbeat": time.time() - 700})
+    assert storage.live_lease_owner(root, 5) is None
+    with storage.acquire_lease(root, "me", stale_s=5):
+        assert storage.read_lease(root)["run_id"] == "me"
+    assert _leftovers(root) == []

@@ -136,10 +136,28 @@ def _age(owner: dict[str, Any]) -> float:
     return time.time() - float(owner.get("heartbeat", 0.0))
 
 
+def stale_after(owner: dict[str, Any], stale_s: float = LEASE_STALE_S) -> float:
+    """Seconds after its last heartbeat that the lease ``owner`` goes stale: the larger of the
+    reader's ``stale_s`` and the ``stale_after_s`` its owner recorded (the owner heartbeats for
+    its own timeout, so a reader with a smaller ``run.lease_stale_s`` cannot take over a
+    healthy owner).
+
+    >>> stale_after({"stale_after_s": 600.0}, 5), stale_after({}, 5), stale_after({"x": 1}, 60)
+    (600.0, 5.0, 60.0)
+    """
+    try:
+        recorded = float(owner.get("stale_after_s") or 0.0)
+    except (TypeError, ValueError):
+        recorded = 0.0
+    return max(float(stale_s), recorded)
+
+
 def stale_reason(owner: dict[str, Any], stale_s: float = LEASE_STALE_S) -> str | None:
     """Why the lease ``owner`` may be taken over (a sentence), or ``None`` while it is live:
-    its heartbeat is older than ``stale_s``, or its process is gone on this host."""
+    its heartbeat is older than :func:`stale_after` (``stale_s``, or the owner's own longer
+    timeout), or its process is gone on this host."""
     age = _age(owner)
+    stale_s = stale_after(owner, stale_s)
     if age > stale_s:
         return f"its last heartbeat is {age:.0f}s old (more than {stale_s:g}s)"
     return dead_reason(owner)
@@ -437,7 +455,8 @@ class Lease:
                 raise LeaseError(
                     f"run root {self.root} is in use by {describe_lease(owner)}: one writer per "
                     f"run root. Wait for it to finish, or, if it is dead, remove {self.uri} (it "
-                    f"is taken over automatically {self.stale_s:.0f}s after its last heartbeat, "
+                    f"is taken over automatically {stale_after(owner, self.stale_s):.0f}s after "
+                    f"its last heartbeat, "
                     f"or at once by a run on the same host once its process is gone)"
                 )
             self._take_over_stale(owner, seen, why)
