@@ -268,7 +268,7 @@ def test_models_latest_checks_the_promotion_record(tmp_path, monkeypatch):
     storage.write_bytes(
         promotion.pointer_uri(str(out)), json.dumps({"run": run_root, "value": 0.5}).encode()
     )
-    with pytest.raises(trust.ModelTrustError, match="nothing vouches for it"):
+    with pytest.raises(trust.ModelTrustError, match="holds no digest.*vouches for nothing"):
         trust.anchor(daily, vec, "vectorizer")
 
 
@@ -339,3 +339,61 @@ def test_embed_tasks_check_the_digest_in_their_plan(spark, tmp_path):
     with pytest.raises(Exception, match="not the ones the driver checked") as ei:
         embed_frame(nodes, vec, InferenceConfig(), 2, load_fn=fake_load, digest="0" * 64).collect()
     assert vec in str(ei.value)
+
+
+def test_a_record_from_before_digests_names_the_upgrade_and_promote_records_them(
+    tmp_path, monkeypatch, capsys
+):
+    """A ``_PROMOTED`` written before digests were recorded: ``--models latest`` is refused with
+    a message naming ``pina-spark promote``; that command records the promoted run's digests
+    (under its lease), after which the daily run's trust check passes. Deleting the digests
+    again is no bypass, and a record whose digests no longer match is not re-vouched."""
+    from pina_spark import cli
+
+    monkeypatch.delenv(checksums.MODEL_KEY_ENV, raising=False)
+    out = tmp_path / "out"
+    run_root = storage.RunPaths(str(out), "2026-11-20").root
+    vec = _published_vectorizer(run_root)
+    old = {"run": run_root, "variant": "pina", "metric": "P@1", "value": 0.5}
+    storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(old).encode())
+    daily = promotion.resolve_models(_cfg(out, run_date="2026-11-21", models="latest"))
+    with pytest.raises(trust.ModelTrustError, match="holds no digest.*`pina-spark promote --conf"):
+        trust.anchor(daily, vec, "vectorizer")
+
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(f"output: {out}\n")
+    assert cli.main(["promote", "--config", str(conf)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["changed"] and shown["run"] == run_root
+    record = promotion.read_promoted(str(out))
+    assert record[trust.DIGESTS] == {"vectorizer": trust.folder_digest(vec)}
+    assert {k: record[k] for k in old} == old
+    assert storage.read_lease(run_root) is None  # its lease was held, and released
+    assert trust.anchor(daily, vec, "vectorizer") == trust.folder_digest(vec)
+    assert cli.main(["promote", "--config", str(conf)]) == 0  # again: nothing changes
+    assert not json.loads(capsys.readouterr().out)["changed"]
+
+    _tamper(vec)  # changed after the digests were recorded: refused, and promote won't vouch
+    with pytest.raises(trust.ModelTrustError, match="rewritten after it was promoted"):
+        trust.anchor(daily, vec, "vectorizer")
+    assert cli.main(["promote", "--config", str(conf)]) == 2
+    assert "changed after the promotion" in capsys.readouterr().err
+    storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(old).encode())
+    with pytest.raises(trust.ModelTrustError, match="holds no digest"):  # deleted: no bypass
+        trust.anchor(daily, vec, "vectorizer")
+
+
+def test_promotion_record_is_not_written_on_a_lost_lease(tmp_path, monkeypatch):
+    """The promotion record is a trust anchor: evaluate's promotion checks the run root's lease
+    before writing it, as publish and the stage commit do."""
+    monkeypatch.delenv(checksums.MODEL_KEY_ENV, raising=False)
+    out = tmp_path / "out"
+    run_root = storage.RunPaths(str(out), "2026-11-20").root
+    _published_vectorizer(run_root)
+    metrics = {"variants": {"pina": {"P@1": 0.5}}}
+    with storage.acquire_lease(run_root, "me", stale_s=600, heartbeat_s=300):
+        taker = {"run_id": "taker", "nonce": "n", "heartbeat": 9e12}
+        storage.write_bytes(os.path.join(run_root, storage.LOCK), json.dumps(taker).encode())
+        with pytest.raises(storage.LeaseError, match="lost its lease"):
+            promotion.consider(_cfg(out, run_date="2026-11-20"), run_root, metrics)
+    assert promotion.read_promoted(str(out)) is None

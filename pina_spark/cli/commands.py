@@ -1,5 +1,5 @@
 """Command line: ``pina-spark run | check | demo | prepare-data | tune | skeleton | status |
-compare``.
+compare | promote`` (:mod:`pina_spark.cli.promote`).
 
 Exit codes: 0 success; 1 an unexpected failure (a stage raised: Python traceback on stderr, the
 stage marked ``failed`` in ``_manifest.json``); 2 a usage, configuration or input error (message
@@ -460,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     _add_json(p, "pina-spark-compare/1")
     add_log_level(p)
     p.set_defaults(fn=_cmd_compare)
+
+    from pina_spark.cli.promote import HELP as PROMOTE_HELP
+    from pina_spark.cli.promote import add_promote_parser
+
+    add_promote_parser(_subparser(sub, "promote", PROMOTE_HELP))
 
     args = parser.parse_args(argv)
     if args.cmd == "prepare-data":

@@ -10,6 +10,9 @@ root cannot rewrite it silently:
 - the promotion record ``<output>/_PROMOTED`` (:mod:`pina_spark.orchestration.promotion`):
   the evaluate stage that promotes a run writes the digest of its vectorizer folder there, so
   ``run.models: latest`` (or ``run.models`` naming the promoted run) loads only that content.
+  A record without digests (written before they were recorded) vouches for nothing; the error
+  names ``pina-spark promote``, which records them once (:func:`pina_spark.orchestration.
+  promotion.record_digests`).
 
 :func:`anchor` applies the policy to one folder and returns the digest it vouched for:
 
@@ -62,6 +65,8 @@ __all__ = [
 PROMOTED = "_PROMOTED"
 #: the promotion record's entry ``{model folder name: checksums digest}`` of the promoted run
 DIGESTS = "digests"
+#: the command that records the digests of the promoted run in a record that has none
+REPROMOTE_COMMAND = "pina-spark promote"
 
 
 class ModelTrustError(storage.InputError):
@@ -109,7 +114,7 @@ def anchor(cfg, uri: str, name: str) -> str:
     if key is not None:
         _check_signature(uri, digest, key)
     other = cfg.run.models
-    pinned = _pinned(cfg.output, other, name) if other else None
+    named, pinned = _pinned(cfg.output, other, name) if other else (False, None)
     if pinned is not None:
         if digest != pinned:
             raise ModelTrustError(
@@ -129,6 +134,16 @@ def anchor(cfg, uri: str, name: str) -> str:
             other,
         )
         return digest or ""
+    if named:
+        raise ModelTrustError(
+            f"model folder {uri} (run.models {other}): the promotion record "
+            f"{storage.join(cfg.output, PROMOTED)} names that run but holds no digest of its "
+            f"{name} folder (a record written before pina-spark recorded digests vouches for "
+            f"nothing). To upgrade, once: check that nobody changed {other} since it was "
+            f"promoted, then run `{REPROMOTE_COMMAND} --config <this config>`, which records "
+            f"the digests of the promoted run's models in the record (docs/emr.md, "
+            f"'Upgrading'); or set {MODEL_KEY_ENV} and publish the models again"
+        )
     raise ModelTrustError(
         f"model folder {uri} (run.models {other}): nothing vouches for it: no promotion record "
         f"{storage.join(cfg.output, PROMOTED)} names that run with a digest, and "
@@ -138,13 +153,14 @@ def anchor(cfg, uri: str, name: str) -> str:
     )
 
 
-def _pinned(output: str, models_run: str, name: str) -> str | None:
-    """The digest the promotion record of ``output`` holds for ``name`` of ``models_run``."""
+def _pinned(output: str, models_run: str, name: str) -> tuple[bool, str | None]:
+    """``(named, digest)``: whether the promotion record of ``output`` names ``models_run``,
+    and the digest it holds for its folder ``name`` (``None``: none recorded)."""
     record = read_promoted(output)
     if not record or storage.norm(str(record.get("run", ""))) != storage.norm(models_run):
-        return None
+        return False, None
     digest = (record.get(DIGESTS) or {}).get(name)
-    return str(digest) if digest else None
+    return True, (str(digest) if digest else None)
 
 
 def _check_signature(uri: str, digest: str | None, key: bytes) -> None:

@@ -11,7 +11,9 @@ retraining that got worse never reaches the daily runs. :func:`resolve_models` t
 The pointer also holds the checksums digest of the promoted run's vectorizer folder
 (``digests``), taken when it is promoted: the record sits under ``output``, out of reach of
 whoever writes only run roots, and the embed stage loads that run's vectorizer only while it
-still has that digest (:func:`pina_spark.models.trust.anchor`).
+still has that digest (:func:`pina_spark.models.trust.anchor`). A record written before
+digests were recorded vouches for nothing; :func:`record_digests` (``pina-spark promote``)
+adds them once, for the run it names, on an operator's word that the run was not changed.
 
 Examples
 --------
@@ -31,6 +33,7 @@ from typing import Any
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
 from pina_spark.models.trust import DIGESTS, PROMOTED, folder_digest, read_promoted
+from pina_spark.storage import InputError
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +123,7 @@ def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[st
             "previous": (current or {}).get("run"),
             DIGESTS: digests_of(run_root),
         }
+        storage.check_lease_for(run_root)  # a trust anchor: never written on a lost lease
         storage.write_bytes(pointer_uri(cfg.output), json.dumps(pointer, indent=1).encode())
         log.info("promotion: %s promoted (%s)", run_root, reason)
     else:
@@ -127,3 +131,60 @@ def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[st
             "promotion: %s NOT promoted: %s; %s stays", run_root, reason, (current or {}).get("run")
         )
     return decision
+
+
+def record_digests(cfg: PinaConfig) -> dict[str, Any]:
+    """``pina-spark promote``: record in the promotion record of ``cfg.output`` the digests of
+    the run it names (:func:`digests_of`), which a record written before digests existed lacks
+    (then ``run.models: latest`` is refused). The run, its metric and value stay; the promoted
+    run root's lease is held meanwhile, so no run rewrites its models while they are digested.
+    Returns ``{"record", "run", "digests", "changed"}``; a record that holds these digests
+    already is left as it is.
+
+    Raises
+    ------
+    ConfigError
+        Nothing is promoted under ``cfg.output``.
+    InputError
+        The promoted run's vectorizer has no checksums, or the record holds other digests for
+        it (its models changed after the promotion: promote a run through evaluate instead).
+    """
+    import uuid
+
+    uri = pointer_uri(cfg.output)
+    record = read_promoted(cfg.output)
+    if not record or not record.get("run"):
+        raise ConfigError(
+            f"no promoted run at {uri}: nothing to record (promote a run with the evaluate "
+            f"stage, evaluate.promote: true)"
+        )
+    run_root = str(record["run"])
+    with storage.acquire_lease(
+        run_root,
+        uuid.uuid4().hex[:12],
+        stale_s=cfg.run.lease_stale_s,
+        heartbeat_s=cfg.run.lease_heartbeat_s,
+    ):
+        digests = digests_of(run_root)
+        if not digests:
+            raise InputError(
+                f"promoted run {run_root}: its {storage.VECTORIZER} folder has no checksums to "
+                f"record (published before checksums existed): run its vectorizer stage again "
+                f"with --force and promote it through the evaluate stage"
+            )
+        held = record.get(DIGESTS) or {}
+        if held == digests:
+            log.info("promotion: %s already holds the digests of %s", uri, run_root)
+            return {"record": uri, "run": run_root, "digests": digests, "changed": False}
+        if held:
+            raise InputError(
+                f"promotion record {uri} holds digests {held} for {run_root}, but its models now "
+                f"have {digests}: they changed after the promotion; refusing to vouch for them "
+                f"(promote a run through the evaluate stage)"
+            )
+        storage.check_lease_for(run_root)
+        new = {**record, DIGESTS: digests}
+        new["digests_recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        storage.write_bytes(uri, json.dumps(new, indent=1).encode())
+    log.warning("promotion: recorded the digests %s of the promoted run %s", digests, run_root)
+    return {"record": uri, "run": run_root, "digests": digests, "changed": True}
