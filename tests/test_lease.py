@@ -411,3 +411,49 @@ def test_a_taker_with_a_smaller_stale_timeout_does_not_take_over_a_healthy_owner
     with storage.acquire_lease(root, "me", stale_s=5):
         assert storage.read_lease(root)["run_id"] == "me"
     assert _leftovers(root) == []
+
+
+_SIGTERMED = """
+import sys, time
+import pina_spark.cli.check as check
+from pina_spark.cli import commands
+from pina_spark.orchestration import session
+
+def hold(spark_conf):  # called under the lease, where Spark would start
+    print("held", flush=True)
+    time.sleep(60)
+
+session.get_spark = hold
+check.require_inputs = lambda cfg, stages: None
+sys.exit(commands.main(["run", "--config", sys.argv[1], "--stages", "graph"]))
+"""
+
+
+def test_a_cli_run_ended_by_sigterm_releases_its_lease_and_exits_143(tmp_path):
+    """YARN ends a container with SIGTERM (a cancelled step, preemption): ``pina-spark run``
+    then exits like a failed run, releasing the lease, with exit code 143."""
+    out = tmp_path / "out"
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"output: {out}\ninput: {{instances: i.parquet}}\n")
+    code = os.path.dirname(os.path.dirname(os.path.abspath(lease_mod.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(code))
+    p = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERMED, str(conf)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout.readline().strip() == "held", p.stderr.read()
+        root = storage.RunPaths(str(out)).root
+        assert storage.read_lease(root)["pid"] == p.pid
+        p.send_signal(15)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 143, err
+    assert "SIGTERM" in err
+    assert storage.read_lease(root) is None
+    assert _leftovers(root) == []

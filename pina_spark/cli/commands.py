@@ -27,6 +27,8 @@ import logging
 import os
 import sys
 
+from pina_spark.cli.termination import exit_on_sigterm
+
 log = logging.getLogger("pina_spark")
 
 #: exit code of a usage, configuration or input error (argparse's own code too)
@@ -470,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "prepare-data":
         _check_prepare_args(prepare_parser, args)
     setup_logging(getattr(args, "log_level", "INFO"))
+    exit_on_sigterm()
     try:
         return args.fn(args)
     except Exception as e:
@@ -482,6 +485,7 @@ def job_main(stage: str, argv: list[str] | None = None) -> int:
     add_config_args(p)
     args = p.parse_args(argv)
     setup_logging(args.log_level)
+    exit_on_sigterm()
     try:
         cfg = config_from_args(args)
         result = run_stages(cfg, (stage,), args.set)
