@@ -5,8 +5,9 @@ rows in = rows used + rows quarantined, checked from the manifest stats, the pub
 ``quarantine/<table>`` tables and the published outputs (``nodes``, ``graph/*``).
 
 One module-scoped "dirty" run carries all the row-level defects (each test checks one of them);
-the cases that must stop the run (missing column, wrong type, missing path, empty table, all rows
-bad, an empty graph with graph labels) are separate, cheap runs that fail before the heavy work.
+the cases that must stop the run (missing column, wrong type, missing path, empty table, a
+stray non-Parquet file in a Parquet folder, all rows bad, an empty graph with graph labels) are
+separate, cheap runs that fail before the heavy work.
 """
 
 import hashlib
@@ -376,6 +377,20 @@ def test_empty_parquet_input_table_is_a_clear_error(spark, tmp_path):
     spark.createDataFrame([], storage.schema("instances")).write.parquet(uri)
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=uri))
     _assert_failed(spark, cfg, storage.InputError, "no rows", uri)
+
+
+def test_parquet_folder_with_a_stray_file_is_a_clear_error_naming_it(spark, tmp_path):
+    """A Parquet input folder that also holds a ``README.txt``: the error names that file (not
+    "is empty or not a Parquet table")."""
+    folder = tmp_path / "labels.parquet"
+    rows = [(f"L{n}", f"label text {n}") for n in range(1, 5)]
+    spark.createDataFrame(rows, storage.schema("labels")).write.parquet(str(folder))
+    (folder / "README.txt").write_text("the labels of the catalogue\n")
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, labels=str(folder)))
+    msg = _assert_failed(
+        spark, cfg, storage.InputError, "README.txt", "is not a Parquet file", str(folder)
+    )
+    assert "is empty or not a Parquet table" not in msg
 
 
 def test_all_instances_quarantined_is_a_clear_error(spark, tmp_path):
