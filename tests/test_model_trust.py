@@ -158,6 +158,28 @@ def test_xtransformer_label_head_is_loaded_weights_only(tmp_path):
     assert not (tmp_path / "MARKER").exists()
 
 
+def test_xtransformer_tokenizer_is_loaded_without_remote_code(tmp_path, monkeypatch):
+    """The tokenizer of a saved XR-Transformer is loaded with ``trust_remote_code=False`` passed
+    explicitly, as its config and encoder are."""
+    from pecos.xmc.xtransformer.network import ENCODER_CLASSES
+
+    from pina_spark.models import safe_load
+
+    d = _tiny_xtransformer(str(tmp_path / "encoder"))
+    seen = []
+    for cls in {dnn.tokenizer_class for dnn in ENCODER_CLASSES.values()}:
+        real = cls.from_pretrained
+
+        def spy(klass, *args, _real=real, **kwargs):
+            seen.append((os.path.basename(str(args[0])), kwargs.get("trust_remote_code")))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", classmethod(spy))
+    safe_load.load_xtransformer(d)
+    # the load of the saved folder (transformers may then reload it from a temporary copy)
+    assert seen[0] == ("text_tokenizer", False), seen
+
+
 def test_hf_weights_bin_is_loaded_weights_only(tmp_path):
     """A planted pytorch_model.bin instead of model.safetensors (transformers' weights-only
     unpickler; the project passes weights_only=True and no remote code explicitly)."""

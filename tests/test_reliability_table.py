@@ -5,7 +5,7 @@ at least one test as ``test_file.py::test_name``, and every test it names exists
 Forms a cell may use: ``test_io.py::test_a, ::test_b`` (``::test_b`` continues the file named
 before it), ``test_x.py::test_c[spark/files]`` (a parametrised test: its function is looked
 up), ``test_x.py::TestClass::test_d`` (a method), and free text in between (``(child process)``,
-``--runslow``).
+``(graph stage)``).
 """
 
 import ast

@@ -133,7 +133,9 @@ def load_xtransformer(folder: str):
             param = json.load(fh)
     config = dnn.config_class.from_pretrained(encoder_dir, trust_remote_code=False)
     text_encoder = dnn.model_class.from_pretrained(encoder_dir, config=config, **HF_LOAD)
-    tokenizer = dnn.tokenizer_class.from_pretrained(os.path.join(root, "text_tokenizer"))
+    tokenizer = dnn.tokenizer_class.from_pretrained(
+        os.path.join(root, "text_tokenizer"), trust_remote_code=False
+    )
     head = os.path.join(root, "text_model")
     text_model = (
         load_torch_module(head, (TransformerLinearXMCHead, torch.nn.Embedding))
