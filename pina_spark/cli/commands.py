@@ -466,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     from pina_spark.cli.promote import HELP as PROMOTE_HELP
     from pina_spark.cli.promote import add_promote_parser
 
-    add_promote_parser(_subparser(sub, "promote", PROMOTE_HELP))
+    p = _subparser(sub, "promote", PROMOTE_HELP)
+    add_promote_parser(p)
+    add_log_level(p)
 
     args = parser.parse_args(argv)
     if args.cmd == "prepare-data":

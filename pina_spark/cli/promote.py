@@ -4,8 +4,8 @@ the promoted run's models.
 A record written before pina-spark recorded digests names a run but vouches for none of its
 model folders, so ``--models latest`` is refused (:func:`pina_spark.models.trust.anchor`) until
 an operator, having checked that nobody changed that run since it was promoted, runs this once
-(:func:`pina_spark.orchestration.promotion.record_digests`). It changes nothing else in the
-record and refuses a record that holds other digests already.
+(:func:`pina_spark.orchestration.promotion.record_digests`). It adds them (and when) and changes
+nothing else in the record; it refuses a record that holds other digests already.
 
 Example::
 
