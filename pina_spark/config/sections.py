@@ -485,6 +485,9 @@ class TrainConfig(_Params):
 
     Attributes:
         variants: which variants to train (subset of baseline, vectorizer_only, pina_naive, pina).
+            Without ``pina`` or ``pina_naive`` a run fits no g and runs no neighbours stage,
+            and aggregate writes ``vectorizer_only`` alone (what a run following a
+            ``vectorizer_only`` selection does, see ``select.follow``).
         model: ``xlinear`` or ``xtransformer`` (GPU clusters).
         xlinear: downstream XR-Linear parameters.
         topk: labels kept per test instance in ``<output>/predictions``.

@@ -14,8 +14,11 @@ Examples
 >>> from typing import get_args
 >>> get_args(Name) == ALL
 True
+>>> needs_neighbors(["baseline", "vectorizer_only"]), needs_neighbors(ALL)
+(False, True)
 """
 
+from collections.abc import Iterable
 from typing import Final, Literal
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "FEATURES",
     "ALL",
     "Name",
+    "needs_neighbors",
 ]
 
 #: tf-idf of the instance text alone (no ``features`` row; the train stage builds it)
@@ -47,3 +51,11 @@ ALL = (BASELINE,) + FEATURES
 
 #: the type of a variant name in config dataclasses (the names of :data:`ALL`)
 Name = Literal["baseline", "vectorizer_only", "pina_naive", "pina"]
+
+
+def needs_neighbors(trained: Iterable[str]) -> bool:
+    """Whether a run training the variants ``trained`` (``train.variants``) needs g and the
+    neighbours: only the :data:`GRAPH` variants read them. A run without one (a production run
+    that follows a ``vectorizer_only`` selection) fits no g, runs no neighbours stage and
+    aggregates ``vectorizer_only`` alone."""
+    return any(v in GRAPH for v in trained)

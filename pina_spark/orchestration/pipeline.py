@@ -33,6 +33,12 @@ Models of an earlier run (``run.models``)
     largest index, sorted by ``instance_id``, with ``split`` as given or ``new``
     (:func:`extend_nodes`).
 
+Runs without neighbours
+    When ``train.variants`` holds neither ``pina`` nor ``pina_naive`` (a production run that
+    follows a ``vectorizer_only`` selection, :mod:`pina_spark.selection.follow`), the
+    ``pretrain`` and ``neighbors`` stages are not run (:func:`resume.stage_names`) and
+    aggregate writes ``vectorizer_only`` alone.
+
 Incremental (``run.incremental``, needs ``run.models``)
     The embed, neighbors and aggregate stages recompute only new or changed nodes (a hash of
     ``node_id`` + ``text`` compared with a base run: the latest earlier ``run_date`` of the same
@@ -67,6 +73,7 @@ from pina_spark.orchestration.resume import (
     models_run_root,
     plan_steps,
     stage_fingerprint,
+    stage_names,
 )
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec, stats_dict
@@ -86,8 +93,9 @@ NON_TABLE_OUTPUTS = (storage.VECTORIZER, storage.MODELS, storage.DOWNSTREAM_MODE
 
 
 def plan(cfg: PinaConfig, stages: Sequence[str]) -> list[StageSpec]:
-    """The stages to consider, in pipeline order."""
-    return [STAGES[s] for s in STAGE_NAMES if s in stages]
+    """The stages to consider, in pipeline order (:func:`resume.stage_names`: no ``pretrain``
+    or ``neighbors`` when no variant trained has neighbours)."""
+    return [STAGES[s] for s in stage_names(cfg, stages)]
 
 
 def _models_root(cfg: PinaConfig, paths: storage.RunPaths) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
+from pina_spark.config import variants as V
 from pina_spark.stages import STAGES
 from pina_spark.storage.manifest import Manifest
 
@@ -156,6 +157,26 @@ def decide(
     return plan(SKIP, f"complete for fingerprint {fingerprint}")
 
 
+#: the stages only the variants with neighbours need (:func:`variants.needs_neighbors`)
+NEIGHBOR_STAGES = ("pretrain", "neighbors")
+
+
+def stage_names(cfg: PinaConfig, stages: Sequence[str]) -> list[str]:
+    """The stages of ``stages`` a run of ``cfg`` considers, in pipeline order: without
+    ``pretrain`` and ``neighbors`` when ``train.variants`` holds no variant with neighbours (no
+    g fit, no neighbours table; aggregate then writes ``vectorizer_only`` alone).
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/r", "train": {"variants": ["vectorizer_only"]}})
+    >>> stage_names(cfg, ["graph", "pretrain", "neighbors", "aggregate"])
+    ['graph', 'aggregate']
+    """
+    skip = () if V.needs_neighbors(cfg.train.variants) else NEIGHBOR_STAGES
+    return [s for s in STAGE_NAMES if s in stages and s not in skip]
+
+
 def plan_steps(
     cfg: PinaConfig,
     stages: Sequence[str],
@@ -175,7 +196,7 @@ def plan_steps(
         readable here).
     """
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
-    names = [s for s in STAGE_NAMES if s in stages]
+    names = stage_names(cfg, stages)
     if runs_nodes_step(cfg, paths.root, stages):
         names.insert(0, NODES_STEP)
     base = None if input_fingerprint is None else base_token(cfg, input_fingerprint)

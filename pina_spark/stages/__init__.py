@@ -20,6 +20,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, NeighborsConfig, PinaConfig, PretrainConfig, TrainConfig
+from pina_spark.config import variants as V
 from pina_spark.storage.manifest import Manifest
 
 __all__ = [
@@ -148,6 +149,13 @@ def _xtransformer_ranker(cfg: PinaConfig) -> tuple[str, ...]:
     return ("pretrain.xlinear",) if cfg.pretrain.encoder == "xtransformer" else ()
 
 
+def _vectorizer_only(cfg: PinaConfig) -> tuple[str, ...]:
+    """A run training no variant with neighbours aggregates ``vectorizer_only`` alone, so
+    ``train.variants`` decides aggregate's output then (and only then: every other run's
+    fingerprint stays as it was)."""
+    return () if V.needs_neighbors(cfg.train.variants) else ("train.variants",)
+
+
 @dc.dataclass(frozen=True)
 class StageSpec:
     """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
@@ -230,6 +238,7 @@ STAGES: dict[str, StageSpec] = {
             ("aggregate", "neighbors.folds"),  # label_features pifa: out of g's folds
             (storage.FEATURES,),
             storage.MODELS,
+            sections_if=_vectorizer_only,
         ),
         StageSpec(
             "train",

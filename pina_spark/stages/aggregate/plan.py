@@ -52,7 +52,8 @@ class AggregateInputs:
     """The published input tables of the stage (driver side).
 
     Attributes:
-        nodes, embeddings, neighbors: DataFrames (``neighbors`` with its ``variant`` column).
+        nodes, embeddings, neighbors: DataFrames (``neighbors`` with its ``variant`` column;
+            ``None`` when no variant trained reads neighbours: ``vectorizer_only`` alone).
         embeddings_uri, nodes_uri: where the two tables live, when they are file tables: the
             driver then sizes them from Parquet footers and reads them with pyarrow.
         incremental_rows: ``node_index`` of the instances to compute (incremental runs), else
@@ -190,7 +191,7 @@ def plan_aggregate(
     log.info(
         "aggregate: strategy %s (%s); D=%d S=%d a=%g", strategy, reason, dense_dim, sparse_dim, a
     )
-    variants = neighbor_variants(inputs.neighbors)
+    variants = [] if inputs.neighbors is None else neighbor_variants(inputs.neighbors)
     if V.VECTORIZER_ONLY in variants:
         raise ValueError(f"neighbors: variant name {V.VECTORIZER_ONLY!r} is reserved")
     n_inst = None

@@ -84,7 +84,7 @@ def run(ctx) -> AggregateStats:
     lf_stats: LabelFeaturesStats | None = None
     scratch = None
     try:
-        if cfg.aggregate.label_features != "text":
+        if cfg.aggregate.label_features != "text" and inputs.neighbors is not None:
             inputs, scratch, lf_stats = _with_label_features(ctx, inputs, sparse_dim)
         t_plan = time.time()
         staging = paths.staging(storage.FEATURES)
@@ -176,7 +176,11 @@ def _inputs(ctx) -> tuple[AggregateInputs, int | None]:
     spark, paths = ctx.spark, ctx.paths
     nodes = storage.read_table(spark, paths, storage.NODES)
     embeddings = storage.read_table(spark, paths, storage.EMBEDDINGS)
-    neighbors = storage.read_table(spark, paths, storage.NEIGHBORS)
+    # no variant trained reads neighbours (a run following a vectorizer_only selection): the
+    # pipeline ran no neighbours stage, and only vectorizer_only is aggregated
+    neighbors = None
+    if V.needs_neighbors(ctx.cfg.train.variants):
+        neighbors = storage.read_table(spark, paths, storage.NEIGHBORS)
     incremental_rows = None
     if ctx.incremental_rows:
         incremental_rows = spark.read.parquet(ctx.incremental_rows)
