@@ -136,3 +136,45 @@ def test_the_select_section_changes_no_stage_fingerprint():
     for spec in STAGES.values():
         secs = spec.fingerprint_sections(base)
         assert base.fingerprint(*secs) == other.fingerprint(*secs), spec.name
+
+
+def test_the_default_select_section_expands_to_unique_candidates():
+    from pina_spark.orchestration.select import expand_candidates
+
+    cs = expand_candidates(config_from_dict({"output": "/r"}).select)
+    assert len(cs) == 1 + 4 * 4  # vectorizer_only once; 4 entries x the 2x2 grid
+    assert len({c.name for c in cs}) == len(cs)
+    assert cs[0].variant == "vectorizer_only" and cs[0].settings == {}
+    assert {c.settings["aggregate.label_features"] for c in cs[1:]} == {"text", "pifa"}
+    assert {(c.settings["neighbors.k"], c.settings["aggregate.v1_weight"]) for c in cs[1:]} == {
+        (5, 0.5),
+        (5, 1.0),
+        (10, 0.5),
+        (10, 1.0),
+    }
+
+
+def test_the_record_of_a_decision_is_a_followable_selection():
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import expand_candidates, selection_record
+    from pina_spark.selection.artifact import FORMAT, validate_record
+    from pina_spark.selection.follow import followed_settings
+
+    cs = expand_candidates(
+        SelectConfig(candidates=["vectorizer_only", "pina/pifa"], grid={"neighbors.k": [10]})
+    )
+    cheap, dear = _pair(200, 40, 0)
+    d = choose(
+        [Candidate(cs[0].name, 2.0, cheap), Candidate(cs[1].name, 7.5, dear)],
+        alpha=0.05,
+        min_gain_points=0.5,
+    )
+    rec = selection_record(d, cs, {"n_valid": 200})
+    assert rec["variant"] == "pina" and rec["candidate"] == "pina/pifa neighbors.k=10"
+    assert rec["settings"] == {"aggregate.label_features": "pifa", "neighbors.k": 10}
+    v = {r["candidate"]: r for r in rec["validation"]}
+    assert v["pina/pifa neighbors.k=10"]["gain_points_vs_cheapest"] == pytest.approx(20.0)
+    assert v["pina/pifa neighbors.k=10"]["stage_seconds"] == 7.5
+    assert v["vectorizer_only"]["p_vs_cheapest"] is None and rec["n_valid"] == 200
+    full = validate_record({"format": FORMAT, **rec, "models": {}}, "s.json")
+    assert followed_settings(full)["neighbors.k"] == 10
