@@ -575,7 +575,9 @@ class RunConfig(_Params):
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
         lease_stale_s: a run root's lease (``<root>/_LOCK``) whose heartbeat is older than this
-            is taken over by the next run (its owner is presumed dead).
+            (or than the owner's own value, recorded in the lease, if that is larger) is taken
+            over by the next run (its owner is presumed dead); on the owner's host a lease whose
+            process is gone is taken over at once.
         lease_heartbeat_s: how often the owner refreshes the lease's heartbeat.
         progress_s: seconds between progress lines of a running stage (its Spark stages'
             tasks done/total, from Spark's status tracker); 0 turns them off.
