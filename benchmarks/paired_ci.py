@@ -1,0 +1,78 @@
+"""Paired difference of two runs on the same test instances, with its 95% confidence interval.
+
+``pina-spark compare A B`` gives the paired t-test's p per variant; a non-inferiority check
+also needs the interval of the mean difference. This script reads both runs'
+``eval/per_instance.parquet`` (the evaluate stage's per-instance P@1/3/5), pairs the instances
+both scored, and prints per variant and metric: A's and B's means, the mean of B - A in points,
+its 95% t interval and the paired t-test's p (``scipy.stats.ttest_rel``, as ``compare``).
+
+Usage::
+
+    .venv/bin/python benchmarks/paired_ci.py runs/instacart-old runs/instacart-new \\
+        --json runs/paired_instacart.json
+"""
+
+import argparse
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy import stats
+
+KS = ("P@1", "P@3", "P@5")
+
+
+def paired(a, b) -> dict:
+    """Mean, 95% t interval and p of ``b - a`` in points (inputs: per-instance P@k in [0, 1]).
+
+    >>> r = paired(np.array([1.0, 0.0, 1.0, 0.0]), np.array([1.0, 1.0, 1.0, 0.0]))
+    >>> r["diff"], r["ci95"], round(r["p"], 3)
+    (25.0, [-54.561, 104.561], 0.391)
+    """
+    d = 100.0 * (np.asarray(b, float) - np.asarray(a, float))
+    n, mean = len(d), float(d.mean())
+    se = float(d.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    if se == 0.0:
+        return {"diff": round(mean, 3), "ci95": [round(mean, 3), round(mean, 3)], "p": 1.0}
+    t = float(stats.t.ppf(0.975, n - 1))
+    p = float(stats.ttest_rel(b, a).pvalue)
+    return {
+        "diff": round(mean, 3),
+        "ci95": [round(mean - t * se, 3), round(mean + t * se, 3)],
+        "p": p,
+    }
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_a", help="reference run root")
+    ap.add_argument("run_b")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    ta = pq.read_table(f"{a.run_a}/eval/per_instance.parquet").to_pandas()
+    tb = pq.read_table(f"{a.run_b}/eval/per_instance.parquet").to_pandas()
+    out: dict = {}
+    for v in sorted(set(ta.variant) & set(tb.variant)):
+        m = ta[ta.variant == v].merge(tb[tb.variant == v], on="instance_id", suffixes=("_a", "_b"))
+        row: dict = {"n": len(m)}
+        for k in KS:
+            row[k] = {
+                "a": round(100 * m[f"{k}_a"].mean(), 2),
+                "b": round(100 * m[f"{k}_b"].mean(), 2),
+                **paired(m[f"{k}_a"].to_numpy(), m[f"{k}_b"].to_numpy()),
+            }
+        out[v] = row
+        cells = "; ".join(
+            f"{k} {row[k]['a']:.2f} -> {row[k]['b']:.2f}: {row[k]['diff']:+.3f} "
+            f"[{row[k]['ci95'][0]:+.3f}, {row[k]['ci95'][1]:+.3f}] p={row[k]['p']:.3g}"
+            for k in KS
+        )
+        print(f"{v} (n={len(m)}): {cells}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
