@@ -33,6 +33,23 @@ def spark_submit_exe():
     return exe if os.path.exists(exe) else None
 
 
+def child_env(**extra) -> dict:
+    """The environment of a child process that runs the CLI (or a script starting Spark) with
+    this interpreter: PySpark's Python on both sides, a loopback Spark address, and none of the
+    parent's Py4J gateway or fault-injection variables (the child starts its own JVM and runs
+    clean). ``extra`` adds or replaces variables."""
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        **extra,
+    )
+    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
+        env.pop(k, None)
+    return env
+
+
 def run_demo_via_spark_submit(tmp_dir, timeout_s=1500):
     """Write the demo data and a config into ``tmp_dir``, then spark-submit every stage in
     order, stopping at the first failure. Returns ``{"config", "output", "results", "error"}``;

@@ -23,6 +23,8 @@ from pina_spark.orchestration import pipeline
 from pina_spark.storage import publishing
 from pina_spark.storage.manifest import Manifest
 
+from demo_run import child_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "XYZ-not-a-real-key-4711"
 HANG_GUARD_S = 600  # not a timing assertion: only stops a test that would wait forever
@@ -89,15 +91,7 @@ def two_runs(tmp_path_factory):
     code = os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(storage.__file__)))
     )  # the code under test (storage is pina_spark/storage/__init__.py)
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYTHONPATH=code,
-    )
-    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
-        env.pop(k, None)
+    env = child_env(PYTHONPATH=code)
     cmd = [
         sys.executable,
         "-m",

@@ -22,6 +22,7 @@ from pina_spark import storage
 from pina_spark.config import redact
 from pina_spark.storage.manifest import Manifest
 
+from demo_run import child_env
 from test_concurrency import HANG_GUARD_S, ROOT, _files_under, _tiny_inputs
 
 #: Spark conf keys whose values are credentials (``spark.hadoop.X`` is Hadoop's ``X``)
@@ -223,15 +224,7 @@ def secret_run(request, tmp_path_factory):
         sets = [f"spark.conf.{k}={v}" for k, v in conf.items()] + [f"neighbors.k={NEIGHBORS_K}"]
     cfg_file = tmp / "run.yaml"
     cfg_file.write_text(json.dumps(cfg))
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYTHONPATH=ROOT,
-    )
-    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
-        env.pop(k, None)
+    env = child_env(PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "pina_spark.cli", "run", "--config", str(cfg_file)]
     cmd += ["--stages", "graph"] + [a for s in sets for a in ("--set", s)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)

@@ -27,6 +27,8 @@ from pina_spark.orchestration import pipeline
 from pina_spark.storage import folds
 from pina_spark.storage.manifest import Manifest
 
+from demo_run import child_env
+
 # every test stands on run_a, six stages run on the reduced demo data (minutes)
 pytestmark = pytest.mark.slow
 
@@ -218,14 +220,7 @@ def test_fault_injection_with_retries_gives_identical_output(spark, run_a, tmp_p
     cfg = _cfg(out, run_a.input.to_dict(), ["inference.rows_per_task=1000"])
     cfg_file = tmp_path / "faulty.yaml"
     cfg_file.write_text(dump_config(cfg))
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_LOCAL_IP="127.0.0.1",
-    )
-    for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PINA_FAULTS"):
-        env.pop(k, None)
+    env = child_env()
     cmd = [
         sys.executable,
         "-m",
