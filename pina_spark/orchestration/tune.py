@@ -62,6 +62,9 @@ __all__ = [
     "grid_points",
     "point_id",
     "derive_validation_nodes",
+    "work_tables",
+    "run_stage",
+    "publish_nodes",
     "results_markdown",
     "TUNE_DIR",
 ]
@@ -274,18 +277,13 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     t_all = time.time()
 
     # derived tables: the test rows are filtered out in the scan and never materialised
-    phase1_nodes, phase2_nodes, valid_ids, n_train_rows = _work_tables(spark, cfg, src, work)
+    phase1_nodes, phase2_nodes, valid_ids, n_train_rows = work_tables(spark, cfg, src, work)
     log.info(
         "tune: %d train rows, %d validation rows, %d grid points",
         n_train_rows,
         len(valid_ids),
         len(points),
     )
-    nodes_schema = storage.schema(storage.NODES)
-
-    def publish_nodes(pdf):
-        df = spark.createDataFrame(pdf[[f.name for f in nodes_schema.fields]], nodes_schema)
-        storage.write_table(df.coalesce(1), work, storage.NODES)
 
     manifest = Manifest(work.manifest)
     last_nb: str | None = None
@@ -299,18 +297,18 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
         )
         nb_fp = pcfg.fingerprint("neighbors", "inference")
         agg_fp = nb_fp + pcfg.fingerprint("aggregate")
-        publish_nodes(phase1_nodes)
+        publish_nodes(spark, work, phase1_nodes)
         ran = []
         if nb_fp != last_nb:
-            _run(ctx, "neighbors", pid)
+            run_stage(ctx, "neighbors", pid)
             ran.append("neighbors")
         if agg_fp != last_agg or ran:
-            _run(ctx, "aggregate", pid)
+            run_stage(ctx, "aggregate", pid)
             ran.append("aggregate")
         last_nb, last_agg = nb_fp, agg_fp
-        publish_nodes(phase2_nodes)
+        publish_nodes(spark, work, phase2_nodes)
         for name in PHASE2:
-            _run(ctx, name, pid)
+            run_stage(ctx, name, pid)
             ran.append(name)
         rows.append(_point_row(work, tune_root, pid, point, ran, t0))
 
@@ -331,7 +329,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     return table
 
 
-def _work_tables(spark, cfg: PinaConfig, src, work):
+def work_tables(spark, cfg: PinaConfig, src, work):
     """Write the tune work folder's ``graph/instance_labels`` and ``embeddings`` (train and
     label rows only: the test rows are filtered out in the scan and never materialised) and
     return ``(phase-1 nodes, phase-2 nodes, validation ids, train rows)``."""
@@ -437,7 +435,15 @@ def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> dict[st
     }
 
 
-def _run(ctx, name: str, pid: str) -> dict[str, Any]:
+def publish_nodes(spark, work, pdf) -> None:
+    """Write the work folder's ``nodes`` table from ``pdf`` (a phase-1 or phase-2 table of
+    :func:`derive_validation_nodes`)."""
+    nodes_schema = storage.schema(storage.NODES)
+    df = spark.createDataFrame(pdf[[f.name for f in nodes_schema.fields]], nodes_schema)
+    storage.write_table(df.coalesce(1), work, storage.NODES)
+
+
+def run_stage(ctx, name: str, pid: str) -> dict[str, Any]:
     """Run one stage of the pipeline in the tuning work root (recorded in its manifest)."""
     spec = STAGES[name]
     ctx.manifest.mark_started(name, pid)
