@@ -1,5 +1,5 @@
-"""Command line: ``pina-spark run | check | demo | prepare-data | tune | skeleton | status |
-compare | promote`` (:mod:`pina_spark.cli.promote`).
+"""Command line: ``pina-spark run | check | demo | prepare-data | tune | select | skeleton |
+status | compare | promote`` (:mod:`pina_spark.cli.promote`).
 
 Exit codes: 0 success; 1 an unexpected failure (a stage raised: Python traceback on stderr, the
 stage marked ``failed`` in ``_manifest.json``); 2 a usage, configuration or input error (message
@@ -55,6 +55,10 @@ exit: 0 the run can start, 2 it cannot (config, input or lease problem)""",
     "tune": """examples:
   pina-spark tune --config conf/local.yaml --grid neighbors.k=3,5,10 \\
       --grid aggregate.v1_weight=0.5,1""",
+    "select": """examples:
+  pina-spark select --config conf/local.yaml
+  pina-spark select --config conf/local.yaml --set 'select.candidates=[vectorizer_only, pina/text]'
+writes <output>/selection/selection.json and report.md (runs with run.models follow it)""",
     "skeleton": """examples:
   pina-spark skeleton > my.yaml""",
     "status": """examples:
@@ -306,6 +310,18 @@ def _cmd_tune(args) -> int:
     return 0
 
 
+def _cmd_select(args) -> int:
+    from pina_spark.orchestration.select import run_select, selection_markdown
+    from pina_spark.selection.artifact import selection_uri
+    from pina_spark.storage import RunPaths
+
+    cfg = config_from_args(args)
+    rec = run_select(cfg)
+    root = RunPaths(cfg.output, cfg.run.run_date).root
+    _emit(selection_markdown(rec) + f"\n\nselection: {selection_uri(root)} (report.md beside it)")
+    return 0
+
+
 def _cmd_skeleton(args) -> int:
     import yaml
 
@@ -437,6 +453,15 @@ def main(argv: list[str] | None = None) -> int:
         help="e.g. --grid neighbors.k=3,5,10 (repeatable)",
     )
     p.set_defaults(fn=_cmd_tune)
+
+    p = _subparser(
+        sub,
+        "select",
+        "choose the variant of a finished run root on a validation split of train (the select "
+        "section), and publish it for production runs",
+    )
+    add_config_args(p)
+    p.set_defaults(fn=_cmd_select)
 
     p = _subparser(sub, "skeleton", "print every config key with its default")
     p.set_defaults(fn=_cmd_skeleton, log_level="INFO")

@@ -17,18 +17,65 @@ Examples
 ['vectorizer_only', 'pina/pifa neighbors.k=5', 'pina/pifa neighbors.k=10']
 >>> cs[2].settings
 {'aggregate.label_features': 'pifa', 'neighbors.k': 10}
+
+:func:`run_select` is the command (``pina-spark select``) on a finished run root: the validation
+split of :mod:`pina_spark.orchestration.tune` (rows carved from TRAIN; the test rows are
+filtered out in the scan and never read), one :class:`WorkStep` per aggregate setting
+(:func:`work_plan`: the neighbours once per ``neighbors.*`` setting, the aggregation once per
+setting, the candidates' variants trained and scored together), each candidate's per-instance
+validation P@1 (the evaluate stage's ``per_instance.parquet``, as ``pina-spark compare`` reads
+it), its cost in stage-seconds (:func:`candidate_costs`), the choice of
+:func:`pina_spark.selection.rule.choose`, and ``selection/selection.json`` plus
+``selection/report.md`` published under the root's lease.
 """
 
+import copy
 import dataclasses as dc
+import json
+import logging
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pina_spark.config import SelectConfig
+from pina_spark import storage
+from pina_spark.config import ConfigError, PinaConfig, SelectConfig, config_from_dict
 from pina_spark.config import variants as V
-from pina_spark.orchestration.tune import grid_points
-from pina_spark.selection.rule import RULE, Comparison, Decision
+from pina_spark.orchestration.tune import (
+    grid_points,
+    point_config,
+    point_id,
+    publish_nodes,
+    run_stage,
+    work_tables,
+)
+from pina_spark.selection.rule import RULE, Candidate, Comparison, Decision, choose
 
-__all__ = ["SelectCandidate", "expand_candidates", "selection_record"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SelectCandidate",
+    "WorkStep",
+    "expand_candidates",
+    "work_plan",
+    "candidate_costs",
+    "selection_record",
+    "selection_markdown",
+    "run_select",
+    "SELECT_WORK",
+    "VALIDATION_NOTE",
+]
+
+#: the work folder of a selection under the run root (derived tables, no test row)
+SELECT_WORK = "select_work"
+#: what the validation split means, in every record and report
+VALIDATION_NOTE = (
+    "The vectorizer and g were fit on every train row, so they have seen the validation rows' "
+    "texts and edges (their labels are in B_pre); the validation rows' neighbours are "
+    "out-of-fold only with neighbors.train_mode: out_of_fold, and the downstream models are "
+    "retrained without the validation rows. Validation gains therefore run optimistic; the "
+    "bias is shared by every candidate. The test rows are never read."
+)
 
 
 @dc.dataclass(frozen=True)
@@ -113,3 +160,357 @@ def selection_record(
         "min_gain_points": decision.min_gain_points,
         **dict(extra or {}),
     }
+
+
+def _key(settings: Mapping[str, Any]) -> str:
+    return json.dumps(dict(settings), sort_keys=True, default=str)
+
+
+@dc.dataclass(frozen=True)
+class WorkStep:
+    """One aggregate setting of a selection and the candidates scored at it.
+
+    Attributes:
+        settings: the config keys of the step (those of its candidates; ``{}`` for the
+            ``vectorizer_only`` step, which keeps the run's own values).
+        variants: the ``features`` variants trained and scored at it (``train.variants``).
+        candidates: the names of the candidates it scores, one per variant.
+    """
+
+    settings: dict[str, Any]
+    variants: tuple[str, ...]
+    candidates: tuple[str, ...]
+
+    @property
+    def needs_neighbors(self) -> bool:
+        """Whether the step reads neighbours (a variant with g)."""
+        return V.needs_neighbors(self.variants)
+
+    @property
+    def neighbors_key(self) -> str:
+        """The step's ``neighbors.*`` settings as one string: steps sharing it share the
+        neighbours table."""
+        return _key({k: v for k, v in self.settings.items() if k.startswith("neighbors.")})
+
+    @property
+    def id(self) -> str:
+        """Stable short id (the work manifest's run id of its stages)."""
+        return point_id({"variants": list(self.variants), **self.settings})
+
+
+def work_plan(candidates: Sequence[SelectCandidate]) -> list[WorkStep]:
+    """The steps that score ``candidates``: ``vectorizer_only`` first (no neighbours: the
+    aggregation writes V0 alone, as a production run of it does), then one step per setting of
+    the candidates with g, grouped by their ``neighbors.*`` settings so that consecutive steps
+    share the neighbours table.
+
+    Examples
+    --------
+    >>> steps = work_plan(expand_candidates(SelectConfig()))
+    >>> len(steps), steps[0].variants, steps[1].variants
+    (9, ('vectorizer_only',), ('pina_naive', 'pina'))
+    >>> len({s.neighbors_key for s in steps if s.needs_neighbors})  # neighbours runs
+    2
+    >>> steps[1].settings
+    {'aggregate.label_features': 'text', 'neighbors.k': 5, 'aggregate.v1_weight': 0.5}
+    """
+    v0 = [c for c in candidates if c.variant == V.VECTORIZER_ONLY]
+    steps = [WorkStep({}, (V.VECTORIZER_ONLY,), (v0[0].name,))] if v0 else []
+    groups: dict[str, dict[str, list[SelectCandidate]]] = {}
+    for c in candidates:
+        if c.variant == V.VECTORIZER_ONLY:
+            continue
+        nb = _key({k: v for k, v in c.settings.items() if k.startswith("neighbors.")})
+        groups.setdefault(nb, {}).setdefault(_key(c.settings), []).append(c)
+    for by_setting in groups.values():
+        for cs in by_setting.values():
+            order = sorted(cs, key=lambda c: V.ALL.index(c.variant))
+            steps.append(
+                WorkStep(
+                    dict(cs[0].settings),
+                    tuple(c.variant for c in order),
+                    tuple(c.name for c in order),
+                )
+            )
+    return steps
+
+
+def candidate_costs(
+    steps: Sequence[WorkStep],
+    measured: Mapping[str, Mapping[str, Any]],
+    pretrain_s: float,
+) -> dict[str, dict[str, float]]:
+    """Each candidate's stage-seconds, as a production run of it would spend them: ``pretrain``
+    (the run root's, for a candidate with g), plus the ``neighbors`` (with g), ``aggregate`` and
+    ``train`` seconds measured for its step (``measured[step.id]``: ``neighbors_s``,
+    ``aggregate_s``, ``train_s`` and ``train_s_by_variant``, the train stage's fit time per
+    variant, by which a step's train seconds are shared among its variants). The stages every
+    candidate pays alike (graph, vectorizer, embed, evaluate) are left out.
+
+    Examples
+    --------
+    >>> steps = [WorkStep({}, ("vectorizer_only",), ("vo",)),
+    ...          WorkStep({"neighbors.k": 5}, ("pina_naive", "pina"), ("pn", "p"))]
+    >>> m = {steps[0].id: {"aggregate_s": 1.0, "train_s": 2.0},
+    ...      steps[1].id: {"neighbors_s": 3.0, "aggregate_s": 2.0, "train_s": 4.0,
+    ...                    "train_s_by_variant": {"pina_naive": 1.0, "pina": 3.0}}}
+    >>> c = candidate_costs(steps, m, pretrain_s=10.0)
+    >>> c["vo"]["total_s"], c["pn"]["total_s"], c["p"]["train_s"]
+    (3.0, 16.0, 3.0)
+    """
+    out: dict[str, dict[str, float]] = {}
+    for step in steps:
+        m = measured[step.id]
+        by_v = {v: float((m.get("train_s_by_variant") or {}).get(v) or 0.0) for v in step.variants}
+        total_fit = sum(by_v.values())
+        for v, name in zip(step.variants, step.candidates):
+            share = by_v[v] / total_fit if total_fit > 0 else 1.0 / len(step.variants)
+            row = {
+                "pretrain_s": pretrain_s if v in V.GRAPH else 0.0,
+                "neighbors_s": float(m.get("neighbors_s") or 0.0) if v in V.GRAPH else 0.0,
+                "aggregate_s": float(m.get("aggregate_s") or 0.0),
+                "train_s": float(m.get("train_s") or 0.0) * share,
+            }
+            row = {k: round(x, 3) for k, x in row.items()}
+            row["total_s"] = round(sum(row.values()), 3)
+            out[name] = row
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.2f}"
+
+
+def _signed(x: float | None) -> str:
+    return "" if x is None else f"{x:+.2f}"
+
+
+def _p(x: float | None) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+def selection_markdown(rec: Mapping[str, Any]) -> str:
+    """The selection's report (``selection/report.md``): the choice and its settings first,
+    the rule, the caveat on the validation split, then one row per candidate by cost.
+
+    Examples
+    --------
+    >>> rec = {"variant": "vectorizer_only", "candidate": "vectorizer_only", "settings": {},
+    ...        "rule": "r", "alpha": 0.05, "min_gain_points": 0.5, "note": "n", "n_valid": 3,
+    ...        "validation": [{"candidate": "vectorizer_only", "stage_seconds": 2.0,
+    ...                        "metric": 0.5, "gain_points_vs_cheapest": None,
+    ...                        "p_vs_cheapest": None, "rule": {"against": None,
+    ...                        "gain_points": None, "p_holm": None, "pays": False}}]}
+    >>> print(selection_markdown(rec).splitlines()[0])
+    # Selection: `vectorizer_only` (variant `vectorizer_only`)
+    >>> selection_markdown(rec).splitlines()[-1]
+    '| **vectorizer_only** | 2.0 | 50.00 |  |  |  |  |  | no |'
+    """
+    settings = rec.get("settings") or {}
+    shown = ", ".join(f"`{k}: {v}`" for k, v in settings.items()) or "none (the run's own values)"
+    lines = [
+        f"# Selection: `{rec['candidate']}` (variant `{rec['variant']}`)",
+        "",
+        f"Production runs with `run.models` on this root follow it (select.follow). "
+        f"Settings: {shown}.",
+        "",
+        f"Rule: {rec['rule']} (correction: Holm-Bonferroni, alpha {rec['alpha']}, "
+        f"min_gain_points {rec['min_gain_points']}).",
+        "",
+        f"Validation: {rec.get('n_valid')} rows carved from train. **Caveat:** {rec['note']}",
+        "",
+        "Values: validation P@1 in percent, gains in points, cost in stage-seconds measured by "
+        "this selection (pretrain from the run's manifest).",
+        "",
+        "| candidate | stage-s | P@1 | vs cheapest | p | rule: against | gain | p (Holm) | pays |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rec["validation"]:
+        r = row["rule"]
+        name = (
+            f"**{row['candidate']}**" if row["candidate"] == rec["candidate"] else row["candidate"]
+        )
+        lines.append(
+            f"| {name} | {row['stage_seconds']:.1f} | {_pct(row['metric'])} | "
+            f"{_signed(row['gain_points_vs_cheapest'])} | {_p(row['p_vs_cheapest'])} | "
+            f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
+            f"{'yes' if r['pays'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def step_config(cfg: PinaConfig, step: WorkStep, work_root: str) -> PinaConfig:
+    """The config a step runs with in ``work_root``: the run's, with the step's settings, its
+    variants as ``train.variants``, and no report extras (parity, examples, promotion)."""
+    data = copy.deepcopy(point_config(cfg, step.settings, work_root).to_dict())
+    data["train"]["variants"] = list(step.variants)
+    data["evaluate"].update({"parity_max_per_split": 0, "report_examples": 0, "promote": False})
+    return config_from_dict(data, source=f"<select step {step.settings}>")
+
+
+def _pretrain_seconds(root: str) -> float:
+    from pina_spark.storage.manifest import Manifest
+
+    st = Manifest(storage.RunPaths(root).manifest).stage("pretrain") or {}
+    if st.get("duration_s") is None:
+        raise ConfigError(
+            f"{storage.RunPaths(root).manifest}: no pretrain duration; `pina-spark select` runs "
+            "on a finished run root that fit its own g (run it without run.models)"
+        )
+    return float(st["duration_s"])
+
+
+def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None):
+    """Run one step in the work root; ``(measured seconds, {variant: Series of P@1 by id})``.
+    ``neighbors_s``: the seconds of the neighbours run this step shares (``None``: run it)."""
+    import pandas as pd
+
+    spark, work = ctx.spark, ctx.paths
+    m: dict[str, Any] = {}
+    publish_nodes(spark, work, phase1)
+    if step.needs_neighbors:
+        if neighbors_s is None:
+            t0 = time.time()
+            run_stage(ctx, "neighbors", step.id)
+            neighbors_s = time.time() - t0
+        m["neighbors_s"] = neighbors_s
+    t0 = time.time()
+    run_stage(ctx, "aggregate", step.id)
+    m["aggregate_s"] = time.time() - t0
+    publish_nodes(spark, work, phase2)
+    t0 = time.time()
+    run_stage(ctx, "train", step.id)
+    m["train_s"] = time.time() - t0
+    run_stage(ctx, "evaluate", step.id)
+    from pina_spark.stages.evaluate.stage import PER_INSTANCE_FILE
+
+    eval_dir = work.table(storage.EVAL)
+    metrics = json.loads(storage.read_bytes(eval_dir + "/metrics.json") or b"{}")
+    m["train_s_by_variant"] = {
+        v: (metrics.get("variants", {}).get(v) or {}).get("train_s") for v in step.variants
+    }
+    raw = storage.read_bytes(eval_dir + "/" + PER_INSTANCE_FILE)
+    if raw is None:
+        raise OSError(f"select step {step.id}: {eval_dir}/{PER_INSTANCE_FILE} not written")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    per = pq.read_table(pa.BufferReader(raw)).to_pandas()
+    scores: dict[str, pd.Series] = {}
+    for v in step.variants:
+        sub = per[per["variant"] == v]
+        if sub.empty:
+            raise OSError(f"select step {step.id}: variant {v} was not scored")
+        scores[v] = sub.set_index("instance_id")["P@1"].astype("float64")
+    return m, scores
+
+
+def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[str, Any]:
+    """``pina-spark select``: score every candidate of ``cfg.select`` on the validation split of
+    the finished run root ``cfg.output`` (``run.run_date``), choose with the rule, and publish
+    ``selection/selection.json`` and ``selection/report.md`` under the root's lease. Returns the
+    record (as published, less ``format`` and ``models``).
+
+    Example::
+
+        rec = run_select(load_config("conf/local.yaml"))
+        rec["variant"]  # 'vectorizer_only'
+    """
+    from pina_spark.selection.artifact import publish_selection, selection_uri
+    from pina_spark.stages import StageContext
+    from pina_spark.storage.manifest import Manifest
+
+    src = storage.RunPaths(cfg.output, cfg.run.run_date)
+    root = src.root
+    if cfg.run.models and storage.norm(cfg.run.models) != storage.norm(root):
+        raise ConfigError(
+            f"run.models={cfg.run.models}: `pina-spark select` chooses for the models of the "
+            f"root it runs on ({root}); run it on the root that fit them, without run.models"
+        )
+    candidates = expand_candidates(cfg.select)
+    steps = work_plan(candidates)
+    work = storage.RunPaths(src.table(SELECT_WORK))
+    step_cfgs = [step_config(cfg, s, work.output) for s in steps]  # all checked before any work
+    graph = any(c.variant in V.GRAPH for c in candidates)
+    pretrain_s = _pretrain_seconds(root) if graph else 0.0
+    run_id = run_id or uuid.uuid4().hex[:12]
+    log.info(
+        "select: %d candidates in %d steps (%d neighbours runs) on %s",
+        len(candidates),
+        len(steps),
+        len({s.neighbors_key for s in steps if s.needs_neighbors}),
+        root,
+    )
+    t_all = time.time()
+    with storage.acquire_lease(
+        root, run_id, stale_s=cfg.run.lease_stale_s, heartbeat_s=cfg.run.lease_heartbeat_s
+    ):
+        if spark is None:
+            from pina_spark.orchestration.session import get_spark
+
+            spark = get_spark(cfg.spark)
+        # derived tables: the test rows are filtered out in the scan and never materialised
+        phase1, phase2, valid_ids, n_train = work_tables(spark, cfg, src, work)
+        manifest = Manifest(work.manifest)
+        measured: dict[str, dict[str, Any]] = {}
+        scores: dict[str, Any] = {}
+        nb_seconds: dict[str, float] = {}
+        last_nb: str | None = None
+        for step, scfg in zip(steps, step_cfgs):
+            ctx = StageContext(
+                spark=spark,
+                cfg=scfg,
+                paths=work,
+                manifest=manifest,
+                models_root=src.table(storage.MODELS),
+            )
+            shared = nb_seconds.get(step.neighbors_key) if step.neighbors_key == last_nb else None
+            m, by_variant = _measure_step(ctx, step, phase1, phase2, shared)
+            if step.needs_neighbors:
+                nb_seconds[step.neighbors_key] = m["neighbors_s"]
+                last_nb = step.neighbors_key
+            measured[step.id] = m
+            for v, name in zip(step.variants, step.candidates):
+                scores[name] = by_variant[v]
+            log.info(
+                "select step %s %s: %s",
+                step.id,
+                step.settings,
+                {n: round(float(scores[n].mean()), 4) for n in step.candidates},
+            )
+        costs = candidate_costs(steps, measured, pretrain_s)
+        ids = sorted(set.intersection(*(set(s.index) for s in scores.values())))
+        if any(len(s) != len(ids) for s in scores.values()):
+            raise OSError("select: the candidates scored different validation rows")
+        decision = choose(
+            [
+                Candidate(c.name, costs[c.name]["total_s"], scores[c.name].loc[ids].to_numpy())
+                for c in candidates
+            ],
+            alpha=cfg.select.alpha,
+            min_gain_points=cfg.select.min_gain_points,
+        )
+        extra = {
+            "note": VALIDATION_NOTE,
+            "validation_fraction": cfg.task.validation_fraction,
+            "n_valid": len(valid_ids),
+            "n_valid_scored": len(ids),
+            "n_train": n_train,
+            "cost_basis": (
+                "stage-seconds a production run of the candidate spends on the stages where "
+                "candidates differ: pretrain (from the run's manifest, candidates with g), "
+                "neighbors (with g), aggregate and train (its share), measured by this selection"
+            ),
+            "costs": costs,
+            "pretrain_s": pretrain_s,
+            "seconds": round(time.time() - t_all, 1),
+        }
+        rec = selection_record(decision, candidates, extra)
+        publish_selection(spark, root, rec, run_id, report=selection_markdown(rec))
+    log.info(
+        "select: %s chosen in %.1fs; %s and report.md beside it",
+        decision.chosen,
+        time.time() - t_all,
+        selection_uri(root),
+    )
+    return rec

@@ -38,6 +38,7 @@ __all__ = [
     "FORMAT",
     "SELECTION_DIR",
     "SELECTION_FILE",
+    "REPORT_FILE",
     "SELECT_STAGE",
     "SelectionError",
     "selection_uri",
@@ -53,6 +54,8 @@ FORMAT = 1
 #: the folder under the run root, and the file in it
 SELECTION_DIR = "selection"
 SELECTION_FILE = "selection.json"
+#: the selection's report beside it (markdown, written by ``pina-spark select``)
+REPORT_FILE = "report.md"
 #: the name of its commit record (``<root>/_commits/select.json``)
 SELECT_STAGE = "select"
 #: keys every record has
@@ -133,10 +136,13 @@ def check_fresh(rec: Mapping[str, Any], root: str) -> None:
         )
 
 
-def publish_selection(spark, root: str, rec: Mapping[str, Any], run_id: str) -> str:
+def publish_selection(
+    spark, root: str, rec: Mapping[str, Any], run_id: str, report: str | None = None
+) -> str:
     """Publish ``rec`` (with this root's model versions added) as ``root``'s selection and
-    commit it; the caller must hold the root's lease (:func:`pina_spark.storage.acquire_lease`).
-    Returns the file's URI."""
+    commit it, with ``report`` (markdown) as :data:`REPORT_FILE` beside it when given; the
+    caller must hold the root's lease (:func:`pina_spark.storage.acquire_lease`). Returns the
+    file's URI."""
     paths = storage.RunPaths(root)
     if storage.held_run_id(paths.root) is None:
         raise storage.LeaseError(
@@ -149,6 +155,8 @@ def publish_selection(spark, root: str, rec: Mapping[str, Any], run_id: str) -> 
     storage.write_bytes(
         staging + "/" + SELECTION_FILE, json.dumps(full, indent=1, sort_keys=True).encode()
     )
+    if report is not None:
+        storage.write_bytes(staging + "/" + REPORT_FILE, report.encode("utf-8"))
     storage.write_bytes(staging + "/_SUCCESS", b"")
     try:
         storage.publish(spark, staging, paths.table(SELECTION_DIR))
