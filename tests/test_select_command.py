@@ -175,3 +175,41 @@ def test_selection_never_reads_a_test_row(spark, selected):
     assert cli.main(["select", "--config", cfg_b]) == 0
     rec_b = json.loads(storage.read_bytes(selection_uri(root_b)))
     assert _strip(rec_b) == _strip(selected["record"])
+
+
+def test_report_of_a_run_following_a_selection_shows_it_first(tmp_path):
+    from pina_spark.config import config_from_dict
+    from pina_spark.selection.artifact import FORMAT
+    from pina_spark.stages.evaluate.stage import _report_markdown, _selection_section
+
+    root = str(tmp_path / "models_run")
+    rec = {
+        "format": FORMAT,
+        "variant": "vectorizer_only",
+        "candidate": "vectorizer_only",
+        "settings": {},
+        "validation": [],
+        "rule": "r",
+        "models": {"models": None, "vectorizer": None},
+    }
+    storage.write_bytes(selection_uri(root), json.dumps(rec).encode())
+    cfg = config_from_dict({"output": str(tmp_path / "prod"), "run": {"models": root}})
+    section = _selection_section(cfg)
+    assert section.startswith("## Selection") and "`vectorizer_only`" in section
+    assert "optimistic" in section
+    off = config_from_dict(
+        {"output": str(tmp_path / "prod"), "run": {"models": root}, "select": {"follow": "off"}}
+    )
+    assert _selection_section(off) == ""
+    assert _selection_section(config_from_dict({"output": str(tmp_path / "p")})) == ""
+    metrics = {
+        "side_info": "both",
+        "n_train": 1,
+        "n_test": 1,
+        "n_test_scored": 1,
+        "n_test_no_labels": 0,
+        "n_labels": 1,
+        "variants": {},
+    }
+    lines = _report_markdown(metrics, [1], "", section).splitlines()
+    assert lines[0] == "# PINA downstream evaluation" and lines[2] == "## Selection"

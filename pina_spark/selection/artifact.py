@@ -47,6 +47,7 @@ __all__ = [
     "read_selection",
     "validate_record",
     "check_fresh",
+    "selection_summary",
 ]
 
 #: the record's format version
@@ -166,3 +167,31 @@ def publish_selection(
     storage.commit_stage(paths, SELECT_STAGE, (SELECTION_DIR,), run_id)
     log.info("selection: %s chosen, published %s", full["variant"], selection_uri(root))
     return selection_uri(root)
+
+
+def selection_summary(rec: Mapping[str, Any], uri: str) -> str:
+    """The markdown paragraph a run following ``rec`` (read from ``uri``) shows first in its
+    ``report.md``.
+
+    Examples
+    --------
+    >>> rec = {"variant": "pina", "candidate": "pina/text neighbors.k=5",
+    ...        "settings": {"neighbors.k": 5}}
+    >>> print(selection_summary(rec, "/r/selection/selection.json"))  # doctest: +ELLIPSIS
+    ## Selection
+    <BLANKLINE>
+    This run follows the selection `/r/selection/selection.json`: variant `pina` ...
+    """
+    settings = ", ".join(f"`{k}: {v}`" for k, v in (rec.get("settings") or {}).items())
+    return "\n".join(
+        [
+            "## Selection",
+            "",
+            f"This run follows the selection `{uri}`: variant `{rec['variant']}` (candidate "
+            f"`{rec.get('candidate', rec['variant'])}`), settings {settings or 'none'}; chosen "
+            f"on a validation split of train by `pina-spark select` (its table: "
+            f"`{REPORT_FILE}` beside it). Validation gains run optimistic (the vectorizer and g "
+            "had seen the validation rows' texts and edges), alike for every candidate.",
+            "",
+        ]
+    )

@@ -542,12 +542,32 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -
     )
     storage.write_bytes(eval_dir + "/pk.png", _plot_pk(metrics, ks))
     examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds)
-    report = _report_markdown(metrics, ks, examples_md)
+    report = _report_markdown(metrics, ks, examples_md, _selection_section(cfg))
     storage.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
     held = _pretrain_report(ctx.models_root)
     if held is not None:
         storage.write_bytes(eval_dir + "/" + PRETRAIN_REPORT, held)
     storage.write_bytes(eval_dir + "/_SUCCESS", b"")
+
+
+def _selection_section(cfg) -> str:
+    """The selection this run follows (that of ``run.models``' root, when ``select.follow`` is
+    not ``off``), for the top of ``report.md``; ``""`` when it follows none."""
+    if cfg.select.follow == "off" or not cfg.run.models:
+        return ""
+    from pina_spark.selection.artifact import (
+        SelectionError,
+        read_selection,
+        selection_summary,
+        selection_uri,
+    )
+
+    root = storage.norm(cfg.run.models)
+    try:
+        rec = read_selection(root)
+    except SelectionError:  # the run refused it before any stage ran; nothing to show here
+        return ""
+    return "" if rec is None else selection_summary(rec, selection_uri(root))
 
 
 def _pretrain_report(models_root: str) -> bytes | None:
@@ -689,10 +709,13 @@ def _node_texts(spark, paths, node_ids) -> tuple[dict[str, Any], dict[str, Any]]
     return inst, lab
 
 
-def _report_markdown(metrics: dict[str, Any], ks: Sequence[int], examples_md: str) -> str:
+def _report_markdown(
+    metrics: dict[str, Any], ks: Sequence[int], examples_md: str, selection_md: str = ""
+) -> str:
     parts = [
         "# PINA downstream evaluation",
         "",
+        *([selection_md] if selection_md else []),
         f"side_info: `{metrics['side_info']}` · train instances: {metrics['n_train']} · test "
         f"instances: {metrics['n_test']} (scored: {metrics['n_test_scored']}, without true "
         f"labels and excluded: {metrics['n_test_no_labels']}) · labels: {metrics['n_labels']}"
