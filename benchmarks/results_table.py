@@ -20,11 +20,33 @@ stage), variant, P@1/3/5, relative P@1 and p (P@1) against baseline, p (P@1) aga
 vectorizer_only, g's held-out P@1 (``eval/pretrain.json``, pina / pina_naive rows), fine-tuning
 seconds and pairs used, and the vectorizer's train - test parity
 gaps (cos_margin, P@1; ``pina_spark/models/parity.py``).
+
+Variant selection (issue #35), one row per data set and a pooled row, from each run root's
+``selection/selection.json`` (``pina-spark select``) and the test rows' per-instance P@1
+(``eval/per_instance.parquet``)::
+
+    python benchmarks/results_table.py --selection instacart=runs/instacart \
+        citeulike-t=runs/citeulike-t[,runs/citeulike-t-production] [--json OUT]
+
+The selection's test P@1 is read from the root's own evaluation where the chosen settings are
+the root's (``vectorizer_only`` always is), else from the production run given after the comma
+(a run with ``run.models`` = the root, which followed the selection). Columns: the choice, its
+validation P@1, its test P@1, the best fixed variant on test (chosen in hindsight), the
+selection minus that variant (points, 95% paired t interval: the non-inferiority check), the
+neighbours' margin (``pina`` minus ``vectorizer_only``) on test and on validation with p, and the
+selection's seconds beside the full run's stage-seconds. The pooled row concatenates the data
+sets' per-instance differences.
 """
 
 import argparse
 import json
 import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paired_ci import paired  # noqa: E402
 
 
 def _p(x):
@@ -101,6 +123,140 @@ def ablation_rows(root):
     return out
 
 
+def _per_instance(root):
+    """``{variant: Series of test P@1 by instance_id}`` of a run root's evaluation."""
+    import pyarrow.parquet as pq
+
+    path = os.path.join(root, "eval", "per_instance.parquet")
+    if not os.path.exists(path):
+        raise SystemExit(f"{path}: missing (run the evaluate stage on {root})")
+    t = pq.read_table(path).to_pandas()
+    return {v: g.set_index("instance_id")["P@1"].astype("float64") for v, g in t.groupby("variant")}
+
+
+def _config_value(config, key):
+    x = config
+    for part in key.split("."):
+        if not isinstance(x, dict) or part not in x:
+            return None
+        x = x[part]
+    return x
+
+
+def _stage_seconds(root):
+    stages = _load(os.path.join(root, "_manifest.json")).get("stages", {})
+    return round(sum(float(s.get("duration_s") or 0.0) for s in stages.values()), 1)
+
+
+def selection_row(name, root, production=None):
+    """One data set's selection facts (a dict) and the per-instance differences
+    ``selected - best fixed`` on test (for the pooled row)."""
+    path = os.path.join(root, "selection", "selection.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"{path}: missing (run `pina-spark select` on {root})")
+    rec = json.load(open(path))
+    config = _load(os.path.join(root, "_manifest.json")).get("config", {})
+    own = all(_config_value(config, k) == v for k, v in rec["settings"].items())
+    test = _per_instance(root)
+    chosen = rec["variant"]
+    if production:
+        src = _per_instance(production)
+        where = production
+    elif own:
+        src, where = test, root
+    else:
+        raise SystemExit(
+            f"{name}: the selection's settings {rec['settings']} are not {root}'s own: give the "
+            "production run that followed it (NAME=ROOT,PRODUCTION_ROOT)"
+        )
+    if chosen not in src:
+        raise SystemExit(f"{name}: {where} did not evaluate the chosen variant {chosen}")
+    sel = src[chosen]
+    best = max(test, key=lambda v: test[v].mean())
+    ids = sel.index.intersection(test[best].index)
+    if len(ids) != len(test[best]):
+        raise SystemExit(f"{name}: {where} scored other test rows than {root}")
+    diff = paired(test[best].loc[ids].to_numpy(), sel.loc[ids].to_numpy())
+    margin = None
+    if "pina" in test and "vectorizer_only" in test:
+        margin = paired(
+            test["vectorizer_only"].to_numpy(),
+            test["pina"].loc[test["vectorizer_only"].index].to_numpy(),
+        )
+    rows = {r["candidate"]: r for r in rec["validation"]}
+    chosen_row = rows[rec["candidate"]]
+    pina_rows = [r for r in rec["validation"] if r["variant"] == "pina"]
+    best_pina = max(pina_rows, key=lambda r: r["metric"]) if pina_rows else None
+    out = {
+        "data_set": name,
+        "n_test": int(len(ids)),
+        "n_valid": rec.get("n_valid_scored"),
+        "selected": rec["candidate"],
+        "variant": chosen,
+        "validation_P@1": round(100 * chosen_row["metric"], 2),
+        "test_P@1": round(100 * float(sel.loc[ids].mean()), 2),
+        "test_from": where,
+        "best_fixed": best,
+        "best_fixed_test_P@1": round(100 * float(test[best].mean()), 2),
+        "selected_minus_best": diff,
+        "pina_minus_vectorizer_only_test": margin,
+        "best_pina_on_validation": None
+        if best_pina is None
+        else {
+            "candidate": best_pina["candidate"],
+            "gain_points": best_pina["gain_points_vs_cheapest"],
+            "p": best_pina["p_vs_cheapest"],
+        },
+        "selection_s": rec.get("seconds"),
+        "full_run_stage_s": _stage_seconds(root),
+    }
+    d = 100.0 * (sel.loc[ids].to_numpy() - test[best].loc[ids].to_numpy())
+    return out, d
+
+
+def _ci(r):
+    return f"{r['diff']:+.2f} [{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}]"
+
+
+def selection_table(specs, json_out=None):
+    """Print the selection table of ``specs`` (``NAME=ROOT[,PRODUCTION]``); return its rows."""
+    rows, diffs = [], []
+    for spec in specs:
+        name, _, rest = spec.partition("=")
+        if not rest:
+            raise SystemExit(f"--selection {spec}: expected NAME=ROOT[,PRODUCTION_ROOT]")
+        root, _, prod = rest.partition(",")
+        r, d = selection_row(name, root, prod or None)
+        rows.append(r)
+        diffs.append(d)
+    print(
+        "| data set | test rows | selected | validation P@1 | test P@1 | best fixed on test "
+        "(hindsight) | selected - best, points [95% CI] | pina - vectorizer_only on test "
+        "(p) | best pina - vectorizer_only on validation (p) | selection s / full run "
+        "stage-s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        m, bp = r["pina_minus_vectorizer_only_test"], r["best_pina_on_validation"]
+        margin = "—" if m is None else f"{m['diff']:+.2f} ({_p(m['p'])})"
+        valid = "—" if bp is None else f"{bp['gain_points']:+.2f} ({_p(bp['p'])})"
+        print(
+            f"| {r['data_set']} | {r['n_test']} | {r['selected']} | {r['validation_P@1']:.2f} | "
+            f"{r['test_P@1']:.2f} | {r['best_fixed']} {r['best_fixed_test_P@1']:.2f} | "
+            f"{_ci(r['selected_minus_best'])} | {margin} | {valid} | "
+            f"{r['selection_s']} / {r['full_run_stage_s']} |"
+        )
+    pooled = None
+    if len(rows) > 1:
+        d = np.concatenate(diffs)
+        pooled = paired(np.zeros(len(d)), d / 100.0)
+        print(f"| pooled | {len(d)} | | | | | {_ci(pooled)} | | | |")
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump({"rows": rows, "pooled_selected_minus_best": pooled}, fh, indent=1)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_of_fold", nargs="?", help="metrics.json of the out_of_fold run")
@@ -112,7 +268,18 @@ def main(argv=None):
         help="run roots of the encoder ablation (one table)",
     )
     ap.add_argument("--in-sample", default=None, help="metrics.json of the in_sample rerun")
+    ap.add_argument(
+        "--selection",
+        nargs="+",
+        metavar="NAME=ROOT[,PRODUCTION_ROOT]",
+        default=None,
+        help="run roots with a selection (one table, a row per data set and a pooled row)",
+    )
+    ap.add_argument("--json", default=None, help="with --selection: the rows as JSON")
     a = ap.parse_args(argv)
+    if a.selection:
+        selection_table(a.selection, a.json)
+        return
     if a.ablation:
         print(
             "| run | encoder | label features | variant | P@1 | P@3 | P@5 | rel. P@1 vs baseline "
