@@ -122,6 +122,28 @@ def test_run_exits_2_on_a_bad_selection(tmp_path, capsys, case, message):
     assert message in err and artifact.selection_uri(root) in err
 
 
+def test_check_follows_the_selection_as_the_run_does(tmp_path, capsys):
+    root = _models_root(tmp_path)
+    _write_selection(root, "vectorizer_only")
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"output: {tmp_path / 'prod'}\n")
+    argv = ["check", "--config", str(conf), "--models", root, "--json"]
+    cli.main(argv + ["--set", "evaluate.gate_variant=baseline"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["selection"] == {
+        "root": storage.norm(root),
+        "variant": "vectorizer_only",
+        "settings": {"train.variants": ["baseline", "vectorizer_only"]},
+    }
+    assert not any("selection" in p for p in doc["problems"])
+    # a stale selection fails the run: check says so and exits 2
+    _write_selection(root, models={"models": "m1", "vectorizer": "retrained"})
+    assert cli.main(argv) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["selection"] is None and not doc["can_start"]
+    assert any("stale selection" in p for p in doc["problems"])
+
+
 def test_models_latest_follows_the_promoted_runs_selection(tmp_path):
     root = _models_root(tmp_path)
     _write_selection(root, raw="[]")

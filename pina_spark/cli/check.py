@@ -4,6 +4,10 @@ would give), looks at every configured input with pyarrow (exists, required colu
 types, row counts where cheap: :mod:`pina_spark.storage.preflight`), reads the run root's
 manifest and lease, and says which steps ``pina-spark run`` with the same arguments would run or
 skip, and why (:func:`pina_spark.orchestration.resume.plan_steps`, the decision the run takes).
+Like the run, it first follows the selection of ``run.models``' root
+(:func:`pina_spark.selection.follow.follow_selection`, ``--set`` keys winning): the report names
+the variant and settings followed, and a missing (``select.follow: required``), stale or
+unreadable selection is a problem (exit 2), as it fails the run.
 
 The inputs' fingerprint is computed as the run computes it (the same hash of every file's path,
 size and modification time, listed with pyarrow instead of Hadoop; a test checks that the two
@@ -57,6 +61,8 @@ class CheckReport:
     lease: str | None
     problems: list[str]
     plan_note: str | None = None
+    #: the selection the run follows: ``{"root", "variant", "settings"}`` (``None``: none)
+    selection: dict[str, Any] | None = None
 
     @property
     def can_start(self) -> bool:
@@ -76,6 +82,7 @@ class CheckReport:
             "inputs": [dict(r.to_dict(), read=r.table in self.inputs_read) for r in self.inputs],
             "plan": [s.to_dict() for s in self.plan],
             "plan_note": self.plan_note,
+            "selection": self.selection,
         }
 
 
@@ -120,15 +127,31 @@ def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
         raise storage.InputError("; ".join(p for p in bad if p))
 
 
-def check_run(cfg: PinaConfig, stages: Sequence[str]) -> CheckReport:
+def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) -> CheckReport:
     """The pre-flight of ``pina-spark run`` over ``stages`` with ``cfg`` (see the module
-    docstring). Reads only: the inputs' metadata, the root's manifest and lease."""
+    docstring; ``sets``: the ``--set`` strings, which win over a selection). Reads only: the
+    inputs' metadata, the root's manifest and lease, the selection of ``run.models``' root."""
     from pina_spark.orchestration.promotion import resolve_models
+    from pina_spark.selection.artifact import SelectionError
+    from pina_spark.selection.follow import follow_selection, followed_settings, set_keys
     from pina_spark.storage.manifest import Manifest
 
     cfg = resolve_models(cfg)
+    selection, early, explicit = None, [], set_keys(sets)
+    try:
+        cfg, rec = follow_selection(cfg, explicit)
+    except SelectionError as e:
+        early.append(str(e))
+    else:
+        if rec is not None:
+            selection = {
+                "root": storage.norm(cfg.run.models or ""),
+                "variant": rec["variant"],
+                "settings": {k: v for k, v in followed_settings(rec).items() if k not in explicit},
+            }
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     reports, needed, problems = check_inputs(cfg, stages)
+    problems = early + problems
     lease = None
     plan: list[StepPlan] = []
     has_manifest = False
@@ -160,6 +183,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str]) -> CheckReport:
         lease=lease,
         problems=problems,
         plan_note=note,
+        selection=selection,
     )
 
 
@@ -171,9 +195,13 @@ def report_text(r: CheckReport) -> str:
         f"run root {r.root}: "
         + ("manifest found" if r.manifest else "no manifest yet")
         + f"; lease {'held by ' + r.lease if r.lease else 'free'}",
-        "",
-        "inputs (read with pyarrow; no Spark):",
     ]
+    if r.selection:
+        out.append(
+            f"follows the selection of {r.selection['root']}: variant "
+            f"{r.selection['variant']}, settings {r.selection['settings']}"
+        )
+    out += ["", "inputs (read with pyarrow; no Spark):"]
     rows = []
     for i in r.inputs:
         detail = i.problem or i.note or ", ".join(i.columns)

@@ -251,7 +251,7 @@ def _cmd_check(args) -> int:
     from pina_spark.config import parse_stages
 
     cfg = config_from_args(args)
-    report = check_run(cfg, parse_stages(args.stages))
+    report = check_run(cfg, parse_stages(args.stages), args.set or ())
     _emit(json.dumps(report.to_dict(), indent=2) if args.json else report_text(report))
     return 0 if report.can_start else EXIT_USAGE
 
