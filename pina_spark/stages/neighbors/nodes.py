@@ -22,7 +22,10 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     When ``ctx.models_root`` is another run's models, g's output nodes are indices of THAT run's
     ``nodes``; they are remapped through ``(kind, node_id)`` into this run's ``nodes`` (the
     identity when the pipeline kept the models run's indices, as ``prepare_nodes_from_models``
-    does); output nodes absent from this run's ``nodes`` are never returned.
+    does); output nodes absent from this run's ``nodes`` are never returned. That run's test
+    rows are filtered out in the scan: g never has a test instance among its outputs (no test
+    row reaches pretraining), so the map needs none, and a ``pina-spark select`` run, whose
+    models root is the run it selects for, reads no test row here either.
     """
     import numpy as np
     from pyspark.sql import functions as F
@@ -49,8 +52,10 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
             old_nodes_uri,
         )
         return None, label_idx, n_inst
-    old = spark.read.parquet(old_nodes_uri).select(
-        F.col(storage.NODE_INDEX).alias("old"), storage.KIND, storage.NODE_ID
+    old = (
+        spark.read.parquet(old_nodes_uri)
+        .where(F.col(storage.SPLIT).isNull() | (F.col(storage.SPLIT) != storage.SPLIT_TEST))
+        .select(F.col(storage.NODE_INDEX).alias("old"), storage.KIND, storage.NODE_ID)
     )
     pairs = (
         old.join(
