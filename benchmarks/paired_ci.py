@@ -10,12 +10,16 @@ Usage::
 
     .venv/bin/python benchmarks/paired_ci.py runs/instacart-old runs/instacart-new \\
         --json runs/paired_instacart.json
+
+``--pool A2,B2`` (repeatable) adds more pairs of runs (other data sets): each variant then also
+gets a ``pooled`` row over the instances of every pair (their differences concatenated).
 """
 
 import argparse
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 from scipy import stats
 
@@ -48,30 +52,48 @@ def main(argv=None) -> dict:
     ap.add_argument("run_a", help="reference run root")
     ap.add_argument("run_b")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pool", action="append", default=[], metavar="RUN_A2,RUN_B2")
     a = ap.parse_args(argv)
-    ta = pq.read_table(f"{a.run_a}/eval/per_instance.parquet").to_pandas()
-    tb = pq.read_table(f"{a.run_b}/eval/per_instance.parquet").to_pandas()
+    pairs = [(a.run_a, a.run_b)] + [tuple(p.split(",", 1)) for p in a.pool]
     out: dict = {}
-    for v in sorted(set(ta.variant) & set(tb.variant)):
-        m = ta[ta.variant == v].merge(tb[tb.variant == v], on="instance_id", suffixes=("_a", "_b"))
-        row: dict = {"n": len(m)}
-        for k in KS:
-            row[k] = {
-                "a": round(100 * m[f"{k}_a"].mean(), 2),
-                "b": round(100 * m[f"{k}_b"].mean(), 2),
-                **paired(m[f"{k}_a"].to_numpy(), m[f"{k}_b"].to_numpy()),
-            }
-        out[v] = row
-        cells = "; ".join(
-            f"{k} {row[k]['a']:.2f} -> {row[k]['b']:.2f}: {row[k]['diff']:+.3f} "
-            f"[{row[k]['ci95'][0]:+.3f}, {row[k]['ci95'][1]:+.3f}] p={row[k]['p']:.3g}"
-            for k in KS
-        )
-        print(f"{v} (n={len(m)}): {cells}")
+    merged = [_merged(ra, rb) for ra, rb in pairs]
+    for v in sorted(set.intersection(*(set(m) for m in merged))):
+        if len(pairs) > 1:
+            _row(out, f"{v} pooled", pd.concat([m[v] for m in merged], ignore_index=True))
+        for (ra, rb), m in zip(pairs, merged):
+            _row(out, v if len(pairs) == 1 else f"{v} {ra} -> {rb}", m[v])
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)
     return out
+
+
+def _merged(run_a: str, run_b: str) -> dict:
+    """``{variant: the instances both runs scored, A's and B's metrics side by side}``."""
+    ta = pq.read_table(f"{run_a}/eval/per_instance.parquet").to_pandas()
+    tb = pq.read_table(f"{run_b}/eval/per_instance.parquet").to_pandas()
+    return {
+        v: ta[ta.variant == v].merge(tb[tb.variant == v], on="instance_id", suffixes=("_a", "_b"))
+        for v in sorted(set(ta.variant) & set(tb.variant))
+    }
+
+
+def _row(out: dict, v: str, m) -> None:
+    """Print and store variant ``v``'s paired row over the merged instances ``m``."""
+    row: dict = {"n": len(m)}
+    for k in KS:
+        row[k] = {
+            "a": round(100 * m[f"{k}_a"].mean(), 2),
+            "b": round(100 * m[f"{k}_b"].mean(), 2),
+            **paired(m[f"{k}_a"].to_numpy(), m[f"{k}_b"].to_numpy()),
+        }
+    out[v] = row
+    cells = "; ".join(
+        f"{k} {row[k]['a']:.2f} -> {row[k]['b']:.2f}: {row[k]['diff']:+.3f} "
+        f"[{row[k]['ci95'][0]:+.3f}, {row[k]['ci95'][1]:+.3f}] p={row[k]['p']:.3g}"
+        for k in KS
+    )
+    print(f"{v} (n={len(m)}): {cells}")
 
 
 if __name__ == "__main__":
