@@ -13,6 +13,16 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import results_table  # noqa: E402
 
+#: the cheapest candidate's row of a selection record's validation table
+VECTORIZER_ONLY_ROW = {
+    "candidate": "vectorizer_only",
+    "variant": "vectorizer_only",
+    "settings": {},
+    "metric": 0.5,
+    "gain_points_vs_cheapest": 0.0,
+    "p_vs_cheapest": None,
+}
+
 
 def _root(tmp_path, name, scores, chosen, settings, config=None, validation=None):
     """A run root with ``eval/per_instance.parquet`` (``scores``: variant -> P@1 list), a
@@ -32,14 +42,7 @@ def _root(tmp_path, name, scores, chosen, settings, config=None, validation=None
     }
     (root / "_manifest.json").write_text(json.dumps(manifest))
     validation = validation or [
-        {
-            "candidate": "vectorizer_only",
-            "variant": "vectorizer_only",
-            "settings": {},
-            "metric": 0.5,
-            "gain_points_vs_cheapest": 0.0,
-            "p_vs_cheapest": None,
-        },
+        VECTORIZER_ONLY_ROW,
         {
             "candidate": "pina/text neighbors.k=5",
             "variant": "pina",
@@ -94,14 +97,7 @@ def test_pooled_row_concatenates_the_sets(tmp_path, capsys):
 
 def test_settings_not_the_roots_own_need_the_production_run(tmp_path):
     val = [
-        {
-            "candidate": "vectorizer_only",
-            "variant": "vectorizer_only",
-            "settings": {},
-            "metric": 0.5,
-            "gain_points_vs_cheapest": 0.0,
-            "p_vs_cheapest": None,
-        },
+        VECTORIZER_ONLY_ROW,
         {
             "candidate": "pina/text neighbors.k=10",
             "variant": "pina",
