@@ -369,7 +369,9 @@ class NeighborsConfig(_Params):
             one that never saw its row; test/new instances by all F together: each model's
             top candidates, scores averaged over the F models, a candidate a model did not
             return counting 0) or ``in_sample`` (the paper's recipe: one g on every row).
-        folds: number of folds F for ``out_of_fold`` (by a hash of the instance id).
+        folds: number of folds F for ``out_of_fold`` (by a hash of the instance id). 3 by
+            default: on Instacart and citeulike-t it matched the old F = 5 recipe's P@1 (paired)
+            at a third of its pretrain seconds (RESULTS.md, "g's cost").
         weighting: scores -> edge weights: ``l1`` (paper: softmax first when raw scores can be
             negative), ``softmax`` (with ``temperature``), ``raw``.
         temperature: softmax temperature.
@@ -383,7 +385,7 @@ class NeighborsConfig(_Params):
     k: int = 5
     leave_self_out: bool = True
     train_mode: Literal["in_sample", "out_of_fold"] = "out_of_fold"
-    folds: int = 5
+    folds: int = 3
     weighting: Literal["l1", "softmax", "raw"] = "l1"
     temperature: float = 1.0
     node_kinds: Literal["labels", "instances", "both"] = "both"
