@@ -152,6 +152,9 @@ def test_select_end_to_end_on_the_demo_root(spark, selected):
     assert rec["costs"][dear["candidate"]]["pretrain_s"] > 0.0
     assert 0.0 <= dear["metric"] <= 1.0 and dear["p_vs_cheapest"] is not None
     assert rec["n_valid_scored"] > 0 and rec["correction"] == "holm-bonferroni"
+    assert [s["tier"] for s in rec["steps"]] == ["no_g", "g"]
+    assert rec["steps"][1]["against"] == "vectorizer_only"
+    assert rec["halves"]["n_selection"] + rec["halves"]["n_confirmation"] == rec["n_valid_scored"]
     assert rec["settings"] == ({} if rec["variant"] == "vectorizer_only" else dear["settings"])
     assert os.path.exists(os.path.join(root, "_commits", "select.json"))
     report = storage.read_bytes(storage.RunPaths(root).table("selection") + "/" + REPORT_FILE)

@@ -49,7 +49,15 @@ from pina_spark.orchestration.tune import (
     run_stage,
     work_tables,
 )
-from pina_spark.selection.rule import RULE, Candidate, Comparison, Decision, choose
+from pina_spark.selection.rule import (
+    CONFIRM_SALT,
+    RULE,
+    Candidate,
+    Comparison,
+    Decision,
+    choose,
+    confirm_half,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +72,9 @@ __all__ = [
     "run_select",
     "SELECT_WORK",
     "VALIDATION_NOTE",
+    "TIER_NO_G",
+    "TIER_G",
+    "tier_of",
 ]
 
 #: the work folder of a selection under the run root (derived tables, no test row)
@@ -109,10 +120,27 @@ def expand_candidates(sel: SelectConfig) -> list[SelectCandidate]:
     return out
 
 
-def _row(c: Comparison) -> dict[str, Any]:
+#: the cost tiers of a selection (:class:`pina_spark.selection.rule.Candidate` ``tier``): the
+#: candidates with g all pay the same pretrain, and differ from each other by seconds of noise
+TIER_NO_G, TIER_G = "no_g", "g"
+
+
+def tier_of(variant: str) -> str:
+    """The cost tier of a candidate of ``variant``.
+
+    Examples
+    --------
+    >>> tier_of("vectorizer_only"), tier_of("pina_naive")
+    ('no_g', 'g')
+    """
+    return TIER_G if variant in V.GRAPH else TIER_NO_G
+
+
+def _step_row(tier: str, c: Comparison) -> dict[str, Any]:
     return {
+        "tier": tier,
         "candidate": c.name,
-        "metric": c.metric,
+        "metric_confirmation": c.metric,
         "against": c.against,
         "gain_points": c.gain_points,
         "p": c.p,
@@ -127,25 +155,29 @@ def selection_record(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``selection.json`` record of ``decision`` over ``candidates`` (whose names the
-    decision's comparisons carry): the chosen ``variant`` and ``settings``, and per candidate,
-    by cost, its validation P@1 (``metric``, 0..1), the difference in points and p against the
-    cheapest, its stage-seconds, and the rule's comparison with its best cheaper candidate.
-    ``extra`` (the validation split's size, timings, ...) is added as is."""
+    decision's comparisons carry): the chosen ``variant`` and ``settings``; per candidate, by
+    cost, its tier, its validation P@1 (``metric``, 0..1, every validation row; and on the
+    selection half, which picks within a tier), the difference in points and p against the
+    cheapest, its stage-seconds and whether it is its tier's pick; and the rule's ``steps``,
+    one per tier: its pick against the best cheaper pick on the confirmation half. ``extra``
+    (the validation split's size, timings, ...) is added as is."""
     by_name = {c.name: c for c in candidates}
     chosen = by_name[decision.chosen]
-    rule_rows = {c.name: c for c in decision.rule}
     validation = []
     for c in decision.vs_cheapest:
+        tier = decision.tier_of(c.name)
         validation.append(
             {
                 "candidate": c.name,
                 "variant": by_name[c.name].variant,
                 "settings": by_name[c.name].settings,
+                "tier": tier.name,
                 "stage_seconds": c.cost_s,
                 "metric": c.metric,
+                "metric_selection": tier.selection_metrics[tier.candidates.index(c.name)],
+                "picked": tier.pick == c.name,
                 "gain_points_vs_cheapest": c.gain_points,
                 "p_vs_cheapest": c.p,
-                "rule": _row(rule_rows[c.name]),
             }
         )
     return {
@@ -154,10 +186,17 @@ def selection_record(
         "settings": dict(chosen.settings),
         "metric": "P@1",
         "validation": validation,
+        "steps": [_step_row(t.name, t.step) for t in decision.tiers],
         "rule": RULE,
         "correction": "holm-bonferroni",
         "alpha": decision.alpha,
         "min_gain_points": decision.min_gain_points,
+        "halves": {
+            "split": "confirmation half: the low bit of sha1(salt NUL instance_id)",
+            "salt": CONFIRM_SALT,
+            "n_selection": decision.n_selection,
+            "n_confirmation": decision.n_confirmation,
+        },
         **dict(extra or {}),
     }
 
@@ -291,23 +330,29 @@ def _p(x: float | None) -> str:
 
 def selection_markdown(rec: Mapping[str, Any]) -> str:
     """The selection's report (``selection/report.md``): the choice and its settings first,
-    the rule, the caveat on the validation split, then one row per candidate by cost.
+    the rule, the caveat on the validation split, the rule's steps (one per cost tier), then
+    one row per candidate by cost.
 
     Examples
     --------
     >>> rec = {"variant": "vectorizer_only", "candidate": "vectorizer_only", "settings": {},
     ...        "rule": "r", "alpha": 0.05, "min_gain_points": 0.5, "note": "n", "n_valid": 3,
-    ...        "validation": [{"candidate": "vectorizer_only", "stage_seconds": 2.0,
-    ...                        "metric": 0.5, "gain_points_vs_cheapest": None,
-    ...                        "p_vs_cheapest": None, "rule": {"against": None,
-    ...                        "gain_points": None, "p_holm": None, "pays": False}}]}
+    ...        "halves": {"n_selection": 2, "n_confirmation": 1},
+    ...        "steps": [{"tier": "no_g", "candidate": "vectorizer_only",
+    ...                   "metric_confirmation": 1.0, "against": None, "gain_points": None,
+    ...                   "p_holm": None, "pays": False}],
+    ...        "validation": [{"candidate": "vectorizer_only", "tier": "no_g",
+    ...                        "stage_seconds": 2.0, "metric": 0.5, "metric_selection": 0.25,
+    ...                        "picked": True, "gain_points_vs_cheapest": None,
+    ...                        "p_vs_cheapest": None}]}
     >>> print(selection_markdown(rec).splitlines()[0])
     # Selection: `vectorizer_only` (variant `vectorizer_only`)
     >>> selection_markdown(rec).splitlines()[-1]
-    '| **vectorizer_only** | 2.0 | 50.00 |  |  |  |  |  | no |'
+    '| **vectorizer_only** | no_g | 2.0 | 50.00 | 25.00 | yes |  |  |'
     """
     settings = rec.get("settings") or {}
     shown = ", ".join(f"`{k}: {v}`" for k, v in settings.items()) or "none (the run's own values)"
+    halves = rec.get("halves") or {}
     lines = [
         f"# Selection: `{rec['candidate']}` (variant `{rec['variant']}`)",
         "",
@@ -317,24 +362,39 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         f"Rule: {rec['rule']} (correction: Holm-Bonferroni, alpha {rec['alpha']}, "
         f"min_gain_points {rec['min_gain_points']}).",
         "",
-        f"Validation: {rec.get('n_valid')} rows carved from train. **Caveat:** {rec['note']}",
+        f"Validation: {rec.get('n_valid')} rows carved from train "
+        f"({halves.get('n_selection')} in the selection half, "
+        f"{halves.get('n_confirmation')} in the confirmation half). **Caveat:** {rec['note']}",
         "",
         "Values: validation P@1 in percent, gains in points, cost in stage-seconds measured by "
         "this selection (pretrain from the run's manifest).",
         "",
-        "| candidate | stage-s | P@1 | vs cheapest | p | rule: against | gain | p (Holm) | pays |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "## The rule's steps (confirmation half)",
+        "",
+        "| tier | its pick | P@1 | against | gain | p (Holm) | pays |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rec.get("steps") or []:
+        lines.append(
+            f"| {r['tier']} | {r['candidate']} | {_pct(r['metric_confirmation'])} | "
+            f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
+            f"{'yes' if r['pays'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "## Candidates (P@1 on every validation row, and on the selection half)",
+        "",
+        "| candidate | tier | stage-s | P@1 | P@1 selection half | picked | vs cheapest | p |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rec["validation"]:
-        r = row["rule"]
         name = (
             f"**{row['candidate']}**" if row["candidate"] == rec["candidate"] else row["candidate"]
         )
         lines.append(
-            f"| {name} | {row['stage_seconds']:.1f} | {_pct(row['metric'])} | "
-            f"{_signed(row['gain_points_vs_cheapest'])} | {_p(row['p_vs_cheapest'])} | "
-            f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
-            f"{'yes' if r['pays'] else 'no'} |"
+            f"| {name} | {row['tier']} | {row['stage_seconds']:.1f} | {_pct(row['metric'])} | "
+            f"{_pct(row['metric_selection'])} | {'yes' if row['picked'] else ''} | "
+            f"{_signed(row['gain_points_vs_cheapest'])} | {_p(row['p_vs_cheapest'])} |"
         )
     return "\n".join(lines)
 
@@ -484,11 +544,17 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             raise OSError("select: the candidates scored different validation rows")
         decision = choose(
             [
-                Candidate(c.name, costs[c.name]["total_s"], scores[c.name].loc[ids].to_numpy())
+                Candidate(
+                    c.name,
+                    costs[c.name]["total_s"],
+                    scores[c.name].loc[ids].to_numpy(),
+                    tier_of(c.variant),
+                )
                 for c in candidates
             ],
             alpha=cfg.select.alpha,
             min_gain_points=cfg.select.min_gain_points,
+            confirm=confirm_half(ids),
         )
         extra = {
             "note": VALIDATION_NOTE,

@@ -1,24 +1,40 @@
-"""The choice rule of a variant selection: the cheapest candidate unless a dearer one pays.
+"""The choice rule of a variant selection: the cheapest tier unless a dearer one pays.
 
 Pure Python on per-instance validation scores (P@1 of each validation row, the same rows in
-the same order for every candidate), so it is tested on constructed tables:
+the same order for every candidate), so it is tested on constructed tables.
 
-1. the candidates are ordered by cost (their stage-seconds; equal costs keep the given order);
-2. each dearer candidate ``c`` is compared with the *best cheaper one* ``b(c)`` (the highest
-   mean score among the candidates before it): gain ``= 100 * (mean(c) - mean(b(c)))`` points,
-   ``p`` from the instance-wise paired t-test of ``pina-spark compare``
-   (:func:`pina_spark.stages.evaluate.stage.paired_ttest`);
-3. the ``m = n - 1`` p-values are corrected for the number of comparisons with Holm-Bonferroni
-   (step-down; adjusted ``p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))`` over the sorted
-   p-values), which keeps the family-wise error rate at ``alpha`` whatever their dependence;
-4. ``c`` *pays* when its gain is at least ``min_gain_points`` and its adjusted p is at most
-   ``alpha``; the choice is the dearest candidate that pays, else the cheapest. A candidate that
-   pays beats every cheaper one, and no dearer one beats it, so ties go to the cheaper one.
+Candidates come in cost *tiers*: candidates whose costs differ by what they compute, not by
+the noise of measuring it. ``pina-spark select`` has two: without g (``vectorizer_only``) and
+with g (every neighbour candidate: they all pay the same pretrain, and their measured seconds
+differ by little more than noise). The validation rows are split in two halves, fixed by the
+caller (:func:`confirm_half`, a hash of the instance id): the *selection* half picks, the
+*confirmation* half tests. A pick is never tested on the rows it was picked on.
+
+1. the tiers are ordered by cost (their cheapest member's stage-seconds);
+2. within each tier, the *pick* is the candidate with the highest mean score on the selection
+   half (equal means: the cheaper one);
+3. each dearer tier's pick is compared with the *best cheaper pick* (the highest selection-half
+   mean among the picks of the cheaper tiers) on the confirmation half: gain
+   ``= 100 * (mean(pick) - mean(reference))`` points, ``p`` from the instance-wise paired t-test
+   of ``pina-spark compare`` (:func:`pina_spark.stages.evaluate.stage.paired_ttest`);
+4. the ``m = tiers - 1`` p-values are corrected for the number of comparisons with
+   Holm-Bonferroni (step-down; adjusted ``p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``
+   over the sorted p-values), which keeps the family-wise error rate at ``alpha`` whatever their
+   dependence;
+5. a tier *pays* when its pick's gain is at least ``min_gain_points`` and its adjusted p is at
+   most ``alpha``; the choice is the pick of the dearest tier that pays, else the cheapest
+   tier's pick. Ties go to the cheaper tier.
+
+Why tiers and halves: comparing each of 16 neighbour candidates with the best cheaper one (in
+an order set by noisy seconds) and correcting over all 16 lost a real +3 points on Instacart
+(RESULTS.md, "Variant selection"): the one comparison with ``vectorizer_only`` drowned in 15
+comparisons between near-equal neighbour settings. With tiers there is one comparison per
+step in cost, and the split keeps that comparison's p honest after picking the best of many.
 
 Examples
 --------
 >>> cheap = Candidate("vectorizer_only", 1.0, [1, 0, 1, 0])
->>> dear = Candidate("pina/text", 5.0, [1, 0, 1, 0])
+>>> dear = Candidate("pina/text", 5.0, [1, 0, 1, 0], tier="g")
 >>> choose([dear, cheap], alpha=0.05, min_gain_points=0.5).chosen
 'vectorizer_only'
 >>> holm_adjusted([0.01, 0.04, 0.03])
@@ -26,21 +42,56 @@ Examples
 """
 
 import dataclasses as dc
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from pina_spark.stages.evaluate.stage import paired_ttest
 
-__all__ = ["Candidate", "Comparison", "Decision", "choose", "holm_adjusted", "RULE"]
+__all__ = [
+    "Candidate",
+    "Comparison",
+    "Tier",
+    "Decision",
+    "choose",
+    "confirm_half",
+    "holm_adjusted",
+    "RULE",
+    "CONFIRM_SALT",
+]
 
 #: the rule in words, as ``selection.json`` records it
 RULE = (
-    "order candidates by stage-seconds; take a dearer candidate only if its validation P@1 "
-    "beats the best cheaper candidate's by >= min_gain_points, with the paired t-test's p "
-    "<= alpha after a Holm-Bonferroni correction over the n - 1 comparisons; else the cheapest"
+    "group candidates into cost tiers (no g; g); within each tier pick the best validation P@1 "
+    "on the selection half of the validation rows; take a dearer tier's pick only if it beats "
+    "the best cheaper pick on the other (confirmation) half by >= min_gain_points, with the "
+    "paired t-test's p <= alpha after a Holm-Bonferroni correction over the tiers - 1 "
+    "comparisons; else the cheapest tier's pick"
 )
+
+#: the salt of :func:`confirm_half` (recorded in ``selection.json``)
+CONFIRM_SALT = "pina-spark select confirm"
+
+
+def confirm_half(ids: Iterable[Any]) -> np.ndarray:
+    """Which validation rows are in the confirmation half: a hash of the instance id (sha1 of
+    the salted id, its low bit), so the split depends on nothing but the ids, the same rows
+    fall in the same half in every selection, and no row order or seed enters.
+
+    Examples
+    --------
+    >>> m = confirm_half([f"i{k}" for k in range(2000)])
+    >>> m.dtype, 900 < int(m.sum()) < 1100
+    (dtype('bool'), True)
+    >>> bool(confirm_half(["a"])[0]) == bool(confirm_half(["b", "a"])[1])
+    True
+    """
+    return np.fromiter(
+        (hashlib.sha1(f"{CONFIRM_SALT}\x00{i}".encode()).digest()[-1] & 1 == 1 for i in ids),
+        dtype=bool,
+    )
 
 
 @dc.dataclass(frozen=True, eq=False)
@@ -51,15 +102,25 @@ class Candidate:
         name: the candidate (``select.candidates`` entry, with its grid point if any).
         cost_s: its stage-seconds in this selection run.
         scores: per-instance P@1 on the validation rows, aligned across candidates.
+        tier: its cost tier (``None``: a tier of its own).
     """
 
     name: str
     cost_s: float
     scores: Any
+    tier: str | None = None
 
-    def mean(self) -> float:
-        """Mean score (0..1)."""
-        return float(np.mean(np.asarray(self.scores, dtype=np.float64)))
+    def mean(self, rows: Any = None) -> float:
+        """Mean score (0..1), over ``rows`` (a boolean mask) when given."""
+        s = np.asarray(self.scores, dtype=np.float64)
+        if rows is not None:
+            s = s[rows]
+        return float(np.mean(s)) if s.size else float("nan")
+
+    @property
+    def tier_name(self) -> str:
+        """Its tier, or its own name when it has none."""
+        return self.name if self.tier is None else self.tier
 
 
 @dc.dataclass(frozen=True)
@@ -68,8 +129,8 @@ class Comparison:
 
     Attributes:
         name, cost_s: the candidate.
-        metric: its mean P@1 (0..1).
-        against: the reference's name (``None`` for the cheapest candidate).
+        metric: its mean P@1 (0..1) on the rows compared.
+        against: the reference's name (``None`` for the cheapest candidate or tier).
         gain_points: ``100 * (metric - reference's metric)``.
         p: the paired t-test's p (``None``: fewer than two rows, or no reference).
         p_adjusted: ``p`` after Holm-Bonferroni over the rule's comparisons (rule rows only).
@@ -87,21 +148,54 @@ class Comparison:
 
 
 @dc.dataclass(frozen=True)
+class Tier:
+    """One cost tier and its pick.
+
+    Attributes:
+        name: the tier.
+        candidates: its candidates, by cost.
+        selection_metrics: their mean P@1 on the selection half, in the same order.
+        pick: the candidate picked on the selection half.
+        step: the pick against the best cheaper pick on the confirmation half (the cheapest
+            tier's step has no reference).
+    """
+
+    name: str
+    candidates: tuple[str, ...]
+    selection_metrics: tuple[float, ...]
+    pick: str
+    step: Comparison
+
+
+@dc.dataclass(frozen=True)
 class Decision:
     """What :func:`choose` decided.
 
     Attributes:
         chosen: the chosen candidate's name.
-        rule: one :class:`Comparison` per candidate, by cost: each against its best cheaper one.
-        vs_cheapest: one :class:`Comparison` per candidate against the cheapest (unadjusted p).
+        tiers: the tiers by cost, each with its pick and its rule step.
+        vs_cheapest: one :class:`Comparison` per candidate (by cost) against the cheapest, on
+            every validation row (unadjusted p; reported, not used by the rule).
         alpha, min_gain_points: the rule's parameters.
+        n_selection, n_confirmation: rows in each half.
     """
 
     chosen: str
-    rule: tuple[Comparison, ...]
+    tiers: tuple[Tier, ...]
     vs_cheapest: tuple[Comparison, ...]
     alpha: float
     min_gain_points: float
+    n_selection: int
+    n_confirmation: int
+
+    @property
+    def rule(self) -> tuple[Comparison, ...]:
+        """The rule's steps, one per tier by cost."""
+        return tuple(t.step for t in self.tiers)
+
+    def tier_of(self, name: str) -> Tier:
+        """The tier holding candidate ``name``."""
+        return next(t for t in self.tiers if name in t.candidates)
 
 
 def holm_adjusted(pvalues: Sequence[float | None]) -> list[float]:
@@ -124,23 +218,44 @@ def holm_adjusted(pvalues: Sequence[float | None]) -> list[float]:
     return out
 
 
-def _compare(c: Candidate, ref: Candidate | None) -> Comparison:
+def _compare(c: Candidate, ref: Candidate | None, rows: Any = None) -> Comparison:
     if ref is None:
-        return Comparison(c.name, c.cost_s, c.mean())
-    gain = 100.0 * (c.mean() - ref.mean())
-    return Comparison(
-        c.name, c.cost_s, c.mean(), ref.name, gain, paired_ttest(c.scores, ref.scores)["p"]
-    )
+        return Comparison(c.name, c.cost_s, c.mean(rows))
+    a = np.asarray(c.scores, dtype=np.float64)
+    b = np.asarray(ref.scores, dtype=np.float64)
+    if rows is not None:
+        a, b = a[rows], b[rows]
+    gain = 100.0 * (float(np.mean(a)) - float(np.mean(b))) if a.size else None
+    return Comparison(c.name, c.cost_s, c.mean(rows), ref.name, gain, paired_ttest(a, b)["p"])
 
 
-def choose(candidates: Sequence[Candidate], *, alpha: float, min_gain_points: float) -> Decision:
+def _best(cands: Sequence[Candidate], rows: Any) -> Candidate:
+    """The highest mean on ``rows``; equal means keep the first (the cheaper: ``cands`` are by
+    cost)."""
+    best = cands[0]
+    for c in cands[1:]:
+        if c.mean(rows) > best.mean(rows):
+            best = c
+    return best
+
+
+def choose(
+    candidates: Sequence[Candidate],
+    *,
+    alpha: float,
+    min_gain_points: float,
+    confirm: Any = None,
+) -> Decision:
     """The candidate the rule of this module chooses (see the module docstring).
+
+    ``confirm``: the confirmation half, a boolean per validation row (:func:`confirm_half` of
+    the row ids); ``None``: every second row.
 
     Examples
     --------
     >>> a = Candidate("a", 1.0, [0, 1] * 50)
     >>> b = Candidate("b", 2.0, [1, 1] * 50)   # +50 points on every second row
-    >>> d = choose([a, b], alpha=0.05, min_gain_points=0.5)
+    >>> d = choose([a, b], alpha=0.05, min_gain_points=0.5, confirm=[False, False, True, True] * 25)
     >>> d.chosen, [round(c.gain_points or 0, 1) for c in d.rule]
     ('b', [0, 50.0])
     """
@@ -149,17 +264,46 @@ def choose(candidates: Sequence[Candidate], *, alpha: float, min_gain_points: fl
     n_rows = {len(np.asarray(c.scores)) for c in candidates}
     if len(n_rows) != 1:
         raise ValueError(f"choose: the candidates scored different numbers of rows {n_rows}")
+    n = n_rows.pop()
+    if confirm is None:
+        b_rows = np.arange(n) % 2 == 1
+    else:
+        b_rows = np.asarray(confirm, dtype=bool)
+        if b_rows.shape != (n,):
+            raise ValueError(f"choose: confirm has {b_rows.size} entries for {n} rows")
+    a_rows = ~b_rows
     order = sorted(candidates, key=lambda c: c.cost_s)  # stable: equal costs keep their order
-    raw = []
-    for i, c in enumerate(order):
-        best = max(order[:i], key=lambda x: x.mean(), default=None)
-        raw.append(_compare(c, best))
+    groups: dict[str, list[Candidate]] = {}
+    for c in order:  # tiers by their cheapest member's cost
+        groups.setdefault(c.tier_name, []).append(c)
+    picks = [_best(members, a_rows) for members in groups.values()]
+    raw = [_compare(picks[0], None, b_rows)]
+    for i, pick in enumerate(picks[1:], start=1):
+        raw.append(_compare(pick, _best(picks[:i], a_rows), b_rows))
     adjusted = holm_adjusted([r.p for r in raw[1:]])
-    rule = [raw[0]]
+    steps = [raw[0]]
     for r, pa in zip(raw[1:], adjusted, strict=True):
         pays = (r.gain_points or 0.0) >= min_gain_points and pa <= alpha
-        rule.append(dc.replace(r, p_adjusted=pa, pays=pays))
-    paying = [r.name for r in rule if r.pays]
-    chosen = paying[-1] if paying else order[0].name
+        steps.append(dc.replace(r, p_adjusted=pa, pays=pays))
+    tiers = tuple(
+        Tier(
+            name,
+            tuple(c.name for c in members),
+            tuple(c.mean(a_rows) for c in members),
+            pick.name,
+            step,
+        )
+        for (name, members), pick, step in zip(groups.items(), picks, steps, strict=True)
+    )
+    paying = [t.pick for t in tiers if t.step.pays]
+    chosen = paying[-1] if paying else tiers[0].pick
     vs_cheapest = tuple(_compare(c, order[0] if i else None) for i, c in enumerate(order))
-    return Decision(chosen, tuple(rule), vs_cheapest, alpha, min_gain_points)
+    return Decision(
+        chosen,
+        tiers,
+        vs_cheapest,
+        alpha,
+        min_gain_points,
+        int(a_rows.sum()),
+        int(b_rows.sum()),
+    )
