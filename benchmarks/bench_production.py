@@ -39,6 +39,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from paired_ci import per_instance  # noqa: E402
+
 from pina_spark.stages import STAGES as _STAGE_SPECS  # noqa: E402
 
 STAGES = tuple(_STAGE_SPECS)
@@ -76,9 +78,7 @@ def _cli(args: list, log: str) -> float:
 
 
 def _per_instance(root: str, variant: str):
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(os.path.join(root, "eval", "per_instance.parquet")).to_pandas()
+    t = per_instance(root)
     t = t[t["variant"] == variant].drop(columns=["variant"])
     return t.sort_values("instance_id").reset_index(drop=True)
 

@@ -17,11 +17,15 @@ gets a ``pooled`` row over the instances of every pair (their differences concat
 
 import argparse
 import json
+import os
+import sys
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from scipy import stats
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pina_spark.stages.evaluate.stage import read_per_instance  # noqa: E402
 
 KS = ("P@1", "P@3", "P@5")
 
@@ -68,10 +72,18 @@ def main(argv=None) -> dict:
     return out
 
 
+def per_instance(root: str) -> pd.DataFrame:
+    """The run root's per-instance test metrics (the evaluate stage's reader); exit with a
+    message where the run has none."""
+    t = read_per_instance(root)
+    if t is None:
+        raise SystemExit(f"{root}: no eval/per_instance.parquet (run the evaluate stage on it)")
+    return t
+
+
 def _merged(run_a: str, run_b: str) -> dict:
     """``{variant: the instances both runs scored, A's and B's metrics side by side}``."""
-    ta = pq.read_table(f"{run_a}/eval/per_instance.parquet").to_pandas()
-    tb = pq.read_table(f"{run_b}/eval/per_instance.parquet").to_pandas()
+    ta, tb = per_instance(run_a), per_instance(run_b)
     return {
         v: ta[ta.variant == v].merge(tb[tb.variant == v], on="instance_id", suffixes=("_a", "_b"))
         for v in sorted(set(ta.variant) & set(tb.variant))

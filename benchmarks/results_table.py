@@ -46,7 +46,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paired_ci import paired  # noqa: E402
+from paired_ci import paired, per_instance  # noqa: E402
 
 
 def _p(x):
@@ -125,12 +125,7 @@ def ablation_rows(root):
 
 def _per_instance(root):
     """``{variant: Series of test P@1 by instance_id}`` of a run root's evaluation."""
-    import pyarrow.parquet as pq
-
-    path = os.path.join(root, "eval", "per_instance.parquet")
-    if not os.path.exists(path):
-        raise SystemExit(f"{path}: missing (run the evaluate stage on {root})")
-    t = pq.read_table(path).to_pandas()
+    t = per_instance(root)
     return {v: g.set_index("instance_id")["P@1"].astype("float64") for v, g in t.groupby("variant")}
 
 

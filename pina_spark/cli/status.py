@@ -173,31 +173,17 @@ def status_text(root: str, data: dict[str, Any] | None = None) -> str:
     return "\n".join(out)
 
 
-def _per_instance(root: str):
-    """``eval/per_instance.parquet`` as a pyarrow table, or ``None`` (run older than it)."""
-    from pina_spark.stages.evaluate.stage import PER_INSTANCE_FILE
-
-    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + PER_INSTANCE_FILE)
-    if raw is None:
-        return None
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    return pq.read_table(pa.BufferReader(raw))
-
-
 def paired_results(
     a_root: str, b_root: str, ks: Sequence[int] = (1, 3, 5)
 ) -> dict[str, dict[str, Any]]:
     """Per variant present in both runs: the test instances scored in both (paired on
     ``instance_id``), mean P@k in A and B, and the paired t-test p-value of A against B."""
-    from pina_spark.stages.evaluate.stage import paired_ttest
+    from pina_spark.stages.evaluate.stage import paired_ttest, read_per_instance
 
-    ta, tb = _per_instance(a_root), _per_instance(b_root)
-    if ta is None or tb is None:
+    da, db = read_per_instance(a_root), read_per_instance(b_root)
+    if da is None or db is None:
         return {}
     out: dict[str, dict[str, Any]] = {}
-    da, db = ta.to_pandas(), tb.to_pandas()
     for v in sorted(set(da["variant"]) & set(db["variant"])):
         j = da[da["variant"] == v].merge(
             db[db["variant"] == v], on="instance_id", suffixes=("_a", "_b")

@@ -442,20 +442,15 @@ def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None
     run_stage(ctx, "train", step.id)
     m["train_s"] = time.time() - t0
     run_stage(ctx, "evaluate", step.id)
-    from pina_spark.stages.evaluate.stage import PER_INSTANCE_FILE
+    from pina_spark.stages.evaluate.stage import read_per_instance
 
-    eval_dir = work.table(storage.EVAL)
-    metrics = json.loads(storage.read_bytes(eval_dir + "/metrics.json") or b"{}")
+    metrics = json.loads(storage.read_bytes(work.table(storage.EVAL) + "/metrics.json") or b"{}")
     m["train_s_by_variant"] = {
         v: (metrics.get("variants", {}).get(v) or {}).get("train_s") for v in step.variants
     }
-    raw = storage.read_bytes(eval_dir + "/" + PER_INSTANCE_FILE)
-    if raw is None:
-        raise OSError(f"select step {step.id}: {eval_dir}/{PER_INSTANCE_FILE} not written")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    per = pq.read_table(pa.BufferReader(raw)).to_pandas()
+    per = read_per_instance(work.root)
+    if per is None:
+        raise OSError(f"select step {step.id}: {work.table(storage.EVAL)} has no per-instance file")
     scores: dict[str, pd.Series] = {}
     for v in step.variants:
         sub = per[per["variant"] == v]

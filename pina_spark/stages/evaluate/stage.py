@@ -96,6 +96,32 @@ def per_instance_parquet(
     return sink.getvalue().to_pybytes()
 
 
+def read_per_instance(root: str):
+    """The run root's :data:`PER_INSTANCE_FILE` (this stage writes it, and is the one reader
+    of its layout) as a pandas DataFrame with columns ``variant``, ``instance_id``, ``P@1``,
+    ``P@3``, ``P@5``; ``None`` where the run has none (not evaluated, or older than the file).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> read_per_instance(root) is None
+    True
+    >>> ones = {1: [1.0], 3: [0.5], 5: [0.2]}
+    >>> storage.write_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + PER_INSTANCE_FILE,
+    ...                     per_instance_parquet(["i1"], {"pina": ones}))
+    >>> read_per_instance(root)[["variant", "instance_id", "P@1"]].values.tolist()
+    [['pina', 'i1', 1.0]]
+    """
+    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + PER_INSTANCE_FILE)
+    if raw is None:
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pq.read_table(pa.BufferReader(raw)).to_pandas()
+
+
 # --------------------------------------------------------------------------- pure metrics
 def per_instance_precision_recall(
     pred_ids: Sequence[Sequence[Any]],
