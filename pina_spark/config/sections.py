@@ -703,9 +703,10 @@ class SelectConfig(_Params):
         alpha: the significance level of the choice rule (Holm-Bonferroni corrected over its
             comparisons, one per step between cost tiers: without g, with g; see
             ``pina_spark/selection/rule.py``).
-        min_gain_points: a dearer tier's pick (the best of its candidates on one half of the
-            validation rows) is taken only when it beats the best cheaper pick on the other
-            half by at least this many points of P@1 (0.5 = half a point).
+        min_gain_points: a dearer tier's pick (the cheapest of its candidates within this
+            margin of its best on one half of the validation rows) is taken only when it beats
+            the best cheaper pick on the other half by at least this many points of P@1
+            (0.5 = half a point).
         follow: how a run with ``run.models`` follows the selection written under that root
             (``<models root>/selection/selection.json``): ``auto`` (follow it when present; an
             unreadable or stale one is an error), ``required`` (a missing one is an error too)

@@ -11,8 +11,10 @@ caller (:func:`confirm_half`, a hash of the instance id): the *selection* half p
 *confirmation* half tests. A pick is never tested on the rows it was picked on.
 
 1. the tiers are ordered by cost (their cheapest member's stage-seconds);
-2. within each tier, the *pick* is the candidate with the highest mean score on the selection
-   half (equal means: the cheaper one);
+2. within each tier, the *pick* is the cheapest candidate whose mean score on the selection
+   half is within ``min_gain_points`` of the tier's best there (costs inside a tier differ by
+   tens of percent at most, e.g. ``pifa`` label features against ``text``: a dearer setting is
+   not worth a gain smaller than the margin asked of a dearer tier);
 3. each dearer tier's pick is compared with the *best cheaper pick* (the highest selection-half
    mean among the picks of the cheaper tiers) on the confirmation half: gain
    ``= 100 * (mean(pick) - mean(reference))`` points, ``p`` from the instance-wise paired t-test
@@ -64,8 +66,9 @@ __all__ = [
 
 #: the rule in words, as ``selection.json`` records it
 RULE = (
-    "group candidates into cost tiers (no g; g); within each tier pick the best validation P@1 "
-    "on the selection half of the validation rows; take a dearer tier's pick only if it beats "
+    "group candidates into cost tiers (no g; g); within each tier pick the cheapest candidate "
+    "within min_gain_points of the tier's best validation P@1 on the selection half of the "
+    "validation rows; take a dearer tier's pick only if it beats "
     "the best cheaper pick on the other (confirmation) half by >= min_gain_points, with the "
     "paired t-test's p <= alpha after a Holm-Bonferroni correction over the tiers - 1 "
     "comparisons; else the cheapest tier's pick"
@@ -239,6 +242,13 @@ def _best(cands: Sequence[Candidate], rows: Any) -> Candidate:
     return best
 
 
+def _pick(members: Sequence[Candidate], rows: Any, min_gain_points: float) -> Candidate:
+    """The cheapest of ``members`` (by cost) within ``min_gain_points`` of their best mean on
+    ``rows``."""
+    top = _best(members, rows).mean(rows)
+    return next(c for c in members if 100.0 * (top - c.mean(rows)) <= min_gain_points + 1e-9)
+
+
 def choose(
     candidates: Sequence[Candidate],
     *,
@@ -276,7 +286,7 @@ def choose(
     groups: dict[str, list[Candidate]] = {}
     for c in order:  # tiers by their cheapest member's cost
         groups.setdefault(c.tier_name, []).append(c)
-    picks = [_best(members, a_rows) for members in groups.values()]
+    picks = [_pick(members, a_rows, min_gain_points) for members in groups.values()]
     raw = [_compare(picks[0], None, b_rows)]
     for i, pick in enumerate(picks[1:], start=1):
         raw.append(_compare(pick, _best(picks[:i], a_rows), b_rows))
