@@ -167,6 +167,13 @@ def test_select_end_to_end_on_the_demo_root(spark, selected):
     valid = set(nodes.loc[nodes[storage.SPLIT] == storage.SPLIT_TEST, storage.NODE_ID])
     pred = storage.read_table(spark, work, storage.PREDICTIONS).toPandas()
     assert valid and set(pred[storage.INSTANCE_ID]) <= valid
+    # a second selection on the same root reuses every kept step, and decides the same
+    assert rec["resumed_steps"] == []
+    cfg = _config(selected["run"], root, selected["tmp"] / "select_again.yaml")
+    assert cli.main(["select", "--config", cfg]) == 0
+    again = json.loads(storage.read_bytes(selection_uri(root)))
+    assert len(again["resumed_steps"]) == 2
+    assert _strip(again) == _strip(rec) | {"resumed_steps": again["resumed_steps"]}
 
 
 @pytest.mark.slow

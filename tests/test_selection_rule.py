@@ -192,7 +192,18 @@ def test_the_confirmation_half_is_a_hash_of_the_id():
     m = confirm_half(ids)
     assert 0.47 < m.mean() < 0.53
     assert (confirm_half(ids[::-1])[::-1] == m).all()  # row order does not enter
-    with pytest.raises(ValueError, match="confirm has 3 entries for 2 rows"):
+    # pinned: the salt and the id's encoding are part of every recorded selection
+    assert confirm_half([f"i{k}" for k in range(8)]).astype(int).tolist() == [
+        1,
+        1,
+        0,
+        0,
+        1,
+        1,
+        0,
+        1,
+    ]
+    with pytest.raises(ValueError, match=r"confirm has shape \(3,\) for 2 rows"):
         choose(
             [Candidate("a", 1, [1, 0]), Candidate("b", 2, [1, 1])],
             alpha=0.05,
@@ -285,3 +296,69 @@ def test_the_record_of_a_decision_is_a_followable_selection():
     assert rec["halves"]["n_selection"] + rec["halves"]["n_confirmation"] == 200
     full = validate_record({"format": FORMAT, **rec, "models": {}}, "s.json")
     assert followed_settings(full)["neighbors.k"] == 10
+
+
+def test_a_finished_step_is_kept_and_reused_only_under_its_key(tmp_path):
+    import pandas as pd
+
+    from pina_spark import storage
+    from pina_spark.orchestration.select import WorkStep, load_step, save_step
+
+    work = storage.RunPaths(str(tmp_path / "select_work"))
+    step = WorkStep({"neighbors.k": 5}, ("pina_naive", "pina"), ("pn", "p"))
+    scores = {
+        "pina_naive": pd.Series([1.0, 0.0], index=pd.Index(["a", "b"], name="instance_id")),
+        "pina": pd.Series([0.0, 1.0], index=pd.Index(["a", "b"], name="instance_id")),
+    }
+    measured = {"neighbors_s": 3.0, "train_s": 9.5, "train_s_by_variant": {"pina": 5.0}}
+    assert load_step(work, step, "k1") is None  # nothing kept yet
+    save_step(work, step, "k1", measured, scores)
+    m, got = load_step(work, step, "k1")
+    assert m == measured and set(got) == {"pina_naive", "pina"}
+    assert got["pina"].loc["b"] == 1.0 and got["pina_naive"].loc["a"] == 1.0
+    assert load_step(work, step, "k2") is None  # config, upstream or models changed
+    other = WorkStep({"neighbors.k": 5}, ("pina",), ("p",))
+    assert load_step(work, other, "k1") is None  # another step id: another folder
+    storage.write_bytes(work.table("steps") + f"/{step.id}/scores.json", b"{not json")
+    assert load_step(work, step, "k1") is None  # unreadable: measured again
+
+
+def test_halves_too_small_or_scores_not_finite_are_clear_errors():
+    with pytest.raises(ValueError, match="1 selection and 1 confirmation rows"):
+        choose(
+            [Candidate("a", 1, [1, 0]), Candidate("b", 2, [1, 1])], alpha=0.05, min_gain_points=0
+        )
+    with pytest.raises(ValueError, match="non-finite"):
+        choose(
+            [Candidate("a", 1, [1, 0, 1, 0]), Candidate("b", 2, [1, np.nan, 1, 1])],
+            alpha=0.05,
+            min_gain_points=0,
+        )
+
+
+def test_a_gain_exactly_at_the_margin_pays():
+    cheap, dear = _pair(2000, 10, 0)  # 5 wins on 1,000 confirmation rows: +0.5 points
+    d = choose(
+        [Candidate("vectorizer_only", 1.0, cheap), Candidate("pina/text", 5.0, dear)],
+        alpha=0.05,
+        min_gain_points=0.5,
+    )
+    assert d.rule[1].gain_points == pytest.approx(0.5) and d.rule[1].pays
+    assert d.chosen == "pina/text"
+
+
+def test_the_reference_is_the_best_cheaper_pick_on_the_selection_half():
+    # tiers a < b < c by cost; b is better than a on the selection half and worse on the
+    # confirmation half: c must be compared with b (chosen on the selection half), not with a
+    n = 100
+    a, conf = _halves(np.zeros(n), np.ones(n))
+    b, _ = _halves(np.ones(n), np.zeros(n))
+    c, _ = _halves(np.zeros(n), np.ones(n))
+    d = choose(
+        [Candidate("a", 1.0, a), Candidate("b", 2.0, b), Candidate("c", 3.0, c)],
+        alpha=0.05,
+        min_gain_points=0.5,
+        confirm=conf,
+    )
+    assert [s.against for s in d.rule] == [None, "a", "b"]
+    assert d.rule[2].gain_points == pytest.approx(100.0)

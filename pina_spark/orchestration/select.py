@@ -31,6 +31,7 @@ it), its cost in stage-seconds (:func:`candidate_costs`), the choice of
 
 import copy
 import dataclasses as dc
+import hashlib
 import json
 import logging
 import time
@@ -192,7 +193,7 @@ def selection_record(
         "alpha": decision.alpha,
         "min_gain_points": decision.min_gain_points,
         "halves": {
-            "split": "confirmation half: the low bit of sha1(salt NUL instance_id)",
+            "split": "confirmation half: low bit of sha1(salt NUL str(instance_id))[-1]",
             "salt": CONFIRM_SALT,
             "n_selection": decision.n_selection,
             "n_confirmation": decision.n_confirmation,
@@ -460,6 +461,99 @@ def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None
     return m, scores
 
 
+#: per-step results in the work folder (``<select_work>/steps/<step id>/``): a selection that
+#: stops part-way resumes from the steps it finished, when nothing they depend on changed
+STEPS_DIR = "steps"
+#: the root's stages whose outputs every step reads (their manifest fingerprints enter a
+#: step's key, with the models' version tokens)
+_UPSTREAM = ("graph", "vectorizer", "embed", "pretrain")
+#: config sections that do not change a step's result: the choice rule's own (``select``:
+#: a rerun with another alpha reuses every step), the run's bookkeeping, tuning, fault drills
+_NOT_IN_STEP_KEY = ("select", "run", "tune", "faults")
+
+
+def step_key(scfg: PinaConfig, root: str) -> str:
+    """What a step's result depends on: its own config (every section: the validation split,
+    the step's settings and variants), the root's upstream stage fingerprints and its models'
+    version tokens. A stored result with another key is not reused.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> a = config_from_dict({"output": root + "/w"})
+    >>> b = config_from_dict({"output": root + "/w", "neighbors": {"k": 10}})
+    >>> c = config_from_dict({"output": root + "/w", "select": {"alpha": 0.01}})
+    >>> step_key(a, root) == step_key(c, root), step_key(a, root) == step_key(b, root)
+    (True, False)
+    """
+    from pina_spark.selection.artifact import models_versions
+    from pina_spark.storage.manifest import Manifest
+
+    man = Manifest(storage.RunPaths(root).manifest)
+    upstream = {s: (man.stage(s) or {}).get("fingerprint") for s in _UPSTREAM}
+    sections = [f.name for f in dc.fields(scfg) if f.name not in _NOT_IN_STEP_KEY]
+    doc = {
+        "step": scfg.fingerprint(*sections),
+        "upstream": upstream,
+        "models": models_versions(root),
+    }
+    return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _step_uri(work, step: WorkStep) -> str:
+    return work.table(STEPS_DIR) + "/" + step.id
+
+
+def save_step(work, step: WorkStep, key: str, measured: Mapping[str, Any], scores) -> None:
+    """Keep one finished step's measured seconds and per-variant validation P@1 (a
+    ``{variant: Series by instance_id}``) in the work folder, under ``key``."""
+    import pandas as pd
+
+    rows = pd.concat(
+        [
+            s.rename("P@1").rename_axis("instance_id").reset_index().assign(variant=v)
+            for v, s in scores.items()
+        ],
+        ignore_index=True,
+    )
+    uri = _step_uri(work, step)
+    storage.write_bytes(uri + "/scores.json", rows.to_json(orient="records").encode())
+    storage.write_bytes(
+        uri + "/step.json",
+        json.dumps(
+            {"key": key, "settings": step.settings, "measured": dict(measured)},
+            sort_keys=True,
+            default=str,
+        ).encode(),
+    )
+
+
+def load_step(work, step: WorkStep, key: str):
+    """``(measured, {variant: Series by instance_id})`` of a step kept under ``key`` by
+    :func:`save_step`; ``None`` where there is none, or it was kept under another key, or it
+    cannot be read (it is then measured again)."""
+    import pandas as pd
+
+    uri = _step_uri(work, step)
+    try:
+        meta = json.loads(storage.read_bytes(uri + "/step.json") or b"null")
+        raw = storage.read_bytes(uri + "/scores.json") if meta else None
+        if not meta or meta.get("key") != key or raw is None:
+            return None
+        rows = pd.DataFrame(json.loads(raw))
+        scores = {
+            v: g.set_index("instance_id")["P@1"].astype("float64")
+            for v, g in rows.groupby("variant")
+        }
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("select step %s: kept result unreadable (%s); measuring it again", step.id, e)
+        return None
+    if set(scores) != set(step.variants):
+        return None
+    return meta["measured"], scores
+
+
 def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[str, Any]:
     """``pina-spark select``: score every candidate of ``cfg.select`` on the validation split of
     the finished run root ``cfg.output`` (``run.run_date``), choose with the rule, and publish
@@ -511,6 +605,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
         scores: dict[str, Any] = {}
         nb_seconds: dict[str, float] = {}
         last_nb: str | None = None
+        resumed: list[str] = []
         for step, scfg in zip(steps, step_cfgs):
             ctx = StageContext(
                 spark=spark,
@@ -519,9 +614,19 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 manifest=manifest,
                 models_root=src.table(storage.MODELS),
             )
-            shared = nb_seconds.get(step.neighbors_key) if step.neighbors_key == last_nb else None
-            m, by_variant = _measure_step(ctx, step, phase1, phase2, shared)
-            if step.needs_neighbors:
+            key = step_key(scfg, root)
+            kept = load_step(work, step, key)
+            if kept is not None:
+                m, by_variant = kept
+                resumed.append(step.id)
+                log.info("select step %s %s: kept result reused", step.id, step.settings)
+            else:
+                shared = (
+                    nb_seconds.get(step.neighbors_key) if step.neighbors_key == last_nb else None
+                )
+                m, by_variant = _measure_step(ctx, step, phase1, phase2, shared)
+                save_step(work, step, key, m, by_variant)
+            if step.needs_neighbors and kept is None:
                 nb_seconds[step.neighbors_key] = m["neighbors_s"]
                 last_nb = step.neighbors_key
             measured[step.id] = m
@@ -565,6 +670,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             "costs": costs,
             "pretrain_s": pretrain_s,
             "seconds": round(time.time() - t_all, 1),
+            "resumed_steps": resumed,
         }
         rec = selection_record(decision, candidates, extra)
         publish_selection(spark, root, rec, run_id, report=selection_markdown(rec))

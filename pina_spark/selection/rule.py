@@ -6,26 +6,30 @@ the same order for every candidate), so it is tested on constructed tables.
 Candidates come in cost *tiers*: candidates whose costs differ by what they compute, not by
 the noise of measuring it. ``pina-spark select`` has two: without g (``vectorizer_only``) and
 with g (every neighbour candidate: they all pay the same pretrain, and their measured seconds
-differ by little more than noise). The validation rows are split in two halves, fixed by the
-caller (:func:`confirm_half`, a hash of the instance id): the *selection* half picks, the
-*confirmation* half tests. A pick is never tested on the rows it was picked on.
+differ by tens of percent at most, part of it noise). The validation rows are split in two
+halves, fixed by the caller (:func:`confirm_half`, a hash of the instance id): the *selection*
+half picks, the *confirmation* half tests. A pick is never tested on the rows it was picked on.
+The split is the same in every selection of a root: a grid changed after reading a report is
+no longer judged on fresh rows.
 
 1. the tiers are ordered by cost (their cheapest member's stage-seconds);
 2. within each tier, the *pick* is the cheapest candidate whose mean score on the selection
-   half is within ``min_gain_points`` of the tier's best there (costs inside a tier differ by
-   tens of percent at most, e.g. ``pifa`` label features against ``text``: a dearer setting is
-   not worth a gain smaller than the margin asked of a dearer tier);
+   half is within ``min_gain_points`` of the tier's best there (a dearer setting, e.g. ``pifa``
+   label features against ``text``, is not worth a gain smaller than the margin asked of a
+   dearer tier; among near-ties the measured seconds decide, noise included);
 3. each dearer tier's pick is compared with the *best cheaper pick* (the highest selection-half
    mean among the picks of the cheaper tiers) on the confirmation half: gain
    ``= 100 * (mean(pick) - mean(reference))`` points, ``p`` from the instance-wise paired t-test
-   of ``pina-spark compare`` (:func:`pina_spark.stages.evaluate.stage.paired_ttest`);
+   of ``pina-spark compare`` (:func:`pina_spark.stages.evaluate.stage.paired_ttest`,
+   two-sided; with the gain required positive this is a one-sided test at ``alpha / 2``:
+   conservative);
 4. the ``m = tiers - 1`` p-values are corrected for the number of comparisons with
    Holm-Bonferroni (step-down; adjusted ``p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``
    over the sorted p-values), which keeps the family-wise error rate at ``alpha`` whatever their
    dependence;
 5. a tier *pays* when its pick's gain is at least ``min_gain_points`` and its adjusted p is at
    most ``alpha``; the choice is the pick of the dearest tier that pays, else the cheapest
-   tier's pick. Ties go to the cheaper tier.
+   tier's pick. Ties go to the cheaper tier. Each half must hold at least two rows.
 
 Why tiers and halves: comparing each of 16 neighbour candidates with the best cheaper one (in
 an order set by noisy seconds) and correcting over all 16 lost a real +3 points on Instacart
@@ -68,10 +72,11 @@ __all__ = [
 RULE = (
     "group candidates into cost tiers (no g; g); within each tier pick the cheapest candidate "
     "within min_gain_points of the tier's best validation P@1 on the selection half of the "
-    "validation rows; take a dearer tier's pick only if it beats "
-    "the best cheaper pick on the other (confirmation) half by >= min_gain_points, with the "
-    "paired t-test's p <= alpha after a Holm-Bonferroni correction over the tiers - 1 "
-    "comparisons; else the cheapest tier's pick"
+    "validation rows; compare each dearer tier's pick with the best cheaper pick (judged on the "
+    "selection half) on the other (confirmation) half: it pays when it gains >= "
+    "min_gain_points with the two-sided paired t-test's p <= alpha after a Holm-Bonferroni "
+    "correction over the tiers - 1 comparisons; choose the dearest paying tier's pick, else "
+    "the cheapest tier's pick"
 )
 
 #: the salt of :func:`confirm_half` (recorded in ``selection.json``)
@@ -198,7 +203,10 @@ class Decision:
 
     def tier_of(self, name: str) -> Tier:
         """The tier holding candidate ``name``."""
-        return next(t for t in self.tiers if name in t.candidates)
+        for t in self.tiers:
+            if name in t.candidates:
+                return t
+        raise KeyError(f"no candidate {name!r} in this decision")
 
 
 def holm_adjusted(pvalues: Sequence[float | None]) -> list[float]:
@@ -280,8 +288,15 @@ def choose(
     else:
         b_rows = np.asarray(confirm, dtype=bool)
         if b_rows.shape != (n,):
-            raise ValueError(f"choose: confirm has {b_rows.size} entries for {n} rows")
+            raise ValueError(f"choose: confirm has shape {b_rows.shape} for {n} rows")
     a_rows = ~b_rows
+    if min(int(a_rows.sum()), int(b_rows.sum())) < 2:
+        raise ValueError(
+            f"choose: {int(a_rows.sum())} selection and {int(b_rows.sum())} confirmation rows; "
+            "each half needs at least 2 (raise task.validation_fraction)"
+        )
+    if not all(np.isfinite(np.asarray(c.scores, dtype=np.float64)).all() for c in candidates):
+        raise ValueError("choose: a candidate has a non-finite score")
     order = sorted(candidates, key=lambda c: c.cost_s)  # stable: equal costs keep their order
     groups: dict[str, list[Candidate]] = {}
     for c in order:  # tiers by their cheapest member's cost
@@ -293,7 +308,7 @@ def choose(
     adjusted = holm_adjusted([r.p for r in raw[1:]])
     steps = [raw[0]]
     for r, pa in zip(raw[1:], adjusted, strict=True):
-        pays = (r.gain_points or 0.0) >= min_gain_points and pa <= alpha
+        pays = (r.gain_points or 0.0) >= min_gain_points - 1e-9 and pa <= alpha
         steps.append(dc.replace(r, p_adjusted=pa, pays=pays))
     tiers = tuple(
         Tier(
