@@ -363,9 +363,10 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         f"Rule: {rec['rule']} (correction: Holm-Bonferroni, alpha {rec['alpha']}, "
         f"min_gain_points {rec['min_gain_points']}).",
         "",
-        f"Validation: {rec.get('n_valid')} rows carved from train "
-        f"({halves.get('n_selection')} in the selection half, "
-        f"{halves.get('n_confirmation')} in the confirmation half). **Caveat:** {rec['note']}",
+        f"Validation: {rec.get('n_valid')} rows carved from train, "
+        f"{rec.get('n_valid_scored', rec.get('n_valid'))} of them scored (with a label): "
+        f"{halves.get('n_selection')} in the selection half, "
+        f"{halves.get('n_confirmation')} in the confirmation half. **Caveat:** {rec['note']}",
         "",
         "Values: validation P@1 in percent, gains in points, cost in stage-seconds measured by "
         "this selection (pretrain from the run's manifest).",
