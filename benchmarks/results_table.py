@@ -202,7 +202,8 @@ def selection_row(name, root, production=None):
             "gain_points": best_pina["gain_points_vs_cheapest"],
             "p": best_pina["p_vs_cheapest"],
         },
-        "selection_s": rec.get("seconds"),
+        # the steps' seconds (a resumed selection's wall time is not its cost), else wall
+        "selection_s": rec.get("steps_seconds") or rec.get("seconds"),
         "full_run_stage_s": _stage_seconds(root),
     }
     d = 100.0 * (sel.loc[ids].to_numpy() - test[best].loc[ids].to_numpy())

@@ -33,7 +33,7 @@ from pina_spark.selection.artifact import REPORT_FILE, selection_uri, validate_r
 from demo_run import require_finished
 
 #: fields of selection.json that are measured seconds (they differ from run to run)
-TIMING = ("stage_seconds", "costs", "seconds", "pretrain_s")
+TIMING = ("stage_seconds", "costs", "seconds", "steps_seconds", "pretrain_s")
 SELECT = {
     "candidates": ["vectorizer_only", "pina/text"],
     "grid": {"neighbors.k": [5]},
@@ -168,7 +168,7 @@ def test_select_end_to_end_on_the_demo_root(spark, selected):
     pred = storage.read_table(spark, work, storage.PREDICTIONS).toPandas()
     assert valid and set(pred[storage.INSTANCE_ID]) <= valid
     # a second selection on the same root reuses every kept step, and decides the same
-    assert rec["resumed_steps"] == []
+    assert rec["resumed_steps"] == [] and rec["steps_seconds"] > 0
     cfg = _config(selected["run"], root, selected["tmp"] / "select_again.yaml")
     assert cli.main(["select", "--config", cfg]) == 0
     again = json.loads(storage.read_bytes(selection_uri(root)))

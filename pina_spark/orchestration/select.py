@@ -625,7 +625,9 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 shared = (
                     nb_seconds.get(step.neighbors_key) if step.neighbors_key == last_nb else None
                 )
+                t_step = time.time()
                 m, by_variant = _measure_step(ctx, step, phase1, phase2, shared)
+                m["step_s"] = round(time.time() - t_step, 3)
                 save_step(work, step, key, m, by_variant)
             if step.needs_neighbors and kept is None:
                 nb_seconds[step.neighbors_key] = m["neighbors_s"]
@@ -672,6 +674,13 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             "pretrain_s": pretrain_s,
             "seconds": round(time.time() - t_all, 1),
             "resumed_steps": resumed,
+            # the steps' own seconds, kept ones included: what the selection cost from scratch
+            # (less the work tables); None where a kept step predates the field
+            "steps_seconds": (
+                round(sum(float(m["step_s"]) for m in measured.values()), 1)
+                if all("step_s" in m for m in measured.values())
+                else None
+            ),
         }
         rec = selection_record(decision, candidates, extra)
         publish_selection(spark, root, rec, run_id, report=selection_markdown(rec))
