@@ -473,32 +473,36 @@ _UPSTREAM = ("graph", "vectorizer", "embed", "pretrain")
 _NOT_IN_STEP_KEY = ("select", "run", "tune", "faults")
 
 
-def step_key(scfg: PinaConfig, root: str) -> str:
-    """What a step's result depends on: its own config (every section: the validation split,
-    the step's settings and variants), the root's upstream stage fingerprints and its models'
-    version tokens. A stored result with another key is not reused.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> root = tempfile.mkdtemp()
-    >>> a = config_from_dict({"output": root + "/w"})
-    >>> b = config_from_dict({"output": root + "/w", "neighbors": {"k": 10}})
-    >>> c = config_from_dict({"output": root + "/w", "select": {"alpha": 0.01}})
-    >>> step_key(a, root) == step_key(c, root), step_key(a, root) == step_key(b, root)
-    (True, False)
-    """
+def root_state(root: str) -> dict[str, Any]:
+    """What every step of a selection on ``root`` reads from it: its upstream stage
+    fingerprints and its models' version tokens (read once per selection)."""
     from pina_spark.selection.artifact import models_versions
     from pina_spark.storage.manifest import Manifest
 
     man = Manifest(storage.RunPaths(root).manifest)
-    upstream = {s: (man.stage(s) or {}).get("fingerprint") for s in _UPSTREAM}
-    sections = [f.name for f in dc.fields(scfg) if f.name not in _NOT_IN_STEP_KEY]
-    doc = {
-        "step": scfg.fingerprint(*sections),
-        "upstream": upstream,
+    return {
+        "upstream": {s: (man.stage(s) or {}).get("fingerprint") for s in _UPSTREAM},
         "models": models_versions(root),
     }
+
+
+def step_key(scfg: PinaConfig, state: Mapping[str, Any]) -> str:
+    """What a step's result depends on: its own config (every section but
+    :data:`_NOT_IN_STEP_KEY`: the validation split, the step's settings and variants) and the
+    root's :func:`root_state`. A stored result with another key is not reused.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> state = root_state(tempfile.mkdtemp())
+    >>> a = config_from_dict({"output": "/r/w"})
+    >>> b = config_from_dict({"output": "/r/w", "neighbors": {"k": 10}})
+    >>> c = config_from_dict({"output": "/r/w", "select": {"alpha": 0.01}})
+    >>> step_key(a, state) == step_key(c, state), step_key(a, state) == step_key(b, state)
+    (True, False)
+    """
+    sections = [f.name for f in dc.fields(scfg) if f.name not in _NOT_IN_STEP_KEY]
+    doc = {"step": scfg.fingerprint(*sections), **state}
     return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -607,6 +611,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
         nb_seconds: dict[str, float] = {}
         last_nb: str | None = None
         resumed: list[str] = []
+        state = root_state(root)
         for step, scfg in zip(steps, step_cfgs):
             ctx = StageContext(
                 spark=spark,
@@ -615,7 +620,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 manifest=manifest,
                 models_root=src.table(storage.MODELS),
             )
-            key = step_key(scfg, root)
+            key = step_key(scfg, state)
             kept = load_step(work, step, key)
             if kept is not None:
                 m, by_variant = kept

@@ -81,6 +81,8 @@ RULE = (
 
 #: the salt of :func:`confirm_half` (recorded in ``selection.json``)
 CONFIRM_SALT = "pina-spark select confirm"
+#: float tolerance on the margin, in points: a gain of exactly ``min_gain_points`` rounds below
+_TOL = 1e-9
 
 
 def confirm_half(ids: Iterable[Any]) -> np.ndarray:
@@ -230,14 +232,14 @@ def holm_adjusted(pvalues: Sequence[float | None]) -> list[float]:
 
 
 def _compare(c: Candidate, ref: Candidate | None, rows: Any = None) -> Comparison:
+    metric = c.mean(rows)
     if ref is None:
-        return Comparison(c.name, c.cost_s, c.mean(rows))
-    a = np.asarray(c.scores, dtype=np.float64)
-    b = np.asarray(ref.scores, dtype=np.float64)
+        return Comparison(c.name, c.cost_s, metric)
+    a, b = (np.asarray(x.scores, dtype=np.float64) for x in (c, ref))
     if rows is not None:
         a, b = a[rows], b[rows]
-    gain = 100.0 * (float(np.mean(a)) - float(np.mean(b))) if a.size else None
-    return Comparison(c.name, c.cost_s, c.mean(rows), ref.name, gain, paired_ttest(a, b)["p"])
+    gain = 100.0 * (metric - ref.mean(rows))
+    return Comparison(c.name, c.cost_s, metric, ref.name, gain, paired_ttest(a, b)["p"])
 
 
 def _best(cands: Sequence[Candidate], rows: Any) -> Candidate:
@@ -254,7 +256,7 @@ def _pick(members: Sequence[Candidate], rows: Any, min_gain_points: float) -> Ca
     """The cheapest of ``members`` (by cost) within ``min_gain_points`` of their best mean on
     ``rows``."""
     top = _best(members, rows).mean(rows)
-    return next(c for c in members if 100.0 * (top - c.mean(rows)) <= min_gain_points + 1e-9)
+    return next(c for c in members if 100.0 * (top - c.mean(rows)) <= min_gain_points + _TOL)
 
 
 def choose(
@@ -308,7 +310,7 @@ def choose(
     adjusted = holm_adjusted([r.p for r in raw[1:]])
     steps = [raw[0]]
     for r, pa in zip(raw[1:], adjusted, strict=True):
-        pays = (r.gain_points or 0.0) >= min_gain_points - 1e-9 and pa <= alpha
+        pays = (r.gain_points or 0.0) >= min_gain_points - _TOL and pa <= alpha
         steps.append(dc.replace(r, p_adjusted=pa, pays=pays))
     tiers = tuple(
         Tier(
