@@ -133,6 +133,91 @@ def test_within_a_tier_the_cheapest_candidate_within_the_margin_is_picked():
     assert d.tiers[1].pick == "pina_naive/pifa"  # no margin: the best
 
 
+def _grid_tier(base_sel, alt_sel, n_conf=200):
+    """vectorizer_only, and ``pina/text`` at its base point and one other grid point, with the
+    given selection-half scores; both far above vectorizer_only on the confirmation half."""
+    conf_cheap, conf_g = _pair(n_conf, 60, 0)
+    v0, base_s = _halves(np.zeros(len(base_sel)), conf_cheap)
+    base_g, conf = _halves(base_sel, conf_g)
+    alt_g, _ = _halves(alt_sel, conf_g)
+    return [
+        Candidate("vectorizer_only", 1.0, v0, tier="no_g", family="vectorizer_only"),
+        Candidate("pina/text k=5", 5.0, base_g, tier="g", family="pina/text"),
+        Candidate("pina/text k=10", 4.0, alt_g, tier="g", family="pina/text", base=False),
+    ], conf
+
+
+def test_a_grid_point_replaces_the_base_only_on_a_significant_gain_above_the_margin():
+    n = 400
+    base_sel, alt_sel = _pair(n, 8, 0)  # +2 points on 8 rows, no loss: p ~ 0.005
+    cands, conf = _grid_tier(base_sel, alt_sel)
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    (r,) = d.tiers[1].refinement
+    assert r.name == "pina/text k=10" and r.against == "pina/text k=5"
+    assert r.gain_points == pytest.approx(2.0) and r.pays
+    assert d.tiers[1].pick == d.chosen == "pina/text k=10"
+
+    # the same +2 points as 20 wins and 12 losses: p ~ 0.16, the base stays, though the grid
+    # point is also cheaper
+    base_sel, alt_sel = _pair(n, 20, 12)
+    cands, conf = _grid_tier(base_sel, alt_sel)
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    (r,) = d.tiers[1].refinement
+    assert r.gain_points == pytest.approx(2.0) and r.p_adjusted > 0.05 and not r.pays
+    assert d.tiers[1].pick == d.chosen == "pina/text k=5"
+
+    # significant (16 wins, no loss... on 4000 rows: +0.4 points) but below the margin
+    base_sel, alt_sel = _pair(4000, 16, 0)
+    cands, conf = _grid_tier(base_sel, alt_sel)
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    (r,) = d.tiers[1].refinement
+    assert r.p_adjusted < 0.05 and r.gain_points < 0.5 and not r.pays
+    assert d.tiers[1].pick == "pina/text k=5"
+
+
+def test_grid_points_of_another_entry_do_not_enter_the_pick():
+    """Move (a) picks the entry at the base point; only that entry's grid points are tested."""
+    n = 400
+    conf_cheap, conf_g = _pair(200, 60, 0)
+    v0, _ = _halves(np.zeros(n), conf_cheap)
+    text, conf = _halves(_pair(n, 40, 0)[1], conf_g)
+    pifa, _ = _halves(_pair(n, 20, 0)[1], conf_g)
+    pifa_alt, _ = _halves(_pair(n, 80, 0)[1], conf_g)  # best of all, but pifa lost move (a)
+    cands = [
+        Candidate("vectorizer_only", 1.0, v0, tier="no_g", family="vectorizer_only"),
+        Candidate("pina/text", 5.0, text, tier="g", family="pina/text"),
+        Candidate("pina/pifa", 6.0, pifa, tier="g", family="pina/pifa"),
+        Candidate("pina/pifa k=10", 6.0, pifa_alt, tier="g", family="pina/pifa", base=False),
+    ]
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    assert d.tiers[1].pick == "pina/text" and d.tiers[1].refinement == ()
+    # without families (or without base candidates), the whole tier is move (a)'s
+    flat = [Candidate(c.name, c.cost_s, c.scores, c.tier) for c in cands]
+    assert choose(flat, alpha=0.05, min_gain_points=0.5, confirm=conf).tiers[1].pick == (
+        "pina/pifa k=10"
+    )
+
+
+def test_the_base_candidates_are_the_runs_own_grid_point():
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import expand_candidates, own_point
+
+    cfg = config_from_dict(
+        {"output": "/r", "neighbors": {"k": 10}, "aggregate": {"v1_weight": 0.5}}
+    )
+    cs = expand_candidates(cfg.select, own_point(cfg))
+    bases = [c for c in cs if c.base]
+    assert [c.family for c in bases] == cfg.select.candidates  # one per entry
+    assert all(
+        (c.settings["neighbors.k"], c.settings["aggregate.v1_weight"]) == (10, 0.5)
+        for c in bases[1:]
+    )
+    # the run's point is not in the grid: the grid's first point is the base
+    sel = SelectConfig(candidates=["pina/text"], grid={"neighbors.k": [7, 3]})
+    assert [c.base for c in expand_candidates(sel, {"neighbors.k": 5})] == [True, False]
+    assert [c.base for c in expand_candidates(sel, {"neighbors.k": 3})] == [False, True]
+
+
 def test_a_p_that_passes_alone_fails_after_the_correction_over_tiers():
     n = 200
     cheap_b, dear_b = _pair(n, 11, 3)  # +4 points on the confirmation half, paired p ~ 0.032
@@ -296,6 +381,45 @@ def test_the_record_of_a_decision_is_a_followable_selection():
     assert rec["halves"]["n_selection"] + rec["halves"]["n_confirmation"] == 200
     full = validate_record({"format": FORMAT, **rec, "models": {}}, "s.json")
     assert followed_settings(full)["neighbors.k"] == 10
+
+
+def test_the_record_and_report_show_the_grid_points_against_the_base_pick():
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import (
+        expand_candidates,
+        selection_markdown,
+        selection_record,
+    )
+
+    cs = expand_candidates(
+        SelectConfig(candidates=["vectorizer_only", "pina/text"], grid={"neighbors.k": [5, 10]}),
+        {"neighbors.k": 5},
+    )
+    assert [(c.name, c.base) for c in cs] == [
+        ("vectorizer_only", True),
+        ("pina/text neighbors.k=5", True),
+        ("pina/text neighbors.k=10", False),
+    ]
+    base_sel, alt_sel = _pair(400, 8, 0)
+    cands, conf = _grid_tier(base_sel, alt_sel)
+    rows = [
+        Candidate(s.name, c.cost_s, c.scores, c.tier, s.family, s.base) for s, c in zip(cs, cands)
+    ]
+    d = choose(
+        rows,
+        alpha=0.05,
+        min_gain_points=0.5,
+        confirm=conf,
+    )
+    rec = selection_record(d, cs, {"note": "n", "n_valid": 600})
+    assert rec["candidate"] == "pina/text neighbors.k=10"
+    (r,) = rec["refinement"]
+    assert r["against"] == "pina/text neighbors.k=5" and r["pays"]
+    assert r["metric_selection"] == pytest.approx(alt_sel.mean())
+    assert [row["base"] for row in rec["validation"]] == [True, False, True]  # by cost
+    md = selection_markdown(rec)
+    assert "## Grid points against the base pick (selection half)" in md
+    assert "| g | pina/text neighbors.k=10 | 2.00 | pina/text neighbors.k=5 | +2.00 |" in md
 
 
 def test_a_finished_step_is_kept_and_reused_only_under_its_key(tmp_path):

@@ -700,7 +700,10 @@ class SelectConfig(_Params):
             ``aggregate.label_features``: ``text``, ``pifa`` or ``text_pifa``), e.g. ``pina/pifa``.
         grid: ``KEY -> [values]`` searched for every candidate with neighbours (neighbors.* or
             aggregate.* keys read after g is trained, not ``aggregate.label_features``, which
-            the candidates set); ``{}`` keeps the run's own values.
+            the candidates set); ``{}`` keeps the run's own values. The run's own point (else
+            the grid's first) is the base: another point replaces it only on a gain of at least
+            ``min_gain_points`` significant at ``alpha`` (Holm over the entry's points) on the
+            selection half.
         alpha: the significance level of the choice rule (Holm-Bonferroni corrected over its
             comparisons, one per step between cost tiers: without g, with g; see
             ``pina_spark/selection/rule.py``).

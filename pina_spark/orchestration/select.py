@@ -66,6 +66,8 @@ __all__ = [
     "SelectCandidate",
     "WorkStep",
     "expand_candidates",
+    "own_point",
+    "base_point",
     "work_plan",
     "candidate_costs",
     "selection_record",
@@ -98,26 +100,69 @@ class SelectCandidate:
         name: ``VARIANT[/LABEL_FEATURES][ KEY=VALUE ...]``, unique within a selection.
         variant: the ``features`` variant it trains and scores.
         settings: the config keys (dotted) and values it runs with.
+        family: its ``select.candidates`` entry.
+        base: whether it is at the base grid point (:func:`base_point`): the rule takes
+            another grid point only on a significant gain over it.
     """
 
     name: str
     variant: str
     settings: dict[str, Any]
+    family: str = ""
+    base: bool = True
 
 
-def expand_candidates(sel: SelectConfig) -> list[SelectCandidate]:
-    """Every candidate of ``sel``, in ``sel.candidates`` order, grid points within each."""
+def own_point(cfg: PinaConfig) -> dict[str, Any]:
+    """The run's own values of the keys ``cfg.select.grid`` searches.
+
+    Examples
+    --------
+    >>> own_point(config_from_dict({"output": "/r"}))
+    {'neighbors.k': 5, 'aggregate.v1_weight': 1.0}
+    """
+    d = cfg.to_dict()
+    out = {}
+    for key in cfg.select.grid:
+        node: Any = d
+        for part in key.split("."):
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def base_point(sel: SelectConfig, own: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The grid point the rule prefers: the run's own values (``own``) when they are a point
+    of ``sel.grid``, else the grid's first point (its keys' first values, as listed).
+
+    Examples
+    --------
+    >>> sel = SelectConfig(grid={"neighbors.k": [5, 10]})
+    >>> base_point(sel, {"neighbors.k": 10}), base_point(sel, {"neighbors.k": 3})
+    ({'neighbors.k': 10}, {'neighbors.k': 5})
+    """
     points = grid_points(sel.grid) if sel.grid else [{}]
+    mine = {k: (own or {}).get(k) for k in sel.grid}
+    return mine if mine in points else points[0]
+
+
+def expand_candidates(
+    sel: SelectConfig, own: Mapping[str, Any] | None = None
+) -> list[SelectCandidate]:
+    """Every candidate of ``sel``, in ``sel.candidates`` order, grid points within each;
+    ``own``: the run's values of the grid's keys (:func:`own_point`), which fix the base point
+    (:func:`base_point`)."""
+    points = grid_points(sel.grid) if sel.grid else [{}]
+    base = base_point(sel, own)
     out = []
     for entry in sel.candidates:
         variant, label_features = SelectConfig.parse_candidate(entry)
         if variant == V.VECTORIZER_ONLY:
-            out.append(SelectCandidate(entry, variant, {}))
+            out.append(SelectCandidate(entry, variant, {}, entry))
             continue
         for point in points:
             name = " ".join([entry] + [f"{k}={v}" for k, v in point.items()])
             settings = {"aggregate.label_features": label_features, **point}
-            out.append(SelectCandidate(name, variant, settings))
+            out.append(SelectCandidate(name, variant, settings, entry, point == base))
     return out
 
 
@@ -159,8 +204,11 @@ def selection_record(
     decision's comparisons carry): the chosen ``variant`` and ``settings``; per candidate, by
     cost, its tier, its validation P@1 (``metric``, 0..1, every validation row; and on the
     selection half, which picks within a tier), the difference in points and p against the
-    cheapest, its stage-seconds and whether it is its tier's pick; and the rule's ``steps``,
-    one per tier: its pick against the best cheaper pick on the confirmation half. ``extra``
+    cheapest, its stage-seconds, whether it is at the base grid point and whether it is its
+    tier's pick; the rule's ``steps``, one per tier: its pick against the best cheaper pick on
+    the confirmation half; and its ``refinement``: each grid alternative against the base pick
+    of its tier on the selection half (``metric_selection``; ``metric_confirmation`` there
+    holds the same selection-half value, the row shape of ``steps``). ``extra``
     (the validation split's size, timings, ...) is added as is."""
     by_name = {c.name: c for c in candidates}
     chosen = by_name[decision.chosen]
@@ -176,6 +224,7 @@ def selection_record(
                 "stage_seconds": c.cost_s,
                 "metric": c.metric,
                 "metric_selection": tier.selection_metrics[tier.candidates.index(c.name)],
+                "base": by_name[c.name].base,
                 "picked": tier.pick == c.name,
                 "gain_points_vs_cheapest": c.gain_points,
                 "p_vs_cheapest": c.p,
@@ -188,6 +237,11 @@ def selection_record(
         "metric": "P@1",
         "validation": validation,
         "steps": [_step_row(t.name, t.step) for t in decision.tiers],
+        "refinement": [
+            {**_step_row(t.name, c), "metric_selection": c.metric}
+            for t in decision.tiers
+            for c in t.refinement
+        ],
         "rule": RULE,
         "correction": "holm-bonferroni",
         "alpha": decision.alpha,
@@ -349,7 +403,7 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
     >>> print(selection_markdown(rec).splitlines()[0])
     # Selection: `vectorizer_only` (variant `vectorizer_only`)
     >>> selection_markdown(rec).splitlines()[-1]
-    '| **vectorizer_only** | no_g | 2.0 | 50.00 | 25.00 | yes |  |  |'
+    '| **vectorizer_only** | no_g | 2.0 | 50.00 | 25.00 | yes | yes |  |  |'
     """
     settings = rec.get("settings") or {}
     shown = ", ".join(f"`{k}: {v}`" for k, v in settings.items()) or "none (the run's own values)"
@@ -382,12 +436,28 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
             f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
             f"{'yes' if r['pays'] else 'no'} |"
         )
+    refinement = rec.get("refinement") or []
+    if refinement:
+        lines += [
+            "",
+            "## Grid points against the base pick (selection half)",
+            "",
+            "| tier | grid point | P@1 | against | gain | p (Holm) | replaces it |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in refinement:
+            lines.append(
+                f"| {r['tier']} | {r['candidate']} | {_pct(r['metric_selection'])} | "
+                f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
+                f"{'yes' if r['pays'] else 'no'} |"
+            )
     lines += [
         "",
         "## Candidates (P@1 on every validation row, and on the selection half)",
         "",
-        "| candidate | tier | stage-s | P@1 | P@1 selection half | picked | vs cheapest | p |",
-        "|---|---|---|---|---|---|---|---|",
+        "| candidate | tier | stage-s | P@1 | P@1 selection half | base | picked | vs cheapest "
+        "| p |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rec["validation"]:
         name = (
@@ -395,7 +465,8 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         )
         lines.append(
             f"| {name} | {row['tier']} | {row['stage_seconds']:.1f} | {_pct(row['metric'])} | "
-            f"{_pct(row['metric_selection'])} | {'yes' if row['picked'] else ''} | "
+            f"{_pct(row['metric_selection'])} | {'yes' if row.get('base', True) else ''} | "
+            f"{'yes' if row['picked'] else ''} | "
             f"{_signed(row['gain_points_vs_cheapest'])} | {_p(row['p_vs_cheapest'])} |"
         )
     return "\n".join(lines)
@@ -581,7 +652,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             f"run.models={cfg.run.models}: `pina-spark select` chooses for the models of the "
             f"root it runs on ({root}); run it on the root that fit them, without run.models"
         )
-    candidates = expand_candidates(cfg.select)
+    candidates = expand_candidates(cfg.select, own_point(cfg))
     steps = work_plan(candidates)
     work = storage.RunPaths(src.table(SELECT_WORK))
     step_cfgs = [step_config(cfg, s, work.output) for s in steps]  # all checked before any work
@@ -657,6 +728,8 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                     costs[c.name]["total_s"],
                     scores[c.name].loc[ids].to_numpy(),
                     tier_of(c.variant),
+                    c.family,
+                    c.base,
                 )
                 for c in candidates
             ],
