@@ -19,10 +19,10 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
+from pina_spark.stages.evaluate.stage import METRICS_FILE, read_metrics
 
 log = logging.getLogger(__name__)
 
-_METRICS = "metrics.json"
 
 #: exit code of ``pina-spark status`` when a step of the run is ``failed`` (1 is an unexpected
 #: error, 2 a usage error or a folder without a manifest)
@@ -40,11 +40,6 @@ def _manifest(root: str) -> dict[str, Any]:
             "<output>/run_date=YYYY-MM-DD)"
         )
     return json.loads(raw)
-
-
-def _metrics(root: str) -> dict[str, Any] | None:
-    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + _METRICS)
-    return json.loads(raw) if raw else None
 
 
 def markdown_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
@@ -88,7 +83,8 @@ def status_data(root: str) -> dict[str, Any]:
         | {"stages": list(x.get("stages") or [])}
         for x in (m.get("history") or [])[-5:]
     ]
-    metrics = _metrics(root) if (stages.get("evaluate") or {}).get("status") == "complete" else None
+    evaluated = (stages.get("evaluate") or {}).get("status") == "complete"
+    metrics = read_metrics(root) if evaluated else None
     return {
         "schema": STATUS_SCHEMA,
         "root": storage.RunPaths(root).root,
@@ -207,11 +203,11 @@ def compare_data(a_root: str, b_root: str) -> dict[str, Any]:
     """``pina-spark compare --json``: each metric of each variant in A and B, the step durations,
     and per variant the paired t-test on the test instances both runs scored (``{}`` when a
     run has no ``eval/per_instance.parquet``)."""
-    ma, mb = _metrics(a_root), _metrics(b_root)
+    ma, mb = read_metrics(a_root), read_metrics(b_root)
     if ma is None or mb is None:
         root = a_root if ma is None else b_root
         raise ConfigError(
-            f"{storage.RunPaths(root).table(storage.EVAL)}/{_METRICS}: not found (run "
+            f"{storage.RunPaths(root).table(storage.EVAL)}/{METRICS_FILE}: not found (run "
             "the evaluate stage of that run first)"
         )
     va, vb = ma.get("variants", {}), mb.get("variants", {})

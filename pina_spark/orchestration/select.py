@@ -515,9 +515,9 @@ def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None
     run_stage(ctx, "train", step.id)
     m["train_s"] = time.time() - t0
     run_stage(ctx, "evaluate", step.id)
-    from pina_spark.stages.evaluate.stage import read_per_instance
+    from pina_spark.stages.evaluate.stage import read_metrics, read_per_instance
 
-    metrics = json.loads(storage.read_bytes(work.table(storage.EVAL) + "/metrics.json") or b"{}")
+    metrics = read_metrics(work.root) or {}
     m["train_s_by_variant"] = {
         v: (metrics.get("variants", {}).get(v) or {}).get("train_s") for v in step.variants
     }

@@ -413,11 +413,12 @@ def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, mod
 def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> dict[str, Any]:
     """Read a point's metrics from the work folder, keep them under ``tune/points/<id>/`` and
     return its row of the results."""
-    raw = storage.read_bytes(work.table(storage.EVAL) + "/metrics.json")
-    if raw is None:
-        raise OSError(f"tune point {pid}: {work.table(storage.EVAL)}/metrics.json not written")
-    m = json.loads(raw)
-    storage.write_bytes(f"{tune_root}/points/{pid}/metrics.json", raw)
+    from pina_spark.stages.evaluate.stage import METRICS_FILE, read_metrics
+
+    m = read_metrics(work.root)
+    if m is None:
+        raise OSError(f"tune point {pid}: {work.table(storage.EVAL)}/{METRICS_FILE} not written")
+    storage.write_bytes(f"{tune_root}/points/{pid}/metrics.json", json.dumps(m, indent=2).encode())
     storage.write_bytes(
         f"{tune_root}/points/{pid}/point.json",
         json.dumps({"id": pid, "params": point}, default=str).encode(),

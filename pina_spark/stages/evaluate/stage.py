@@ -57,8 +57,14 @@ __all__ = [
     "run",
     "REPORTED_KS",
     "TRAIN_STATS_FILE",
+    "METRICS_FILE",
+    "read_metrics",
+    "read_per_instance",
 ]
 
+#: the run's metrics (``<root>/eval/metrics.json``): written by :func:`run`, read through
+#: :func:`read_metrics`
+METRICS_FILE = "metrics.json"
 #: cut-offs that are always in metrics.json (more from ``evaluate.ks`` are added)
 REPORTED_KS = (1, 3, 5, 10)
 #: cut-offs of the significance tests
@@ -94,6 +100,25 @@ def per_instance_parquet(
     sink = pa.BufferOutputStream()
     pq.write_table(pa.table(cols), sink)
     return sink.getvalue().to_pybytes()
+
+
+def read_metrics(root: str) -> dict[str, Any] | None:
+    """The run root's :data:`METRICS_FILE` as a dict (this stage writes it, and is the one
+    reader of its layout); ``None`` where the run has none (not evaluated).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> read_metrics(root) is None
+    True
+    >>> storage.write_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + METRICS_FILE,
+    ...                     b'{"variants": {"pina": {"P@1": 0.5}}}')
+    >>> read_metrics(root)["variants"]["pina"]["P@1"]
+    0.5
+    """
+    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + METRICS_FILE)
+    return json.loads(raw) if raw else None
 
 
 def read_per_instance(root: str):
@@ -560,7 +585,7 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -
                 eval_dir + "/" + PARITY_JSON, json.dumps(parity, indent=2).encode("utf-8")
             )
     storage.write_bytes(
-        eval_dir + "/metrics.json", json.dumps(metrics, indent=2, sort_keys=False).encode()
+        eval_dir + "/" + METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=False).encode()
     )
     scored_ids = [i for i, t in zip(test_ids, truths) if t]
     storage.write_bytes(
