@@ -457,3 +457,31 @@ def test_a_cli_run_ended_by_sigterm_releases_its_lease_and_exits_143(tmp_path):
     assert "SIGTERM" in err
     assert storage.read_lease(root) is None
     assert _leftovers(root) == []
+
+
+def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, monkeypatch):
+    """Hadoop's ``s3a://`` names the objects ``s3://`` does; pyarrow knows only the latter
+    (here a fake ``FileSystem.from_uri`` that refuses other schemes as pyarrow does, and maps
+    ``s3://bucket/...`` to a local folder)."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    seen = []
+
+    class FakeFileSystem:
+        @staticmethod
+        def from_uri(uri):
+            seen.append(uri)
+            if not uri.startswith("s3://"):
+                raise pa.ArrowInvalid(f"Unrecognized filesystem type in URI: {uri}")
+            return pafs.LocalFileSystem(), str(tmp_path / uri[len("s3://") :])
+
+    monkeypatch.setattr(pafs, "FileSystem", FakeFileSystem)
+    (tmp_path / "bucket" / "run").mkdir(parents=True)
+    lock = tmp_path / "bucket" / "run" / storage.LOCK
+    with lease_mod.acquire_lease("s3a://bucket/run", "me", stale_s=60, heartbeat_s=30):
+        assert json.loads(lock.read_text())["run_id"] == "me"
+        storage.check_lease_for("s3a://bucket/run/nodes")
+        assert storage.read_bytes("s3a://bucket/run/_LOCK") == lock.read_bytes()
+    assert not lock.exists()
+    assert seen and all(u.startswith("s3://bucket/run") for u in seen)

@@ -9,7 +9,7 @@ import os
 import uuid
 
 from pina_spark.storage.schemas import InputError
-from pina_spark.storage.uri import is_remote, local_path
+from pina_spark.storage.uri import arrow_uri, is_remote, local_path
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -17,7 +17,7 @@ def write_bytes(uri: str, data: bytes) -> None:
     if is_remote(uri):
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(uri)
+        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
         with fs.open_output_stream(p) as fh:  # S3 PUT is atomic per object
             fh.write(data)
         return
@@ -51,7 +51,7 @@ def read_bytes(uri: str) -> bytes | None:
     if is_remote(uri):
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(uri)
+        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
         if fs.get_file_info(p).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(p) as fh:

@@ -8,7 +8,7 @@ where they apply (local paths and ``s3://``).
 
 import logging
 
-from pina_spark.storage.uri import is_remote, local_path
+from pina_spark.storage.uri import arrow_uri, is_remote, local_path
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def parquet_dataset(uri: str):
         if is_remote(uri):
             import pyarrow.fs as pafs
 
-            fs, p = pafs.FileSystem.from_uri(uri)
+            fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
             return ds.dataset(p, format="parquet", filesystem=fs, partitioning="hive")
         return ds.dataset(local_path(uri), format="parquet", partitioning="hive")
     except Exception as e:  # not a readable Parquet folder from the driver
@@ -99,7 +99,13 @@ def parquet_size(uri: str) -> tuple[int, int] | None:
 
 def pyarrow_reaches(uri: str | None) -> bool:
     """Whether executors read/write ``uri`` with pyarrow here: local/``file://`` paths and
-    ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM)."""
+    ``s3://`` (``hdfs://``, ``s3a://``, ``gs://``... stay with the JVM, which holds their
+    settings and credentials; the driver's small files reach ``s3a://`` through
+    :func:`~pina_spark.storage.uri.arrow_uri`).
+
+    >>> [pyarrow_reaches(u) for u in ("/tmp/x", "s3://b/x", "s3a://b/x", "hdfs://nn/x")]
+    [True, True, False, False]
+    """
     if not uri:
         return False
     return not is_remote(uri) or uri.startswith("s3://")
@@ -107,7 +113,7 @@ def pyarrow_reaches(uri: str | None) -> bool:
 
 def pyarrow_fs(uri: str):
     """``(pyarrow filesystem, path)`` of a local / ``file://`` path or a pyarrow.fs URI
-    (``s3://``); executor and driver side.
+    (``s3://``, or ``s3a://`` as :func:`arrow_uri` names it); executor and driver side.
 
     Examples
     --------
@@ -117,7 +123,7 @@ def pyarrow_fs(uri: str):
     import pyarrow.fs as pafs
 
     if is_remote(uri):
-        return pafs.FileSystem.from_uri(uri)
+        return pafs.FileSystem.from_uri(arrow_uri(uri))
     return pafs.LocalFileSystem(), local_path(uri)
 
 

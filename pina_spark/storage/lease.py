@@ -14,7 +14,8 @@ on this host (:mod:`pina_spark.storage.liveness`) is stale at once; elsewhere on
 heartbeat's age tells. The compare-and-swap is only as strong as the file system: on a local
 disk the rename, the hard link that puts a record back and the exclusive create are atomic, and
 an ``flock`` on the root folder lets one take-over of the root run at a time. Through
-pyarrow.fs (``s3://``, ``hdfs://``) there is no ``flock``; HDFS renames atomically, S3 renames by
+pyarrow.fs (``s3://``, ``s3a://`` as :func:`~pina_spark.storage.uri.arrow_uri` names it,
+``hdfs://``) there is no ``flock``; HDFS renames atomically, S3 renames by
 copy and delete and creates by check-then-write, so there racing take-overs are best effort.
 """
 
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pina_spark.storage.files import read_bytes, write_bytes
 from pina_spark.storage.liveness import dead_reason, identity
 from pina_spark.storage.schemas import LOCK
-from pina_spark.storage.uri import is_remote, local_path
+from pina_spark.storage.uri import arrow_uri, is_remote, local_path
 
 if TYPE_CHECKING:
     import threading
@@ -79,7 +80,7 @@ def _read_lock(uri: str) -> tuple[bytes, int] | None:
     if is_remote(uri):
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(uri)
+        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
         info = fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:
             return None
@@ -313,8 +314,8 @@ class Lease:
         if is_remote(src):
             import pyarrow.fs as pafs
 
-            fs, p = pafs.FileSystem.from_uri(src)
-            fs.move(p, pafs.FileSystem.from_uri(dst)[1])
+            fs, p = pafs.FileSystem.from_uri(arrow_uri(src))
+            fs.move(p, pafs.FileSystem.from_uri(arrow_uri(dst))[1])
         else:
             os.rename(local_path(src), local_path(dst))
 
@@ -323,7 +324,7 @@ class Lease:
             if is_remote(uri):
                 import pyarrow.fs as pafs
 
-                fs, p = pafs.FileSystem.from_uri(uri)
+                fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
                 fs.delete_file(p)
             else:
                 os.remove(local_path(uri))
@@ -415,7 +416,7 @@ class Lease:
             if is_remote(self.root):
                 import pyarrow.fs as pafs
 
-                fs, p = pafs.FileSystem.from_uri(self.root)
+                fs, p = pafs.FileSystem.from_uri(arrow_uri(self.root))
                 infos = fs.get_file_info(pafs.FileSelector(p, allow_not_found=True))
                 found = [(i.base_name, (i.mtime_ns or 0) / 1e9) for i in infos]
             else:

@@ -25,6 +25,26 @@ def join(base: str, *parts: str) -> str:
     return "/".join([norm(base)] + [str(p).strip("/") for p in parts])
 
 
+#: Hadoop's names for S3 (the S3A and old S3N connectors): the same objects as ``s3://``
+_S3_ALIASES = ("s3a://", "s3n://")
+
+
+def arrow_uri(uri: str) -> str:
+    """``uri`` as ``pyarrow.fs`` names it: Hadoop's ``s3a://`` and ``s3n://`` become ``s3://``
+    (the same bucket and key), so a run root that Spark reaches through S3A is reached by the
+    driver's small files (manifest, lease, commits) too; anything else is unchanged. pyarrow
+    takes its credentials, region and endpoint from the AWS default chain
+    (``AWS_ENDPOINT_URL`` ...), not from Hadoop's ``fs.s3a.*`` settings.
+
+    >>> arrow_uri("s3a://b/run/_LOCK"), arrow_uri("s3://b/x"), arrow_uri("/tmp/x")
+    ('s3://b/run/_LOCK', 's3://b/x', '/tmp/x')
+    """
+    for alias in _S3_ALIASES:
+        if uri.startswith(alias):
+            return "s3://" + uri[len(alias) :]
+    return uri
+
+
 def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
