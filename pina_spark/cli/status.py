@@ -19,7 +19,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
-from pina_spark.stages.evaluate.stage import METRICS_FILE, read_metrics
+from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def compare_data(a_root: str, b_root: str) -> dict[str, Any]:
     if ma is None or mb is None:
         root = a_root if ma is None else b_root
         raise ConfigError(
-            f"{storage.RunPaths(root).table(storage.EVAL)}/{METRICS_FILE}: not found (run "
+            f"{eval_file(root, METRICS_FILE)}: not found (run "
             "the evaluate stage of that run first)"
         )
     va, vb = ma.get("variants", {}), mb.get("variants", {})

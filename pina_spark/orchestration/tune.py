@@ -413,11 +413,11 @@ def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, mod
 def _point_row(work, tune_root: str, pid: str, point, ran, t0: float) -> dict[str, Any]:
     """Read a point's metrics from the work folder, keep them under ``tune/points/<id>/`` and
     return its row of the results."""
-    from pina_spark.stages.evaluate.stage import METRICS_FILE, read_metrics
+    from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
 
     m = read_metrics(work.root)
     if m is None:
-        raise OSError(f"tune point {pid}: {work.table(storage.EVAL)}/{METRICS_FILE} not written")
+        raise OSError(f"tune point {pid}: {eval_file(work.root, METRICS_FILE)} not written")
     storage.write_bytes(f"{tune_root}/points/{pid}/metrics.json", json.dumps(m, indent=2).encode())
     storage.write_bytes(
         f"{tune_root}/points/{pid}/point.json",

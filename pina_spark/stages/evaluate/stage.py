@@ -59,6 +59,7 @@ __all__ = [
     "TRAIN_STATS_FILE",
     "METRICS_FILE",
     "read_metrics",
+    "eval_file",
     "read_per_instance",
 ]
 
@@ -102,9 +103,19 @@ def per_instance_parquet(
     return sink.getvalue().to_pybytes()
 
 
+def eval_file(root: str, name: str) -> str:
+    """The URI of file ``name`` (:data:`METRICS_FILE`, :data:`PER_INSTANCE_FILE`) in the run
+    root's ``eval/`` folder, which this stage writes and is the one reader of.
+
+    >>> eval_file("s3://b/run", METRICS_FILE)
+    's3://b/run/eval/metrics.json'
+    """
+    return storage.RunPaths(root).table(storage.EVAL) + "/" + name
+
+
 def read_metrics(root: str) -> dict[str, Any] | None:
-    """The run root's :data:`METRICS_FILE` as a dict (this stage writes it, and is the one
-    reader of its layout); ``None`` where the run has none (not evaluated).
+    """The run root's :data:`METRICS_FILE` as a dict; ``None`` where the run has none (not
+    evaluated).
 
     Examples
     --------
@@ -112,33 +123,29 @@ def read_metrics(root: str) -> dict[str, Any] | None:
     >>> root = tempfile.mkdtemp()
     >>> read_metrics(root) is None
     True
-    >>> storage.write_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + METRICS_FILE,
-    ...                     b'{"variants": {"pina": {"P@1": 0.5}}}')
-    >>> read_metrics(root)["variants"]["pina"]["P@1"]
-    0.5
+    >>> storage.write_bytes(eval_file(root, METRICS_FILE), b'{"variants": {"pina": {}}}')
+    >>> read_metrics(root)
+    {'variants': {'pina': {}}}
     """
-    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + METRICS_FILE)
+    raw = storage.read_bytes(eval_file(root, METRICS_FILE))
     return json.loads(raw) if raw else None
 
 
 def read_per_instance(root: str):
-    """The run root's :data:`PER_INSTANCE_FILE` (this stage writes it, and is the one reader
-    of its layout) as a pandas DataFrame with columns ``variant``, ``instance_id``, ``P@1``,
-    ``P@3``, ``P@5``; ``None`` where the run has none (not evaluated, or older than the file).
+    """The run root's :data:`PER_INSTANCE_FILE` as a pandas DataFrame with columns
+    ``variant``, ``instance_id``, ``P@1``, ``P@3``, ``P@5``; ``None`` where the run has none
+    (not evaluated, or older than the file).
 
     Examples
     --------
-    >>> import tempfile
-    >>> root = tempfile.mkdtemp()
-    >>> read_per_instance(root) is None
-    True
     >>> ones = {1: [1.0], 3: [0.5], 5: [0.2]}
-    >>> storage.write_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + PER_INSTANCE_FILE,
+    >>> root = __import__("tempfile").mkdtemp()
+    >>> storage.write_bytes(eval_file(root, PER_INSTANCE_FILE),
     ...                     per_instance_parquet(["i1"], {"pina": ones}))
     >>> read_per_instance(root)[["variant", "instance_id", "P@1"]].values.tolist()
     [['pina', 'i1', 1.0]]
     """
-    raw = storage.read_bytes(storage.RunPaths(root).table(storage.EVAL) + "/" + PER_INSTANCE_FILE)
+    raw = storage.read_bytes(eval_file(root, PER_INSTANCE_FILE))
     if raw is None:
         return None
     import pyarrow as pa
