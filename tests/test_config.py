@@ -91,6 +91,18 @@ def test_bad_enum_lists_allowed_values(tmp_path, body, key, value):
     assert p in msg and key in msg and repr(value) in msg and "is not one of" in msg
 
 
+def test_an_unquoted_off_is_the_word_off_where_a_setting_takes_words(tmp_path):
+    """YAML 1.1 reads on/off/yes/no unquoted as booleans; a word setting takes them as words,
+    in a file and through --set alike; a boolean it cannot map is still an error."""
+    p = write(tmp_path, "output: /x\nselect: {follow: off}\n")
+    assert load_config(p).select.follow == "off"
+    assert load_config(write(tmp_path, "output: /x\n"), ["select.follow=off"]).select.follow == (
+        "off"
+    )
+    msg = err(write(tmp_path, "output: /x\nselect: {follow: yes}\n"))
+    assert "select.follow" in msg and "True is not one of" in msg
+
+
 def test_out_of_range_and_combinations(tmp_path):
     msg = err(write(tmp_path, "output: /x\nneighbors: {k: 0}\n"))
     assert "neighbors.k" in msg and "out of range" in msg and "c.yaml" in msg

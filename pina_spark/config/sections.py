@@ -886,6 +886,10 @@ def _coerce(tp, value, key: str, source: str):  # noqa: C901 (one branch per con
         return _coerce(args[0], value, key, source)
     if origin is Literal:
         allowed = get_args(tp)
+        if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed):
+            # YAML 1.1 reads an unquoted on/off/yes/no as a boolean (`--set select.follow=off`)
+            words = ("on", "yes", "true") if value else ("off", "no", "false")
+            value = next((w for w in words if w in allowed), value)
         if value not in allowed:
             raise ConfigError(f"{source}: {key}: {value!r} is not one of {list(allowed)}")
         return value
