@@ -202,8 +202,10 @@ def selection_row(name, root, production=None):
             "gain_points": best_pina["gain_points_vs_cheapest"],
             "p": best_pina["p_vs_cheapest"],
         },
-        # the steps' seconds (a resumed selection's wall time is not its cost), else wall
-        "selection_s": rec.get("steps_seconds") or rec.get("seconds"),
+        # the steps' seconds; a resumed selection's wall time is not its cost: None where
+        # kept steps predate steps_seconds
+        "selection_s": rec.get("steps_seconds")
+        or (None if rec.get("resumed_steps") else rec.get("seconds")),
         "full_run_stage_s": _stage_seconds(root),
     }
     d = 100.0 * (sel.loc[ids].to_numpy() - test[best].loc[ids].to_numpy())
@@ -240,7 +242,8 @@ def selection_table(specs, json_out=None):
             f"| {r['data_set']} | {r['n_test']} | {r['selected']} | {r['validation_P@1']:.2f} | "
             f"{r['test_P@1']:.2f} | {r['best_fixed']} {r['best_fixed_test_P@1']:.2f} | "
             f"{_ci(r['selected_minus_best'])} | {margin} | {valid} | "
-            f"{r['selection_s']} / {r['full_run_stage_s']} |"
+            f"{'—' if r['selection_s'] is None else r['selection_s']} / "
+            f"{r['full_run_stage_s']} |"
         )
     pooled = None
     if len(rows) > 1:

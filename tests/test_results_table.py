@@ -80,6 +80,15 @@ def test_selection_row_against_the_best_fixed_variant(tmp_path):
     assert row["pina_minus_vectorizer_only_test"]["diff"] == 25.0
     assert row["best_pina_on_validation"]["gain_points"] == 2.0
     assert row["full_run_stage_s"] == 40.0 and row["selection_s"] == 12.5
+    # a resumed selection's wall time is not its cost: steps_seconds, else nothing
+    sel = os.path.join(root, "selection", "selection.json")
+    rec = json.load(open(sel))
+    with open(sel, "w") as fh:
+        json.dump({**rec, "seconds": 0.5, "resumed_steps": ["s1"]}, fh)
+    assert results_table.selection_row("a", root)[0]["selection_s"] is None
+    with open(sel, "w") as fh:
+        json.dump({**rec, "seconds": 0.5, "resumed_steps": ["s1"], "steps_seconds": 30.0}, fh)
+    assert results_table.selection_row("a", root)[0]["selection_s"] == 30.0
 
 
 def test_pooled_row_concatenates_the_sets(tmp_path, capsys):
