@@ -486,3 +486,33 @@ def test_the_reference_is_the_best_cheaper_pick_on_the_selection_half():
     )
     assert [s.against for s in d.rule] == [None, "a", "b"]
     assert d.rule[2].gain_points == pytest.approx(100.0)
+
+
+def test_each_tier_step_reports_the_gain_it_could_detect():
+    """The detectable gain (80% power, two-sided at alpha over the tier steps) follows the
+    paired standard error: four times the confirmation rows halve it; the record carries it."""
+    from statistics import NormalDist
+
+    from pina_spark.selection.rule import detectable_gain
+
+    def step(n_conf):
+        cheap, dear = _pair(n_conf, n_conf // 10, n_conf // 20)  # 15% of rows discordant
+        v0, conf = _halves(np.zeros(40), cheap)
+        g, _ = _halves(np.zeros(40), dear)
+        d = choose(
+            [Candidate("vectorizer_only", 1.0, v0, "no_g"), Candidate("pina/text", 5.0, g, "g")],
+            alpha=0.05,
+            min_gain_points=0.5,
+            confirm=conf,
+        )
+        return d.tiers[1].step, dear - cheap
+
+    s, diff = step(400)
+    se = 100 * np.std(diff, ddof=1) / np.sqrt(diff.size)
+    assert s.se_points == pytest.approx(se)
+    z = NormalDist()
+    assert s.detectable_points == pytest.approx((z.inv_cdf(0.975) + z.inv_cdf(0.8)) * se)
+    assert step(1600)[0].detectable_points == pytest.approx(s.detectable_points / 2, rel=0.01)
+    # over two comparisons the level is alpha / 2: a larger detectable gain
+    assert detectable_gain(1.0, 0.05, 2) > detectable_gain(1.0, 0.05, 1)
+    assert detectable_gain(None, 0.05, 1) is None

@@ -192,6 +192,8 @@ def _step_row(tier: str, c: Comparison) -> dict[str, Any]:
         "p": c.p,
         "p_holm": c.p_adjusted,
         "pays": c.pays,
+        "se_points": c.se_points,
+        "detectable_gain_points": c.detectable_points,
     }
 
 
@@ -427,15 +429,26 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         "",
         "## The rule's steps (confirmation half)",
         "",
-        "| tier | its pick | P@1 | against | gain | p (Holm) | pays |",
-        "|---|---|---|---|---|---|---|",
+        "| tier | its pick | P@1 | against | gain | p (Holm) | pays | detectable gain |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rec.get("steps") or []:
+        det = r.get("detectable_gain_points")
         lines.append(
             f"| {r['tier']} | {r['candidate']} | {_pct(r['metric_confirmation'])} | "
             f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
-            f"{'yes' if r['pays'] else 'no'} |"
+            f"{'yes' if r['pays'] else 'no'} | {'' if det is None else f'{det:.2f}'} |"
         )
+    dets = [r.get("detectable_gain_points") for r in rec.get("steps") or []]
+    dets = [d for d in dets if d is not None]
+    if dets:
+        lines += [
+            "",
+            f"Detectable gain: the true gain each step finds 80% of the time on this many "
+            f"confirmation rows (largest here {max(dets):.2f} points); a smaller one is more "
+            "likely missed than paid for, and the cheaper tier kept. More validation rows "
+            "(`task.validation_fraction`) shrink it.",
+        ]
     refinement = rec.get("refinement") or []
     if refinement:
         lines += [

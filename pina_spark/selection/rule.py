@@ -64,7 +64,9 @@ Examples
 
 import dataclasses as dc
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -79,6 +81,8 @@ __all__ = [
     "choose",
     "confirm_half",
     "holm_adjusted",
+    "detectable_gain",
+    "POWER",
     "RULE",
     "CONFIRM_SALT",
 ]
@@ -99,6 +103,8 @@ RULE = (
 
 #: the salt of :func:`confirm_half` (recorded in ``selection.json``)
 CONFIRM_SALT = "pina-spark select confirm"
+#: the power at which a selection reports the gain it can detect (:func:`detectable_gain`)
+POWER = 0.8
 #: float tolerance on the margin, in points: a gain of exactly ``min_gain_points`` rounds below
 _TOL = 1e-9
 
@@ -167,6 +173,10 @@ class Comparison:
         p: the paired t-test's p (``None``: fewer than two rows, or no reference).
         p_adjusted: ``p`` after Holm-Bonferroni over the rule's comparisons (rule rows only).
         pays: gain >= ``min_gain_points`` and ``p_adjusted`` <= ``alpha`` (rule rows only).
+        se_points: the standard error of the paired difference, in points.
+        detectable_points: the true gain this comparison finds with probability
+            :data:`POWER` at its level (``alpha`` over the number of comparisons, two-sided;
+            tier steps only): smaller gains are more likely missed than paid for.
     """
 
     name: str
@@ -177,6 +187,8 @@ class Comparison:
     p: float | None = None
     p_adjusted: float | None = None
     pays: bool = False
+    se_points: float | None = None
+    detectable_points: float | None = None
 
 
 @dc.dataclass(frozen=True)
@@ -264,7 +276,25 @@ def _compare(c: Candidate, ref: Candidate | None, rows: Any = None) -> Compariso
     if rows is not None:
         a, b = a[rows], b[rows]
     gain = 100.0 * (metric - ref.mean(rows))
-    return Comparison(c.name, c.cost_s, metric, ref.name, gain, paired_ttest(a, b)["p"])
+    se = 100.0 * float(np.std(a - b, ddof=1)) / math.sqrt(a.size) if a.size >= 2 else None
+    return Comparison(
+        c.name, c.cost_s, metric, ref.name, gain, paired_ttest(a, b)["p"], se_points=se
+    )
+
+
+def detectable_gain(se_points: float | None, alpha: float, comparisons: int) -> float | None:
+    """The true gain (points) a paired comparison with standard error ``se_points`` finds with
+    probability :data:`POWER`, two-sided at ``alpha / comparisons`` (the Bonferroni bound of
+    Holm's first step): ``(z(1 - alpha / 2m) + z(POWER)) * se`` (normal approximation).
+
+    >>> round(detectable_gain(0.7, 0.05, 1), 2)
+    1.96
+    """
+    if se_points is None:
+        return None
+    z = NormalDist()
+    m = max(1, comparisons)
+    return (z.inv_cdf(1.0 - alpha / (2.0 * m)) + z.inv_cdf(POWER)) * se_points
 
 
 def _best(cands: Sequence[Candidate], rows: Any) -> Candidate:
@@ -358,7 +388,10 @@ def choose(
     adjusted = holm_adjusted([r.p for r in raw[1:]])
     steps = [raw[0]]
     for r, pa in zip(raw[1:], adjusted, strict=True):
-        steps.append(_pays(r, pa, alpha, min_gain_points))
+        step = _pays(r, pa, alpha, min_gain_points)
+        steps.append(
+            dc.replace(step, detectable_points=detectable_gain(r.se_points, alpha, len(adjusted)))
+        )
     tiers = tuple(
         Tier(
             name,
