@@ -205,7 +205,7 @@ def test_the_base_candidates_are_the_runs_own_grid_point():
     cfg = config_from_dict(
         {"output": "/r", "neighbors": {"k": 10}, "aggregate": {"v1_weight": 0.5}}
     )
-    cs = expand_candidates(cfg.select, own_point(cfg))
+    cs = expand_candidates(cfg.select, own_point(cfg.to_dict(), cfg.select.grid))
     bases = [c for c in cs if c.base]
     assert [c.family for c in bases] == cfg.select.candidates  # one per entry
     assert all(
@@ -318,6 +318,7 @@ def test_select_section_defaults_and_strict_keys():
         ({"grid": {"neighbors.folds": [2]}}, "not a searchable key"),
         ({"grid": {"train.topk": [1]}}, "only neighbors"),
         ({"grid": {"neighbors.k": []}}, "non-empty"),
+        ({"grid": {"aggregate.v1_weight": [1, 0.5, 1.0]}}, "lists a value twice"),
         ({"alpha": 1.0}, "out of range"),
         ({"typo": 1}, "unknown key 'select.typo'"),
     ]:
@@ -516,3 +517,64 @@ def test_each_tier_step_reports_the_gain_it_could_detect():
     # over two comparisons the level is alpha / 2: a larger detectable gain
     assert detectable_gain(1.0, 0.05, 2) > detectable_gain(1.0, 0.05, 1)
     assert detectable_gain(None, 0.05, 1) is None
+    # where the test's bar is below the margin, the margin binds
+    assert detectable_gain(0.1, 0.05, 1, 0.5) == pytest.approx(0.5 + z.inv_cdf(0.8) * 0.1)
+
+    # the record and the report carry it
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import (
+        expand_candidates,
+        selection_markdown,
+        selection_record,
+    )
+
+    cs = expand_candidates(SelectConfig(candidates=["vectorizer_only", "pina/text"], grid={}))
+    cheap, dear = _pair(400, 40, 20)
+    v0, conf = _halves(np.zeros(40), cheap)
+    g, _ = _halves(np.zeros(40), dear)
+    d = choose(
+        [Candidate(cs[0].name, 1.0, v0, "no_g"), Candidate(cs[1].name, 5.0, g, "g")],
+        alpha=0.05,
+        min_gain_points=0.5,
+        confirm=conf,
+    )
+    rec = selection_record(d, cs, {"note": "n", "n_valid": 480})
+    row = rec["steps"][1]
+    assert row["detectable_gain_points"] == pytest.approx(d.tiers[1].step.detectable_points)
+    assert row["se_points"] == pytest.approx(d.tiers[1].step.se_points)
+    md = selection_markdown(rec)
+    assert f"| {row['detectable_gain_points']:.2f} |" in md and "Detectable gain:" in md
+
+
+def test_an_entry_without_a_base_candidate_still_competes_in_move_a():
+    """``Candidate`` is public: an entry given only at grid points other than the base is not
+    dropped from the tier; it takes part in move (a) with all its members."""
+    n = 400
+    conf_cheap, conf_g = _pair(200, 60, 0)
+    v0, _ = _halves(np.zeros(n), conf_cheap)
+    a_base, conf = _halves(_pair(n, 20, 0)[1], conf_g)
+    b_alt, _ = _halves(_pair(n, 80, 0)[1], conf_g)
+    cands = [
+        Candidate("vectorizer_only", 1.0, v0, tier="no_g", family="vectorizer_only"),
+        Candidate("A k=5", 5.0, a_base, tier="g", family="A"),
+        Candidate("B k=10", 6.0, b_alt, tier="g", family="B", base=False),
+    ]
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    assert d.tiers[1].pick == "B k=10"
+
+
+def test_the_base_point_is_the_roots_own_run_not_the_select_config(tmp_path, caplog):
+    """The root's models and full-run metrics belong to the settings its run used (its
+    manifest's config): a select config that says otherwise is logged and overruled."""
+    from pina_spark import storage
+    from pina_spark.orchestration.select import _root_own_point
+    from pina_spark.storage.manifest import Manifest
+
+    root = str(tmp_path / "root")
+    cfg = config_from_dict({"output": root})
+    assert _root_own_point(cfg, root) == {"neighbors.k": 5, "aggregate.v1_weight": 1.0}
+    ran = config_from_dict({"output": root, "neighbors": {"k": 10}}).to_dict()
+    Manifest(storage.RunPaths(root).manifest).set_run_info(ran)
+    with caplog.at_level("WARNING"):
+        assert _root_own_point(cfg, root) == {"neighbors.k": 10, "aggregate.v1_weight": 1.0}
+    assert "the base grid point follows the root's run" in caplog.text

@@ -757,6 +757,8 @@ class SelectConfig(_Params):
                 )
             if not isinstance(vals, list) or not vals:
                 raise ConfigError(f"select.grid.{key}: expected a non-empty list of values")
+            if any(v == w for i, v in enumerate(vals) for w in vals[i + 1 :]):
+                raise ConfigError(f"select.grid.{key}: {vals} lists a value twice")
         _check_range("select.alpha", self.alpha, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_range("select.min_gain_points", self.min_gain_points, 0.0, None)
 

@@ -108,26 +108,51 @@ class SelectCandidate:
     name: str
     variant: str
     settings: dict[str, Any]
-    family: str = ""
+    family: str | None = None
     base: bool = True
 
 
-def own_point(cfg: PinaConfig) -> dict[str, Any]:
-    """The run's own values of the keys ``cfg.select.grid`` searches.
+def own_point(config: Mapping[str, Any], grid: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the keys ``grid`` searches in ``config`` (a config as a dict: the root's
+    manifest records its run's; ``None`` where a key is absent).
 
     Examples
     --------
-    >>> own_point(config_from_dict({"output": "/r"}))
+    >>> cfg = config_from_dict({"output": "/r"})
+    >>> own_point(cfg.to_dict(), cfg.select.grid)
     {'neighbors.k': 5, 'aggregate.v1_weight': 1.0}
+    >>> own_point({}, {"neighbors.k": [5]})
+    {'neighbors.k': None}
     """
-    d = cfg.to_dict()
     out = {}
-    for key in cfg.select.grid:
-        node: Any = d
+    for key in grid:
+        node: Any = config
         for part in key.split("."):
-            node = node[part]
+            node = node.get(part) if isinstance(node, Mapping) else None
         out[key] = node
     return out
+
+
+def _root_own_point(cfg: PinaConfig, root: str) -> dict[str, Any]:
+    """The base point's source: the grid keys' values of the run that made ``root`` (its
+    manifest's config), which the root's models and full-run metrics belong to; the selection
+    config's own where the manifest holds none. A difference is logged."""
+    from pina_spark.storage.manifest import Manifest
+
+    mine = own_point(cfg.to_dict(), cfg.select.grid)
+    recorded = Manifest(storage.RunPaths(root).manifest).data.get("config")
+    if not isinstance(recorded, Mapping):
+        return mine
+    theirs = own_point(recorded, cfg.select.grid)
+    if theirs != mine:
+        log.warning(
+            "select: %s was run with %s, this config says %s: the base grid point follows the "
+            "root's run",
+            root,
+            theirs,
+            mine,
+        )
+    return theirs
 
 
 def base_point(sel: SelectConfig, own: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -387,8 +412,9 @@ def _p(x: float | None) -> str:
 
 def selection_markdown(rec: Mapping[str, Any]) -> str:
     """The selection's report (``selection/report.md``): the choice and its settings first,
-    the rule, the caveat on the validation split, the rule's steps (one per cost tier), then
-    one row per candidate by cost.
+    the rule, the caveat on the validation split, the rule's steps (one per cost tier, with the
+    gain each could detect), the grid points tested against their tier's base pick, then one
+    row per candidate by cost.
 
     Examples
     --------
@@ -665,7 +691,8 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             f"run.models={cfg.run.models}: `pina-spark select` chooses for the models of the "
             f"root it runs on ({root}); run it on the root that fit them, without run.models"
         )
-    candidates = expand_candidates(cfg.select, own_point(cfg))
+    base = base_point(cfg.select, _root_own_point(cfg, root))
+    candidates = expand_candidates(cfg.select, base)
     steps = work_plan(candidates)
     work = storage.RunPaths(src.table(SELECT_WORK))
     step_cfgs = [step_config(cfg, s, work.output) for s in steps]  # all checked before any work
@@ -765,6 +792,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             "pretrain_s": pretrain_s,
             "seconds": round(time.time() - t_all, 1),
             "resumed_steps": resumed,
+            "base_point": base,
             # the steps' own seconds, kept ones included: what the selection cost from scratch
             # (less the work tables); None where a kept step predates the field
             "steps_seconds": (

@@ -8,14 +8,18 @@ the noise of measuring it. ``pina-spark select`` has two: without g (``vectorize
 with g (every neighbour candidate: they all pay the same pretrain, and their measured seconds
 differ by tens of percent at most, part of it noise). The validation rows are split in two
 halves, fixed by the caller (:func:`confirm_half`, a hash of the instance id): the *selection*
-half picks, the *confirmation* half tests. A pick is never tested on the rows it was picked on.
+half picks, the *confirmation* half tests. A tier's pick is never tested against the cheaper
+tiers on the rows it was picked on (move (b) below tests a fixed set of grid points against the
+base on the selection half, with Holm over that set).
 The split is the same in every selection of a root: a grid changed after reading a report is
 no longer judged on fresh rows.
 
 1. the tiers are ordered by cost (their cheapest member's stage-seconds);
 2. within each tier, the *pick* is made in two moves on the selection half:
 
-   a. among the tier's *base* candidates (each entry at the run's own grid point), the
+   a. among the tier's *base* candidates (each entry at the run's own grid point, or the
+      grid's first point where the run's is not in the grid; an entry with no base candidate
+      in the tier, or a candidate without an entry, counts all its members as base), the
       cheapest whose mean is within ``min_gain_points`` of the best base mean (a dearer
       setting, e.g. ``pifa`` label features against ``text``, is not worth a gain smaller than
       the margin asked of a dearer tier; among near-ties the measured seconds decide, noise
@@ -24,8 +28,7 @@ no longer judged on fresh rows.
       replaces it only when it gains at least ``min_gain_points`` with a paired-t p at most
       ``alpha`` after Holm-Bonferroni over the family's alternatives; among those that do, the
       highest mean. The run's own setting is the prior; a grid point must earn its place, as
-      a dearer tier must. A tier with no base candidate (or candidates without a family)
-      takes move (a) over all its members and no move (b);
+      a dearer tier must;
 3. each dearer tier's pick is compared with the *best cheaper pick* (the highest selection-half
    mean among the picks of the cheaper tiers) on the confirmation half: gain
    ``= 100 * (mean(pick) - mean(reference))`` points, ``p`` from the instance-wise paired t-test
@@ -90,7 +93,8 @@ __all__ = [
 #: the rule in words, as ``selection.json`` records it
 RULE = (
     "group candidates into cost tiers (no g; g); within each tier, on the selection half of the "
-    "validation rows, pick the cheapest candidate at the run's own grid point within "
+    "validation rows, pick the cheapest candidate at the run's own grid point (else the "
+    "grid's first) within "
     "min_gain_points of the best such candidate's P@1, and replace it by another grid point of "
     "the same entry only when that gains >= min_gain_points with p <= alpha after "
     "Holm-Bonferroni over the entry's other grid points; compare each dearer tier's pick with "
@@ -174,9 +178,8 @@ class Comparison:
         p_adjusted: ``p`` after Holm-Bonferroni over the rule's comparisons (rule rows only).
         pays: gain >= ``min_gain_points`` and ``p_adjusted`` <= ``alpha`` (rule rows only).
         se_points: the standard error of the paired difference, in points.
-        detectable_points: the true gain this comparison finds with probability
-            :data:`POWER` at its level (``alpha`` over the number of comparisons, two-sided;
-            tier steps only): smaller gains are more likely missed than paid for.
+        detectable_points: the true gain this step pays for with probability :data:`POWER`
+            (:func:`detectable_gain`; tier steps only): smaller gains are more likely missed.
     """
 
     name: str
@@ -282,19 +285,25 @@ def _compare(c: Candidate, ref: Candidate | None, rows: Any = None) -> Compariso
     )
 
 
-def detectable_gain(se_points: float | None, alpha: float, comparisons: int) -> float | None:
-    """The true gain (points) a paired comparison with standard error ``se_points`` finds with
-    probability :data:`POWER`, two-sided at ``alpha / comparisons`` (the Bonferroni bound of
-    Holm's first step): ``(z(1 - alpha / 2m) + z(POWER)) * se`` (normal approximation).
+def detectable_gain(
+    se_points: float | None, alpha: float, comparisons: int, min_gain_points: float = 0.0
+) -> float | None:
+    """The true gain (points) a tier step with paired standard error ``se_points`` pays for
+    with probability :data:`POWER`: its observed gain must clear both the test, two-sided at
+    ``alpha / comparisons`` (the Bonferroni bound of Holm's first step), and the margin, so
+    ``max(z(1 - alpha / 2m) * se, min_gain_points) + z(POWER) * se`` (normal approximation).
 
     >>> round(detectable_gain(0.7, 0.05, 1), 2)
     1.96
+    >>> round(detectable_gain(0.1, 0.05, 1, min_gain_points=0.5), 2)   # the margin binds
+    0.58
     """
     if se_points is None:
         return None
     z = NormalDist()
     m = max(1, comparisons)
-    return (z.inv_cdf(1.0 - alpha / (2.0 * m)) + z.inv_cdf(POWER)) * se_points
+    bar = max(z.inv_cdf(1.0 - alpha / (2.0 * m)) * se_points, min_gain_points)
+    return bar + z.inv_cdf(POWER) * se_points
 
 
 def _best(cands: Sequence[Candidate], rows: Any) -> Candidate:
@@ -317,7 +326,9 @@ def _pick(
 ) -> tuple[Candidate, tuple[Comparison, ...]]:
     """A tier's pick on ``rows`` (moves (a) and (b) of the module docstring) and the
     comparisons of move (b)."""
-    bases = [c for c in members if c.base] or list(members)
+    based = {c.family for c in members if c.base and c.family is not None}
+    # move (a) runs over the base candidates, and over every member of an entry that has none
+    bases = [c for c in members if c.base or c.family is None or c.family not in based]
     top = _best(bases, rows).mean(rows)
     first = next(c for c in bases if 100.0 * (top - c.mean(rows)) <= min_gain_points + _TOL)
     alternatives = [
@@ -390,7 +401,12 @@ def choose(
     for r, pa in zip(raw[1:], adjusted, strict=True):
         step = _pays(r, pa, alpha, min_gain_points)
         steps.append(
-            dc.replace(step, detectable_points=detectable_gain(r.se_points, alpha, len(adjusted)))
+            dc.replace(
+                step,
+                detectable_points=detectable_gain(
+                    r.se_points, alpha, len(adjusted), min_gain_points
+                ),
+            )
         )
     tiers = tuple(
         Tier(
