@@ -485,3 +485,23 @@ def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, monkeypatch
         assert storage.read_bytes("s3a://bucket/run/_LOCK") == lock.read_bytes()
     assert not lock.exists()
     assert seen and all(u.startswith("s3://bucket/run") for u in seen)
+
+
+def test_an_s3a_root_on_another_store_than_aws_is_refused_before_the_run(monkeypatch):
+    """S3A pointed at MinIO (a Hadoop endpoint setting) while pyarrow would write the lease to
+    AWS: `pina-spark check` lists it and `run` stops with a config error (exit 2) before any
+    lease; an AWS endpoint, or an s3:// root, is fine."""
+    from pina_spark.cli.check import check_run, require_inputs, s3a_endpoint_problem
+    from pina_spark.config import ConfigError, config_from_dict
+
+    def cfg(output, endpoint):
+        conf = {"spark.hadoop.fs.s3a.bucket.b.endpoint": endpoint}
+        return config_from_dict({"output": output, "spark": {"conf": conf}})
+
+    minio = cfg("s3a://b/run", "http://minio:9000")
+    with pytest.raises(ConfigError, match="pyarrow, which reads no Hadoop setting"):
+        require_inputs(minio, ("train",))
+    assert any("minio:9000" in p for p in check_run(minio, ("train",)).problems)
+    assert s3a_endpoint_problem(cfg("s3a://b/run", "s3.eu-west-1.amazonaws.com")) is None
+    assert s3a_endpoint_problem(cfg("s3://b/run", "http://minio:9000")) is None
+    assert s3a_endpoint_problem(cfg("/tmp/run", "http://minio:9000")) is None

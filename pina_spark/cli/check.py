@@ -28,11 +28,12 @@ Example::
 """
 
 import dataclasses as dc
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from pina_spark import storage
-from pina_spark.config import PinaConfig
+from pina_spark.config import ConfigError, PinaConfig
 from pina_spark.orchestration.resume import StepPlan, inputs_read, plan_steps
 from pina_spark.storage.preflight import (
     InputReport,
@@ -106,6 +107,38 @@ def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
     return reports, sorted(needed), problems
 
 
+_S3A_ENDPOINT = re.compile(r"spark\.hadoop\.fs\.s3a\.(?:bucket\.[^.]+\.)?endpoint")
+
+
+def s3a_endpoint_problem(cfg: PinaConfig) -> str | None:
+    """Why an ``s3a://`` (or ``s3n://``) run root cannot work with this config, or ``None``.
+    Spark's S3A reads ``spark.hadoop.fs.s3a[.bucket.B].endpoint`` (MinIO, Ceph ...); the run's
+    manifest, lease and commits go through pyarrow (:func:`pina_spark.storage.uri.arrow_uri`),
+    which reads no Hadoop setting and would reach AWS's own endpoint: two stores for one root.
+    An AWS endpoint (``*.amazonaws.com``) is no problem.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> minio = {"conf": {"spark.hadoop.fs.s3a.endpoint": "http://minio:9000"}}
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run", "spark": minio}))[:40]
+    's3a://b/run: spark.conf sets spark.hadoo'
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3://b/run", "spark": minio})) is None
+    True
+    """
+    roots = [u for u in (cfg.output, cfg.run.models) if u and storage.arrow_uri(u) != u]
+    keys = [k for k in cfg.spark.conf if _S3A_ENDPOINT.fullmatch(k)]
+    foreign = [k for k in keys if not str(cfg.spark.conf[k]).rstrip("/").endswith("amazonaws.com")]
+    if not roots or not foreign:
+        return None
+    return (
+        f"{roots[0]}: spark.conf sets {foreign[0]}={cfg.spark.conf[foreign[0]]} for Spark's S3A, "
+        "but the run's manifest, lease and commits go through pyarrow, which reads no Hadoop "
+        "setting and would use AWS's own endpoint: on that store use a local or hdfs:// output "
+        "(an s3a:// root works on AWS)"
+    )
+
+
 def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     """Raise :class:`pina_spark.storage.InputError` naming every problem of an input the command
     reads (what :func:`check_run` reports), before any lease or Spark.
@@ -121,6 +154,9 @@ def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     pina_spark.storage.schemas.InputError: input.instances: /no/i.csv does not exist; ...
     >>> require_inputs(cfg, ("train",))  # the train stage reads no input
     """
+    problem = s3a_endpoint_problem(cfg)
+    if problem:
+        raise ConfigError(problem)
     needed = inputs_read(cfg, stages)
     bad = [r.problem for r in (inspect_input(u, t) for t, u in needed.items()) if r.blocks_run]
     if bad:
@@ -151,7 +187,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
             }
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     reports, needed, problems = check_inputs(cfg, stages)
-    problems = early + problems
+    problems = early + [p for p in [s3a_endpoint_problem(cfg)] if p] + problems
     lease = None
     plan: list[StepPlan] = []
     has_manifest = False

@@ -162,6 +162,7 @@ from pina_spark.storage.tables import (
     write_table,
 )
 from pina_spark.storage.uri import (
+    arrow_uri,
     is_remote,
     join,
     local_path,
@@ -291,6 +292,7 @@ __all__ = [
     "write_table",
     # uri
     "is_remote",
+    "arrow_uri",
     "join",
     "local_path",
     "norm",

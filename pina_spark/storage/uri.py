@@ -33,8 +33,10 @@ def arrow_uri(uri: str) -> str:
     """``uri`` as ``pyarrow.fs`` names it: Hadoop's ``s3a://`` and ``s3n://`` become ``s3://``
     (the same bucket and key), so a run root that Spark reaches through S3A is reached by the
     driver's small files (manifest, lease, commits) too; anything else is unchanged. pyarrow
-    takes its credentials, region and endpoint from the AWS default chain
-    (``AWS_ENDPOINT_URL`` ...), not from Hadoop's ``fs.s3a.*`` settings.
+    takes its credentials and region from the AWS default chain and its endpoint is AWS's, not
+    Hadoop's ``fs.s3a.*`` settings: ``pina-spark check`` and ``run`` refuse an ``s3a://`` root
+    whose config points S3A at another store
+    (:func:`pina_spark.cli.check.s3a_endpoint_problem`).
 
     >>> arrow_uri("s3a://b/run/_LOCK"), arrow_uri("s3://b/x"), arrow_uri("/tmp/x")
     ('s3://b/run/_LOCK', 's3://b/x', '/tmp/x')
