@@ -8,16 +8,15 @@ on S3. :func:`copy_dir` moves model folders to and from object stores.
 import os
 import uuid
 
+from pina_spark.storage.fs import pyarrow_fs
 from pina_spark.storage.schemas import InputError
-from pina_spark.storage.uri import arrow_uri, is_remote, local_path
+from pina_spark.storage.uri import is_remote, local_path
 
 
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a small file atomically (tmp + rename) to a local path or a pyarrow.fs URI."""
     if is_remote(uri):
-        import pyarrow.fs as pafs
-
-        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
+        fs, p = pyarrow_fs(uri)
         with fs.open_output_stream(p) as fh:  # S3 PUT is atomic per object
             fh.write(data)
         return
@@ -51,7 +50,7 @@ def read_bytes(uri: str) -> bytes | None:
     if is_remote(uri):
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
+        fs, p = pyarrow_fs(uri)
         if fs.get_file_info(p).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(p) as fh:

@@ -58,9 +58,7 @@ def parquet_dataset(uri: str):
         import pyarrow.dataset as ds
 
         if is_remote(uri):
-            import pyarrow.fs as pafs
-
-            fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
+            fs, p = pyarrow_fs(uri)
             return ds.dataset(p, format="parquet", filesystem=fs, partitioning="hive")
         return ds.dataset(local_path(uri), format="parquet", partitioning="hive")
     except Exception as e:  # not a readable Parquet folder from the driver

@@ -29,9 +29,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pina_spark.storage.files import read_bytes, write_bytes
+from pina_spark.storage.fs import pyarrow_fs
 from pina_spark.storage.liveness import dead_reason, identity
 from pina_spark.storage.schemas import LOCK
-from pina_spark.storage.uri import arrow_uri, is_remote, local_path
+from pina_spark.storage.uri import is_remote, local_path
 
 if TYPE_CHECKING:
     import threading
@@ -80,7 +81,7 @@ def _read_lock(uri: str) -> tuple[bytes, int] | None:
     if is_remote(uri):
         import pyarrow.fs as pafs
 
-        fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
+        fs, p = pyarrow_fs(uri)
         info = fs.get_file_info(p)
         if info.type == pafs.FileType.NotFound:
             return None
@@ -312,19 +313,15 @@ class Lease:
     def _move(self, src: str, dst: str) -> None:
         """Rename ``src`` to ``dst`` (on S3 a copy then a delete: pyarrow's ``move``)."""
         if is_remote(src):
-            import pyarrow.fs as pafs
-
-            fs, p = pafs.FileSystem.from_uri(arrow_uri(src))
-            fs.move(p, pafs.FileSystem.from_uri(arrow_uri(dst))[1])
+            fs, p = pyarrow_fs(src)
+            fs.move(p, pyarrow_fs(dst)[1])
         else:
             os.rename(local_path(src), local_path(dst))
 
     def _remove(self, uri: str) -> None:
         try:
             if is_remote(uri):
-                import pyarrow.fs as pafs
-
-                fs, p = pafs.FileSystem.from_uri(arrow_uri(uri))
+                fs, p = pyarrow_fs(uri)
                 fs.delete_file(p)
             else:
                 os.remove(local_path(uri))
@@ -416,7 +413,7 @@ class Lease:
             if is_remote(self.root):
                 import pyarrow.fs as pafs
 
-                fs, p = pafs.FileSystem.from_uri(arrow_uri(self.root))
+                fs, p = pyarrow_fs(self.root)
                 infos = fs.get_file_info(pafs.FileSelector(p, allow_not_found=True))
                 found = [(i.base_name, (i.mtime_ns or 0) / 1e9) for i in infos]
             else:
