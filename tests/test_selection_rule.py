@@ -417,6 +417,7 @@ def test_the_record_and_report_show_the_grid_points_against_the_base_pick():
     (r,) = rec["refinement"]
     assert r["against"] == "pina/text neighbors.k=5" and r["pays"]
     assert r["metric_selection"] == pytest.approx(alt_sel.mean())
+    assert "metric_confirmation" not in r  # measured on the selection half only
     assert [row["base"] for row in rec["validation"]] == [True, False, True]  # by cost
     md = selection_markdown(rec)
     assert "## Grid points against the base pick (selection half)" in md

@@ -207,11 +207,14 @@ def tier_of(variant: str) -> str:
     return TIER_G if variant in V.GRAPH else TIER_NO_G
 
 
-def _step_row(tier: str, c: Comparison) -> dict[str, Any]:
+def _step_row(tier: str, c: Comparison, half: str = "confirmation") -> dict[str, Any]:
+    """One comparison of the record; ``half``: the validation half it was measured on, which
+    names its metric (``metric_confirmation`` for tier steps, ``metric_selection`` for grid
+    points against the base pick)."""
     return {
         "tier": tier,
         "candidate": c.name,
-        "metric_confirmation": c.metric,
+        f"metric_{half}": c.metric,
         "against": c.against,
         "gain_points": c.gain_points,
         "p": c.p,
@@ -234,8 +237,7 @@ def selection_record(
     cheapest, its stage-seconds, whether it is at the base grid point and whether it is its
     tier's pick; the rule's ``steps``, one per tier: its pick against the best cheaper pick on
     the confirmation half; and its ``refinement``: each grid alternative against the base pick
-    of its tier on the selection half (``metric_selection``; ``metric_confirmation`` there
-    holds the same selection-half value, the row shape of ``steps``). ``extra``
+    of its tier on the selection half (``metric_selection``). ``extra``
     (the validation split's size, timings, ...) is added as is."""
     by_name = {c.name: c for c in candidates}
     chosen = by_name[decision.chosen]
@@ -265,9 +267,7 @@ def selection_record(
         "validation": validation,
         "steps": [_step_row(t.name, t.step) for t in decision.tiers],
         "refinement": [
-            {**_step_row(t.name, c), "metric_selection": c.metric}
-            for t in decision.tiers
-            for c in t.refinement
+            _step_row(t.name, c, "selection") for t in decision.tiers for c in t.refinement
         ],
         "rule": RULE,
         "correction": "holm-bonferroni",
