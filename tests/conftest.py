@@ -53,3 +53,25 @@ def instacart_dir():
 @pytest.fixture(scope="session")
 def citeulike_dir():
     return _shared("citeulike-t")
+
+
+@pytest.fixture
+def fake_s3(tmp_path, monkeypatch):
+    """pyarrow's ``FileSystem.from_uri`` replaced by one that refuses every scheme but
+    ``s3://`` (as pyarrow refuses ``s3a://``) and maps ``s3://bucket/key`` to
+    ``tmp_path/bucket/key``. Returns the list of URIs it was asked for."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    seen: list[str] = []
+
+    class FakeFileSystem:
+        @staticmethod
+        def from_uri(uri):
+            seen.append(uri)
+            if not uri.startswith("s3://"):
+                raise pa.ArrowInvalid(f"Unrecognized filesystem type in URI: {uri}")
+            return pafs.LocalFileSystem(), str(tmp_path / uri[len("s3://") :])
+
+    monkeypatch.setattr(pafs, "FileSystem", FakeFileSystem)
+    return seen

@@ -459,24 +459,11 @@ def test_a_cli_run_ended_by_sigterm_releases_its_lease_and_exits_143(tmp_path):
     assert _leftovers(root) == []
 
 
-def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, monkeypatch):
+def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, fake_s3):
     """Hadoop's ``s3a://`` names the objects ``s3://`` does; pyarrow knows only the latter
     (here a fake ``FileSystem.from_uri`` that refuses other schemes as pyarrow does, and maps
     ``s3://bucket/...`` to a local folder)."""
-    import pyarrow as pa
-    import pyarrow.fs as pafs
-
-    seen = []
-
-    class FakeFileSystem:
-        @staticmethod
-        def from_uri(uri):
-            seen.append(uri)
-            if not uri.startswith("s3://"):
-                raise pa.ArrowInvalid(f"Unrecognized filesystem type in URI: {uri}")
-            return pafs.LocalFileSystem(), str(tmp_path / uri[len("s3://") :])
-
-    monkeypatch.setattr(pafs, "FileSystem", FakeFileSystem)
+    seen = fake_s3
     (tmp_path / "bucket" / "run").mkdir(parents=True)
     lock = tmp_path / "bucket" / "run" / storage.LOCK
     with lease_mod.acquire_lease("s3a://bucket/run", "me", stale_s=60, heartbeat_s=30):
@@ -487,12 +474,15 @@ def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, monkeypatch
     assert seen and all(u.startswith("s3://bucket/run") for u in seen)
 
 
-def test_an_s3a_root_on_another_store_than_aws_is_refused_before_the_run(monkeypatch):
-    """S3A pointed at MinIO (a Hadoop endpoint setting) while pyarrow would write the lease to
-    AWS: `pina-spark check` lists it and `run` stops with a config error (exit 2) before any
-    lease; an AWS endpoint, or an s3:// root, is fine."""
+def test_an_s3a_root_on_another_store_than_aws_is_refused_before_the_run(monkeypatch, tmp_path):
+    """S3A pointed at MinIO (a Hadoop endpoint setting, in the config's spark.conf or in the
+    cluster's core-site.xml) while pyarrow would write the lease to AWS: `pina-spark check`
+    lists it and `run` stops with a config error (exit 2) before any lease; an AWS endpoint,
+    or an s3:// root, is fine; the config's spark.hadoop.* key wins over core-site.xml."""
     from pina_spark.cli.check import check_run, require_inputs, s3a_endpoint_problem
     from pina_spark.config import ConfigError, config_from_dict
+
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
 
     def cfg(output, endpoint):
         conf = {"spark.hadoop.fs.s3a.bucket.b.endpoint": endpoint}
@@ -505,3 +495,14 @@ def test_an_s3a_root_on_another_store_than_aws_is_refused_before_the_run(monkeyp
     assert s3a_endpoint_problem(cfg("s3a://b/run", "s3.eu-west-1.amazonaws.com")) is None
     assert s3a_endpoint_problem(cfg("s3://b/run", "http://minio:9000")) is None
     assert s3a_endpoint_problem(cfg("/tmp/run", "http://minio:9000")) is None
+
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.s3a.bucket.b.endpoint</name>"
+        "<value>http://ceph:7480</value></property></configuration>"
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    plain = config_from_dict({"output": "s3a://b/run"})
+    with pytest.raises(ConfigError, match="core-site.xml sets fs.s3a.bucket.b.endpoint"):
+        require_inputs(plain, ("train",))
+    assert s3a_endpoint_problem(cfg("s3a://b/run", "s3.eu-west-1.amazonaws.com")) is None
+    assert s3a_endpoint_problem(config_from_dict({"output": "s3://b/run"})) is None

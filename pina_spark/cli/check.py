@@ -107,32 +107,79 @@ def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
     return reports, sorted(needed), problems
 
 
-_S3A_ENDPOINT = re.compile(r"spark\.hadoop\.fs\.s3a\.(?:bucket\.[^.]+\.)?endpoint")
+_S3A_ENDPOINT = re.compile(r"fs\.s3a\.(?:bucket\.[^.]+\.)?endpoint")
 
 
-def s3a_endpoint_problem(cfg: PinaConfig) -> str | None:
+def hadoop_site_conf(conf_dir: str | None = None) -> dict[str, str]:
+    """The properties of ``core-site.xml`` in ``conf_dir`` (default ``$HADOOP_CONF_DIR``, which
+    EMR sets to ``/etc/hadoop/conf``, where its ``core-site`` classification lands); ``{}``
+    where there is none or it cannot be parsed (Spark would then not see it either).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(os.path.join(d, "core-site.xml"), "w").write(
+    ...     "<configuration><property><name>fs.s3a.endpoint</name>"
+    ...     "<value>http://minio:9000</value></property></configuration>")
+    >>> hadoop_site_conf(d)
+    {'fs.s3a.endpoint': 'http://minio:9000'}
+    >>> hadoop_site_conf(os.path.join(d, "none"))
+    {}
+    """
+    import os
+    import xml.etree.ElementTree as ET
+
+    conf_dir = conf_dir if conf_dir is not None else os.environ.get("HADOOP_CONF_DIR")
+    if not conf_dir:
+        return {}
+    try:
+        tree = ET.parse(os.path.join(conf_dir, "core-site.xml"))
+    except (OSError, ET.ParseError):
+        return {}
+    out = {}
+    for prop in tree.getroot().iter("property"):
+        name, value = prop.findtext("name"), prop.findtext("value")
+        if name and value is not None:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def s3a_endpoint_problem(cfg: PinaConfig, site: dict[str, str] | None = None) -> str | None:
     """Why an ``s3a://`` (or ``s3n://``) run root cannot work with this config, or ``None``.
-    Spark's S3A reads ``spark.hadoop.fs.s3a[.bucket.B].endpoint`` (MinIO, Ceph ...); the run's
-    manifest, lease and commits go through pyarrow (:func:`pina_spark.storage.uri.arrow_uri`),
-    which reads no Hadoop setting and would reach AWS's own endpoint: two stores for one root.
-    An AWS endpoint (``*.amazonaws.com``) is no problem.
+    Spark's S3A reads ``fs.s3a[.bucket.B].endpoint`` (MinIO, Ceph ...) from the config's
+    ``spark.hadoop.*`` keys, or else from the cluster's ``core-site.xml`` (``site``; default
+    :func:`hadoop_site_conf`); the run's manifest, lease and commits go through pyarrow
+    (:func:`pina_spark.storage.uri.arrow_uri`), which reads no Hadoop setting and would reach
+    AWS's own endpoint: two stores for one root. An AWS endpoint (``*.amazonaws.com``) is no
+    problem.
 
     Examples
     --------
     >>> from pina_spark.config import config_from_dict
     >>> minio = {"conf": {"spark.hadoop.fs.s3a.endpoint": "http://minio:9000"}}
-    >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run", "spark": minio}))[:40]
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run", "spark": minio}), {})[:40]
     's3a://b/run: spark.conf sets spark.hadoo'
-    >>> s3a_endpoint_problem(config_from_dict({"output": "s3://b/run", "spark": minio})) is None
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3://b/run", "spark": minio}), {}) is None
     True
+    >>> site = {"fs.s3a.endpoint": "http://ceph:7480"}
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run"}), site)[:36]
+    's3a://b/run: core-site.xml sets fs.s'
     """
     roots = [u for u in (cfg.output, cfg.run.models) if u and storage.arrow_uri(u) != u]
-    keys = [k for k in cfg.spark.conf if _S3A_ENDPOINT.fullmatch(k)]
-    foreign = [k for k in keys if not str(cfg.spark.conf[k]).rstrip("/").endswith("amazonaws.com")]
-    if not roots or not foreign:
+    if not roots:
         return None
+    site = hadoop_site_conf() if site is None else site
+    found = {k: (v, "core-site.xml", k) for k, v in site.items() if _S3A_ENDPOINT.fullmatch(k)}
+    for k, v in cfg.spark.conf.items():  # spark.hadoop.* wins over core-site.xml
+        if k.startswith("spark.hadoop.") and _S3A_ENDPOINT.fullmatch(k[len("spark.hadoop.") :]):
+            found[k[len("spark.hadoop.") :]] = (v, "spark.conf", k)
+    foreign = [f for f in found.values() if not str(f[0]).rstrip("/").endswith("amazonaws.com")]
+    if not foreign:
+        return None
+    value, where, key = foreign[0]
     return (
-        f"{roots[0]}: spark.conf sets {foreign[0]}={cfg.spark.conf[foreign[0]]} for Spark's S3A, "
+        f"{roots[0]}: {where} sets {key}={value} for Spark's S3A, "
         "but the run's manifest, lease and commits go through pyarrow, which reads no Hadoop "
         "setting and would use AWS's own endpoint: on that store use a local or hdfs:// output "
         "(an s3a:// root works on AWS)"

@@ -186,9 +186,10 @@ def config_from_args(args, base=None):
     if getattr(args, "force", False):
         sets.append("run.force=true")
     from pina_spark.config.redact import redact_config
+    from pina_spark.storage import read_bytes
 
     redact_config(sets)  # registers secret values before anything can log them
-    cfg = load_config(args.config, sets, base=base)
+    cfg = load_config(args.config, sets, base=base, read=read_bytes)
     redact_config(cfg.to_dict())
     return cfg
 

@@ -46,9 +46,10 @@ def promote_command(args) -> int:
     from pina_spark.config import load_config
     from pina_spark.config.redact import redact_config
     from pina_spark.orchestration.promotion import record_digests
+    from pina_spark.storage import read_bytes
 
     redact_config(list(args.set))
-    cfg = load_config(args.config, list(args.set))
+    cfg = load_config(args.config, list(args.set), read=read_bytes)
     redact_config(cfg.to_dict())
     result = record_digests(cfg)
     print(json.dumps(result, indent=2))

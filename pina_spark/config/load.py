@@ -17,6 +17,7 @@ pina_spark.config.sections.ConfigError: <dict>: unknown key 'neighbours' (known:
 ('graph', 'pretrain')
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from pina_spark.config.sections import STAGE_NAMES, ConfigError, PinaConfig
@@ -36,8 +37,17 @@ def load_config(
     path: str | None,
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
+    read: Callable[[str], bytes | None] | None = None,
 ) -> PinaConfig:
     """Read a YAML file (or start from ``base``), apply ``key.sub=value`` overrides, build.
+
+    ``path`` is a local file (or ``file://``); a URI (``s3://``, ``s3a://``: a config kept
+    next to an EMR step) is read by ``read`` (``None`` when it does not exist), which the CLI
+    passes as :func:`pina_spark.storage.read_bytes`: filesystems belong to the storage layer,
+    which maps Hadoop's ``s3a://`` for pyarrow. In a notebook::
+
+        from pina_spark import storage
+        cfg = load_config("s3a://bucket/conf/emr.yaml", read=storage.read_bytes)
 
     Examples
     --------
@@ -54,7 +64,7 @@ def load_config(
     if path is not None:
         source = str(path)
         try:
-            loaded = yaml.safe_load(_read_text(str(path))) or {}
+            loaded = yaml.safe_load(_read_text(str(path), read)) or {}
         except FileNotFoundError:
             raise ConfigError(f"{path}: config file not found") from None
         except (yaml.YAMLError, ValueError) as e:  # ValueError: e.g. an impossible date
@@ -67,16 +77,26 @@ def load_config(
     return config_from_dict(data, source)
 
 
-def _read_text(path: str) -> str:
-    """A local file, or a URI (``s3://bucket/conf/emr.yaml``: EMR steps) read with pyarrow.fs."""
-    if "://" in path and not path.startswith("file://"):
-        import pyarrow.fs as pafs
+def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:
+    """A local file, or a URI read by ``read`` (see :func:`load_config`).
 
-        fs, p = pafs.FileSystem.from_uri(path)
-        if fs.get_file_info(p).type == pafs.FileType.NotFound:
+    >>> _read_text("s3a://bucket/conf/emr.yaml", None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.config.sections.ConfigError: s3a://bucket/conf/emr.yaml: a config at a URI ...
+    >>> _read_text("s3a://bucket/conf/emr.yaml", lambda uri: b"output: /tmp/x")
+    'output: /tmp/x'
+    """
+    if "://" in path and not path.startswith("file://"):
+        if read is None:
+            raise ConfigError(
+                f"{path}: a config at a URI is read through the storage layer: "
+                "load_config(path, read=pina_spark.storage.read_bytes) (the CLI does)"
+            )
+        raw = read(path)
+        if raw is None:
             raise FileNotFoundError(path)
-        with fs.open_input_stream(p) as fh:
-            return fh.read().decode("utf-8")
+        return raw.decode("utf-8")
     with open(path[len("file://") :] if path.startswith("file://") else path) as fh:
         return fh.read()
 
