@@ -271,6 +271,66 @@ def test_ranking_metrics_by_hand():
     assert m["R@3"] == pytest.approx((1.0 + 1.0) / 2)
 
 
+def _ranking_metrics_by_loop(pred, truth, p_ks, r_ks):
+    """The per-row definition ranking_metrics computes in bulk: top kmax of each row by score
+    desc, column asc; hits against the row's positives; means over rows with a positive."""
+    pred, truth = sp.csr_matrix(pred), sp.csr_matrix(truth)
+    truth.eliminate_zeros()
+    kmax = max(list(p_ks) + list(r_ks))
+    hits, npos = {k: [] for k in set(p_ks) | set(r_ks)}, []
+    for r in range(pred.shape[0]):
+        pos = set(truth.indices[truth.indptr[r] : truth.indptr[r + 1]].tolist())
+        if not pos:
+            continue
+        idx = pred.indices[pred.indptr[r] : pred.indptr[r + 1]]
+        val = pred.data[pred.indptr[r] : pred.indptr[r + 1]]
+        top = idx[np.lexsort((idx, -val))[:kmax]]
+        hit = np.array([t in pos for t in top], dtype=float)
+        for k in hits:
+            hits[k].append(hit[:k].sum())
+        npos.append(len(pos))
+    out = {"rows": len(npos)}
+    for k in p_ks:
+        out[f"P@{k}"] = round(float(np.mean(np.array(hits[k]) / k)), 6)
+    for k in r_ks:
+        out[f"R@{k}"] = round(float(np.mean(np.array(hits[k]) / np.array(npos, float))), 6)
+    return out
+
+
+def _exclude_self_by_loop(pred, row_nodes, output_nodes, twin_nodes):
+    pred = sp.csr_matrix(pred, copy=True)
+    pos_of = {int(n): i for i, n in enumerate(output_nodes)}
+    for r in range(pred.shape[0]):
+        drop = {pos_of.get(int(n)) for n in (row_nodes[r], twin_nodes[r]) if n >= 0} - {None}
+        s, e = pred.indptr[r], pred.indptr[r + 1]
+        pred.data[s:e][np.isin(pred.indices[s:e], list(drop))] = 0.0
+    pred.eliminate_zeros()
+    return pred
+
+
+def test_ranking_metrics_and_exclude_self_match_their_per_row_definition():
+    """The bulk forms equal a plain loop over rows on random scores with ties (scores
+    rounded to one decimal), explicit zeros, rows without any score and rows without a
+    positive; self and twin columns that are and are not among the outputs."""
+    rng = np.random.RandomState(7)
+    for trial in range(5):
+        n, m = 60, 25
+        dense = np.round(rng.rand(n, m), 1) * (rng.rand(n, m) < 0.4)
+        dense[rng.rand(n) < 0.1] = 0.0
+        pred = sp.csr_matrix(dense.astype(np.float32))
+        truth = sp.csr_matrix((rng.rand(n, m) < 0.1).astype(np.float32))
+        out_nodes = np.sort(rng.choice(1000, m, replace=False)).astype(np.int64)
+        rows = np.where(rng.rand(n) < 0.7, out_nodes[rng.randint(0, m, n)], 5000 + np.arange(n))
+        twins = np.where(rng.rand(n) < 0.5, out_nodes[rng.randint(0, m, n)], -1)
+        a = exclude_self(pred, rows, out_nodes, twins)
+        b = _exclude_self_by_loop(pred, rows, out_nodes, twins)
+        assert (a != b).nnz == 0 and a.nnz == b.nnz
+        assert a.nnz < pred.nnz  # some self and twin scores were there to drop
+        got = ranking_metrics(a, truth, (1, 3, 5), (1, 3, 5, 10))
+        assert got == _ranking_metrics_by_loop(a, truth, (1, 3, 5), (1, 3, 5, 10)), trial
+        assert 0 < got["rows"] < n and got["P@1"] > 0
+
+
 def test_g_dir():
     assert g_dir("s3://b/r/models/", "pina") == "s3://b/r/models/g/pina/full"
     assert g_dir("/x/models", "pina_naive", 0) == "/x/models/g/pina_naive/fold=0"
