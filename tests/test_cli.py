@@ -170,6 +170,7 @@ def test_a_config_at_an_s3a_uri_is_read_through_storage(tmp_path, captured, fake
     bucket) is read by the storage layer, which hands pyarrow ``s3://`` (here a fake
     ``FileSystem.from_uri`` that refuses other schemes as pyarrow does); a missing one is a
     config error, exit 2; the config layer alone refuses a URI with the fix named."""
+    from pina_spark import storage
     from pina_spark.config import ConfigError, load_config
 
     seen = fake_s3
@@ -184,3 +185,10 @@ def test_a_config_at_an_s3a_uri_is_read_through_storage(tmp_path, captured, fake
     assert cli.main(["run", "--config", "s3a://b/conf/missing.yaml", "--stages", "graph"]) == 2
     with pytest.raises(ConfigError, match="read=pina_spark.storage.read_bytes"):
         load_config("s3a://b/conf/emr.yaml")
+    (tmp_path / "b" / "conf" / "latin1.yaml").write_bytes(
+        "output: /tmp/caf\xe9\n".encode("latin-1")
+    )
+    with pytest.raises(ConfigError, match="latin1.yaml: not UTF-8 text"):
+        load_config(str(tmp_path / "b" / "conf" / "latin1.yaml"))
+    with pytest.raises(ConfigError, match="gs://b/c.yaml: cannot read the config"):
+        load_config("gs://b/c.yaml", read=storage.read_bytes)

@@ -506,3 +506,11 @@ def test_an_s3a_root_on_another_store_than_aws_is_refused_before_the_run(monkeyp
         require_inputs(plain, ("train",))
     assert s3a_endpoint_problem(cfg("s3a://b/run", "s3.eu-west-1.amazonaws.com")) is None
     assert s3a_endpoint_problem(config_from_dict({"output": "s3://b/run"})) is None
+    # per bucket, as Hadoop resolves it: another bucket's endpoint is not this root's; a
+    # per-bucket AWS endpoint beats a global MinIO one; an empty value is AWS's default
+    site = {"fs.s3a.bucket.other.endpoint": "http://ceph:7480"}
+    assert s3a_endpoint_problem(plain, site) is None
+    site = {"fs.s3a.endpoint": "http://minio:9000"}
+    assert "fs.s3a.endpoint=http://minio:9000" in s3a_endpoint_problem(plain, site)
+    assert s3a_endpoint_problem(cfg("s3a://b/run", "s3.amazonaws.com"), site) is None
+    assert s3a_endpoint_problem(plain, {"fs.s3a.endpoint": " "}) is None

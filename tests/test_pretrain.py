@@ -318,6 +318,7 @@ def test_ranking_metrics_and_exclude_self_match_their_per_row_definition():
         dense = np.round(rng.rand(n, m), 1) * (rng.rand(n, m) < 0.4)
         dense[rng.rand(n) < 0.1] = 0.0
         pred = sp.csr_matrix(dense.astype(np.float32))
+        pred.data[rng.rand(pred.nnz) < 0.1] = 0.0  # explicit zeros: stored, ranked last
         truth = sp.csr_matrix((rng.rand(n, m) < 0.1).astype(np.float32))
         out_nodes = np.sort(rng.choice(1000, m, replace=False)).astype(np.int64)
         rows = np.where(rng.rand(n) < 0.7, out_nodes[rng.randint(0, m, n)], 5000 + np.arange(n))
@@ -326,6 +327,8 @@ def test_ranking_metrics_and_exclude_self_match_their_per_row_definition():
         b = _exclude_self_by_loop(pred, rows, out_nodes, twins)
         assert (a != b).nnz == 0 and a.nnz == b.nnz
         assert a.nnz < pred.nnz  # some self and twin scores were there to drop
+        ks = ((1, 3, 5), (1, 3, 5, 10))
+        assert ranking_metrics(pred, truth, *ks) == _ranking_metrics_by_loop(pred, truth, *ks)
         got = ranking_metrics(a, truth, (1, 3, 5), (1, 3, 5, 10))
         assert got == _ranking_metrics_by_loop(a, truth, (1, 3, 5), (1, 3, 5, 10)), trial
         assert 0 < got["rows"] < n and got["P@1"] > 0

@@ -28,8 +28,7 @@ Example::
 """
 
 import dataclasses as dc
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pina_spark import storage
@@ -107,13 +106,12 @@ def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
     return reports, sorted(needed), problems
 
 
-_S3A_ENDPOINT = re.compile(r"fs\.s3a\.(?:bucket\.[^.]+\.)?endpoint")
-
-
 def hadoop_site_conf(conf_dir: str | None = None) -> dict[str, str]:
     """The properties of ``core-site.xml`` in ``conf_dir`` (default ``$HADOOP_CONF_DIR``, which
     EMR sets to ``/etc/hadoop/conf``, where its ``core-site`` classification lands); ``{}``
-    where there is none or it cannot be parsed (Spark would then not see it either).
+    where there is none or it cannot be parsed. Not read: a ``core-site.xml`` that reaches
+    Spark's classpath only through ``$SPARK_CONF_DIR``, and ``spark.hadoop.*`` keys in
+    ``spark-defaults.conf``; the check cannot see those.
 
     Examples
     --------
@@ -145,10 +143,38 @@ def hadoop_site_conf(conf_dir: str | None = None) -> dict[str, str]:
     return out
 
 
-def s3a_endpoint_problem(cfg: PinaConfig, site: dict[str, str] | None = None) -> str | None:
+def s3a_endpoint(
+    bucket: str, spark_conf: Mapping[str, Any], site: Mapping[str, str]
+) -> tuple[str, str, str] | None:
+    """The endpoint S3A uses for ``bucket``, as ``(value, where, key)``, or ``None`` (AWS's
+    default): Hadoop's per-bucket key before the global one, and for each the config's
+    ``spark.hadoop.*`` key before ``core-site.xml`` (``site``); an empty value is unset.
+
+    Examples
+    --------
+    >>> site = {"fs.s3a.endpoint": "http://minio:9000", "fs.s3a.bucket.o.endpoint": "http://x"}
+    >>> s3a_endpoint("b", {}, site)
+    ('http://minio:9000', 'core-site.xml', 'fs.s3a.endpoint')
+    >>> s3a_endpoint("b", {"spark.hadoop.fs.s3a.bucket.b.endpoint": "s3.amazonaws.com"}, site)
+    ('s3.amazonaws.com', 'spark.conf', 'spark.hadoop.fs.s3a.bucket.b.endpoint')
+    >>> s3a_endpoint("b", {}, {"fs.s3a.endpoint": ""}) is None
+    True
+    """
+    for key in (f"fs.s3a.bucket.{bucket}.endpoint", "fs.s3a.endpoint"):
+        for where, conf, name in (
+            ("spark.conf", spark_conf, f"spark.hadoop.{key}"),
+            ("core-site.xml", site, key),
+        ):
+            value = conf.get(name)
+            if value is not None and str(value).strip():
+                return str(value).strip(), where, name
+    return None
+
+
+def s3a_endpoint_problem(cfg: PinaConfig, site: Mapping[str, str] | None = None) -> str | None:
     """Why an ``s3a://`` (or ``s3n://``) run root cannot work with this config, or ``None``.
-    Spark's S3A reads ``fs.s3a[.bucket.B].endpoint`` (MinIO, Ceph ...) from the config's
-    ``spark.hadoop.*`` keys, or else from the cluster's ``core-site.xml`` (``site``; default
+    Spark's S3A reaches the root's bucket at :func:`s3a_endpoint` (MinIO, Ceph ...; from the
+    config's ``spark.hadoop.*`` keys or the cluster's ``core-site.xml``, ``site``: default
     :func:`hadoop_site_conf`); the run's manifest, lease and commits go through pyarrow
     (:func:`pina_spark.storage.uri.arrow_uri`), which reads no Hadoop setting and would reach
     AWS's own endpoint: two stores for one root. An AWS endpoint (``*.amazonaws.com``) is no
@@ -165,25 +191,27 @@ def s3a_endpoint_problem(cfg: PinaConfig, site: dict[str, str] | None = None) ->
     >>> site = {"fs.s3a.endpoint": "http://ceph:7480"}
     >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run"}), site)[:36]
     's3a://b/run: core-site.xml sets fs.s'
+    >>> other = {"fs.s3a.bucket.other.endpoint": "http://ceph:7480"}
+    >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run"}), other) is None
+    True
     """
     roots = [u for u in (cfg.output, cfg.run.models) if u and storage.arrow_uri(u) != u]
     if not roots:
         return None
     site = hadoop_site_conf() if site is None else site
-    found = {k: (v, "core-site.xml", k) for k, v in site.items() if _S3A_ENDPOINT.fullmatch(k)}
-    for k, v in cfg.spark.conf.items():  # spark.hadoop.* wins over core-site.xml
-        if k.startswith("spark.hadoop.") and _S3A_ENDPOINT.fullmatch(k[len("spark.hadoop.") :]):
-            found[k[len("spark.hadoop.") :]] = (v, "spark.conf", k)
-    foreign = [f for f in found.values() if not str(f[0]).rstrip("/").endswith("amazonaws.com")]
-    if not foreign:
-        return None
-    value, where, key = foreign[0]
-    return (
-        f"{roots[0]}: {where} sets {key}={value} for Spark's S3A, "
-        "but the run's manifest, lease and commits go through pyarrow, which reads no Hadoop "
-        "setting and would use AWS's own endpoint: on that store use a local or hdfs:// output "
-        "(an s3a:// root works on AWS)"
-    )
+    for root in roots:
+        bucket = root.split("://", 1)[1].split("/", 1)[0]
+        found = s3a_endpoint(bucket, cfg.spark.conf, site)
+        if found is None or found[0].rstrip("/").endswith("amazonaws.com"):
+            continue
+        value, where, key = found
+        return (
+            f"{root}: {where} sets {key}={value} for Spark's S3A, but the run's manifest, "
+            "lease and commits go through pyarrow, which reads no Hadoop setting and would "
+            "use AWS's own endpoint: on that store use a local or hdfs:// output (an s3a:// "
+            "root works on AWS)"
+        )
+    return None
 
 
 def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:

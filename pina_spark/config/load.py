@@ -63,10 +63,9 @@ def load_config(
     source = "<defaults>"
     if path is not None:
         source = str(path)
+        text = _read_text(str(path), read)
         try:
-            loaded = yaml.safe_load(_read_text(str(path), read)) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
+            loaded = yaml.safe_load(text) or {}
         except (yaml.YAMLError, ValueError) as e:  # ValueError: e.g. an impossible date
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
         if not isinstance(loaded, dict):
@@ -78,7 +77,8 @@ def load_config(
 
 
 def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:
-    """A local file, or a URI read by ``read`` (see :func:`load_config`).
+    """A local file, or a URI read by ``read`` (see :func:`load_config`), as text; a
+    :class:`ConfigError` naming ``path`` where it is missing, unreadable or not UTF-8.
 
     >>> _read_text("s3a://bucket/conf/emr.yaml", None)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -87,18 +87,27 @@ def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:
     >>> _read_text("s3a://bucket/conf/emr.yaml", lambda uri: b"output: /tmp/x")
     'output: /tmp/x'
     """
-    if "://" in path and not path.startswith("file://"):
-        if read is None:
-            raise ConfigError(
-                f"{path}: a config at a URI is read through the storage layer: "
-                "load_config(path, read=pina_spark.storage.read_bytes) (the CLI does)"
-            )
-        raw = read(path)
-        if raw is None:
-            raise FileNotFoundError(path)
+    remote = "://" in path and not path.startswith("file://")
+    if remote and read is None:
+        raise ConfigError(
+            f"{path}: a config at a URI is read through the storage layer: "
+            "load_config(path, read=pina_spark.storage.read_bytes) (the CLI does)"
+        )
+    try:
+        if remote:
+            raw = read(path) if read is not None else None
+            if raw is None:
+                raise FileNotFoundError(path)
+        else:
+            with open(path[len("file://") :] if path.startswith("file://") else path, "rb") as fh:
+                raw = fh.read()
         return raw.decode("utf-8")
-    with open(path[len("file://") :] if path.startswith("file://") else path) as fh:
-        return fh.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text: {e}") from e
+    except (OSError, ValueError) as e:  # e.g. access denied, a scheme pyarrow does not know
+        raise ConfigError(f"{path}: cannot read the config: {e}") from e
 
 
 def config_from_dict(data: dict[str, Any], source: str = "<dict>") -> PinaConfig:

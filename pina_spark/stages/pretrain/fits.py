@@ -121,7 +121,7 @@ def ranking_metrics(
     import scipy.sparse as sp
 
     pred = sp.csr_matrix(pred)
-    truth = sp.csr_matrix(truth)
+    truth = sp.csr_matrix(truth, copy=True)
     truth.sum_duplicates()
     truth.eliminate_zeros()
     n, ncols = pred.shape
