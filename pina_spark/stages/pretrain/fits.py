@@ -89,7 +89,7 @@ def exclude_self(
     import scipy.sparse as sp
 
     pred = sp.csr_matrix(pred, copy=True)
-    entry_row = np.repeat(np.arange(pred.shape[0]), np.diff(pred.indptr))
+    entry_row = _entry_rows(pred)
     for nodes_r in (row_nodes, twin_nodes):
         if nodes_r is None or not len(output_nodes):
             continue
@@ -101,6 +101,16 @@ def exclude_self(
         pred.data[pred.indices == col[entry_row]] = 0.0
     pred.eliminate_zeros()
     return pred
+
+
+def _entry_rows(M) -> np.ndarray:
+    """The row (int64) of every stored entry of csr ``M``, in storage order.
+
+    >>> import scipy.sparse as sp
+    >>> _entry_rows(sp.csr_matrix(np.array([[1, 2], [0, 0], [0, 3]]))).tolist()
+    [0, 0, 2]
+    """
+    return np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr))
 
 
 def ranking_metrics(
@@ -127,15 +137,15 @@ def ranking_metrics(
     n, ncols = pred.shape
     kmax = max(list(p_ks) + list(r_ks))
     # every stored score, ordered by row, then score desc, then column asc; its rank in its row
-    entry_row = np.repeat(np.arange(n), np.diff(pred.indptr))
+    entry_row = _entry_rows(pred)
     order = np.lexsort((pred.indices, -pred.data, entry_row))
     rank = np.arange(len(order)) - pred.indptr[:-1][entry_row[order]]
-    top = order[rank < kmax]
-    top_row, top_rank = entry_row[top], rank[rank < kmax]
+    in_top = rank < kmax
+    top, top_rank = order[in_top], rank[in_top]
+    top_row = entry_row[top]
     # a top entry hits where (row, column) is a positive of truth
-    truth_row = np.repeat(np.arange(n), np.diff(truth.indptr)).astype(np.int64)
-    keys = truth_row * ncols + truth.indices
-    hit = np.isin(top_row.astype(np.int64) * ncols + pred.indices[top], keys)
+    keys = _entry_rows(truth) * ncols + truth.indices
+    hit = np.isin(top_row * ncols + pred.indices[top], keys)
     npos_all = np.diff(truth.indptr)
     has_pos = npos_all > 0
     out: dict[str, float] = {"rows": int(has_pos.sum())}
