@@ -109,6 +109,40 @@ def test_run_refuses_a_missing_input_before_the_lease(demo_inputs, tmp_path):
     assert not root.exists()
 
 
+def _models_root_with_g(root, variants):
+    """A run root whose models folder has a card listing the g of ``variants`` alone."""
+    models = root / "models"
+    models.mkdir(parents=True)
+    card = {"created_at": "", "versions": {}, "config": {}, "g": "", "leave_self_out_rule": ""}
+    card["variants"] = {v: {} for v in variants}
+    (models / "model_card.json").write_text(json.dumps(card))
+    return root
+
+
+def test_a_models_root_without_the_g_a_variant_needs_stops_the_run(demo_inputs, tmp_path):
+    """``run.models`` fitted pina's g alone: a run training pina_naive exits 2 before the
+    lease, naming the variant and the root; one training pina (or no g variant) passes."""
+    from pina_spark.cli.check import models_g_problem
+
+    old = _models_root_with_g(tmp_path / "old", ["pina"])
+    base = {"output": str(tmp_path / "new"), "run": {"models": str(old)}}
+    cfg = lambda variants: config_from_dict({**base, "train": {"variants": variants}})  # noqa
+    problem = models_g_problem(cfg(["pina_naive", "baseline"]), resume.STAGE_NAMES)
+    assert problem and "needs the g of pina_naive" in problem and str(old) in problem
+    assert models_g_problem(cfg(["pina", "baseline"]), resume.STAGE_NAMES) is None
+    assert models_g_problem(cfg(["vectorizer_only"]), resume.STAGE_NAMES) is None
+    assert models_g_problem(cfg(["pina_naive"]), ("train", "evaluate")) is None  # no neighbours
+
+    root = tmp_path / "out"
+    args = ["run", "--config", DEMO_CONF] + _sets(demo_inputs, root)
+    args += ["--set", f"run.models={old}", "--set", "run.trust_models=true"]
+    args += ["--set", "select.follow=off", "--set", "train.variants=[pina_naive,baseline]"]
+    r, _ = _console(args, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "train.variants needs the g of pina_naive" in r.stderr
+    assert not root.exists()
+
+
 def test_an_input_the_stages_do_not_read_does_not_block(demo_inputs, tmp_path, capsys):
     inputs = dict(demo_inputs, events=str(tmp_path / "gone.parquet"))
     argv = ["check", "--config", DEMO_CONF, "--stages", "train,evaluate"]

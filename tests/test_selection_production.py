@@ -29,18 +29,24 @@ def test_aggregate_fingerprint_reads_train_variants_only_without_neighbours():
     assert "train.variants" in STAGES["aggregate"].fingerprint_sections(vo)
 
 
-def test_production_run_following_vectorizer_only(spark, tmp_path, demo_submit_run):
-    run = require_finished(demo_submit_run)
+def _following(run, out, variant, promote):
+    """The demo run's config for a production run into ``out`` on the demo run's models,
+    with a selection of ``variant`` applied."""
     with open(run["config"]) as fh:
         data = yaml.safe_load(fh)
-    data["output"] = str(tmp_path / "prod")
+    data["output"] = str(out)
     # the demo run is not promoted: nothing else vouches for its models
     data["run"] = {"models": run["output"], "trust_models": True}
-    data.setdefault("evaluate", {}).update({"promote": True, "report_examples": 0})
+    data.setdefault("evaluate", {}).update({"promote": promote, "report_examples": 0})
     data = config_from_dict(data).to_dict()
-    for key, value in followed_settings({"variant": "vectorizer_only", "settings": {}}).items():
+    for key, value in followed_settings({"variant": variant, "settings": {}}).items():
         set_dotted(data, key, value, "selection setting")
-    cfg = config_from_dict(data)
+    return config_from_dict(data)
+
+
+def test_production_run_following_vectorizer_only(spark, tmp_path, demo_submit_run):
+    run = require_finished(demo_submit_run)
+    cfg = _following(run, tmp_path / "prod", "vectorizer_only", promote=True)
 
     result = pipeline.run_pipeline(spark, cfg)
     assert "pretrain" not in result and "neighbors" not in result, result
@@ -56,3 +62,76 @@ def test_production_run_following_vectorizer_only(spark, tmp_path, demo_submit_r
     ev = Manifest(paths.manifest).stage("evaluate")
     promotion = ev["stats"]["promotion"]
     assert promotion["variant"] == "vectorizer_only" and promotion["promoted"], promotion
+
+
+def test_only_the_trained_g_variants_enter_the_g_fingerprints():
+    both = config_from_dict({"output": "/r"})
+    pina = config_from_dict({"output": "/r", "train": {"variants": ["pina", "baseline"]}})
+    pina2 = config_from_dict(
+        {"output": "/r", "train": {"variants": ["pina", "vectorizer_only", "baseline"]}}
+    )
+    for name in ("pretrain", "neighbors"):
+        spec = STAGES[name]
+        assert spec.fingerprint_token(both) == ""  # every earlier run's fingerprint stays
+        assert spec.fingerprint_token(pina) == "g variants: pina"
+        # another non-g variant trained does not refit g
+        assert spec.fingerprint_token(pina2) == spec.fingerprint_token(pina)
+
+
+def _p1_by_instance(root, variant):
+    from pina_spark.stages.evaluate.stage import read_per_instance
+
+    per = read_per_instance(root)
+    sub = per[per["variant"] == variant]
+    assert len(sub), f"{root}: {variant} not scored"
+    return sub.set_index("instance_id")["P@1"].sort_index()
+
+
+def _variants_of(uri):
+    t = ds.dataset(uri, format="parquet", partitioning="hive").to_table(columns=[storage.VARIANT])
+    return set(t.column(storage.VARIANT).to_pylist())
+
+
+def test_production_run_following_pina_predicts_pina_alone(spark, tmp_path, demo_submit_run):
+    run = require_finished(demo_submit_run)
+    cfg = _following(run, tmp_path / "prod", "pina", promote=False)
+    assert sorted(cfg.train.variants) == ["baseline", "pina"]
+
+    result = pipeline.run_pipeline(spark, cfg)
+    assert result["neighbors"] == "ran" and result["aggregate"] == "ran", result
+    paths = storage.RunPaths(cfg.output)
+    assert _variants_of(paths.table(storage.NEIGHBORS)) == {"pina"}  # no pina_naive predicted
+    assert _variants_of(paths.table(storage.FEATURES)) == {"pina", "vectorizer_only"}
+    nb = Manifest(paths.manifest).stage("neighbors")["stats"]
+    assert sorted(nb["variants"]) == ["pina"], nb
+    # the same g, neighbours and downstream model as the full run: the same test metrics
+    full, prod = _p1_by_instance(run["output"], "pina"), _p1_by_instance(cfg.output, "pina")
+    assert full.index.equals(prod.index) and (full == prod).all()
+
+
+def test_a_run_training_one_g_variant_fits_its_g_alone(spark, tmp_path, demo_submit_run):
+    import shutil
+
+    from pina_spark.models.card import read_model_card
+
+    run = require_finished(demo_submit_run)
+    root = str(tmp_path / "naive")
+    shutil.copytree(run["output"], root)
+    with open(run["config"]) as fh:
+        data = yaml.safe_load(fh)
+    data["output"] = root
+    data.setdefault("evaluate", {}).update({"report_examples": 0, "promote": False})
+    data.setdefault("train", {})["variants"] = ["pina_naive", "baseline"]
+    cfg = config_from_dict(data)
+
+    result = pipeline.run_pipeline(spark, cfg)
+    # graph, vectorizer and embed are the full run's; pretrain reruns for its new g variants
+    assert result["pretrain"] == "ran" and result["neighbors"] == "ran", result
+    paths = storage.RunPaths(root)
+    card = read_model_card(paths.table(storage.MODELS))
+    assert sorted(card.variants) == ["pina_naive"]
+    assert not storage.path_exists(spark, f"{paths.table(storage.MODELS)}/g/pina")
+    assert _variants_of(paths.table(storage.NEIGHBORS)) == {"pina_naive"}
+    # pina_naive's g refitted alone is the one the full run fitted beside pina's
+    full, alone = _p1_by_instance(run["output"], "pina_naive"), _p1_by_instance(root, "pina_naive")
+    assert full.index.equals(alone.index) and (full == alone).all()

@@ -579,3 +579,39 @@ def test_the_base_point_is_the_roots_own_run_not_the_select_config(tmp_path, cap
     with caplog.at_level("WARNING"):
         assert _root_own_point(cfg, root) == {"neighbors.k": 10, "aggregate.v1_weight": 1.0}
     assert "the base grid point follows the root's run" in caplog.text
+
+
+def test_select_stops_when_a_candidate_has_no_g_in_the_root(tmp_path):
+    """A root whose run trained pina alone fitted no pina_naive g: candidates that need it stop
+    the selection before any work, naming the fix; candidates it can score pass."""
+    import json
+
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import _require_g, expand_candidates
+
+    models = tmp_path / "models"
+    models.mkdir()
+    card = {"created_at": "", "versions": {}, "config": {}, "g": "", "leave_self_out_rule": ""}
+    (models / "model_card.json").write_text(json.dumps({**card, "variants": {"pina": {}}}))
+    every = expand_candidates(SelectConfig())
+    with pytest.raises(ConfigError, match="score pina_naive, but .* fitted no g for it"):
+        _require_g(str(models), every)
+    _require_g(str(models), [c for c in every if c.variant != "pina_naive"])
+
+
+def test_steps_with_other_g_variants_do_not_share_a_neighbours_table():
+    """The neighbours stage predicts the g variants of a step's train.variants only, so two
+    steps at the same neighbours settings share the table only when they need the same g."""
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import expand_candidates, work_plan
+
+    grid = {"neighbors.k": [5], "aggregate.v1_weight": [1.0]}
+    mixed = work_plan(
+        expand_candidates(SelectConfig(candidates=["pina/text", "pina_naive/pifa"], grid=grid))
+    )
+    assert [s.variants for s in mixed] == [("pina",), ("pina_naive",)]
+    assert mixed[0].neighbors_key != mixed[1].neighbors_key
+    both = work_plan(
+        expand_candidates(SelectConfig(candidates=["pina/text", "pina_naive/text"], grid=grid))
+    )
+    assert [s.variants for s in both] == [("pina_naive", "pina")]

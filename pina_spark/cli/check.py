@@ -214,6 +214,38 @@ def s3a_endpoint_problem(cfg: PinaConfig, site: Mapping[str, str] | None = None)
     return None
 
 
+def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
+    """With ``run.models`` set and the neighbours stage to run: the problem of a models folder
+    whose card lists no g for a variant ``train.variants`` trains (a run that trained only some
+    g variants); ``None`` when there is none, or where the card cannot be read here (the
+    neighbours stage then checks the folders itself).
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> models_g_problem(config_from_dict({"output": "/tmp/r"}), ("neighbors",)) is None
+    True
+    """
+    from pina_spark.config import variants as V
+    from pina_spark.models import artifacts
+    from pina_spark.models.card import read_model_card
+    from pina_spark.orchestration.resume import stage_names
+
+    if not cfg.run.models or "neighbors" not in stage_names(cfg, stages):
+        return None
+    models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
+    if not storage.pyarrow_reaches(models):
+        return None
+    try:
+        card = read_model_card(models)
+    except (OSError, ValueError, TypeError):
+        return None
+    if card is None:
+        return None
+    lacking = [v for v in V.g_variants(cfg.train.variants) if v not in card.variants]
+    return artifacts.missing_g_message(models, lacking) if lacking else None
+
+
 def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     """Raise :class:`pina_spark.storage.InputError` naming every problem of an input the command
     reads (what :func:`check_run` reports), before any lease or Spark.
@@ -234,7 +266,8 @@ def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
         raise ConfigError(problem)
     needed = inputs_read(cfg, stages)
     bad = [r.problem for r in (inspect_input(u, t) for t, u in needed.items()) if r.blocks_run]
-    if bad:
+    bad.append(models_g_problem(cfg, stages))
+    if any(bad):
         raise storage.InputError("; ".join(p for p in bad if p))
 
 
@@ -263,6 +296,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     reports, needed, problems = check_inputs(cfg, stages)
     problems = early + [p for p in [s3a_endpoint_problem(cfg)] if p] + problems
+    problems += [p for p in [models_g_problem(cfg, stages)] if p]
     lease = None
     plan: list[StepPlan] = []
     has_manifest = False

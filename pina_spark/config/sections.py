@@ -490,7 +490,12 @@ class TrainConfig(_Params):
         variants: which variants to train (subset of baseline, vectorizer_only, pina_naive, pina).
             Without ``pina`` or ``pina_naive`` a run fits no g and runs no neighbours stage,
             and aggregate writes ``vectorizer_only`` alone (what a run following a
-            ``vectorizer_only`` selection does, see ``select.follow``).
+            ``vectorizer_only`` selection does, see ``select.follow``). With one of them only,
+            g is fitted and neighbours are predicted for that one alone (a run following a
+            ``pina`` selection pays no ``pina_naive`` g or neighbours); with ``run.models``
+            set, that root must have fitted its g (``check`` and ``run`` say so, exit 2). The
+            vectorizer is fitted on every variant's B_pre rows either way, so it does not
+            change.
         model: ``xlinear`` or ``xtransformer`` (GPU clusters).
         xlinear: downstream XR-Linear parameters.
         topk: labels kept per test instance in ``<output>/predictions``.

@@ -16,6 +16,8 @@ Examples
 True
 >>> needs_neighbors(["baseline", "vectorizer_only"]), needs_neighbors(ALL)
 (False, True)
+>>> g_variants(["pina", "baseline"]), g_variants(ALL)
+(('pina',), ('pina', 'pina_naive'))
 """
 
 from collections.abc import Iterable
@@ -31,6 +33,7 @@ __all__ = [
     "ALL",
     "Name",
     "needs_neighbors",
+    "g_variants",
 ]
 
 #: tf-idf of the instance text alone (no ``features`` row; the train stage builds it)
@@ -59,3 +62,13 @@ def needs_neighbors(trained: Iterable[str]) -> bool:
     that follows a ``vectorizer_only`` selection) fits no g, runs no neighbours stage and
     aggregates ``vectorizer_only`` alone."""
     return any(v in GRAPH for v in trained)
+
+
+def g_variants(trained: Iterable[str]) -> tuple[str, ...]:
+    """The :data:`GRAPH` variants a run training ``trained`` (``train.variants``) needs a g and
+    neighbours for, in :data:`GRAPH` order: the pretrain stage fits only their g and the
+    neighbours stage predicts only theirs (a run that follows a ``pina`` selection pays no
+    ``pina_naive`` g). Every variant has its B_pre in the graph stage either way, so the
+    vectorizer (fitted on the union of B_pre's rows) is the same whatever is trained."""
+    wanted = set(trained)
+    return tuple(v for v in GRAPH if v in wanted)

@@ -36,6 +36,7 @@ import io as _pyio
 import json
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from pina_spark import runtime, storage
@@ -56,6 +57,7 @@ __all__ = [
     "ENCODER_JSON",
     "g_dir",
     "g_name",
+    "missing_g_message",
     "vectorizer_dir",
     "require_models",
     "require_vectorizer",
@@ -101,6 +103,19 @@ def g_variant_dir(models_root: str, variant: str) -> str:
     '/tmp/run/models/g/pina'
     """
     return storage.join(models_root, G_DIR, variant)
+
+
+def missing_g_message(models: str, lacking: Iterable[str]) -> str:
+    """The error of a run whose ``train.variants`` needs a g that the models folder lacks.
+
+    >>> missing_g_message("/r/models", ["pina_naive"])  # doctest: +ELLIPSIS
+    'train.variants needs the g of pina_naive, but /r/models has none (...'
+    """
+    return (
+        f"train.variants needs the g of {', '.join(lacking)}, but {models} has none (that run "
+        "trained without it): drop it from train.variants, or point run.models at a run "
+        "that trained it"
+    )
 
 
 def g_dir(models_root: str, variant: str, fold: int | None = None) -> str:

@@ -109,7 +109,10 @@ def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str)
         return hash_text(base + "nodes")
     spec = STAGES[name]
     return hash_text(
-        base + cfg.fingerprint(*spec.fingerprint_sections(cfg)) + upstream_token(manifest, name)
+        base
+        + cfg.fingerprint(*spec.fingerprint_sections(cfg))
+        + spec.fingerprint_token(cfg)
+        + upstream_token(manifest, name)
     )
 
 

@@ -309,9 +309,11 @@ class WorkStep:
 
     @property
     def neighbors_key(self) -> str:
-        """The step's ``neighbors.*`` settings as one string: steps sharing it share the
-        neighbours table."""
-        return _key({k: v for k, v in self.settings.items() if k.startswith("neighbors.")})
+        """The step's ``neighbors.*`` settings and g variants as one string: steps sharing it
+        share the neighbours table (the neighbours stage predicts the g variants of the step's
+        ``train.variants`` only)."""
+        nb = {k: v for k, v in self.settings.items() if k.startswith("neighbors.")}
+        return _key({**nb, "g variants": list(V.g_variants(self.variants))})
 
     @property
     def id(self) -> str:
@@ -520,6 +522,24 @@ def step_config(cfg: PinaConfig, step: WorkStep, work_root: str) -> PinaConfig:
     return config_from_dict(data, source=f"<select step {step.settings}>")
 
 
+def _require_g(models: str, candidates: Sequence[SelectCandidate]) -> None:
+    """Stop before any work when a candidate's variant has no g in the root's models folder (a
+    root trained with some of the g variants only: ``train.variants``), naming the fix."""
+    from pina_spark.models.card import read_model_card
+
+    card = read_model_card(models)
+    if card is None:
+        return  # the neighbours stage names the missing models folder itself
+    lacking = sorted({c.variant for c in candidates if c.variant in V.GRAPH} - set(card.variants))
+    if lacking:
+        raise ConfigError(
+            f"select.candidates score {', '.join(lacking)}, but {models} fitted no g for "
+            f"{'it' if len(lacking) == 1 else 'them'} (its run's train.variants left "
+            f"{'it' if len(lacking) == 1 else 'them'} out): drop those candidates, or select "
+            "on a run that trained every variant"
+        )
+
+
 def _pretrain_seconds(root: str) -> float:
     from pina_spark.storage.manifest import Manifest
 
@@ -698,6 +718,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
     step_cfgs = [step_config(cfg, s, work.output) for s in steps]  # all checked before any work
     graph = any(c.variant in V.GRAPH for c in candidates)
     pretrain_s = _pretrain_seconds(root) if graph else 0.0
+    _require_g(src.table(storage.MODELS), candidates)
     run_id = run_id or uuid.uuid4().hex[:12]
     log.info(
         "select: %d candidates in %d steps (%d neighbours runs) on %s",

@@ -171,6 +171,14 @@ def plan_neighbors(
         variants = [
             v for v in VARIANTS if storage.path_exists(spark, artifacts.g_variant_dir(models, v))
         ]
+    else:
+        lacking = [
+            v
+            for v in variants
+            if not storage.path_exists(spark, artifacts.g_variant_dir(models, v))
+        ]
+        if lacking:
+            raise storage.InputError(artifacts.missing_g_message(models, lacking))
     if not variants:
         raise storage.InputError(
             f"no g model found: expected {artifacts.g_variant_dir(models, 'pina')} and/or "

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pina_spark import runtime, storage
+from pina_spark.config import variants as V
 from pina_spark.models import artifacts
 from pina_spark.runtime import embstore, faults
 from pina_spark.runtime.arrow import (
@@ -525,7 +526,9 @@ def neighbors_frame(
 
 
 def run(ctx) -> NeighborsStats:
-    """Driver side: write ``neighbors`` (partitioned by ``variant``) for every instance node.
+    """Driver side: write ``neighbors`` (partitioned by ``variant``) for every instance node, for
+    the g variants the run trains (``train.variants``:
+    :func:`pina_spark.config.variants.g_variants`).
 
     Returns
     -------
@@ -545,7 +548,9 @@ def run(ctx) -> NeighborsStats:
     sink = None
     if storage.pyarrow_reaches(staging):
         sink = Sink(staging, spark.conf.get("spark.sql.parquet.compression.codec", "snappy"))
-    df, info = neighbors_frame(spark, ctx, fault_plan=plan, accumulator=acc, sink=sink)
+    # the g variants the run trains: a run following a pina selection predicts no pina_naive
+    variants = V.g_variants(cfg.train.variants)
+    df, info = neighbors_frame(spark, ctx, variants, fault_plan=plan, accumulator=acc, sink=sink)
     t0 = time.time()
     if info["writer"] == "arrow":  # the tasks wrote the files: mark complete and publish
         storage.publish_written(spark, df, staging, ctx.paths.table(storage.NEIGHBORS), "neighbors")
