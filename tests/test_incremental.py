@@ -17,6 +17,7 @@ from demo_run import require_finished
 
 STAGES = ["embed", "neighbors", "aggregate"]
 DAY = "2026-11-22"
+DAY2 = "2026-11-23"
 
 
 def _day_instances(spark, run, path):
@@ -47,14 +48,16 @@ def _day_instances(spark, run, path):
     return path, set(ids)
 
 
-def _cfg(run, output, instances, incremental):
+def _cfg(run, output, instances, incremental, variants=None, run_date=DAY):
     with open(run["config"]) as fh:
         d = yaml.safe_load(fh)
     d["output"] = output
     d["input"] = {"instances": instances}
+    if variants:  # the g variants trained, with baseline
+        d.setdefault("train", {})["variants"] = ["baseline", *variants]
     # the demo run is not promoted: nothing else vouches for its models (tests/test_model_trust.py)
     d["run"] = {
-        "run_date": DAY,
+        "run_date": run_date,
         "models": run["output"],
         "incremental": incremental,
         "trust_models": True,
@@ -111,3 +114,30 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
         for r in feats.where(F.col(storage.SPLIT) == "new").select(storage.INSTANCE_ID).collect()
     }
     assert {"zz-new-1", "zz-new-2", "zz-new-3"} <= got
+
+    # a daily run that trains one g variant (it follows a pina selection): its base holds both
+    # variants; it recomputes pina's rows alone and keeps none of pina_naive's
+    one = _cfg(run, str(tmp_path / "one"), new_path, incremental=True, variants=["pina"])
+    assert pipeline.run_pipeline(spark, one, STAGES)["neighbors"] == "ran"
+    p_one = storage.RunPaths(one.output, DAY)
+    for rel, keep in (
+        (storage.NEIGHBORS, ["pina"]),
+        (storage.FEATURES, ["pina", "vectorizer_only"]),
+    ):
+        a = storage.read_table(spark, p_one, rel)
+        b = storage.read_table(spark, p_full, rel).where(F.col(storage.VARIANT).isin(keep))
+        assert a.count() == b.count() > 0, rel
+        assertDataFrameEqual(a, b.select(*a.columns), rtol=1e-5, atol=1e-5)
+    assert Manifest(p_one.manifest).stage("neighbors")["stats"]["selected"] == len(changed_ids) + 3
+
+    # the next day trains every variant again: its base (yesterday) has no pina_naive rows, so
+    # neighbours and features are recomputed in full instead of merged with missing rows
+    every = _cfg(run, str(tmp_path / "one"), new_path, incremental=True, run_date=DAY2)
+    assert pipeline.run_pipeline(spark, every, STAGES)["aggregate"] == "ran"
+    p_every = storage.RunPaths(every.output, DAY2)
+    m = Manifest(p_every.manifest)
+    for stage, rel in (("neighbors", storage.NEIGHBORS), ("aggregate", storage.FEATURES)):
+        assert m.stage(stage)["stats"]["incremental"].startswith("full (the base run"), stage
+        a = storage.read_table(spark, p_every, rel)
+        b = storage.read_table(spark, p_full, rel)
+        assert a.count() == b.count(), rel

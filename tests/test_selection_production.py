@@ -64,18 +64,23 @@ def test_production_run_following_vectorizer_only(spark, tmp_path, demo_submit_r
     assert promotion["variant"] == "vectorizer_only" and promotion["promoted"], promotion
 
 
-def test_only_the_trained_g_variants_enter_the_g_fingerprints():
-    both = config_from_dict({"output": "/r"})
+def test_g_output_that_lacks_a_needed_variant_reruns_and_a_superset_serves():
+    from pina_spark.orchestration.resume import decide, g_lacking
+
+    every = config_from_dict({"output": "/r"})
     pina = config_from_dict({"output": "/r", "train": {"variants": ["pina", "baseline"]}})
-    pina2 = config_from_dict(
-        {"output": "/r", "train": {"variants": ["pina", "vectorizer_only", "baseline"]}}
-    )
-    for name in ("pretrain", "neighbors"):
-        spec = STAGES[name]
-        assert spec.fingerprint_token(both) == ""  # every earlier run's fingerprint stays
-        assert spec.fingerprint_token(pina) == "g variants: pina"
-        # another non-g variant trained does not refit g
-        assert spec.fingerprint_token(pina2) == spec.fingerprint_token(pina)
+    done = lambda variants: {"status": "complete", "fingerprint": "f", "stats": variants}  # noqa
+    one, both = done({"variants": "pina"}), done({"variants": "pina,pina_naive"})
+    d = decide("pretrain", "f", both, [], False, (), g_lacking(pina, "pretrain", both))
+    assert d.action == "skip", d
+    assert g_lacking(pina, "pretrain", both) == [] and g_lacking(every, "pretrain", one) == [
+        "pina_naive"
+    ]
+    d = decide("pretrain", "f", one, [], False, (), g_lacking(every, "pretrain", one))
+    assert d.action == "run" and "has no pina_naive" in d.reason, d
+    nb = done({"variants": {"pina": {}}})
+    assert g_lacking(every, "neighbors", nb) == ["pina_naive"]
+    assert g_lacking(every, "aggregate", nb) == []  # it follows neighbours' run
 
 
 def _p1_by_instance(root, variant):
@@ -110,6 +115,9 @@ def test_production_run_following_pina_predicts_pina_alone(spark, tmp_path, demo
 
 
 def test_a_run_training_one_g_variant_fits_its_g_alone(spark, tmp_path, demo_submit_run):
+    """On a copy of the full demo root: training fewer g variants refits nothing (the root's g
+    and neighbours hold them); a forced retraining of ``pina_naive`` alone fits its g alone and
+    scores what the full run did; training every variant again refits the g it lacks."""
     import shutil
 
     from pina_spark.models.card import read_model_card
@@ -121,13 +129,17 @@ def test_a_run_training_one_g_variant_fits_its_g_alone(spark, tmp_path, demo_sub
         data = yaml.safe_load(fh)
     data["output"] = root
     data.setdefault("evaluate", {}).update({"report_examples": 0, "promote": False})
+    every = config_from_dict(data)
     data.setdefault("train", {})["variants"] = ["pina_naive", "baseline"]
-    cfg = config_from_dict(data)
-
-    result = pipeline.run_pipeline(spark, cfg)
-    # graph, vectorizer and embed are the full run's; pretrain reruns for its new g variants
-    assert result["pretrain"] == "ran" and result["neighbors"] == "ran", result
+    naive = config_from_dict(data)
     paths = storage.RunPaths(root)
+    g_stages = ["pretrain", "neighbors", "aggregate", "train", "evaluate"]
+
+    fewer = pipeline.run_pipeline(spark, naive, g_stages)
+    assert fewer["pretrain"] == fewer["neighbors"] == "skipped", fewer  # a superset serves
+
+    result = pipeline.run_pipeline(spark, naive, g_stages, force=True)
+    assert result["pretrain"] == "ran" and result["neighbors"] == "ran", result
     card = read_model_card(paths.table(storage.MODELS))
     assert sorted(card.variants) == ["pina_naive"]
     assert not storage.path_exists(spark, f"{paths.table(storage.MODELS)}/g/pina")
@@ -135,3 +147,8 @@ def test_a_run_training_one_g_variant_fits_its_g_alone(spark, tmp_path, demo_sub
     # pina_naive's g refitted alone is the one the full run fitted beside pina's
     full, alone = _p1_by_instance(run["output"], "pina_naive"), _p1_by_instance(root, "pina_naive")
     assert full.index.equals(alone.index) and (full == alone).all()
+
+    again = pipeline.run_pipeline(spark, every, g_stages)
+    assert again["pretrain"] == "ran" and again["neighbors"] == "ran", again
+    assert sorted(read_model_card(paths.table(storage.MODELS)).variants) == ["pina", "pina_naive"]
+    assert _variants_of(paths.table(storage.NEIGHBORS)) == {"pina", "pina_naive"}

@@ -233,6 +233,9 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
 
     if not cfg.run.models or "neighbors" not in stage_names(cfg, stages):
         return None
+    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
+    if storage.norm(storage.RunPaths(cfg.run.models).root) == storage.norm(own):
+        return None  # its own models: the pretrain stage fits what it lacks
     models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
     if not storage.pyarrow_reaches(models):
         return None

@@ -492,10 +492,12 @@ class TrainConfig(_Params):
             and aggregate writes ``vectorizer_only`` alone (what a run following a
             ``vectorizer_only`` selection does, see ``select.follow``). With one of them only,
             g is fitted and neighbours are predicted for that one alone (a run following a
-            ``pina`` selection pays no ``pina_naive`` g or neighbours); with ``run.models``
-            set, that root must have fitted its g (``check`` and ``run`` say so, exit 2). The
-            vectorizer is fitted on every variant's B_pre rows either way, so it does not
-            change.
+            ``pina`` selection pays no ``pina_naive`` g or neighbours); g and neighbours that
+            a root already holds for more variants serve as they are (nothing is refitted),
+            and a root that lacks a variant's g refits it on a rerun that trains it. With
+            ``run.models`` set, that root must have fitted the g (``check`` and ``run`` say so,
+            exit 2). The vectorizer is fitted on every variant's B_pre rows either way, so it
+            does not change.
         model: ``xlinear`` or ``xtransformer`` (GPU clusters).
         xlinear: downstream XR-Linear parameters.
         topk: labels kept per test instance in ``<output>/predictions``.

@@ -64,12 +64,14 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
+from pina_spark.config import variants as V
 from pina_spark.orchestration.promotion import resolve_models
 from pina_spark.orchestration.resume import (
     NODES_STEP,
     SKIP,
     base_token,
     decide,
+    g_lacking,
     models_run_root,
     plan_steps,
     stage_fingerprint,
@@ -310,7 +312,9 @@ def _run_step(
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     missing = [o for o in outputs if not storage.is_complete(spark, ctx.paths.table(o))]
-    decision = decide(name, fp, ctx.manifest.stage(name), missing, force, earlier_runs)
+    entry = ctx.manifest.stage(name)
+    lacking = g_lacking(ctx.cfg, name, entry)
+    decision = decide(name, fp, entry, missing, force, earlier_runs, lacking)
     if decision.action == SKIP:
         log.info("stage %s: %s, skipped", name, decision.reason)
         return "skipped"
@@ -617,6 +621,43 @@ def _base_used_other_models(ctx: StageContext, base: storage.RunPaths, stage: st
     return None
 
 
+def _variants_written(cfg: PinaConfig, stage: str) -> tuple[str, ...] | None:
+    """The ``variant`` partitions ``stage`` writes for ``cfg`` (``None``: its output has none):
+    the neighbours of the g variants ``train.variants`` trains, and their features plus
+    ``vectorizer_only``'s.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/r", "train": {"variants": ["pina", "baseline"]}})
+    >>> _variants_written(cfg, "neighbors"), _variants_written(cfg, "aggregate")
+    (('pina',), ('pina', 'vectorizer_only'))
+    >>> _variants_written(cfg, "embed") is None
+    True
+    """
+    g = V.g_variants(cfg.train.variants)
+    if stage == "neighbors":
+        return g
+    if stage == "aggregate":
+        return g + (V.VECTORIZER_ONLY,)
+    return None
+
+
+def _base_lacks_variants(spark, uri: str, stage: str, wanted: Sequence[str]) -> str | None:
+    """Why the base's ``stage`` output at ``uri`` cannot serve an incremental run that writes
+    the variants ``wanted``: it has no rows of one of them (its run trained other variants), so
+    the rows of its unchanged instances would be missing; ``None`` when it has them all."""
+    have = {
+        name.split("=", 1)[1]
+        for name, is_dir in storage.list_dir(spark, uri)
+        if is_dir and name.startswith(f"{storage.VARIANT}=")
+    }
+    lacking = sorted(set(wanted) - have)
+    if lacking:
+        return f"the base run's {stage} output {uri} has no rows of {', '.join(lacking)}"
+    return None
+
+
 @dc.dataclass(frozen=True)
 class IncrementalSpec:
     """How a stage runs incrementally: ``subset`` is the input table handed to the stage as a
@@ -723,6 +764,9 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
         return stats_dict(spec.load()(ctx), incremental="full (no base run)")
     other = _base_used_other_models(ctx, base, spec.name)
+    wanted = _variants_written(ctx.cfg, spec.name)
+    if not other and wanted is not None:
+        other = _base_lacks_variants(spark, base.table(inc.output), spec.name, wanted)
     if other:
         log.warning("stage %s: full recompute instead of incremental: %s", spec.name, other)
         return stats_dict(spec.load()(ctx), incremental=f"full ({other})")
@@ -764,6 +808,8 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
             stats = {}
             recomputed = None
         old = spark.read.parquet(base.table(inc.output))
+        if wanted is not None:  # the base's rows of variants this run no longer writes go
+            old = old.where(F.col(storage.VARIANT).isin(list(wanted)))
         if inc.output_by_id:
             keys = nodes.join(sel, storage.NODE_INDEX, "left_semi").select(
                 F.col(storage.NODE_ID).alias(inc.output_key)

@@ -109,10 +109,7 @@ def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str)
         return hash_text(base + "nodes")
     spec = STAGES[name]
     return hash_text(
-        base
-        + cfg.fingerprint(*spec.fingerprint_sections(cfg))
-        + spec.fingerprint_token(cfg)
-        + upstream_token(manifest, name)
+        base + cfg.fingerprint(*spec.fingerprint_sections(cfg)) + upstream_token(manifest, name)
     )
 
 
@@ -127,6 +124,7 @@ def decide(
     missing_outputs: Sequence[str] | None,
     force: bool,
     earlier_runs: Sequence[str] = (),
+    lacking: Sequence[str] = (),
 ) -> StepPlan:
     """Run or skip step ``name``, and why.
 
@@ -137,6 +135,8 @@ def decide(
     entry : the step's manifest entry (``None``: never ran on this root).
     missing_outputs : outputs without ``_SUCCESS`` (``None``: not readable here).
     earlier_runs : steps of the same command before this one that run.
+    lacking : the g variants the run needs that the step's recorded output lacks
+        (:func:`g_lacking`): it reruns, although its fingerprint is unchanged.
     """
     recorded = (entry or {}).get("fingerprint")
     plan = lambda action, why: StepPlan(name, action, why, fingerprint, recorded)  # noqa: E731
@@ -152,6 +152,8 @@ def decide(
         return plan(RUN, f"last attempt {status}{error}")
     if fingerprint is not None and recorded != fingerprint:
         return plan(RUN, "fingerprint changed (inputs, run.models, its config or an earlier step)")
+    if lacking:
+        return plan(RUN, f"its output has no {', '.join(lacking)} (a run trained fewer variants)")
     if missing_outputs:
         return plan(RUN, f"outputs incomplete: {', '.join(missing_outputs)}")
     if fingerprint is None or missing_outputs is None:
@@ -162,6 +164,34 @@ def decide(
 
 #: the stages only the variants with neighbours need (:func:`variants.needs_neighbors`)
 NEIGHBOR_STAGES = ("pretrain", "neighbors")
+
+
+def g_lacking(cfg: PinaConfig, name: str, entry: dict[str, Any] | None) -> list[str]:
+    """The g variants ``cfg``'s run trains (:func:`variants.g_variants`) that step ``name``'s
+    recorded output lacks: the g models a ``pretrain`` fitted, the variants a ``neighbors`` run
+    predicted (their manifest ``stats``). Output that holds more variants than needed serves
+    as it is (a run that trains fewer variants than the root's run refits nothing);
+    ``[]`` for other steps and where the entry records no variants (reused models).
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> every = config_from_dict({"output": "/r"})
+    >>> g_lacking(every, "pretrain", {"stats": {"variants": "pina"}})
+    ['pina_naive']
+    >>> g_lacking(every, "neighbors", {"stats": {"variants": {"pina": {}, "pina_naive": {}}}})
+    []
+    >>> one = config_from_dict({"output": "/r", "train": {"variants": ["pina"]}})
+    >>> g_lacking(one, "pretrain", {"stats": {"variants": "pina,pina_naive"}})
+    []
+    """
+    if name not in NEIGHBOR_STAGES or not entry:
+        return []
+    got = (entry.get("stats") or {}).get("variants")
+    if not got:
+        return []
+    have = set(got.split(",")) if isinstance(got, str) else set(got)
+    return [v for v in V.g_variants(cfg.train.variants) if v not in have]
 
 
 def stage_names(cfg: PinaConfig, stages: Sequence[str]) -> list[str]:
@@ -211,7 +241,8 @@ def plan_steps(
         missing: list[str] | None = [o for o, ok in done.items() if ok is False]
         if not missing and any(ok is None for ok in done.values()):
             missing = None
-        d = decide(name, fp, manifest.stage(name), missing, cfg.run.force, runs)
+        entry = manifest.stage(name)
+        d = decide(name, fp, entry, missing, cfg.run.force, runs, g_lacking(cfg, name, entry))
         if d.action != SKIP:
             runs.append(name)
         out.append(d)

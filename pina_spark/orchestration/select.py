@@ -346,15 +346,18 @@ def work_plan(candidates: Sequence[SelectCandidate]) -> list[WorkStep]:
         nb = _key({k: v for k, v in c.settings.items() if k.startswith("neighbors.")})
         groups.setdefault(nb, {}).setdefault(_key(c.settings), []).append(c)
     for by_setting in groups.values():
+        group = []
         for cs in by_setting.values():
             order = sorted(cs, key=lambda c: V.ALL.index(c.variant))
-            steps.append(
+            group.append(
                 WorkStep(
                     dict(cs[0].settings),
                     tuple(c.variant for c in order),
                     tuple(c.name for c in order),
                 )
             )
+        # steps that need the same g variants next to each other: they share a neighbours run
+        steps += sorted(group, key=lambda s: V.g_variants(s.variants))
     return steps
 
 
@@ -527,9 +530,12 @@ def _require_g(models: str, candidates: Sequence[SelectCandidate]) -> None:
     root trained with some of the g variants only: ``train.variants``), naming the fix."""
     from pina_spark.models.card import read_model_card
 
-    card = read_model_card(models)
+    try:
+        card = read_model_card(models)
+    except (OSError, ValueError, TypeError):
+        card = None
     if card is None:
-        return  # the neighbours stage names the missing models folder itself
+        return  # the neighbours stage names a missing or unreadable models folder itself
     lacking = sorted({c.variant for c in candidates if c.variant in V.GRAPH} - set(card.variants))
     if lacking:
         raise ConfigError(

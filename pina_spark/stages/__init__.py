@@ -156,24 +156,6 @@ def _vectorizer_only(cfg: PinaConfig) -> tuple[str, ...]:
     return () if V.needs_neighbors(cfg.train.variants) else ("train.variants",)
 
 
-def _g_subset(cfg: PinaConfig) -> str:
-    """The g variants of a run that trains only some of them (:func:`variants.g_variants`): g is
-    fitted and neighbours predicted for those alone, so they enter the pretrain and neighbours
-    fingerprints; ``""`` when the run trains every one (every other run's fingerprint stays as
-    it was) or none (neither stage runs).
-
-    Examples
-    --------
-    >>> from pina_spark.config import config_from_dict
-    >>> _g_subset(config_from_dict({"output": "/r"}))
-    ''
-    >>> _g_subset(config_from_dict({"output": "/r", "train": {"variants": ["pina", "baseline"]}}))
-    'g variants: pina'
-    """
-    g = V.g_variants(cfg.train.variants)
-    return "" if g in ((), V.GRAPH) else "g variants: " + ",".join(g)
-
-
 @dc.dataclass(frozen=True)
 class StageSpec:
     """A stage: its entry point (``module:function``), the config sections (or dotted fields) its
@@ -191,8 +173,6 @@ class StageSpec:
     model_folder: str | None = None
     #: fields the output depends on for some configurations only (``cfg -> fields``)
     sections_if: Callable[[PinaConfig], tuple[str, ...]] | None = None
-    #: what else the output depends on, derived from the config (``cfg -> text``, ``""``: nothing)
-    token_if: Callable[[PinaConfig], str] | None = None
 
     def fingerprint_sections(self, cfg: PinaConfig) -> tuple[str, ...]:
         """The sections and fields whose values make this stage's fingerprint under ``cfg``.
@@ -208,11 +188,6 @@ class StageSpec:
         False
         """
         return self.sections + (self.sections_if(cfg) if self.sections_if else ())
-
-    def fingerprint_token(self, cfg: PinaConfig) -> str:
-        """What the stage's output depends on beyond :meth:`fingerprint_sections` (``""``:
-        nothing), such as the g variants of a run that trains only some of them."""
-        return self.token_if(cfg) if self.token_if else ""
 
     def load(self) -> Callable[["StageContext"], StageStats]:
         mod, fn = self.target.split(":")
@@ -249,7 +224,6 @@ STAGES: dict[str, StageSpec] = {
             "pina_spark.stages.pretrain:run",
             G_FIELDS + ("task.labels",) + G_TRAINING_FIELDS,
             (storage.MODELS,),
-            token_if=_g_subset,
         ),
         StageSpec(
             "neighbors",
@@ -257,7 +231,6 @@ STAGES: dict[str, StageSpec] = {
             ("neighbors", "inference", "task.labels"),
             (storage.NEIGHBORS,),
             storage.MODELS,
-            token_if=_g_subset,
         ),
         StageSpec(
             "aggregate",

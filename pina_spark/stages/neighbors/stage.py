@@ -548,8 +548,10 @@ def run(ctx) -> NeighborsStats:
     sink = None
     if storage.pyarrow_reaches(staging):
         sink = Sink(staging, spark.conf.get("spark.sql.parquet.compression.codec", "snappy"))
-    # the g variants the run trains: a run following a pina selection predicts no pina_naive
-    variants = V.g_variants(cfg.train.variants)
+    # the g variants the run trains: a run following a pina selection predicts no pina_naive.
+    # None (every g of the models): a caller that runs the stage for a run training no g
+    # variant (tune's baseline-only grid; the pipeline itself skips the stage then)
+    variants = V.g_variants(cfg.train.variants) or None
     df, info = neighbors_frame(spark, ctx, variants, fault_plan=plan, accumulator=acc, sink=sink)
     t0 = time.time()
     if info["writer"] == "arrow":  # the tasks wrote the files: mark complete and publish

@@ -59,6 +59,8 @@ Decisions (what the public reference gets wrong, and how it is done here)
   (:func:`fitted_problems`): a run that trains ``pina`` alone (one that follows a ``pina``
   selection) fits no ``pina_naive`` g, and the neighbours stage predicts ``pina`` alone. The
   vectorizer stage still fits Phi_pre on every variant's rows, so it is the same either way.
+  A rerun that trains fewer variants keeps models that hold more; one that trains a variant
+  the models lack refits (:func:`pina_spark.orchestration.resume.g_lacking`).
 - **run.models** set to an earlier run: nothing is trained; the stage checks that the models
   folder is complete and returns
   :meth:`~pina_spark.stages.pretrain.stats.PretrainStats.reused` (``reused_models``).
