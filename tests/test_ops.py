@@ -525,6 +525,8 @@ def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
             "output": str(tmp_path / "daily"),
             "input": {"instances": new},
             "run": {"run_date": "2026-11-22", "models": models_root, "incremental": True},
+            # the stub neighbours stage predicts pina alone, as a run that trains pina does
+            "train": {"variants": ["baseline", "vectorizer_only", "pina"]},
         }
     )
     result = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])

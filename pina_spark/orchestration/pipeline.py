@@ -645,14 +645,15 @@ def _variants_written(cfg: PinaConfig, stage: str) -> tuple[str, ...] | None:
 
 def _base_lacks_variants(spark, uri: str, stage: str, wanted: Sequence[str]) -> str | None:
     """Why the base's ``stage`` output at ``uri`` cannot serve an incremental run that writes
-    the variants ``wanted``: it has no rows of one of them (its run trained other variants), so
-    the rows of its unchanged instances would be missing; ``None`` when it has them all."""
+    the variants ``wanted``: it has no rows of one of their g variants (its run trained other
+    variants), so the rows of its unchanged instances would be missing; ``None`` when it has
+    them all (``vectorizer_only``'s features come with every aggregate run)."""
     have = {
         name.split("=", 1)[1]
         for name, is_dir in storage.list_dir(spark, uri)
         if is_dir and name.startswith(f"{storage.VARIANT}=")
     }
-    lacking = sorted(set(wanted) - have)
+    lacking = sorted(set(V.g_variants(wanted)) - have)
     if lacking:
         return f"the base run's {stage} output {uri} has no rows of {', '.join(lacking)}"
     return None
@@ -808,8 +809,15 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
             stats = {}
             recomputed = None
         old = spark.read.parquet(base.table(inc.output))
-        if wanted is not None:  # the base's rows of variants this run no longer writes go
+        if wanted is not None:
+            # only the variants this run writes, from either side: the base's rows of others
+            # go, and so do recomputed rows of a variant the input holds beyond them
+            # (aggregate over a neighbours table that serves more variants than trained)
             old = old.where(F.col(storage.VARIANT).isin(list(wanted)))
+            if recomputed is not None:
+                recomputed = recomputed.where(F.col(storage.VARIANT).isin(list(wanted)))
+            # what the output holds, for resume (resume.g_lacking), also when no row changed
+            stats.setdefault("variants", {v: {} for v in wanted})
         if inc.output_by_id:
             keys = nodes.join(sel, storage.NODE_INDEX, "left_semi").select(
                 F.col(storage.NODE_ID).alias(inc.output_key)
