@@ -16,6 +16,7 @@ Example::
 import dataclasses as dc
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ __all__ = [
     "collect_arrow",
     "load_inputs",
     "load_problems",
+    "problem_variants",
     "row_folds",
     "twin_columns",
     "variant_problem",
@@ -249,15 +251,51 @@ def variant_problem(
     )
 
 
-def load_problems(spark, paths, cfg) -> tuple[Nodes, dict[str, Problem], np.ndarray]:
+def problem_variants(present, variants: Sequence[str] | None) -> list[str]:
+    """The variants to build problems of (sorted): ``variants`` (default: every variant
+    ``present`` in B_pre), each of which B_pre must have.
+
+    Examples
+    --------
+    >>> both = ["pina_naive", "pina"]
+    >>> problem_variants(both, None), problem_variants(both, ["pina"])
+    (['pina', 'pina_naive'], ['pina'])
+    >>> problem_variants(["pina"], ["pina_naive"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.schemas.InputError: train.variants trains pina_naive, but ...
+    """
+    present = sorted(present)
+    wanted = present if variants is None else sorted(variants)
+    missing = [v for v in wanted if v not in present]
+    if missing:
+        raise storage.InputError(
+            f"train.variants trains {', '.join(missing)}, but graph/pretrain_edges has no edges "
+            f"of {'it' if len(missing) == 1 else 'them'} (it has {present}): rerun the graph stage"
+        )
+    if len(wanted) < len(present):
+        log.info("B_pre: the problems of %s only (of %s)", ", ".join(wanted), ", ".join(present))
+    return wanted
+
+
+def load_problems(
+    spark, paths, cfg, variants: Sequence[str] | None = None
+) -> tuple[Nodes, dict[str, Problem], np.ndarray]:
     """``(nodes, problems, all_rows)``: the collected nodes, one :func:`variant_problem` per
-    variant of B_pre, and the sorted union of every variant's input rows (the rows Phi_pre is
-    fitted on and g reads its X for)."""
+    variant of B_pre (``variants``: those alone; default every one), and the sorted union of
+    their input rows (the rows Phi_pre is fitted on and g reads its X for).
+
+    Raises
+    ------
+    pina_spark.storage.InputError
+        When B_pre has no edges of a variant of ``variants``.
+    """
     epdf, npdf = load_inputs(spark, paths)
     nodes = Nodes(npdf)
+    wanted = problem_variants(epdf[storage.VARIANT].unique().tolist(), variants)
     problems = {
         v: variant_problem(epdf, v, nodes, cfg.neighbors.leave_self_out, cfg.task.labels_are_items)
-        for v in sorted(epdf[storage.VARIANT].unique().tolist())
+        for v in wanted
     }
     all_rows = np.unique(np.concatenate([pb.rows for pb in problems.values()]))
     return nodes, problems, all_rows

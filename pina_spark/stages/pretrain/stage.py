@@ -56,7 +56,8 @@ Decisions (what the public reference gets wrong, and how it is done here)
   the rows neither g nor a fine-tuned encoder learnt from). No model is fitted for the report.
 
 - **Which variants.** g is fitted for the variants of B_pre that ``train.variants`` trains
-  (:func:`fitted_problems`): a run that trains ``pina`` alone (one that follows a ``pina``
+  (:func:`pina_spark.config.variants.g_variants`; :func:`pina_spark.models.bpre.load_problems`
+  builds their problems alone): a run that trains ``pina`` alone (one that follows a ``pina``
   selection) fits no ``pina_naive`` g, and the neighbours stage predicts ``pina`` alone. The
   vectorizer stage still fits Phi_pre on every variant's rows, so it is the same either way.
   A rerun that trains fewer variants keeps models that hold more; one that trains a variant
@@ -94,7 +95,7 @@ from pina_spark.storage.manifest import library_versions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run", "features_from_embeddings", "fitted_problems"]
+__all__ = ["run", "features_from_embeddings"]
 
 FOLD_RULE = (
     "pina_spark.storage.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
@@ -207,49 +208,6 @@ def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: 
     return spec, f"store: each fit task maps the embeddings table on its machine ({why})"
 
 
-def fitted_problems(problems: dict[str, Any], trained) -> tuple[dict[str, Any], np.ndarray]:
-    """The B_pre problems whose g the run fits, and the sorted union of their input rows (the
-    rows X is read for): those of the variants ``trained`` (``train.variants``) needs
-    (:func:`pina_spark.config.variants.g_variants`), so a run training ``pina`` alone fits no
-    ``pina_naive`` g.
-
-    Raises
-    ------
-    pina_spark.storage.InputError
-        When ``graph/pretrain_edges`` has no edges for a variant the run trains.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as P
-    >>> pbs = {"pina": P(rows=np.array([1, 5])), "pina_naive": P(rows=np.array([1, 2]))}
-    >>> kept, rows = fitted_problems(pbs, ["baseline", "pina"])
-    >>> sorted(kept), rows.tolist()
-    (['pina'], [1, 5])
-    >>> fitted_problems({"pina": pbs["pina"]}, ["pina_naive"])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    pina_spark.storage.schemas.InputError: train.variants trains pina_naive, but ...
-    """
-    wanted = V.g_variants(trained)
-    missing = [v for v in wanted if v not in problems]
-    if missing:
-        raise storage.InputError(
-            f"train.variants trains {', '.join(missing)}, but graph/pretrain_edges has no edges "
-            f"of {'it' if len(missing) == 1 else 'them'} (it has {sorted(problems)}): rerun the "
-            "graph stage"
-        )
-    kept = {v: problems[v] for v in wanted}
-    if len(kept) < len(problems):
-        log.info(
-            "pretrain: fitting g for %s only (train.variants %s); not for %s",
-            ", ".join(wanted),
-            list(trained),
-            ", ".join(sorted(set(problems) - set(kept))),
-        )
-    rows = np.unique(np.concatenate([pb.rows for pb in kept.values()])) if kept else np.array([])
-    return kept, rows.astype(np.int64)
-
-
 # --------------------------------------------------------------------------- the stage
 def run(ctx) -> PretrainStats:
     """Pretraining g: train g (F fold models, or the full one ``in_sample``) per variant on X
@@ -279,8 +237,11 @@ def run(ctx) -> PretrainStats:
     enc = artifacts.read_json(storage.join(vec, artifacts.ENCODER_JSON))
     vcard = artifacts.read_json(storage.join(vec, artifacts.VECTORIZER_CARD))
     storage.require_complete(spark, paths, storage.EMBEDDINGS)
-    nodes, problems, all_rows = bpre.load_problems(spark, paths, cfg)
-    problems, all_rows = fitted_problems(problems, cfg.train.variants)
+    # g of the variants the run trains alone: a run following a pina selection fits no
+    # pina_naive g (the vectorizer stage still reads every variant's rows)
+    nodes, problems, all_rows = bpre.load_problems(
+        spark, paths, cfg, V.g_variants(cfg.train.variants)
+    )
     variants = sorted(problems)
     for v, pb in problems.items():
         log.info("pretrain %s: %s", v, json.dumps(pb.stats, sort_keys=True))
