@@ -228,7 +228,7 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     """
     from pina_spark.config import variants as V
     from pina_spark.models import artifacts
-    from pina_spark.models.card import read_model_card
+    from pina_spark.models.card import lacking_g
     from pina_spark.orchestration.resume import stage_names
 
     if not cfg.run.models or "neighbors" not in stage_names(cfg, stages):
@@ -239,13 +239,7 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
     if not storage.pyarrow_reaches(models):
         return None
-    try:
-        card = read_model_card(models)
-    except (OSError, ValueError, TypeError):
-        return None
-    if card is None:
-        return None
-    lacking = [v for v in V.g_variants(cfg.train.variants) if v not in card.variants]
+    lacking = lacking_g(models, V.g_variants(cfg.train.variants))
     return artifacts.missing_g_message(models, lacking) if lacking else None
 
 

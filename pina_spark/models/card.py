@@ -20,12 +20,13 @@ True
 import dataclasses as dc
 import json
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from pina_spark import storage
 from pina_spark.models.artifacts import MODEL_CARD
 
-__all__ = ["ModelCard", "VECTORIZER_KEYS", "write_model_card", "read_model_card"]
+__all__ = ["ModelCard", "VECTORIZER_KEYS", "write_model_card", "read_model_card", "lacking_g"]
 
 #: the vectorizer card's entries copied into the model card, at its top level
 VECTORIZER_KEYS = ("vectorizer", "contrastive", "xtransformer")
@@ -90,3 +91,20 @@ def read_model_card(models_root: str) -> ModelCard | None:
     """The card of a published models folder; ``None`` where it has none."""
     raw = storage.read_bytes(storage.join(models_root, MODEL_CARD))
     return ModelCard.from_dict(json.loads(raw)) if raw else None
+
+
+def lacking_g(models_root: str, variants: Iterable[str]) -> list[str] | None:
+    """The variants of ``variants`` whose g the card of the published models folder does not
+    list (``[]``: none); ``None`` where the folder has no card or it cannot be read here (the
+    neighbours stage then checks the g folders themselves).
+
+    >>> lacking_g("/no/such/run/models", ["pina"]) is None
+    True
+    """
+    try:
+        card = read_model_card(models_root)
+    except (OSError, ValueError, TypeError):
+        return None
+    if card is None:
+        return None
+    return [v for v in variants if v not in card.variants]

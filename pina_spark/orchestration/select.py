@@ -528,15 +528,10 @@ def step_config(cfg: PinaConfig, step: WorkStep, work_root: str) -> PinaConfig:
 def _require_g(models: str, candidates: Sequence[SelectCandidate]) -> None:
     """Stop before any work when a candidate's variant has no g in the root's models folder (a
     root trained with some of the g variants only: ``train.variants``), naming the fix."""
-    from pina_spark.models.card import read_model_card
+    from pina_spark.models.card import lacking_g
 
-    try:
-        card = read_model_card(models)
-    except (OSError, ValueError, TypeError):
-        card = None
-    if card is None:
-        return  # the neighbours stage names a missing or unreadable models folder itself
-    lacking = sorted({c.variant for c in candidates if c.variant in V.GRAPH} - set(card.variants))
+    # None (no readable card): the neighbours stage names the models folder itself
+    lacking = lacking_g(models, sorted({c.variant for c in candidates if c.variant in V.GRAPH}))
     if lacking:
         raise ConfigError(
             f"select.candidates score {', '.join(lacking)}, but {models} fitted no g for "
