@@ -648,11 +648,7 @@ def _base_lacks_variants(spark, uri: str, stage: str, wanted: Sequence[str]) -> 
     the variants ``wanted``: it has no rows of one of their g variants (its run trained other
     variants), so the rows of its unchanged instances would be missing; ``None`` when it has
     them all (``vectorizer_only``'s features come with every aggregate run)."""
-    have = {
-        name.split("=", 1)[1]
-        for name, is_dir in storage.list_dir(spark, uri)
-        if is_dir and name.startswith(f"{storage.VARIANT}=")
-    }
+    have = set(storage.partition_values(spark.read.parquet(uri), storage.VARIANT))
     lacking = sorted(set(V.g_variants(wanted)) - have)
     if lacking:
         return f"the base run's {stage} output {uri} has no rows of {', '.join(lacking)}"

@@ -8,7 +8,9 @@ go through staging and atomic publish (:mod:`pina_spark.storage.publishing`).
 
 import contextlib
 import logging
+import re
 from collections.abc import Sequence
+from urllib.parse import unquote
 
 from pina_spark.storage.files import write_bytes
 from pina_spark.storage.fs import (
@@ -319,3 +321,23 @@ def group_counts(spark, uri: str, cols: Sequence[str]):
 
     df = spark.read.parquet(uri)
     return collect_arrow(df.groupBy(*cols).agg(F.count(F.lit(1)).cast("long").alias("count")))
+
+
+def partition_values(df, column: str) -> list[str]:
+    """The values of partition column ``column`` of a DataFrame read from a partitioned file
+    table (sorted): from its file paths (``.../<column>=<value>/...``; no job), else, for a
+    file outside such folders, with a ``distinct``."""
+    try:
+        files = df.inputFiles()
+    except Exception:
+        files = []
+    found: set[str] = set()
+    for f in files:
+        m = re.search(rf"/{re.escape(column)}=([^/]*)/", f)
+        if m is None:  # a file outside <column>=... folders: ask Spark
+            found = set()
+            break
+        found.add(unquote(m.group(1)))
+    if found:
+        return sorted(found)
+    return sorted(r[0] for r in df.select(column).distinct().collect() if r[0] is not None)

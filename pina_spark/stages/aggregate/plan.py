@@ -16,9 +16,7 @@ import dataclasses as dc
 import json
 import logging
 import math
-import re
 from typing import Any
-from urllib.parse import unquote
 
 from pina_spark import storage
 from pina_spark.config import variants as V
@@ -406,24 +404,8 @@ def resolve_sparse_dim(models_uri: str | None = None, sparse_dim: int | None = N
 
 # --------------------------------------------------------------------------- facts
 def neighbor_variants(neighbors) -> list[str]:
-    """The ``variant`` values of the neighbours table: from its file paths (no job) when it is
-    a partitioned file table, else with a ``distinct``."""
-    try:
-        files = neighbors.inputFiles()
-    except Exception:
-        files = []
-    found: set[str] = set()
-    for f in files:
-        m = re.search(rf"/{re.escape(storage.VARIANT)}=([^/]*)/", f)
-        if m is None:  # a file outside variant=... folders: ask Spark
-            found = set()
-            break
-        found.add(unquote(m.group(1)))
-    if found:
-        return sorted(found)
-    return sorted(
-        r[0] for r in neighbors.select(storage.VARIANT).distinct().collect() if r[0] is not None
-    )
+    """The ``variant`` values of the neighbours table (:func:`storage.partition_values`)."""
+    return storage.partition_values(neighbors, storage.VARIANT)
 
 
 def _footer_stats(uris: tuple[str, ...]) -> dict[str, Any] | None:
