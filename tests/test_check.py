@@ -111,11 +111,12 @@ def test_run_refuses_a_missing_input_before_the_lease(demo_inputs, tmp_path):
 
 def _models_root_with_g(root, variants):
     """A run root whose models folder has a card listing the g of ``variants`` alone."""
+    from pina_spark.models.card import ModelCard, write_model_card
+
     models = root / "models"
     models.mkdir(parents=True)
-    card = {"created_at": "", "versions": {}, "config": {}, "g": "", "leave_self_out_rule": ""}
-    card["variants"] = {v: {} for v in variants}
-    (models / "model_card.json").write_text(json.dumps(card))
+    card = ModelCard("", {}, {}, "", "", variants={v: {} for v in variants})
+    write_model_card(card, str(models))
     return root
 
 

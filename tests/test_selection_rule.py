@@ -584,15 +584,13 @@ def test_the_base_point_is_the_roots_own_run_not_the_select_config(tmp_path, cap
 def test_select_stops_when_a_candidate_has_no_g_in_the_root(tmp_path):
     """A root whose run trained pina alone fitted no pina_naive g: candidates that need it stop
     the selection before any work, naming the fix; candidates it can score pass."""
-    import json
-
     from pina_spark.config import SelectConfig
+    from pina_spark.models.card import ModelCard, write_model_card
     from pina_spark.orchestration.select import _require_g, expand_candidates
 
     models = tmp_path / "models"
     models.mkdir()
-    card = {"created_at": "", "versions": {}, "config": {}, "g": "", "leave_self_out_rule": ""}
-    (models / "model_card.json").write_text(json.dumps({**card, "variants": {"pina": {}}}))
+    write_model_card(ModelCard("", {}, {}, "", "", variants={"pina": {}}), str(models))
     every = expand_candidates(SelectConfig())
     with pytest.raises(ConfigError, match="score pina_naive, but .* fitted no g for it"):
         _require_g(str(models), every)
