@@ -251,7 +251,8 @@ test-spark35-full: $(STAMP35)
 	$(PY35) -c "import pyspark, sys; assert pyspark.__version__.startswith('3.5'), pyspark.__version__"
 
 # CI's pyspark 3.5 run (.ci/run; the whole suite twice no longer fits CI's time): the fast tier
-# and the demo through spark-submit with its golden digest (everything but the slow marker), then
+# and the demo through spark-submit, every stage's job and its golden digest (everything but the
+# slow marker; the slow tests that rerun stages on the demo root run on pyspark 4 only), then
 # every input-validation test, slow ones included (the rules most tied to Spark's version)
 test-spark35-ci: $(STAMP35)
 	PYSPARK_PYTHON=$(abspath $(PY35)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY35)) \

@@ -6,6 +6,7 @@ the same models publishes, while recomputing only the new and changed rows.
 (tests/test_ops.py covers the selection and merge mechanics with stub stages.)
 """
 
+import pytest
 import yaml
 
 from pina_spark import storage
@@ -65,6 +66,7 @@ def _cfg(run, output, instances, incremental, variants=None, run_date=DAY):
     return config_from_dict(d)
 
 
+@pytest.mark.slow
 def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run):
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual

@@ -83,6 +83,7 @@ def _inject_parameters(nb, **values):
 
 
 @pytest.mark.demo  # finished_run asks for demo_submit_run at run time (unless PINA_RUN)
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
 def test_notebook_executes(path, finished_run, monkeypatch, tmp_path):
     """01 runs as Jupyter starts it, in a repository's ``notebooks/`` with the default

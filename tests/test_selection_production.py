@@ -9,6 +9,7 @@ into the shared demo run root.
 """
 
 import pyarrow.dataset as ds
+import pytest
 import yaml
 
 from pina_spark import storage
@@ -44,6 +45,7 @@ def _following(run, out, variant, promote):
     return config_from_dict(data)
 
 
+@pytest.mark.slow
 def test_production_run_following_vectorizer_only(spark, tmp_path, demo_submit_run):
     run = require_finished(demo_submit_run)
     cfg = _following(run, tmp_path / "prod", "vectorizer_only", promote=True)
@@ -97,6 +99,7 @@ def _variants_of(uri):
     return set(t.column(storage.VARIANT).to_pylist())
 
 
+@pytest.mark.slow
 def test_production_run_following_pina_predicts_pina_alone(spark, tmp_path, demo_submit_run):
     run = require_finished(demo_submit_run)
     cfg = _following(run, tmp_path / "prod", "pina", promote=False)
@@ -114,6 +117,7 @@ def test_production_run_following_pina_predicts_pina_alone(spark, tmp_path, demo
     assert full.index.equals(prod.index) and (full == prod).all()
 
 
+@pytest.mark.slow
 def test_a_run_training_one_g_variant_fits_its_g_alone(spark, tmp_path, demo_submit_run):
     """On a copy of the full demo root: training fewer g variants refits nothing (the root's g
     and neighbours hold them); a forced retraining of ``pina_naive`` alone fits its g alone and

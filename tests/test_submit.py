@@ -170,6 +170,7 @@ def test_eval_is_published_whole_by_evaluate_alone(demo_submit_run):
     assert storage.read_commit(paths, "vectorizer")["tables"].keys() == {storage.VECTORIZER}
 
 
+@pytest.mark.slow
 def test_encoder_parity_of_another_encoder_on_the_same_sample(demo_submit_run, spark):
     """``parity.measure_run(encoder=...)`` re-encodes the run's own sample: with the demo's own
     frozen MiniLM it reproduces the parity that evaluate measured from the embeddings (the
@@ -211,6 +212,7 @@ def test_demo_outputs_match_the_golden_digest(demo_submit_run):
     assert not diffs, "\n".join(diffs)
 
 
+@pytest.mark.slow
 def test_neighbors_only_change_skips_pretrain(demo_submit_run, tmp_path):
     """On a copy of the finished demo run, ``--set neighbors.k=3`` reruns neighbors, aggregate,
     train and evaluate, and skips graph, pretrain and embed (their manifest ``runs`` counts
