@@ -133,6 +133,13 @@ def test_a_models_root_without_the_g_a_variant_needs_stops_the_run(demo_inputs, 
     assert models_g_problem(cfg(["pina", "baseline"]), resume.STAGE_NAMES) is None
     assert models_g_problem(cfg(["vectorizer_only"]), resume.STAGE_NAMES) is None
     assert models_g_problem(cfg(["pina_naive"]), ("train", "evaluate")) is None  # no neighbours
+    # run.models is the run's own root: its pretrain stage fits the missing g when it runs;
+    # without it among the stages, the same problem as another root's
+    own = {"output": str(old), "run": {"models": str(old)}}
+    mine = config_from_dict({**own, "train": {"variants": ["pina_naive", "baseline"]}})
+    assert models_g_problem(mine, resume.STAGE_NAMES) is None
+    problem = models_g_problem(mine, ("neighbors", "aggregate"))
+    assert problem and "needs the g of pina_naive" in problem
 
     root = tmp_path / "out"
     args = ["run", "--config", DEMO_CONF] + _sets(demo_inputs, root)

@@ -217,8 +217,9 @@ def s3a_endpoint_problem(cfg: PinaConfig, site: Mapping[str, str] | None = None)
 def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     """With ``run.models`` set and the neighbours stage to run: the problem of a models folder
     whose card lists no g for a variant ``train.variants`` trains (a run that trained only some
-    g variants); ``None`` when there is none, or where the card cannot be read here (the
-    neighbours stage then checks the folders itself).
+    g variants); ``None`` when there is none, when ``run.models`` is the run's own root and the
+    pretrain stage is among ``stages`` (it fits the g that root lacks), or where the card cannot
+    be read here (the neighbours stage then checks the folders itself).
 
     Examples
     --------
@@ -231,11 +232,13 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     from pina_spark.models.card import lacking_g
     from pina_spark.orchestration.resume import stage_names
 
-    if not cfg.run.models or "neighbors" not in stage_names(cfg, stages):
+    considered = stage_names(cfg, stages)
+    if not cfg.run.models or "neighbors" not in considered:
         return None
     own = storage.RunPaths(cfg.output, cfg.run.run_date).root
     if storage.norm(storage.RunPaths(cfg.run.models).root) == storage.norm(own):
-        return None  # its own models: the pretrain stage fits what it lacks
+        if "pretrain" in considered:
+            return None  # its own models: this run's pretrain stage fits the g they lack
     models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
     if not storage.pyarrow_reaches(models):
         return None
