@@ -4,7 +4,10 @@ produced (``demo_submit_run``; the shared root itself is never written).
 
 * end to end through the command line: a valid ``selection/selection.json`` (the artifact's own
   validation), committed, with ``report.md`` beside it (choice first, the optimism caveat);
-* the selection never reads a test row: on a second copy with every test row deleted (``nodes``,
+* with ``select.cv_folds: 2``: every train row scored once, by downstream models trained
+  without its fold (two fits per step);
+* the selection never reads a test row (with the carve-out and with cross-validation): on a
+  second copy with every test row deleted (``nodes``,
   ``graph/instance_labels`` and ``embeddings`` rows of test instances; ``features``,
   ``neighbors``, ``predictions``, ``eval`` and the downstream models removed), ``selection.json``
   is the same apart from its timing fields.
@@ -40,11 +43,11 @@ SELECT = {
 }
 
 
-def _config(run, root, path):
+def _config(run, root, path, **select):
     with open(run["config"]) as fh:
         data = yaml.safe_load(fh)
     data["output"] = root
-    data["select"] = dict(SELECT)
+    data["select"] = dict(SELECT, **select)
     data.setdefault("evaluate", {})["report_examples"] = 0
     with open(path, "w") as fh:
         yaml.safe_dump(data, fh)
@@ -176,15 +179,69 @@ def test_select_end_to_end_on_the_demo_root(spark, selected):
     assert _strip(again) == _strip(rec) | {"resumed_steps": again["resumed_steps"]}
 
 
+@pytest.fixture(scope="module")
+def selected_cv(spark, selected):
+    """``pina-spark select`` with ``select.cv_folds: 2`` on another copy of the demo run."""
+    root = str(selected["tmp"] / "run_cv")
+    shutil.copytree(selected["run"]["output"], root)
+    cfg = _config(selected["run"], root, selected["tmp"] / "select_cv.yaml", cv_folds=2)
+    assert cli.main(["select", "--config", cfg]) == 0
+    return {**selected, "root": root, "record": json.loads(storage.read_bytes(selection_uri(root)))}
+
+
 @pytest.mark.slow
-def test_selection_never_reads_a_test_row(spark, selected):
-    root_b = str(selected["tmp"] / "run_no_test")
-    shutil.copytree(selected["run"]["output"], root_b)
+def test_cross_validated_selection_scores_every_train_row(spark, selected, selected_cv):
+    from pina_spark.orchestration.select import STEPS_DIR
+    from pina_spark.storage.folds import validation_fold
+
+    rec, root = selected_cv["record"], selected_cv["root"]
+    validate_record(rec, "selection.json")
+    assert rec["cv_folds"] == 2 and rec["validation_fraction"] is None
+    assert rec["note"].startswith("2-fold cross-validation")
+    nodes = storage.read_table(spark, storage.RunPaths(root), storage.NODES).toPandas()
+    train = nodes.loc[
+        (nodes[storage.KIND] == storage.KIND_INSTANCE)
+        & (nodes[storage.SPLIT] == storage.SPLIT_TRAIN),
+        storage.NODE_ID,
+    ]
+    assert rec["n_valid"] == len(train)  # every train row is a validation row once
+    carved = selected["record"]
+    assert carved["cv_folds"] == 0 and carved["n_valid"] < rec["n_valid"]
+    assert rec["n_valid_scored"] > carved["n_valid_scored"]
+    assert rec["halves"]["n_selection"] + rec["halves"]["n_confirmation"] == rec["n_valid_scored"]
+    # each step trained the downstream models twice, and kept what one fit costs
+    work = storage.RunPaths(storage.RunPaths(root).table(SELECT_WORK))
+    for row in rec["validation"]:
+        assert row["stage_seconds"] > 0
+    steps = os.listdir(storage.local_path(work.table(STEPS_DIR)))
+    assert len(steps) == 2
+    for sid in steps:
+        meta = json.loads(storage.read_bytes(work.table(STEPS_DIR) + f"/{sid}/step.json"))
+        m = meta["measured"]
+        assert m["train_fits"] == 2 and m["train_fits_s"] >= m["train_s"] > 0
+    # the last fit held out fold 1 alone, and scored those rows only
+    nodes_w = storage.read_table(spark, work, storage.NODES).toPandas()
+    held = set(nodes_w.loc[nodes_w[storage.SPLIT] == storage.SPLIT_TEST, storage.NODE_ID])
+    assert held == {i for i in train if validation_fold(str(i), 2) == 1}
+    pred = storage.read_table(spark, work, storage.PREDICTIONS).toPandas()
+    assert set(pred[storage.INSTANCE_ID]) <= held
+    text = storage.read_bytes(storage.RunPaths(root).table("selection") + "/" + REPORT_FILE)
+    assert "in 2-fold cross-validation" in text.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["selected", "selected_cv"])
+def test_selection_never_reads_a_test_row(spark, request, which):
+    """With the carve-out and with cross-validation."""
+    sel = request.getfixturevalue(which)
+    cv = sel["record"]["cv_folds"]
+    root_b = str(sel["tmp"] / f"run_no_test_{which}")
+    shutil.copytree(sel["run"]["output"], root_b)
     _delete_test_rows(spark, root_b)
-    cfg_b = _config(selected["run"], root_b, selected["tmp"] / "select_b.yaml")
+    cfg_b = _config(sel["run"], root_b, sel["tmp"] / f"select_b_{which}.yaml", cv_folds=cv)
     assert cli.main(["select", "--config", cfg_b]) == 0
     rec_b = json.loads(storage.read_bytes(selection_uri(root_b)))
-    assert _strip(rec_b) == _strip(selected["record"])
+    assert _strip(rec_b) == _strip(sel["record"])
 
 
 def test_report_of_a_run_following_a_selection_shows_it_first(tmp_path):

@@ -320,10 +320,43 @@ def test_select_section_defaults_and_strict_keys():
         ({"grid": {"neighbors.k": []}}, "non-empty"),
         ({"grid": {"aggregate.v1_weight": [1, 0.5, 1.0]}}, "lists a value twice"),
         ({"alpha": 1.0}, "out of range"),
+        ({"cv_folds": 1}, "at least 2 folds"),
+        ({"cv_folds": -2}, "at least 2 folds"),
         ({"typo": 1}, "unknown key 'select.typo'"),
     ]:
         with pytest.raises(ConfigError, match=msg):
             config_from_dict({"output": "/r", "select": bad})
+
+
+def test_cross_validation_folds_score_every_train_row_once_and_no_other_row():
+    import pandas as pd
+
+    from pina_spark.orchestration.tune import derive_validation_folds
+    from pina_spark.storage.folds import is_validation
+
+    n = 600
+    pdf = pd.DataFrame(
+        {
+            "node_index": range(n + 5),
+            "node_id": [f"item-{i}" for i in range(n)] + [f"L{j}" for j in range(5)],
+            "kind": ["instance"] * n + ["label"] * 5,
+            "text": ["t"] * (n + 5),
+            "split": ["train"] * n + [None] * 5,
+        }
+    )
+    p1, per_fold = derive_validation_folds(pdf, 3)
+    assert (p1.split == "train").sum() == n  # phase 1: every train row stays train
+    held = [ids for _, ids in per_fold]
+    assert sorted(i for ids in held for i in ids) == sorted(pdf.node_id[:n])  # each row once
+    assert all(150 < len(ids) < 250 for ids in held)  # a hash split, about a third each
+    for p2, ids in per_fold:
+        assert sorted(p2.loc[p2.split == "test", "node_id"]) == ids  # the fold alone held out
+        assert (p2.loc[p2.kind == "label", "split"].isna()).all()  # label rows untouched
+    # fold 0 of 5 is the carve-out of task.validation_fraction 0.2: the same rows
+    _, five = derive_validation_folds(pdf, 5)
+    assert five[0][1] == sorted(i for i in pdf.node_id[:n] if is_validation(i, 0.2))
+    with pytest.raises(ValueError, match="test rows must be filtered out"):
+        derive_validation_folds(pdf.assign(split=["test"] + ["train"] * (n - 1) + [None] * 5), 3)
 
 
 def test_the_select_section_changes_no_stage_fingerprint():

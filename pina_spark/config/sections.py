@@ -718,6 +718,12 @@ class SelectConfig(_Params):
             margin of its best on one half of the validation rows) is taken only when it beats
             the best cheaper pick on the other half by at least this many points of P@1
             (0.5 = half a point).
+        cv_folds: ``0``: the candidates are scored on the carve-out of
+            ``task.validation_fraction`` (a downstream model trained without it). ``K`` >= 2:
+            K-fold cross-validation over every train row (a hash of the id): the downstream
+            models are trained K times, each without one fold, so every train row is scored,
+            at K train-stage fits per step instead of one (the neighbours and the aggregation
+            run once per step either way).
         follow: how a run with ``run.models`` follows the selection written under that root
             (``<models root>/selection/selection.json``): ``auto`` (follow it when present; an
             unreadable or stale one is an error), ``required`` (a missing one is an error too)
@@ -738,6 +744,7 @@ class SelectConfig(_Params):
     )
     alpha: float = 0.05
     min_gain_points: float = 0.5
+    cv_folds: int = 0
     follow: Literal["auto", "required", "off"] = "auto"
 
     def __post_init__(self):
@@ -768,6 +775,11 @@ class SelectConfig(_Params):
                 raise ConfigError(f"select.grid.{key}: {vals} lists a value twice")
         _check_range("select.alpha", self.alpha, 0.0, 1.0, lo_open=True, hi_open=True)
         _check_range("select.min_gain_points", self.min_gain_points, 0.0, None)
+        if self.cv_folds == 1 or self.cv_folds < 0:
+            raise ConfigError(
+                f"select.cv_folds: {self.cv_folds!r} is out of range (0 for the carve-out of "
+                "task.validation_fraction, or at least 2 folds)"
+            )
 
     @staticmethod
     def parse_candidate(candidate: str) -> tuple[str, str | None]:

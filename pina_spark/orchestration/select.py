@@ -75,6 +75,7 @@ __all__ = [
     "run_select",
     "SELECT_WORK",
     "VALIDATION_NOTE",
+    "validation_note",
     "TIER_NO_G",
     "TIER_G",
     "tier_of",
@@ -90,6 +91,25 @@ VALIDATION_NOTE = (
     "retrained without the validation rows. Validation gains therefore run optimistic; the "
     "bias is shared by every candidate. The test rows are never read."
 )
+
+
+def validation_note(cv_folds: int = 0) -> str:
+    """The caveat of a selection's record and report: :data:`VALIDATION_NOTE`, and with
+    cross-validation (``select.cv_folds`` >= 2) what is scored.
+
+    Examples
+    --------
+    >>> validation_note() == VALIDATION_NOTE
+    True
+    >>> validation_note(5).startswith("5-fold cross-validation")
+    True
+    """
+    if cv_folds < 2:
+        return VALIDATION_NOTE
+    return (
+        f"{cv_folds}-fold cross-validation: every train row is a validation row once, scored by "
+        f"downstream models trained without its fold ({cv_folds} fits per step). " + VALIDATION_NOTE
+    )
 
 
 @dc.dataclass(frozen=True)
@@ -450,8 +470,13 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         f"Rule: {rec['rule']} (correction: Holm-Bonferroni, alpha {rec['alpha']}, "
         f"min_gain_points {rec['min_gain_points']}).",
         "",
-        f"Validation: {rec.get('n_valid')} rows carved from train, "
-        f"{rec.get('n_valid_scored', rec.get('n_valid'))} of them scored (with a label): "
+        f"Validation: {rec.get('n_valid')} rows "
+        + (
+            f"of train, in {rec['cv_folds']}-fold cross-validation, "
+            if (rec.get("cv_folds") or 0) >= 2
+            else "carved from train, "
+        )
+        + f"{rec.get('n_valid_scored', rec.get('n_valid'))} of them scored (with a label): "
         f"{halves.get('n_selection')} in the selection half, "
         f"{halves.get('n_confirmation')} in the confirmation half. **Caveat:** {rec['note']}",
         "",
@@ -478,7 +503,7 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
             f"Detectable gain: the true gain each step finds 80% of the time on this many "
             f"confirmation rows (largest here {max(dets):.2f} points); a smaller one is more "
             "likely missed than paid for, and the cheaper tier kept. More validation rows "
-            "(`task.validation_fraction`) shrink it.",
+            "(`task.validation_fraction`, or every train row with `select.cv_folds`) shrink it.",
         ]
     refinement = rec.get("refinement") or []
     if refinement:
@@ -555,8 +580,15 @@ def _pretrain_seconds(root: str) -> float:
 
 def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None):
     """Run one step in the work root; ``(measured seconds, {variant: Series of P@1 by id})``.
-    ``neighbors_s``: the seconds of the neighbours run this step shares (``None``: run it)."""
+    ``phase2``: ``[(phase-2 nodes, validation ids), ...]`` of :func:`~pina_spark.orchestration.
+    tune.work_tables`, one fit of the downstream models each (one, or one per cross-validation
+    fold: the neighbours and the aggregation do not depend on which train rows are held out, so
+    they run once). ``neighbors_s``: the seconds of the neighbours run this step shares
+    (``None``: run it). With several folds, ``train_s`` and ``train_s_by_variant`` are the mean
+    of a fit (what a production run pays once), ``train_fits_s`` their sum."""
     import pandas as pd
+
+    from pina_spark.stages.evaluate.stage import read_metrics, read_per_instance
 
     spark, work = ctx.spark, ctx.paths
     m: dict[str, Any] = {}
@@ -570,26 +602,43 @@ def _measure_step(ctx, step: WorkStep, phase1, phase2, neighbors_s: float | None
     t0 = time.time()
     run_stage(ctx, "aggregate", step.id)
     m["aggregate_s"] = time.time() - t0
-    publish_nodes(spark, work, phase2)
-    t0 = time.time()
-    run_stage(ctx, "train", step.id)
-    m["train_s"] = time.time() - t0
-    run_stage(ctx, "evaluate", step.id)
-    from pina_spark.stages.evaluate.stage import read_metrics, read_per_instance
-
-    metrics = read_metrics(work.root) or {}
-    m["train_s_by_variant"] = {
-        v: (metrics.get("variants", {}).get(v) or {}).get("train_s") for v in step.variants
-    }
-    per = read_per_instance(work.root)
-    if per is None:
-        raise OSError(f"select step {step.id}: {work.table(storage.EVAL)} has no per-instance file")
+    fits: list[float] = []
+    by_variant: dict[str, list[float]] = {v: [] for v in step.variants}
+    parts: dict[str, list[pd.Series]] = {v: [] for v in step.variants}
+    for p2, ids in phase2:
+        publish_nodes(spark, work, p2)
+        t0 = time.time()
+        run_stage(ctx, "train", step.id)
+        fits.append(time.time() - t0)
+        run_stage(ctx, "evaluate", step.id)
+        metrics = (read_metrics(work.root) or {}).get("variants", {})
+        per = read_per_instance(work.root)
+        if per is None:
+            raise OSError(
+                f"select step {step.id}: {work.table(storage.EVAL)} has no per-instance file"
+            )
+        held_out = set(map(str, ids))
+        for v in step.variants:
+            by_variant[v].append(float((metrics.get(v) or {}).get("train_s") or 0.0))
+            sub = per[per["variant"] == v]
+            if sub.empty:
+                raise OSError(f"select step {step.id}: variant {v} was not scored")
+            if not set(sub["instance_id"].astype(str)) <= held_out:
+                raise OSError(
+                    f"select step {step.id}: variant {v} scored rows outside the validation "
+                    "rows its downstream model was trained without"
+                )
+            parts[v].append(sub.set_index("instance_id")["P@1"].astype("float64"))
+    m["train_s"] = sum(fits) / len(fits)
+    m["train_s_by_variant"] = {v: sum(t) / len(t) for v, t in by_variant.items()}
+    if len(fits) > 1:
+        m["train_fits"] = len(fits)
+        m["train_fits_s"] = sum(fits)
     scores: dict[str, pd.Series] = {}
-    for v in step.variants:
-        sub = per[per["variant"] == v]
-        if sub.empty:
-            raise OSError(f"select step {step.id}: variant {v} was not scored")
-        scores[v] = sub.set_index("instance_id")["P@1"].astype("float64")
+    for v, ps in parts.items():
+        scores[v] = pd.concat(ps)
+        if scores[v].index.has_duplicates:
+            raise OSError(f"select step {step.id}: variant {v} scored a row in two folds")
     return m, scores
 
 
@@ -617,10 +666,11 @@ def root_state(root: str) -> dict[str, Any]:
     }
 
 
-def step_key(scfg: PinaConfig, state: Mapping[str, Any]) -> str:
+def step_key(scfg: PinaConfig, state: Mapping[str, Any], cv_folds: int = 0) -> str:
     """What a step's result depends on: its own config (every section but
-    :data:`_NOT_IN_STEP_KEY`: the validation split, the step's settings and variants) and the
-    root's :func:`root_state`. A stored result with another key is not reused.
+    :data:`_NOT_IN_STEP_KEY`: the validation split, the step's settings and variants), the
+    cross-validation folds (``select.cv_folds``, when on) and the root's :func:`root_state`. A
+    stored result with another key is not reused.
 
     Examples
     --------
@@ -631,9 +681,13 @@ def step_key(scfg: PinaConfig, state: Mapping[str, Any]) -> str:
     >>> c = config_from_dict({"output": "/r/w", "select": {"alpha": 0.01}})
     >>> step_key(a, state) == step_key(c, state), step_key(a, state) == step_key(b, state)
     (True, False)
+    >>> step_key(a, state) == step_key(a, state, cv_folds=5)
+    False
     """
     sections = [f.name for f in dc.fields(scfg) if f.name not in _NOT_IN_STEP_KEY]
     doc = {"step": scfg.fingerprint(*sections), **state}
+    if cv_folds >= 2:  # the carve-out's keys stay as they were
+        doc["cv_folds"] = cv_folds
     return hashlib.sha1(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -737,7 +791,8 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
 
             spark = get_spark(cfg.spark)
         # derived tables: the test rows are filtered out in the scan and never materialised
-        phase1, phase2, valid_ids, n_train = work_tables(spark, cfg, src, work)
+        cv_folds = cfg.select.cv_folds
+        phase1, phase2, valid_ids, n_train = work_tables(spark, cfg, src, work, cv_folds)
         manifest = Manifest(work.manifest)
         measured: dict[str, dict[str, Any]] = {}
         scores: dict[str, Any] = {}
@@ -753,7 +808,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 manifest=manifest,
                 models_root=src.table(storage.MODELS),
             )
-            key = step_key(scfg, state)
+            key = step_key(scfg, state, cv_folds)
             kept = load_step(work, step, key)
             if kept is not None:
                 m, by_variant = kept
@@ -800,8 +855,9 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             confirm=confirm_half(ids),
         )
         extra = {
-            "note": VALIDATION_NOTE,
-            "validation_fraction": cfg.task.validation_fraction,
+            "note": validation_note(cv_folds),
+            "validation_fraction": None if cv_folds >= 2 else cfg.task.validation_fraction,
+            "cv_folds": cv_folds,
             "n_valid": len(valid_ids),
             "n_valid_scored": len(ids),
             "n_train": n_train,

@@ -52,7 +52,7 @@ from pina_spark.config import ConfigError, PinaConfig, config_from_dict
 from pina_spark.config import variants as V
 from pina_spark.config.load import set_dotted
 from pina_spark.stages import STAGES, StageContext, stats_dict
-from pina_spark.storage.folds import is_validation
+from pina_spark.storage.folds import is_validation, validation_fold
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ __all__ = [
     "grid_points",
     "point_id",
     "derive_validation_nodes",
+    "derive_validation_folds",
     "work_tables",
     "run_stage",
     "publish_nodes",
@@ -191,6 +192,41 @@ def derive_validation_nodes(nodes_pdf, fraction: float):
     return p1, p2, sorted(nodes_pdf.loc[is_val, storage.NODE_ID].tolist())
 
 
+def derive_validation_folds(nodes_pdf, folds: int):
+    """Cross-validation over the train rows of the non-test ``nodes`` rows (pandas): every train
+    instance is in one of ``folds`` validation folds (:func:`pina_spark.storage.folds.
+    validation_fold`, a hash of its id). Returns the phase-1 table (every train row ``train``)
+    and, per fold, ``(phase-2 table with that fold's rows as test, its ids)``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> pdf = pd.DataFrame({"node_index": [0, 1, 2, 3], "node_id": ["a", "b", "c", "L"],
+    ...                     "kind": ["instance"] * 3 + ["label"], "text": ["x", "y", "z", "w"],
+    ...                     "split": ["train"] * 3 + [None]})
+    >>> p1, per_fold = derive_validation_folds(pdf, 2)
+    >>> sorted(i for _, ids in per_fold for i in ids)  # every train row once
+    ['a', 'b', 'c']
+    >>> all(sorted(p2.loc[p2.split == "test", "node_id"]) == ids for p2, ids in per_fold)
+    True
+    """
+    if (nodes_pdf[storage.SPLIT] == storage.SPLIT_TEST).any():
+        raise ValueError("derive_validation_folds: test rows must be filtered out before")
+    if folds < 2:
+        raise ValueError(f"derive_validation_folds: folds={folds}, expected at least 2")
+    inst = (nodes_pdf[storage.KIND] == storage.KIND_INSTANCE) & (
+        nodes_pdf[storage.SPLIT] == storage.SPLIT_TRAIN
+    )
+    fold = nodes_pdf[storage.NODE_ID].map(lambda i: validation_fold(str(i), folds))
+    per_fold = []
+    for k in range(folds):
+        in_k = inst & (fold == k)
+        p2 = nodes_pdf.copy()
+        p2.loc[in_k, storage.SPLIT] = storage.SPLIT_TEST
+        per_fold.append((p2, sorted(nodes_pdf.loc[in_k, storage.NODE_ID].tolist())))
+    return nodes_pdf.copy(), per_fold
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """The markdown table of ``results.json`` (one row per point, best ``metric`` in bold).
 
@@ -277,7 +313,7 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     t_all = time.time()
 
     # derived tables: the test rows are filtered out in the scan and never materialised
-    phase1_nodes, phase2_nodes, valid_ids, n_train_rows = work_tables(spark, cfg, src, work)
+    phase1_nodes, [(phase2_nodes, _)], valid_ids, n_train_rows = work_tables(spark, cfg, src, work)
     log.info(
         "tune: %d train rows, %d validation rows, %d grid points",
         n_train_rows,
@@ -329,10 +365,13 @@ def run_tune(cfg: PinaConfig, grid_specs: Sequence[str], spark=None) -> str:
     return table
 
 
-def work_tables(spark, cfg: PinaConfig, src, work):
+def work_tables(spark, cfg: PinaConfig, src, work, cv_folds: int = 0):
     """Write the tune work folder's ``graph/instance_labels`` and ``embeddings`` (train and
     label rows only: the test rows are filtered out in the scan and never materialised) and
-    return ``(phase-1 nodes, phase-2 nodes, validation ids, train rows)``."""
+    return ``(phase-1 nodes, [(phase-2 nodes, their validation ids), ...], validation ids,
+    train rows per fit)``: one phase-2 table, the carve-out of ``task.validation_fraction``,
+    or with ``cv_folds`` >= 2 one per cross-validation fold (:func:`derive_validation_folds`;
+    every train row is a validation row once, and the train rows per fit are the mean)."""
     from pyspark.sql import functions as F
 
     nodes = (
@@ -347,14 +386,21 @@ def work_tables(spark, cfg: PinaConfig, src, work):
         .select(storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT, storage.SPLIT)
     )
     nodes_pdf = nodes.toPandas().sort_values(storage.NODE_INDEX).reset_index(drop=True)
-    phase1_nodes, phase2_nodes, valid_ids = derive_validation_nodes(
-        nodes_pdf, cfg.task.validation_fraction
-    )
-    n_train_rows = int((nodes_pdf[storage.KIND] == storage.KIND_INSTANCE).sum()) - len(valid_ids)
-    if not valid_ids or n_train_rows <= 0:
+    n_inst = int((nodes_pdf[storage.KIND] == storage.KIND_INSTANCE).sum())
+    if cv_folds >= 2:
+        phase1_nodes, phase2 = derive_validation_folds(nodes_pdf, cv_folds)
+        what = f"select.cv_folds={cv_folds}"
+    else:
+        phase1_nodes, p2, ids = derive_validation_nodes(nodes_pdf, cfg.task.validation_fraction)
+        phase2 = [(p2, ids)]
+        what = f"task.validation_fraction={cfg.task.validation_fraction}"
+    valid_ids = sorted(i for _, ids in phase2 for i in ids)
+    sizes = [len(ids) for _, ids in phase2]
+    n_train_rows = n_inst - round(sum(sizes) / len(sizes))
+    if min(sizes) == 0 or n_inst - max(sizes) <= 0:
         raise ConfigError(
-            f"task.validation_fraction={cfg.task.validation_fraction} gives "
-            f"{len(valid_ids)} validation and {n_train_rows} train rows"
+            f"{what} gives {min(sizes)} validation and {n_inst - max(sizes)} train rows"
+            + (" in a fold" if len(sizes) > 1 else "")
         )
     keep = spark.createDataFrame(nodes_pdf[[storage.NODE_INDEX]].astype("int64"))
     keep_inst = keep.withColumnRenamed(storage.NODE_INDEX, storage.INSTANCE_INDEX)
@@ -366,7 +412,7 @@ def work_tables(spark, cfg: PinaConfig, src, work):
         F.broadcast(keep), storage.NODE_INDEX, "left_semi"
     )
     storage.write_table(emb, work, storage.EMBEDDINGS)
-    return phase1_nodes, phase2_nodes, valid_ids, n_train_rows
+    return phase1_nodes, phase2, valid_ids, n_train_rows
 
 
 def _results(cfg: PinaConfig, metric, points, rows, valid_ids, n_train_rows, models_root):

@@ -383,7 +383,7 @@ def choose(
     if min(int(a_rows.sum()), int(b_rows.sum())) < 2:
         raise ValueError(
             f"choose: {int(a_rows.sum())} selection and {int(b_rows.sum())} confirmation rows; "
-            "each half needs at least 2 (raise task.validation_fraction)"
+            "each half needs at least 2 (raise task.validation_fraction, or set select.cv_folds)"
         )
     if not all(np.isfinite(np.asarray(c.scores, dtype=np.float64)).all() for c in candidates):
         raise ValueError("choose: a candidate has a non-finite score")

@@ -64,6 +64,20 @@ def is_validation(instance_id: str, fraction: float) -> bool:
     return _unit(instance_id, "pina-valid") < fraction
 
 
+def validation_fold(instance_id: str, folds: int) -> int:
+    """The cross-validation fold in ``[0, folds)`` of a *train* instance (``select.cv_folds``),
+    from the same hash as :func:`is_validation`: fold 0 of ``folds`` is the carve-out of
+    ``fraction = 1 / folds``.
+
+    Examples
+    --------
+    >>> ids = [f"i{n}" for n in range(200)]
+    >>> all((validation_fold(i, 5) == 0) == is_validation(i, 0.2) for i in ids)
+    True
+    """
+    return min(int(_unit(instance_id, "pina-valid") * folds), folds - 1)
+
+
 def is_heldout(key: str, fraction: float, salt: str = "pina-holdout") -> bool:
     """Generic id-seeded Bernoulli(fraction), e.g. B_pre rows held out to evaluate g."""
     return _unit(key, salt) < fraction
