@@ -19,8 +19,9 @@ Examples
 {'aggregate.label_features': 'pifa', 'neighbors.k': 10}
 
 :func:`run_select` is the command (``pina-spark select``) on a finished run root: the validation
-split of :mod:`pina_spark.orchestration.tune` (rows carved from TRAIN; the test rows are
-filtered out in the scan and never read), one :class:`WorkStep` per aggregate setting
+split of :mod:`pina_spark.orchestration.tune` (rows carved from TRAIN, or with
+``select.cv_folds`` every train row by cross-validation; the test rows are filtered out in the
+scan and never read), one :class:`WorkStep` per aggregate setting
 (:func:`work_plan`: the neighbours once per ``neighbors.*`` setting, the aggregation once per
 setting, the candidates' variants trained and scored together), each candidate's per-instance
 validation P@1 (the evaluate stage's ``per_instance.parquet``, as ``pina-spark compare`` reads
