@@ -180,16 +180,25 @@ def derive_validation_nodes(nodes_pdf, fraction: float):
     >>> (p1.split == "test").any()
     False
     """
+    inst = _train_instances(nodes_pdf, "derive_validation_nodes")
+    is_val = inst & nodes_pdf[storage.NODE_ID].map(lambda i: is_validation(str(i), fraction))
+    return (nodes_pdf.copy(), *_held_out_as_test(nodes_pdf, is_val))
+
+
+def _train_instances(nodes_pdf, who: str):
+    """The train-instance rows of ``nodes_pdf`` (a mask); a test row is an error."""
     if (nodes_pdf[storage.SPLIT] == storage.SPLIT_TEST).any():
-        raise ValueError("derive_validation_nodes: test rows must be filtered out before")
-    inst = (nodes_pdf[storage.KIND] == storage.KIND_INSTANCE) & (
+        raise ValueError(f"{who}: test rows must be filtered out before")
+    return (nodes_pdf[storage.KIND] == storage.KIND_INSTANCE) & (
         nodes_pdf[storage.SPLIT] == storage.SPLIT_TRAIN
     )
-    is_val = inst & nodes_pdf[storage.NODE_ID].map(lambda i: is_validation(str(i), fraction))
-    p1 = nodes_pdf.copy()
+
+
+def _held_out_as_test(nodes_pdf, held):
+    """``(phase-2 table with the ``held`` rows as test, their ids, sorted)``."""
     p2 = nodes_pdf.copy()
-    p2.loc[is_val, storage.SPLIT] = storage.SPLIT_TEST
-    return p1, p2, sorted(nodes_pdf.loc[is_val, storage.NODE_ID].tolist())
+    p2.loc[held, storage.SPLIT] = storage.SPLIT_TEST
+    return p2, sorted(nodes_pdf.loc[held, storage.NODE_ID].tolist())
 
 
 def derive_validation_folds(nodes_pdf, folds: int):
@@ -210,20 +219,11 @@ def derive_validation_folds(nodes_pdf, folds: int):
     >>> all(sorted(p2.loc[p2.split == "test", "node_id"]) == ids for p2, ids in per_fold)
     True
     """
-    if (nodes_pdf[storage.SPLIT] == storage.SPLIT_TEST).any():
-        raise ValueError("derive_validation_folds: test rows must be filtered out before")
+    inst = _train_instances(nodes_pdf, "derive_validation_folds")
     if folds < 2:
         raise ValueError(f"derive_validation_folds: folds={folds}, expected at least 2")
-    inst = (nodes_pdf[storage.KIND] == storage.KIND_INSTANCE) & (
-        nodes_pdf[storage.SPLIT] == storage.SPLIT_TRAIN
-    )
     fold = nodes_pdf[storage.NODE_ID].map(lambda i: validation_fold(str(i), folds))
-    per_fold = []
-    for k in range(folds):
-        in_k = inst & (fold == k)
-        p2 = nodes_pdf.copy()
-        p2.loc[in_k, storage.SPLIT] = storage.SPLIT_TEST
-        per_fold.append((p2, sorted(nodes_pdf.loc[in_k, storage.NODE_ID].tolist())))
+    per_fold = [_held_out_as_test(nodes_pdf, inst & (fold == k)) for k in range(folds)]
     return nodes_pdf.copy(), per_fold
 
 

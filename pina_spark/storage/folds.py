@@ -13,6 +13,9 @@ True
 
 import hashlib
 
+#: the salt of the validation split's hash (:func:`is_validation`, :func:`validation_fold`)
+_VALID_SALT = "pina-valid"
+
 
 def _unit(node_id: str, salt: str) -> float:
     h = hashlib.sha1(f"{salt}\x1f{node_id}".encode()).hexdigest()
@@ -61,7 +64,7 @@ def fold_of_unit(units, folds: int):
 
 def is_validation(instance_id: str, fraction: float) -> bool:
     """Whether a *train* instance belongs to the validation split carved out for tuning."""
-    return _unit(instance_id, "pina-valid") < fraction
+    return _unit(instance_id, _VALID_SALT) < fraction
 
 
 def validation_fold(instance_id: str, folds: int) -> int:
@@ -75,7 +78,7 @@ def validation_fold(instance_id: str, folds: int) -> int:
     >>> all((validation_fold(i, 5) == 0) == is_validation(i, 0.2) for i in ids)
     True
     """
-    return min(int(_unit(instance_id, "pina-valid") * folds), folds - 1)
+    return min(int(_unit(instance_id, _VALID_SALT) * folds), folds - 1)
 
 
 def is_heldout(key: str, fraction: float, salt: str = "pina-holdout") -> bool:
