@@ -40,6 +40,7 @@ TIMING = ("stage_seconds", "costs", "seconds", "steps_seconds", "pretrain_s")
 SELECT = {
     "candidates": ["vectorizer_only", "pina/text"],
     "grid": {"neighbors.k": [5]},
+    "cv_folds": 0,  # the carve-out; ``selected_cv`` runs the (default) cross-validation
 }
 
 

@@ -19,9 +19,9 @@ Examples
 {'aggregate.label_features': 'pifa', 'neighbors.k': 10}
 
 :func:`run_select` is the command (``pina-spark select``) on a finished run root: the validation
-split of :mod:`pina_spark.orchestration.tune` (rows carved from TRAIN, or with
-``select.cv_folds`` every train row by cross-validation; the test rows are filtered out in the
-scan and never read), one :class:`WorkStep` per aggregate setting
+split of :mod:`pina_spark.orchestration.tune` (every train row by cross-validation,
+``select.cv_folds``, or with ``0`` the rows carved from TRAIN; the test rows are filtered out in
+the scan and never read), one :class:`WorkStep` per aggregate setting
 (:func:`work_plan`: the neighbours once per ``neighbors.*`` setting, the aggregation once per
 setting, the candidates' variants trained and scored together), each candidate's per-instance
 validation P@1 (the evaluate stage's ``per_instance.parquet``, as ``pina-spark compare`` reads
@@ -503,8 +503,14 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
             "",
             f"Detectable gain: the true gain each step finds 80% of the time on this many "
             f"confirmation rows (largest here {max(dets):.2f} points); a smaller one is more "
-            "likely missed than paid for, and the cheaper tier kept. More validation rows "
-            "(`task.validation_fraction`, or every train row with `select.cv_folds`) shrink it.",
+            "likely missed than paid for, and the cheaper tier kept. "
+            + (
+                "Every train row is scored already (cross-validation): only more labelled "
+                "train rows shrink it."
+                if (rec.get("cv_folds") or 0) >= 2
+                else "More validation rows (`task.validation_fraction`, or every train row "
+                "with `select.cv_folds`) shrink it."
+            ),
         ]
     refinement = rec.get("refinement") or []
     if refinement:
