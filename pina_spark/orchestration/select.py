@@ -726,17 +726,18 @@ def save_step(work, step: WorkStep, key: str, measured: Mapping[str, Any], score
     )
 
 
-def load_step(work, step: WorkStep, key: str):
+def load_step(work, step: WorkStep, key: str | None):
     """``(measured, {variant: Series by instance_id})`` of a step kept under ``key`` by
     :func:`save_step`; ``None`` where there is none, or it was kept under another key, or it
-    cannot be read (it is then measured again)."""
+    cannot be read (it is then measured again). ``key=None`` takes whatever is kept (a replay
+    of a finished selection's rule, ``benchmarks/selection_cost_replay.py``)."""
     import pandas as pd
 
     uri = _step_uri(work, step)
     try:
         meta = json.loads(storage.read_bytes(uri + "/step.json") or b"null")
         raw = storage.read_bytes(uri + "/scores.json") if meta else None
-        if not meta or meta.get("key") != key or raw is None:
+        if not meta or (key is not None and meta.get("key") != key) or raw is None:
             return None
         rows = pd.DataFrame(json.loads(raw))
         scores = {

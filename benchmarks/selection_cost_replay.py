@@ -1,0 +1,137 @@
+"""Replay a finished selection's rule from its kept steps under two cost bases (issue #35).
+
+``pina-spark select`` costs every candidate with g at the root's whole pretrain stage (both g
+variants). A retraining run that follows a ``pina_naive`` choice fits ``pina_naive``'s g alone,
+so this script also prices each g variant at its own fits (``models/model_card.json``,
+``variants.<v>.fits_train_s``) plus the stage's shared seconds, and applies the same rule
+(:func:`pina_spark.selection.rule.choose`) to the same per-row validation scores. It reads no
+test row and starts no Spark; the command's own ``selection.json`` stays the result, and the
+whole-stage replay must reproduce its choice (it exits 1 where it does not).
+
+Usage::
+
+    python benchmarks/selection_cost_replay.py --config conf/citeulike-t.yaml \\
+        --root runs/citeulike-t [--json OUT]
+
+Prints, per cost basis, the chosen candidate and the rule's steps, then each base candidate
+with g on the confirmation half against ``vectorizer_only`` (gain in points, paired t-test p).
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from scipy.stats import ttest_rel
+
+from pina_spark import storage
+from pina_spark.config import load_config
+from pina_spark.config import variants as V
+from pina_spark.models.card import read_model_card
+from pina_spark.orchestration import select as S
+from pina_spark.selection.artifact import selection_uri
+from pina_spark.selection.rule import Candidate, choose, confirm_half
+
+
+def _kept_steps(root, steps, cv_folds):
+    work = storage.RunPaths(storage.RunPaths(root).table(S.SELECT_WORK))
+    measured, scores = {}, {}
+    for st in steps:
+        kept = S.load_step(work, st, None)
+        if kept is None:
+            sys.exit(f"{root}: no kept step {st.id} {st.settings}: run `pina-spark select` first")
+        m, by_variant = kept
+        fits = m.get("train_fits", 1)
+        if cv_folds >= 2 and fits != cv_folds:
+            sys.exit(f"{root}: step {st.id} was kept with {fits} fits, the record has {cv_folds}")
+        measured[st.id] = m
+        for v, name in zip(st.variants, st.candidates, strict=True):
+            scores[name] = by_variant[v]
+    return measured, scores
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--root", required=True, help="the run root that `pina-spark select` ran on")
+    ap.add_argument("--json", help="write the replay here")
+    a = ap.parse_args(argv)
+    raw = storage.read_bytes(selection_uri(a.root))
+    if raw is None:
+        sys.exit(f"{a.root}: no selection; run `pina-spark select` first")
+    rec = json.loads(raw)
+    cv = int(rec.get("cv_folds") or 0)
+    cfg = load_config(a.config, overrides=[f"output={a.root}", f"select.cv_folds={cv}"])
+    cands = S.expand_candidates(cfg.select, dict(rec["base_point"]))
+    steps = S.work_plan(cands)
+    measured, scores = _kept_steps(a.root, steps, cv)
+    card = read_model_card(storage.RunPaths(a.root).table(storage.MODELS))
+    if card is None:
+        sys.exit(f"{a.root}: its models folder has no model card")
+    fits = {v: float(card.variants[v]["fits_train_s"]) for v in card.variants}
+    shared = float(card.times_s["stage"]) - sum(fits.values())
+    ids = sorted(set.intersection(*(set(s.index) for s in scores.values())))
+    conf = confirm_half(ids)
+    out = {"root": a.root, "recorded": rec["candidate"], "cv_folds": cv, "bases": {}}
+    for basis in ("whole_stage", "per_variant"):
+        costs = S.candidate_costs(steps, measured, rec["pretrain_s"])
+        if basis == "per_variant":
+            for c in cands:
+                if c.variant in V.GRAPH:
+                    row = costs[c.name]
+                    row["total_s"] += fits[c.variant] + shared - row["pretrain_s"]
+        d = choose(
+            [
+                Candidate(
+                    c.name,
+                    costs[c.name]["total_s"],
+                    scores[c.name].loc[ids].to_numpy(),
+                    S.tier_of(c.variant),
+                    c.family,
+                    c.base,
+                )
+                for c in cands
+            ],
+            alpha=cfg.select.alpha,
+            min_gain_points=cfg.select.min_gain_points,
+            confirm=conf,
+        )
+        steps_out = [
+            {
+                "tier": t.name,
+                "pick": t.pick,
+                "cost_s": round(costs[t.pick]["total_s"], 1),
+                "gain_points": t.step.gain_points,
+                "p_holm": t.step.p_adjusted,
+                "pays": t.step.pays,
+            }
+            for t in d.tiers
+        ]
+        out["bases"][basis] = {"chosen": d.chosen, "steps": steps_out}
+        print(f"{basis}: chosen {d.chosen}")
+        for s in steps_out:
+            g = "" if s["gain_points"] is None else f" gain {s['gain_points']:+.2f}"
+            p = "" if s["p_holm"] is None else f" p_holm {s['p_holm']:.3g}"
+            print(f"  {s['tier']}: {s['pick']} ({s['cost_s']} s){g}{p} pays={s['pays']}")
+    out["g_seconds_per_variant"] = {v: round(fits[v] + shared, 1) for v in fits}
+    vo = scores[V.VECTORIZER_ONLY].loc[ids].to_numpy()
+    print("base candidates with g, confirmation half, against vectorizer_only:")
+    for c in cands:
+        if c.base and c.variant in V.GRAPH:
+            x = scores[c.name].loc[ids].to_numpy()
+            gain = 100.0 * float(np.mean(x[conf]) - np.mean(vo[conf]))
+            p = float(ttest_rel(x[conf], vo[conf]).pvalue)
+            sel = 100.0 * float(np.mean(x[~conf]))
+            out.setdefault("confirmation", {})[c.name] = {"gain_points": gain, "p": p}
+            print(f"  {c.name}: selection half {sel:.2f}, confirmation {gain:+.2f} (p {p:.3g})")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(out, fh, indent=1, sort_keys=True)
+    if out["bases"]["whole_stage"]["chosen"] != rec["candidate"]:
+        print("the whole-stage replay does not reproduce the record", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
