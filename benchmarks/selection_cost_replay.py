@@ -30,7 +30,7 @@ from pina_spark.config import variants as V
 from pina_spark.models.card import read_model_card
 from pina_spark.orchestration import select as S
 from pina_spark.selection.artifact import selection_uri
-from pina_spark.selection.rule import Candidate, choose, confirm_half
+from pina_spark.selection.rule import confirm_half
 
 
 def _kept_steps(root, steps, cv_folds):
@@ -70,8 +70,6 @@ def main(argv=None):
         sys.exit(f"{a.root}: its models folder has no model card")
     fits = {v: float(card.variants[v]["fits_train_s"]) for v in card.variants}
     shared = float(card.times_s["stage"]) - sum(fits.values())
-    ids = sorted(set.intersection(*(set(s.index) for s in scores.values())))
-    conf = confirm_half(ids)
     out = {"root": a.root, "recorded": rec["candidate"], "cv_folds": cv, "bases": {}}
     for basis in ("whole_stage", "per_variant"):
         costs = S.candidate_costs(steps, measured, rec["pretrain_s"])
@@ -79,23 +77,10 @@ def main(argv=None):
             for c in cands:
                 if c.variant in V.GRAPH:
                     row = costs[c.name]
-                    row["total_s"] += fits[c.variant] + shared - row["pretrain_s"]
-        d = choose(
-            [
-                Candidate(
-                    c.name,
-                    costs[c.name]["total_s"],
-                    scores[c.name].loc[ids].to_numpy(),
-                    S.tier_of(c.variant),
-                    c.family,
-                    c.base,
-                )
-                for c in cands
-            ],
-            alpha=cfg.select.alpha,
-            min_gain_points=cfg.select.min_gain_points,
-            confirm=conf,
-        )
+                    own = fits[c.variant] + shared
+                    row["total_s"] += own - row["pretrain_s"]
+                    row["pretrain_s"] = own
+        ids, d = S.decide(cands, costs, scores, cfg.select)
         steps_out = [
             {
                 "tier": t.name,
@@ -114,6 +99,7 @@ def main(argv=None):
             p = "" if s["p_holm"] is None else f" p_holm {s['p_holm']:.3g}"
             print(f"  {s['tier']}: {s['pick']} ({s['cost_s']} s){g}{p} pays={s['pays']}")
     out["g_seconds_per_variant"] = {v: round(fits[v] + shared, 1) for v in fits}
+    conf = confirm_half(ids)
     vo = scores[V.VECTORIZER_ONLY].loc[ids].to_numpy()
     print("base candidates with g, confirmation half, against vectorizer_only:")
     for c in cands:

@@ -71,6 +71,7 @@ __all__ = [
     "base_point",
     "work_plan",
     "candidate_costs",
+    "decide",
     "selection_record",
     "selection_markdown",
     "run_select",
@@ -573,6 +574,38 @@ def _require_g(models: str, candidates: Sequence[SelectCandidate]) -> None:
         )
 
 
+def decide(
+    candidates: Sequence[SelectCandidate],
+    costs: Mapping[str, Mapping[str, float]],
+    scores: Mapping[str, Any],
+    sel: SelectConfig,
+):
+    """``(validation ids, Decision)``: the rule of :func:`pina_spark.selection.rule.choose` on
+    every candidate's per-row validation P@1 (``scores``: name -> Series by instance id; every
+    candidate must have scored the same rows) at its ``costs[name]["total_s"]``, with the
+    confirmation half of :func:`~pina_spark.selection.rule.confirm_half`."""
+    ids = sorted(set.intersection(*(set(s.index) for s in scores.values())))
+    if any(len(s) != len(ids) for s in scores.values()):
+        raise OSError("select: the candidates scored different validation rows")
+    decision = choose(
+        [
+            Candidate(
+                c.name,
+                costs[c.name]["total_s"],
+                scores[c.name].loc[ids].to_numpy(),
+                tier_of(c.variant),
+                c.family,
+                c.base,
+            )
+            for c in candidates
+        ],
+        alpha=sel.alpha,
+        min_gain_points=sel.min_gain_points,
+        confirm=confirm_half(ids),
+    )
+    return ids, decision
+
+
 def _pretrain_seconds(root: str) -> float:
     from pina_spark.storage.manifest import Manifest
 
@@ -843,25 +876,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 {n: round(float(scores[n].mean()), 4) for n in step.candidates},
             )
         costs = candidate_costs(steps, measured, pretrain_s)
-        ids = sorted(set.intersection(*(set(s.index) for s in scores.values())))
-        if any(len(s) != len(ids) for s in scores.values()):
-            raise OSError("select: the candidates scored different validation rows")
-        decision = choose(
-            [
-                Candidate(
-                    c.name,
-                    costs[c.name]["total_s"],
-                    scores[c.name].loc[ids].to_numpy(),
-                    tier_of(c.variant),
-                    c.family,
-                    c.base,
-                )
-                for c in candidates
-            ],
-            alpha=cfg.select.alpha,
-            min_gain_points=cfg.select.min_gain_points,
-            confirm=confirm_half(ids),
-        )
+        ids, decision = decide(candidates, costs, scores, cfg.select)
         extra = {
             "note": validation_note(cv_folds),
             "validation_fraction": None if cv_folds >= 2 else cfg.task.validation_fraction,
