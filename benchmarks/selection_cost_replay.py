@@ -1,20 +1,23 @@
 """Replay a finished selection's rule from its kept steps under two cost bases (issue #35).
 
-``pina-spark select`` costs every candidate with g at the root's whole pretrain stage (both g
-variants). A retraining run that follows a ``pina_naive`` choice fits ``pina_naive``'s g alone,
-so this script also prices each g variant at its own fits (``models/model_card.json``,
-``variants.<v>.fits_train_s``) plus the stage's shared seconds, and applies the same rule
-(:func:`pina_spark.selection.rule.choose`) to the same per-row validation scores. It reads no
-test row and starts no Spark; the command's own ``selection.json`` stays the result, and the
-whole-stage replay must reproduce its choice (it exits 1 where it does not).
+``pina-spark select`` prices a candidate with g at its own variant's g fits (the model card's
+``variants.<v>.fits_train_s``) plus the pretrain stage's seconds outside the fits
+(``per_variant``), or, where the card lacks those, at the root's whole pretrain stage
+(``whole_stage``; selections before the per-variant price used it throughout). This script
+applies the same rule (:func:`pina_spark.selection.rule.choose`, through
+:func:`pina_spark.orchestration.select.decide`) to the same per-row validation scores under both
+bases, so a choice that turns on the price of g shows. It reads no test row and starts no
+Spark; the command's own ``selection.json`` stays the result, and the replay under the
+record's basis (``g_cost``) must reproduce its choice (it exits 1 where it does not).
 
 Usage::
 
     python benchmarks/selection_cost_replay.py --config conf/citeulike-t.yaml \\
         --root runs/citeulike-t [--json OUT]
 
-Prints, per cost basis, the chosen candidate and the rule's steps, then each base candidate
-with g on the confirmation half against ``vectorizer_only`` (gain in points, paired t-test p).
+Prints, per cost basis, the chosen candidate and every contender the rule tested, then each
+base candidate with g on the confirmation half against ``vectorizer_only`` (gain in points,
+paired t-test p).
 """
 
 import argparse
@@ -68,37 +71,44 @@ def main(argv=None):
     card = read_model_card(storage.RunPaths(a.root).table(storage.MODELS))
     if card is None:
         sys.exit(f"{a.root}: its models folder has no model card")
-    fits = {v: float(card.variants[v]["fits_train_s"]) for v in card.variants}
-    shared = float(card.times_s["stage"]) - sum(fits.values())
-    out = {"root": a.root, "recorded": rec["candidate"], "cv_folds": cv, "bases": {}}
-    for basis in ("whole_stage", "per_variant"):
-        costs = S.candidate_costs(steps, measured, rec["pretrain_s"])
-        if basis == "per_variant":
-            for c in cands:
-                if c.variant in V.GRAPH:
-                    row = costs[c.name]
-                    own = fits[c.variant] + shared
-                    row["total_s"] += own - row["pretrain_s"]
-                    row["pretrain_s"] = own
+    per_variant = S.g_seconds(card, rec["pretrain_s"], {c.variant for c in cands} & set(V.GRAPH))
+    if per_variant is None:
+        sys.exit(f"{a.root}: its model card has no per-variant g fit seconds")
+    recorded_basis = rec.get("g_cost", "whole_stage")
+    out = {
+        "root": a.root,
+        "recorded": rec["candidate"],
+        "recorded_basis": recorded_basis,
+        "cv_folds": cv,
+        "bases": {},
+    }
+    for basis, pretrain in (("whole_stage", rec["pretrain_s"]), ("per_variant", per_variant)):
+        costs = S.candidate_costs(steps, measured, pretrain)
         ids, d = S.decide(cands, costs, scores, cfg.select)
         steps_out = [
             {
                 "tier": t.name,
-                "pick": t.pick,
-                "cost_s": round(costs[t.pick]["total_s"], 1),
-                "gain_points": t.step.gain_points,
-                "p_holm": t.step.p_adjusted,
-                "pays": t.step.pays,
+                "candidate": c.name,
+                "role": "pick" if c.name == t.pick else "rival",
+                "cost_s": round(costs[c.name]["total_s"], 1),
+                "gain_points": c.gain_points,
+                "p_holm": c.p_adjusted,
+                "pays": c.pays,
+                "decides": c.name == t.step.name,
             }
             for t in d.tiers
+            for c in t.contenders
         ]
         out["bases"][basis] = {"chosen": d.chosen, "steps": steps_out}
         print(f"{basis}: chosen {d.chosen}")
         for s in steps_out:
             g = "" if s["gain_points"] is None else f" gain {s['gain_points']:+.2f}"
             p = "" if s["p_holm"] is None else f" p_holm {s['p_holm']:.3g}"
-            print(f"  {s['tier']}: {s['pick']} ({s['cost_s']} s){g}{p} pays={s['pays']}")
-    out["g_seconds_per_variant"] = {v: round(fits[v] + shared, 1) for v in fits}
+            print(
+                f"  {s['tier']} {s['role']}: {s['candidate']} ({s['cost_s']} s){g}{p} "
+                f"pays={s['pays']}{' decides' if s['decides'] else ''}"
+            )
+    out["g_seconds_per_variant"] = {v: round(x, 1) for v, x in per_variant.items()}
     conf = confirm_half(ids)
     vo = scores[V.VECTORIZER_ONLY].loc[ids].to_numpy()
     print("base candidates with g, confirmation half, against vectorizer_only:")
@@ -113,8 +123,8 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1, sort_keys=True)
-    if out["bases"]["whole_stage"]["chosen"] != rec["candidate"]:
-        print("the whole-stage replay does not reproduce the record", file=sys.stderr)
+    if out["bases"][recorded_basis]["chosen"] != rec["candidate"]:
+        print(f"the {recorded_basis} replay does not reproduce the record", file=sys.stderr)
         return 1
     return 0
 

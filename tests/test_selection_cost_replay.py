@@ -3,10 +3,11 @@ root's whole pretrain stage and under each g variant's own fits, on a constructe
 steps written by :func:`pina_spark.orchestration.select.save_step`, a model card, a selection
 record), without Spark.
 
-The constructed case is citeulike-t's: on the selection half ``pina_naive`` and ``pina`` tie,
-on the confirmation half only ``pina`` gains; ``pina`` trains faster downstream, so under the
-whole-stage cost it is the cheaper and is chosen, while under per-variant g costs ``pina_naive``
-is the cheaper, is picked, does not pay, and ``vectorizer_only`` is kept.
+The constructed case is citeulike-t's: on the selection half ``pina`` leads ``pina_naive`` by
+less than the margin, and on the confirmation half only ``pina`` gains; ``pina`` trains faster
+downstream, so under the whole-stage cost it is the cheaper and the tier's pick, while under
+per-variant g costs ``pina_naive`` is the pick, does not pay, and ``pina`` as the rival does:
+both bases choose ``pina/text``.
 """
 
 import json
@@ -30,7 +31,7 @@ import selection_cost_replay  # noqa: E402
 SELECT = {"candidates": ["vectorizer_only", "pina_naive/text", "pina/text"], "grid": {}}
 
 
-def _root(tmp_path, recorded):
+def _root(tmp_path, recorded, basis="per_variant"):
     root = str(tmp_path / "run")
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(yaml.safe_dump({"output": root, "select": {**SELECT, "cv_folds": 0}}))
@@ -43,6 +44,8 @@ def _root(tmp_path, recorded):
     lift = (vo == 0) & (rng.random(len(ids)) < 0.2)  # about +10 points where it applies
     naive = np.where(~conf & lift, 1.0, vo)  # gains on the selection half only
     pina = np.where(lift, 1.0, vo)  # on both halves
+    extra = np.flatnonzero(~conf & ~lift & (vo == 0))[:2]
+    pina[extra] = 1.0  # +0.2 points over pina_naive on the selection half: within the margin
     series = {
         "vectorizer_only": vo,
         "pina_naive": naive,
@@ -67,6 +70,8 @@ def _root(tmp_path, recorded):
     )
     write_model_card(card, models)
     rec = {"cv_folds": 0, "base_point": {}, "candidate": recorded, "pretrain_s": 115.0}
+    if basis is not None:
+        rec["g_cost"] = basis
     storage.write_bytes(selection_uri(root), json.dumps(rec).encode())
     return root, str(cfg_path)
 
@@ -77,10 +82,23 @@ def test_replay_reproduces_the_record_and_prices_g_per_variant(tmp_path, capsys)
     rc = selection_cost_replay.main(["--config", cfg, "--root", root, "--json", str(out)])
     assert rc == 0, capsys.readouterr()
     got = json.loads(out.read_text())
-    assert got["bases"]["whole_stage"]["chosen"] == "pina/text"
-    assert got["bases"]["per_variant"]["chosen"] == "vectorizer_only"
-    g_step = got["bases"]["per_variant"]["steps"][1]
-    assert g_step["pick"] == "pina_naive/text" and not g_step["pays"]
+    assert got["recorded_basis"] == "per_variant"
+    whole, per = got["bases"]["whole_stage"], got["bases"]["per_variant"]
+    assert whole["chosen"] == per["chosen"] == "pina/text"
+    # whole stage: pina is the cheaper and the best, so the g tier has one contender
+    assert [(s["tier"], s["candidate"]) for s in whole["steps"]] == [
+        ("no_g", "vectorizer_only"),
+        ("g", "pina/text"),
+    ]
+    # per variant: pina_naive is the pick and does not pay; pina, the rival, does and decides
+    pick, rival = per["steps"][1:]
+    assert (pick["role"], pick["candidate"], pick["pays"]) == ("pick", "pina_naive/text", False)
+    assert (rival["role"], rival["candidate"], rival["pays"], rival["decides"]) == (
+        "rival",
+        "pina/text",
+        True,
+        True,
+    )
     assert got["g_seconds_per_variant"] == {"pina": 105.0, "pina_naive": 15.0}
     conf = got["confirmation"]
     assert conf["pina/text"]["gain_points"] > 5 and conf["pina/text"]["p"] < 1e-6
@@ -88,6 +106,7 @@ def test_replay_reproduces_the_record_and_prices_g_per_variant(tmp_path, capsys)
 
 
 def test_replay_that_does_not_reproduce_the_record_exits_1(tmp_path, capsys):
-    root, cfg = _root(tmp_path, "pina_naive/text")
+    # a record from before the per-variant price (no g_cost) is replayed at the whole stage
+    root, cfg = _root(tmp_path, "pina_naive/text", basis=None)
     assert selection_cost_replay.main(["--config", cfg, "--root", root]) == 1
-    assert "does not reproduce the record" in capsys.readouterr().err
+    assert "whole_stage replay does not reproduce the record" in capsys.readouterr().err

@@ -133,6 +133,66 @@ def test_within_a_tier_the_cheapest_candidate_within_the_margin_is_picked():
     assert d.tiers[1].pick == "pina_naive/pifa"  # no margin: the best
 
 
+def _rival_case(naive_cost, pina_cost, naive_wins=3, pina_wins=40):
+    """citeulike-t's case: on the selection half ``pina`` leads ``pina_naive`` by 0.25 points
+    (within the margin); on the 400 confirmation rows ``pina`` gains ``pina_wins`` rows over
+    ``vectorizer_only`` (by default +10 points) and ``pina_naive`` ``naive_wins`` (by default
+    +0.75 points, p 0.08: not significant)."""
+    n = 800
+    conf = np.arange(n) % 2 == 1
+    a, b = np.flatnonzero(~conf), np.flatnonzero(conf)
+    v0 = np.zeros(n)
+    naive, pina = v0.copy(), v0.copy()
+    naive[a[:100]] = 1
+    pina[a[:101]] = 1  # 25.25 against 25.00 on the 400 selection rows
+    naive[b[:naive_wins]] = 1
+    pina[b[:pina_wins]] = 1
+    return [
+        Candidate("vectorizer_only", 1.0, v0, tier="no_g"),
+        Candidate("pina_naive/text", naive_cost, naive, tier="g"),
+        Candidate("pina/text", pina_cost, pina, tier="g"),
+    ], conf
+
+
+def test_the_choice_does_not_turn_on_the_order_of_costs_within_a_tier():
+    # pina_naive cheaper (g priced per variant): it is the pick, fails, and pina as the rival
+    # pays; pina cheaper (a few seconds of noise): it is the pick and pays alone
+    for naive_cost, pina_cost in ((300.0, 800.0), (1112.0, 1106.0)):
+        cands, conf = _rival_case(naive_cost, pina_cost)
+        d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+        assert d.chosen == "pina/text", (naive_cost, pina_cost)
+    cands, conf = _rival_case(300.0, 800.0)
+    g = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf).tiers[1]
+    assert (g.pick, g.rival, g.outcome) == ("pina_naive/text", "pina/text", "pina/text")
+    assert [c.name for c in g.contenders] == ["pina_naive/text", "pina/text"]
+    assert not g.contenders[0].pays and g.contenders[1].pays and g.step is g.contenders[1]
+    # Holm over both contenders: the larger p is at most doubled, the smaller exactly doubled
+    assert g.contenders[1].p_adjusted == pytest.approx(2 * g.contenders[1].p)
+    # the cheaper pina is both the pick and the best: no rival, one comparison
+    cands, conf = _rival_case(1112.0, 1106.0)
+    g = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf).tiers[1]
+    assert (g.pick, g.rival, len(g.contenders)) == ("pina/text", None, 1)
+    assert g.step.p_adjusted == g.step.p
+
+
+def test_when_pick_and_rival_both_pay_the_cheaper_decides():
+    # +10 points for the pick, +15 for the rival (better, but dearer)
+    cands, conf = _rival_case(300.0, 800.0, naive_wins=40, pina_wins=60)
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    assert all(c.pays for c in d.tiers[1].contenders)
+    assert d.chosen == "pina_naive/text" and d.rule[1].name == "pina_naive/text"
+
+
+def test_a_rival_that_fails_too_keeps_the_cheap_tier():
+    cands, conf = _rival_case(300.0, 800.0)
+    flat = cands[2].scores.copy()
+    flat[np.flatnonzero(conf)] = 0  # the rival's gain gone from the confirmation half
+    cands[2] = Candidate("pina/text", 800.0, flat, tier="g")
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    assert len(d.tiers[1].contenders) == 2 and not any(c.pays for c in d.tiers[1].contenders)
+    assert d.chosen == "vectorizer_only" and d.rule[1].name == "pina_naive/text"
+
+
 def _grid_tier(base_sel, alt_sel, n_conf=200):
     """vectorizer_only, and ``pina/text`` at its base point and one other grid point, with the
     given selection-half scores; both far above vectorizer_only on the confirmation half."""
@@ -414,6 +474,10 @@ def test_the_record_of_a_decision_is_a_followable_selection():
     assert v["vectorizer_only"]["p_vs_cheapest"] is None and rec["n_valid"] == 200
     assert v["pina/pifa neighbors.k=10"]["picked"] and v["pina/pifa neighbors.k=10"]["tier"] == "g"
     assert [(r["tier"], r["pays"]) for r in rec["steps"]] == [("no_g", False), ("g", True)]
+    assert [(r["role"], r["decides"]) for r in rec["contenders"]] == [
+        ("pick", True),
+        ("pick", True),
+    ]
     assert rec["halves"]["n_selection"] + rec["halves"]["n_confirmation"] == 200
     full = validate_record({"format": FORMAT, **rec, "models": {}}, "s.json")
     assert followed_settings(full)["neighbors.k"] == 10
@@ -648,3 +712,31 @@ def test_steps_with_other_g_variants_do_not_share_a_neighbours_table():
         expand_candidates(SelectConfig(candidates=["pina/text", "pina_naive/text"], grid=grid))
     )
     assert [s.variants for s in both] == [("pina_naive", "pina")]
+
+
+def test_the_record_and_report_show_the_rival():
+    from pina_spark.config import SelectConfig
+    from pina_spark.orchestration.select import (
+        expand_candidates,
+        selection_markdown,
+        selection_record,
+    )
+
+    cs = expand_candidates(
+        SelectConfig(candidates=["vectorizer_only", "pina_naive/text", "pina/text"], grid={})
+    )
+    cands, conf = _rival_case(300.0, 800.0)
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
+    rec = selection_record(d, cs, {"note": "n", "n_valid": 800})
+    assert rec["candidate"] == "pina/text"
+    assert [(r["candidate"], r["role"], r["pays"], r["decides"]) for r in rec["contenders"]] == [
+        ("vectorizer_only", "pick", False, True),
+        ("pina_naive/text", "pick", False, False),
+        ("pina/text", "rival", True, True),
+    ]
+    assert [r["candidate"] for r in rec["steps"]] == ["vectorizer_only", "pina/text"]
+    v = {r["candidate"]: r for r in rec["validation"]}
+    assert v["pina_naive/text"]["picked"] and v["pina/text"]["rival"]
+    md = selection_markdown(rec)
+    assert "| g | pina/text | rival | 10.00 | vectorizer_only | +10.00 |" in md
+    assert "| g | pina_naive/text | pick | 0.75 | vectorizer_only | +0.75 |" in md

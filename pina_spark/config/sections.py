@@ -712,12 +712,13 @@ class SelectConfig(_Params):
             ``min_gain_points`` significant at ``alpha`` (Holm over the entry's points) on the
             selection half.
         alpha: the significance level of the choice rule (Holm-Bonferroni corrected over its
-            comparisons, one per step between cost tiers: without g, with g; see
+            comparisons: one or two per step between cost tiers, without g and with g; see
             ``pina_spark/selection/rule.py``).
         min_gain_points: a dearer tier's pick (the cheapest of its candidates within this
-            margin of its best on one half of the validation rows) is taken only when it beats
-            the best cheaper pick on the other half by at least this many points of P@1
-            (0.5 = half a point).
+            margin of its best on one half of the validation rows) or its best, where that
+            differs, is taken only when it beats the best cheaper one on the other half by at
+            least this many points of P@1 (0.5 = half a point); the cheaper of the two when
+            both do.
         cv_folds: ``K`` >= 2 (default 3): K-fold cross-validation over every train row (a
             hash of the id): the downstream models are trained K times, each without one fold,
             so every train row is scored, at K train-stage fits per step instead of one (the

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pina_spark import storage
@@ -257,9 +257,11 @@ def selection_record(
     cost, its tier, its validation P@1 (``metric``, 0..1, every validation row; and on the
     selection half, which picks within a tier), the difference in points and p against the
     cheapest, its stage-seconds, whether it is at the base grid point and whether it is its
-    tier's pick; the rule's ``steps``, one per tier: its pick against the best cheaper pick on
-    the confirmation half; and its ``refinement``: each grid alternative against the base pick
-    of its tier on the selection half (``metric_selection``). ``extra``
+    tier's pick or rival; the rule's ``contenders``: every comparison on the confirmation half
+    (each dearer tier's pick, and its rival where it has one, against the best cheaper
+    contender; ``role``, and ``decides``: whether it is the tier's deciding step); its
+    ``steps``, the deciding one per tier; and its ``refinement``: each grid alternative against
+    the base pick of its tier on the selection half (``metric_selection``). ``extra``
     (the validation split's size, timings, ...) is added as is."""
     by_name = {c.name: c for c in candidates}
     chosen = by_name[decision.chosen]
@@ -277,6 +279,7 @@ def selection_record(
                 "metric_selection": tier.selection_metrics[tier.candidates.index(c.name)],
                 "base": by_name[c.name].base,
                 "picked": tier.pick == c.name,
+                "rival": tier.rival == c.name,
                 "gain_points_vs_cheapest": c.gain_points,
                 "p_vs_cheapest": c.p,
             }
@@ -288,6 +291,15 @@ def selection_record(
         "metric": "P@1",
         "validation": validation,
         "steps": [_step_row(t.name, t.step) for t in decision.tiers],
+        "contenders": [
+            {
+                **_step_row(t.name, c),
+                "role": "pick" if c.name == t.pick else "rival",
+                "decides": c.name == t.step.name,
+            }
+            for t in decision.tiers
+            for c in t.contenders
+        ],
         "refinement": [
             _step_row(t.name, c, "selection") for t in decision.tiers for c in t.refinement
         ],
@@ -383,13 +395,43 @@ def work_plan(candidates: Sequence[SelectCandidate]) -> list[WorkStep]:
     return steps
 
 
+def g_seconds(card: Any, pretrain_s: float, variants: Iterable[str]) -> dict[str, float] | None:
+    """The pretrain seconds a retraining run that fits only ``variant``'s g would spend, per
+    variant: its own fits (``card.variants[v]["fits_train_s"]``, every fold) plus the stage's
+    seconds that no fit accounts for (reading features, the vectorizer's share: ``pretrain_s``
+    less every fit of the card). ``None`` where the card (a :class:`~pina_spark.models.card.
+    ModelCard`, or ``None``) lacks a variant's fit seconds: then every g candidate is priced at
+    the whole stage.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as NS
+    >>> card = NS(variants={"pina": {"fits_train_s": 700.0}, "pina_naive": {"fits_train_s": 250.0}})
+    >>> g_seconds(card, 990.0, ["pina", "pina_naive"])
+    {'pina': 740.0, 'pina_naive': 290.0}
+    >>> g_seconds(NS(variants={"pina": {}}), 990.0, ["pina"]) is None
+    True
+    """
+    variants = sorted(set(variants))
+    fits: dict[str, float] = {}
+    for v, d in (getattr(card, "variants", None) or {}).items():
+        x = (d or {}).get("fits_train_s")
+        if x is not None:
+            fits[v] = float(x)
+    if not variants or any(v not in fits for v in variants):
+        return None
+    shared = max(0.0, pretrain_s - sum(fits.values()))
+    return {v: round(fits[v] + shared, 3) for v in variants}
+
+
 def candidate_costs(
     steps: Sequence[WorkStep],
     measured: Mapping[str, Mapping[str, Any]],
-    pretrain_s: float,
+    pretrain_s: float | Mapping[str, float],
 ) -> dict[str, dict[str, float]]:
     """Each candidate's stage-seconds, as a production run of it would spend them: ``pretrain``
-    (the run root's, for a candidate with g), plus the ``neighbors`` (with g), ``aggregate`` and
+    (for a candidate with g: ``pretrain_s``, the run root's stage, or per variant its own g's
+    seconds, :func:`g_seconds`), plus the ``neighbors`` (with g), ``aggregate`` and
     ``train`` seconds measured for its step (``measured[step.id]``: ``neighbors_s``,
     ``aggregate_s``, ``train_s`` and ``train_s_by_variant``, the train stage's fit time per
     variant, by which a step's train seconds are shared among its variants). The stages every
@@ -405,6 +447,8 @@ def candidate_costs(
     >>> c = candidate_costs(steps, m, pretrain_s=10.0)
     >>> c["vo"]["total_s"], c["pn"]["total_s"], c["p"]["train_s"]
     (3.0, 16.0, 3.0)
+    >>> candidate_costs(steps, m, {"pina_naive": 4.0, "pina": 8.0})["pn"]["total_s"]
+    10.0
     """
     out: dict[str, dict[str, float]] = {}
     for step in steps:
@@ -414,7 +458,13 @@ def candidate_costs(
         for v, name in zip(step.variants, step.candidates):
             share = by_v[v] / total_fit if total_fit > 0 else 1.0 / len(step.variants)
             row = {
-                "pretrain_s": pretrain_s if v in V.GRAPH else 0.0,
+                "pretrain_s": (
+                    0.0
+                    if v not in V.GRAPH
+                    else float(pretrain_s[v])
+                    if isinstance(pretrain_s, Mapping)
+                    else pretrain_s
+                ),
                 "neighbors_s": float(m.get("neighbors_s") or 0.0) if v in V.GRAPH else 0.0,
                 "aggregate_s": float(m.get("aggregate_s") or 0.0),
                 "train_s": float(m.get("train_s") or 0.0) * share,
@@ -483,19 +533,31 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         f"{halves.get('n_confirmation')} in the confirmation half. **Caveat:** {rec['note']}",
         "",
         "Values: validation P@1 in percent, gains in points, cost in stage-seconds measured by "
-        "this selection (pretrain from the run's manifest).",
+        "this selection ("
+        + (
+            "pretrain: each g variant's own fits from the model card, plus the stage's seconds "
+            "outside the fits"
+            if rec.get("g_cost") == "per_variant"
+            else "pretrain: the run's whole stage, from its manifest"
+        )
+        + ").",
         "",
         "## The rule's steps (confirmation half)",
         "",
-        "| tier | its pick | P@1 | against | gain | p (Holm) | pays | detectable gain |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tier | contender | role | P@1 | against | gain | p (Holm) | pays | decides "
+        "| detectable gain |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rec.get("steps") or []:
+    # records before the rival have steps only: one pick per tier, each deciding
+    for r in rec.get("contenders") or [
+        {**x, "role": "pick", "decides": True} for x in rec.get("steps") or []
+    ]:
         det = r.get("detectable_gain_points")
         lines.append(
-            f"| {r['tier']} | {r['candidate']} | {_pct(r['metric_confirmation'])} | "
+            f"| {r['tier']} | {r['candidate']} | {r['role']} | {_pct(r['metric_confirmation'])} | "
             f"{r['against'] or ''} | {_signed(r['gain_points'])} | {_p(r['p_holm'])} | "
-            f"{'yes' if r['pays'] else 'no'} | {'' if det is None else f'{det:.2f}'} |"
+            f"{'yes' if r['pays'] else 'no'} | {'yes' if r['decides'] else ''} | "
+            f"{'' if det is None else f'{det:.2f}'} |"
         )
     dets = [r.get("detectable_gain_points") for r in rec.get("steps") or []]
     dets = [d for d in dets if d is not None]
@@ -543,7 +605,7 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         lines.append(
             f"| {name} | {row['tier']} | {row['stage_seconds']:.1f} | {_pct(row['metric'])} | "
             f"{_pct(row['metric_selection'])} | {'yes' if row.get('base', True) else ''} | "
-            f"{'yes' if row['picked'] else ''} | "
+            f"{'yes' if row['picked'] else 'rival' if row.get('rival') else ''} | "
             f"{_signed(row['gain_points_vs_cheapest'])} | {_p(row['p_vs_cheapest'])} |"
         )
     return "\n".join(lines)
@@ -604,6 +666,17 @@ def decide(
         confirm=confirm_half(ids),
     )
     return ids, decision
+
+
+def g_variant_seconds(
+    models: str, pretrain_s: float, candidates: Sequence[SelectCandidate]
+) -> dict[str, float] | None:
+    """:func:`g_seconds` of the g variants of ``candidates`` from the model card of ``models``
+    (``None``: no g candidate, or no per-variant fit seconds)."""
+    from pina_spark.models.card import read_model_card
+
+    variants = {c.variant for c in candidates if c.variant in V.GRAPH}
+    return g_seconds(read_model_card(models), pretrain_s, variants) if variants else None
 
 
 def _pretrain_seconds(root: str) -> float:
@@ -875,7 +948,8 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 step.settings,
                 {n: round(float(scores[n].mean()), 4) for n in step.candidates},
             )
-        costs = candidate_costs(steps, measured, pretrain_s)
+        g_s = g_variant_seconds(src.table(storage.MODELS), pretrain_s, candidates)
+        costs = candidate_costs(steps, measured, pretrain_s if g_s is None else g_s)
         ids, decision = decide(candidates, costs, scores, cfg.select)
         extra = {
             "note": validation_note(cv_folds),
@@ -886,11 +960,21 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             "n_train": n_train,
             "cost_basis": (
                 "stage-seconds a production run of the candidate spends on the stages where "
-                "candidates differ: pretrain (from the run's manifest, candidates with g), "
-                "neighbors (with g), aggregate and train (its share), measured by this selection"
+                "candidates differ: pretrain (candidates with g: "
+                + (
+                    "the run's whole stage, from its manifest; its model card lacks per-variant "
+                    "fit seconds"
+                    if g_s is None
+                    else "its variant's own g fits from the model card, plus the stage's "
+                    "seconds outside the fits, from the manifest"
+                )
+                + "), neighbors (with g), aggregate and train (its share), measured by this "
+                "selection"
             ),
+            "g_cost": "whole_stage" if g_s is None else "per_variant",
             "costs": costs,
             "pretrain_s": pretrain_s,
+            "pretrain_s_by_variant": g_s,
             "seconds": round(time.time() - t_all, 1),
             "resumed_steps": resumed,
             "base_point": base,
