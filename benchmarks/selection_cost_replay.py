@@ -13,7 +13,7 @@ record's basis (``g_cost``) must reproduce its choice (it exits 1 where it does 
 Usage::
 
     python benchmarks/selection_cost_replay.py --config conf/citeulike-t.yaml \\
-        --root runs/citeulike-t [--json OUT]
+        --root runs/citeulike-t [--set KEY=VALUE ...] [--json OUT]
 
 Prints, per cost basis, the chosen candidate and every contender the rule tested, then each
 base candidate with g on the confirmation half against ``vectorizer_only`` (gain in points,
@@ -58,14 +58,28 @@ def main(argv=None):
     ap.add_argument("--config", required=True)
     ap.add_argument("--root", required=True, help="the run root that `pina-spark select` ran on")
     ap.add_argument("--json", help="write the replay here")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override the selection ran with (e.g. select.grid={}), repeatable",
+    )
     a = ap.parse_args(argv)
     raw = storage.read_bytes(selection_uri(a.root))
     if raw is None:
         sys.exit(f"{a.root}: no selection; run `pina-spark select` first")
     rec = json.loads(raw)
     cv = int(rec.get("cv_folds") or 0)
-    cfg = load_config(a.config, overrides=[f"output={a.root}", f"select.cv_folds={cv}"])
+    cfg = load_config(a.config, overrides=[*a.set, f"output={a.root}", f"select.cv_folds={cv}"])
     cands = S.expand_candidates(cfg.select, dict(rec["base_point"]))
+    recorded = sorted(r["candidate"] for r in rec.get("validation") or [])
+    if recorded and sorted(c.name for c in cands) != recorded:
+        sys.exit(
+            f"{a.root}: the config's select section expands to other candidates than the "
+            f"record's ({len(cands)} against {len(recorded)}): pass the --set overrides the "
+            "selection ran with"
+        )
     steps = S.work_plan(cands)
     measured, scores = _kept_steps(a.root, steps, cv)
     card = read_model_card(storage.RunPaths(a.root).table(storage.MODELS))

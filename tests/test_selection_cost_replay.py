@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 from pina_spark import storage
@@ -70,6 +71,7 @@ def _root(tmp_path, recorded, basis="per_variant"):
     )
     write_model_card(card, models)
     rec = {"cv_folds": 0, "base_point": {}, "candidate": recorded, "pretrain_s": 115.0}
+    rec["validation"] = [{"candidate": c} for c in SELECT["candidates"]]
     if basis is not None:
         rec["g_cost"] = basis
     storage.write_bytes(selection_uri(root), json.dumps(rec).encode())
@@ -110,3 +112,11 @@ def test_replay_that_does_not_reproduce_the_record_exits_1(tmp_path, capsys):
     root, cfg = _root(tmp_path, "pina_naive/text", basis=None)
     assert selection_cost_replay.main(["--config", cfg, "--root", root]) == 1
     assert "whole_stage replay does not reproduce the record" in capsys.readouterr().err
+
+
+def test_replay_with_other_candidates_than_the_record_names_the_fix(tmp_path):
+    root, cfg = _root(tmp_path, "pina/text")
+    with pytest.raises(SystemExit, match="pass the --set overrides the selection ran with"):
+        selection_cost_replay.main(
+            ["--config", cfg, "--root", root, "--set", "select.grid={neighbors.k: [5, 10]}"]
+        )
