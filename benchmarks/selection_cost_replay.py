@@ -30,7 +30,6 @@ from scipy.stats import ttest_rel
 from pina_spark import storage
 from pina_spark.config import load_config
 from pina_spark.config import variants as V
-from pina_spark.models.card import read_model_card
 from pina_spark.orchestration import select as S
 from pina_spark.selection.artifact import selection_uri
 from pina_spark.selection.rule import confirm_half
@@ -82,12 +81,13 @@ def main(argv=None):
         )
     steps = S.work_plan(cands)
     measured, scores = _kept_steps(a.root, steps, cv)
-    card = read_model_card(storage.RunPaths(a.root).table(storage.MODELS))
-    if card is None:
-        sys.exit(f"{a.root}: its models folder has no model card")
-    per_variant = S.g_seconds(card, rec["pretrain_s"], {c.variant for c in cands} & set(V.GRAPH))
+    models = storage.RunPaths(a.root).table(storage.MODELS)
+    per_variant = S.g_variant_seconds(models, rec["pretrain_s"], cands)
     if per_variant is None:
-        sys.exit(f"{a.root}: its model card has no per-variant g fit seconds")
+        sys.exit(
+            f"{a.root}: no g candidate, or {models} has no model card with per-variant g fit "
+            "seconds"
+        )
     recorded_basis = rec.get("g_cost", "whole_stage")
     out = {
         "root": a.root,

@@ -450,6 +450,12 @@ def candidate_costs(
     >>> candidate_costs(steps, m, {"pina_naive": 4.0, "pina": 8.0})["pn"]["total_s"]
     10.0
     """
+
+    def g_price(v: str) -> float:
+        if v not in V.GRAPH:
+            return 0.0
+        return float(pretrain_s[v]) if isinstance(pretrain_s, Mapping) else pretrain_s
+
     out: dict[str, dict[str, float]] = {}
     for step in steps:
         m = measured[step.id]
@@ -458,13 +464,7 @@ def candidate_costs(
         for v, name in zip(step.variants, step.candidates):
             share = by_v[v] / total_fit if total_fit > 0 else 1.0 / len(step.variants)
             row = {
-                "pretrain_s": (
-                    0.0
-                    if v not in V.GRAPH
-                    else float(pretrain_s[v])
-                    if isinstance(pretrain_s, Mapping)
-                    else pretrain_s
-                ),
+                "pretrain_s": g_price(v),
                 "neighbors_s": float(m.get("neighbors_s") or 0.0) if v in V.GRAPH else 0.0,
                 "aggregate_s": float(m.get("aggregate_s") or 0.0),
                 "train_s": float(m.get("train_s") or 0.0) * share,

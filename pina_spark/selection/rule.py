@@ -270,11 +270,6 @@ class Decision:
         """The rule's deciding steps, one per tier by cost (:attr:`Tier.step`)."""
         return tuple(t.step for t in self.tiers)
 
-    @property
-    def comparisons(self) -> tuple[Comparison, ...]:
-        """Every comparison the rule tested on the confirmation half, tier by tier."""
-        return tuple(c for t in self.tiers for c in t.contenders)
-
     def tier_of(self, name: str) -> Tier:
         """The tier holding candidate ``name``."""
         for t in self.tiers:
@@ -431,9 +426,10 @@ def choose(
     # best over for a cheaper one (the order within a tier rests on measured seconds, noise
     # included: testing both keeps the choice from turning on it); the cheapest tier's is its
     # pick alone, the choice when no dearer tier pays
+    rivals = [rival if i else None for i, (_, _, rival) in enumerate(moves)]
     contenders = [
-        [pick] + ([rival] if i and rival is not None else [])
-        for i, (pick, _, rival) in enumerate(moves)
+        [pick] + ([rival] if rival is not None else [])
+        for (pick, _, _), rival in zip(moves, rivals, strict=True)
     ]
     raw = [[_compare(moves[0][0], None, b_rows)]]
     for i, cs in enumerate(contenders[1:], start=1):
@@ -462,10 +458,10 @@ def choose(
             pick.name,
             tuple(tier_steps),
             refinement,
-            None if rival is None or len(tier_steps) < 2 else rival.name,
+            None if rival is None else rival.name,
         )
-        for (name, members), (pick, refinement, rival), tier_steps in zip(
-            groups.items(), moves, steps, strict=True
+        for (name, members), (pick, refinement, _), rival, tier_steps in zip(
+            groups.items(), moves, rivals, steps, strict=True
         )
     )
     paying = [t.outcome for t in tiers if t.step.pays]
