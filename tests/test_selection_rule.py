@@ -714,7 +714,8 @@ def test_steps_with_other_g_variants_do_not_share_a_neighbours_table():
     assert [s.variants for s in both] == [("pina_naive", "pina")]
 
 
-def test_the_record_and_report_show_the_rival():
+def _rival_report(**wins):
+    """The record and report of :func:`_rival_case` (pina_naive at 300 s, pina at 800 s)."""
     from pina_spark.config import SelectConfig
     from pina_spark.orchestration.select import (
         expand_candidates,
@@ -725,9 +726,14 @@ def test_the_record_and_report_show_the_rival():
     cs = expand_candidates(
         SelectConfig(candidates=["vectorizer_only", "pina_naive/text", "pina/text"], grid={})
     )
-    cands, conf = _rival_case(300.0, 800.0)
+    cands, conf = _rival_case(300.0, 800.0, **wins)
     d = choose(cands, alpha=0.05, min_gain_points=0.5, confirm=conf)
     rec = selection_record(d, cs, {"note": "n", "n_valid": 800})
+    return rec, selection_markdown(rec)
+
+
+def test_the_record_and_report_show_the_rival():
+    rec, md = _rival_report()
     assert rec["candidate"] == "pina/text"
     assert [(r["candidate"], r["role"], r["pays"], r["decides"]) for r in rec["contenders"]] == [
         ("vectorizer_only", "pick", False, True),
@@ -737,6 +743,13 @@ def test_the_record_and_report_show_the_rival():
     assert [r["candidate"] for r in rec["steps"]] == ["vectorizer_only", "pina/text"]
     v = {r["candidate"]: r for r in rec["validation"]}
     assert v["pina_naive/text"]["picked"] and v["pina/text"]["rival"]
-    md = selection_markdown(rec)
     assert "| g | pina/text | rival | 10.00 | vectorizer_only | +10.00 |" in md
     assert "| g | pina_naive/text | pick | 0.75 | vectorizer_only | +0.75 |" in md
+
+
+def test_the_reports_detectable_gain_reads_every_contender():
+    # both pay: the cheaper pick decides, the rival (more wins, a wider SE) does not
+    rec, md = _rival_report(naive_wins=40, pina_wins=60)
+    pick, rival = rec["contenders"][1:]
+    assert pick["decides"] and rival["detectable_gain_points"] > pick["detectable_gain_points"]
+    assert f"(largest here {rival['detectable_gain_points']:.2f} points)" in md

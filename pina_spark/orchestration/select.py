@@ -549,9 +549,10 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     # records before the rival have steps only: one pick per tier, each deciding
-    for r in rec.get("contenders") or [
+    rule_rows = rec.get("contenders") or [
         {**x, "role": "pick", "decides": True} for x in rec.get("steps") or []
-    ]:
+    ]
+    for r in rule_rows:
         det = r.get("detectable_gain_points")
         lines.append(
             f"| {r['tier']} | {r['candidate']} | {r['role']} | {_pct(r['metric_confirmation'])} | "
@@ -559,12 +560,12 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
             f"{'yes' if r['pays'] else 'no'} | {'yes' if r['decides'] else ''} | "
             f"{'' if det is None else f'{det:.2f}'} |"
         )
-    dets = [r.get("detectable_gain_points") for r in rec.get("steps") or []]
+    dets = [r.get("detectable_gain_points") for r in rule_rows]
     dets = [d for d in dets if d is not None]
     if dets:
         lines += [
             "",
-            f"Detectable gain: the true gain each step finds 80% of the time on this many "
+            f"Detectable gain: the true gain each comparison finds 80% of the time on this many "
             f"confirmation rows (largest here {max(dets):.2f} points); a smaller one is more "
             "likely missed than paid for, and the cheaper tier kept. "
             + (
