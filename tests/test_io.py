@@ -261,6 +261,54 @@ def test_values_frame_reads_driver_values_from_a_file_not_from_the_tasks(
     assert not os.path.exists(os.path.join(far.root, storage.STAGING))
 
 
+def test_collect_table_reads_the_same_rows_with_and_without_spark(spark, tmp_path, monkeypatch):
+    """``collect_table`` on a table partitioned by ``variant``, with list columns: where pyarrow
+    reaches the table it reads the files itself (no Spark collect) and returns the same rows,
+    values and partition column as Spark's collect, whole or with ``keep``; an incomplete
+    table is refused on both paths."""
+    import numpy as np
+
+    paths = _paths(tmp_path)
+    rows = [(i, f"v{i % 3}", [float(i), -1.0], f"t{i}" if i % 4 else None) for i in range(40)]
+    df = spark.createDataFrame(
+        rows, "node_index long, variant string, dense array<float>, text string"
+    )
+    storage.write_table(df, paths, "t", partition_by=["variant"])
+    cols = ["node_index", "dense", "text", "variant"]
+    keep = ("node_index", np.array([39, 3, 4, 1000, 3], dtype=np.int64))
+
+    def as_rows(tbl):
+        return sorted(zip(*(tbl.column(c).to_pylist() for c in cols)))
+
+    def spark_collect_called(df):
+        raise AssertionError("pyarrow reaches the table: no Spark collect")
+
+    with monkeypatch.context() as m:
+        m.setattr(tables, "collect_arrow", spark_collect_called)
+        direct = (
+            storage.collect_table(spark, paths, "t", cols),
+            storage.collect_table(spark, paths, "t", cols, keep=keep, what="k"),
+        )
+    monkeypatch.setattr(tables, "pyarrow_reaches", lambda uri: False)
+    via_spark = (
+        storage.collect_table(spark, paths, "t", cols),
+        storage.collect_table(spark, paths, "t", cols, keep=keep, what="k"),
+    )
+    assert (
+        as_rows(direct[0])
+        == as_rows(via_spark[0])
+        == sorted((i, [float(i), -1.0], t, v) for i, v, _, t in rows)
+    )
+    assert as_rows(direct[1]) == as_rows(via_spark[1])
+    assert [r[0] for r in as_rows(direct[1])] == [3, 4, 39]
+    assert os.listdir(os.path.join(paths.root, storage.STAGING)) == []
+    os.remove(os.path.join(paths.table("t"), "_SUCCESS"))
+    for reaches in (True, False):
+        monkeypatch.setattr(tables, "pyarrow_reaches", lambda uri, r=reaches: r)
+        with pytest.raises(storage.InputError, match="incomplete"):
+            storage.collect_table(spark, paths, "t", cols)
+
+
 def test_publish_refuses_staging_without_success_marker(spark, tmp_path):
     paths = _paths(tmp_path)
     storage.write_table(_frame(spark, 0, 10, "v1"), paths, "t")

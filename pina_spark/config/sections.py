@@ -290,8 +290,9 @@ class PretrainConfig(_Params):
         mmap_max_mb: with fits on the executors, the largest embeddings copy (estimated MB)
             the fit tasks map on each executor machine to take their X from, so the driver
             builds none; above it, or where pyarrow cannot read the tables there (``hdfs://``,
-            ``s3a://``), the driver reads X through Spark and ships it to the tasks. ``0``:
-            always ship. Where the fits run and how X reaches them change no model.
+            ``s3a://``), the driver reads X (through Spark where pyarrow cannot) and ships it
+            to the tasks. ``0``: always ship. Where the fits run and how X reaches them change
+            no model.
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
     """

@@ -2,7 +2,7 @@
 
 The ``vectorizer`` stage (tf-idf fit, encoder fine-tuning) and the ``pretrain`` stage (g) both
 start from the published ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and
-``nodes``: :func:`load_problems` collects them to the driver through Arrow and turns each
+``nodes``: :func:`load_problems` reads them on the driver (:func:`load_inputs`) and turns each
 variant into an XMC problem (rows = input nodes, columns = output nodes, Y = edge weights) with
 the leave-self-out rule, the twins of ``task.labels: graph`` and every row's fold
 (:func:`row_folds`). Stage modules share this code; they never import each other.
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Nodes",
     "build_y",
-    "collect_arrow",
     "load_inputs",
     "load_problems",
     "problem_variants",
@@ -71,48 +70,50 @@ def build_y(
     return Y
 
 
-def collect_arrow(df):
-    """Collect a (small) DataFrame to pandas through Arrow
-    (:func:`pina_spark.storage.collect_arrow`).
-
-    Examples
-    --------
-    >>> collect_arrow(spark.range(3))["id"].tolist()
-    [0, 1, 2]
-    """
-    return storage.collect_arrow(df).to_pandas()
-
-
 def load_inputs(spark, paths):
-    from pyspark.sql import functions as F
+    """``(edges, nodes)`` as pandas on the driver: every edge of ``graph/pretrain_edges``
+    (src_index, dst_index int64, weight float32, block, variant) and the ``nodes`` rows of
+    their endpoints, sorted by node_index (:func:`pina_spark.storage.collect_table`: pyarrow
+    where it reaches the tables, else a Spark collect through Arrow).
 
-    edges = storage.read_table(spark, paths, storage.PRETRAIN_EDGES).select(
-        F.col(storage.SRC_INDEX).cast("long"),
-        F.col(storage.DST_INDEX).cast("long"),
-        F.col(storage.WEIGHT).cast("float"),
-        F.col(storage.BLOCK).cast("string"),
-        F.col(storage.VARIANT).cast("string"),
-    )
-    nodes = storage.read_table(spark, paths, storage.NODES)
-    used = (
-        edges.select(F.col(storage.SRC_INDEX).alias(storage.NODE_INDEX))
-        .union(edges.select(F.col(storage.DST_INDEX).alias(storage.NODE_INDEX)))
-        .distinct()
-    )
-    nodes = nodes.join(used, storage.NODE_INDEX, "left_semi").select(
-        storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT
-    )
+    Raises
+    ------
+    pina_spark.storage.InputError
+        When B_pre has no edges.
+    """
     t0 = time.time()
-    epdf = collect_arrow(edges)
-    npdf = collect_arrow(nodes).sort_values(storage.NODE_INDEX).reset_index(drop=True)
-    log.info(
-        "pretrain inputs collected via Arrow in %.1fs: %d edges, %d nodes",
-        time.time() - t0,
-        len(epdf),
-        len(npdf),
+    cols = [storage.SRC_INDEX, storage.DST_INDEX, storage.WEIGHT, storage.BLOCK, storage.VARIANT]
+    edges = storage.collect_table(spark, paths, storage.PRETRAIN_EDGES, cols)
+    epdf = edges.to_pandas().astype(
+        {
+            storage.SRC_INDEX: "int64",
+            storage.DST_INDEX: "int64",
+            storage.WEIGHT: "float32",
+            storage.BLOCK: object,
+            storage.VARIANT: object,
+        }
     )
     if len(epdf) == 0:
         raise storage.InputError(f"{paths.table(storage.PRETRAIN_EDGES)} has no edges")
+    used = np.unique(
+        np.concatenate([epdf[storage.SRC_INDEX].to_numpy(), epdf[storage.DST_INDEX].to_numpy()])
+    )
+    npdf = (
+        storage.collect_table(
+            spark,
+            paths,
+            storage.NODES,
+            [storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT],
+            keep=(storage.NODE_INDEX, used),
+            what="pretrain-nodes",
+        )
+        .to_pandas()
+        .sort_values(storage.NODE_INDEX)
+        .reset_index(drop=True)
+    )
+    log.info(
+        "pretrain inputs read in %.1fs: %d edges, %d nodes", time.time() - t0, len(epdf), len(npdf)
+    )
     return epdf, npdf
 
 

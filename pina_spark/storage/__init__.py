@@ -151,6 +151,7 @@ from pina_spark.storage.schemas import (
 )
 from pina_spark.storage.tables import (
     collect_arrow,
+    collect_table,
     frame_from_arrow,
     group_counts,
     parquet_codec,
@@ -282,6 +283,7 @@ __all__ = [
     "schema",
     # tables
     "collect_arrow",
+    "collect_table",
     "frame_from_arrow",
     "group_counts",
     "parquet_codec",

@@ -3,7 +3,9 @@
 :func:`write_table` (a DataFrame) and :func:`write_arrow` (a pyarrow Table held by the driver)
 go through staging and atomic publish (:mod:`pina_spark.storage.publishing`).
 :func:`read_table` refuses an incomplete table. :func:`collect_arrow` and
-:func:`frame_from_arrow` move rows between Spark and the driver as Arrow, never row by row.
+:func:`frame_from_arrow` move rows between Spark and the driver as Arrow, never row by row;
+:func:`collect_table` brings a published table to the driver without Spark where pyarrow reaches
+it.
 """
 
 import contextlib
@@ -168,6 +170,56 @@ def values_frame(spark, paths: "RunPaths", column: str, values, what: str, kind:
             delete_path(spark, staging)
         except Exception:
             log.warning("could not remove the staging folder %s", staging)
+
+
+def collect_table(
+    spark, paths: RunPaths, rel: str, columns: Sequence[str], keep=None, what: str = "rows"
+):
+    """The ``columns`` of published table ``rel`` on the driver as a pyarrow Table: every row,
+    or with ``keep=(column, values)`` only the rows whose int64 ``column`` is one of ``values``.
+    Row order is not defined; column types are the table's.
+
+    Where pyarrow reaches the table here (:func:`pyarrow_reaches`: local paths, ``s3://``), the
+    driver reads its Parquet files itself: the columns asked for, ``keep`` pushed into the scan,
+    no Spark job and no copy through the JVM. Elsewhere, or when pyarrow cannot read it, Spark
+    reads the table and collects it through Arrow (:func:`collect_arrow`; ``keep`` as a semi
+    join with :func:`values_frame` named ``what``). Both return the same rows
+    (``test_io.py::test_collect_table_reads_the_same_rows_with_and_without_spark``).
+
+    Raises
+    ------
+    InputError
+        When the table is missing or incomplete (:func:`require_complete`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> run = RunPaths(tempfile.mkdtemp())
+    >>> _ = write_table(spark.range(5).withColumnRenamed("id", "node_index"), run, "t")
+    >>> tbl = collect_table(spark, run, "t", ["node_index"], keep=("node_index", [4, 1, 9]))
+    >>> sorted(tbl.column("node_index").to_pylist())
+    [1, 4]
+    """
+    uri = require_complete(spark, paths, rel)
+    columns = list(columns)
+    dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
+    if dset is not None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        flt = None
+        if keep is not None:
+            flt = ds.field(keep[0]).isin(pa.array(np.asarray(keep[1], dtype=np.int64)))
+        try:
+            return dset.to_table(columns=columns, filter=flt)
+        except (pa.ArrowException, OSError) as e:  # e.g. no data file: Spark says what it sees
+            log.info("%s: not read with pyarrow here (%s); Spark collects it", uri, e)
+    df = spark.read.parquet(uri).select(*columns)
+    if keep is None:
+        return collect_arrow(df)
+    with values_frame(spark, paths, keep[0], keep[1], what) as want:
+        return collect_arrow(df.join(want, keep[0], "left_semi"))
 
 
 def parquet_codec(name: str | None, default: str = "snappy") -> str:

@@ -2,15 +2,15 @@
 table.
 
 Inputs: ``graph/pretrain_edges`` (B_pre, partitioned by ``variant``) and ``nodes`` as XMC problems
-(:mod:`pina_spark.models.bpre`), and X = Phi_pre of the input rows read from ``embeddings`` (written
-by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``): the driver
-encodes nothing. The fits run on the driver (X collected through Arrow) or as Spark tasks
-(:mod:`pina_spark.stages.pretrain.fits`; each task takes its rows' X from its machine's
-memory-mapped ``embeddings``, so the driver builds no X: :func:`fit_inputs`). Output: the models
-folder ``<run>/models/`` (its layout, saving and loading: :mod:`pina_spark.models.artifacts`; fold
-model f never saw fold f's instance rows), whose ``model_card.json`` holds g's held-out P@k / R@k
-per variant (``pretrain_report``; the evaluate stage publishes it as ``<run>/eval/pretrain.json``)
-and a copy of the vectorizer's card.
+(:mod:`pina_spark.models.bpre`), and X = Phi_pre of the input rows read from ``embeddings``
+(written by the embed stage on the executors with the vectorizer stage's ``<run>/vectorizer``): the
+driver encodes nothing. The fits run on the driver (which reads X:
+:func:`features_from_embeddings`) or as Spark tasks (:mod:`pina_spark.stages.pretrain.fits`; each
+task takes its rows' X from its machine's memory-mapped ``embeddings``, so the driver builds no X:
+:func:`fit_inputs`). Output: the models folder ``<run>/models/`` (its layout, saving and loading:
+:mod:`pina_spark.models.artifacts`; fold model f never saw fold f's instance rows), whose
+``model_card.json`` holds g's held-out P@k / R@k per variant (``pretrain_report``; the evaluate
+stage publishes it as ``<run>/eval/pretrain.json``) and a copy of the vectorizer's card.
 
 Decisions (what the public reference gets wrong, and how it is done here)
 
@@ -107,8 +107,10 @@ FOLD_RULE = (
 # --------------------------------------------------------------------------- X from embeddings
 def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, sparse_dim: int):
     """X for g: ``hstack([dense, sparse])`` (csr float32, sorted indices) of the nodes ``rows``
-    (sorted node indices), read from the run's ``embeddings`` table through Arrow; row ``r`` is
-    node ``rows[r]``, exactly what :meth:`PhiPre.features` gives for their texts.
+    (sorted node indices), read from the run's ``embeddings`` table on the driver
+    (:func:`pina_spark.storage.collect_table`: pyarrow where it reaches the table, else a Spark
+    collect through Arrow); row ``r`` is node ``rows[r]``, exactly what :meth:`PhiPre.features`
+    gives for their texts.
 
     Raises
     ------
@@ -123,12 +125,15 @@ def features_from_embeddings(spark, paths, rows: np.ndarray, dense_dim: int, spa
     from pina_spark.runtime.arrow import features_from_arrow
 
     rows = np.asarray(rows, dtype=np.int64)
-    emb = storage.read_table(spark, paths, storage.EMBEDDINGS).select(
-        storage.NODE_INDEX, storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES
-    )
-    with storage.values_frame(spark, paths, storage.NODE_INDEX, rows, "pretrain-rows") as want:
-        tbl = storage.collect_arrow(emb.join(want, storage.NODE_INDEX, "left_semi"))
-    tbl = tbl.sort_by(storage.NODE_INDEX)
+    cols = [storage.NODE_INDEX, storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES]
+    tbl = storage.collect_table(
+        spark,
+        paths,
+        storage.EMBEDDINGS,
+        cols,
+        keep=(storage.NODE_INDEX, rows),
+        what="pretrain-rows",
+    ).sort_by(storage.NODE_INDEX)
     got = tbl.column(storage.NODE_INDEX).to_numpy().astype(np.int64)
     if not np.array_equal(got, rows):
         missing = np.setdiff1d(rows, got)
@@ -185,15 +190,15 @@ def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: 
     task takes its rows from its machine's memory-mapped ``embeddings``
     (:func:`pina_spark.runtime.embstore.open_store`; within one application, the copy the neighbours
     stage then maps), so the driver never holds X; otherwise (``None``, ...) the driver reads X
-    through Spark (:func:`features_from_embeddings`) and ships it in the fits' bundles.
+    (:func:`features_from_embeddings`) and ships it in the fits' bundles.
 
     Examples
     --------
     >>> fit_inputs(None, "driver", 384, 1000, 8192)
-    (None, 'driver: X read from embeddings through Spark (fits on the driver)')
+    (None, 'driver: X read from embeddings by the driver (fits on the driver)')
     """
     if where != "executors":
-        return None, "driver: X read from embeddings through Spark (fits on the driver)"
+        return None, "driver: X read from embeddings by the driver (fits on the driver)"
     emb, nodes = paths.table(storage.EMBEDDINGS), paths.table(storage.NODES)
     via, why = embstore.choose_embeddings_via(
         "auto", emb, nodes, float(mmap_max_mb), section="pretrain"
@@ -204,7 +209,7 @@ def fit_inputs(paths, where: str, dense_dim: int, sparse_dim: int, mmap_max_mb: 
         except ValueError as e:
             via, why = "shuffle", str(e)
     if via != "files":
-        return None, f"bundles: X read through Spark on the driver and shipped to the tasks ({why})"
+        return None, f"bundles: X read by the driver and shipped to the tasks ({why})"
     return spec, f"store: each fit task maps the embeddings table on its machine ({why})"
 
 
