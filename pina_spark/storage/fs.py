@@ -142,8 +142,10 @@ def _list_files(uri: str):
 
 def parquet_files(uri: str):
     """``(pyarrow filesystem, [FileInfo])`` of the data files of a Parquet folder, sorted by
-    path (names starting with ``_`` or ``.`` are skipped, as Spark does), or ``None`` when
-    pyarrow cannot list it here. Lists with ``pyarrow.fs`` only (cheap to import on executors).
+    path (names starting with ``_`` or ``.`` are skipped, as Spark does, and the empty
+    ``<dir>_$folder$`` objects EMRFS leaves beside S3 folders, which EMRFS hides from Spark), or
+    ``None`` when pyarrow cannot list it here. Lists with ``pyarrow.fs`` only (cheap to import on
+    executors).
 
     Examples
     --------
@@ -158,6 +160,7 @@ def parquet_files(uri: str):
         fi
         for fi in files
         if not any(part.startswith(("_", ".")) for part in fi.path[len(root) :].split("/") if part)
+        and not fi.path.endswith("_$folder$")
     ]
     return fs, sorted(keep, key=lambda fi: fi.path)
 
