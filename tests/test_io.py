@@ -222,6 +222,37 @@ def test_parquet_files_skips_markers_and_hidden_files(tmp_path):
     assert storage.parquet_files(str(tmp_path / "absent")) is None
 
 
+def test_parquet_dataset_reads_past_emrfs_markers_and_takes_one_file(tmp_path):
+    """The driver-side readers built on ``parquet_dataset`` (row counts, footer statistics,
+    input tables) read a partitioned table beside EMRFS's empty ``<dir>_$folder$`` object,
+    where pyarrow's own folder discovery fails on it; one Parquet file is a dataset too."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "t"
+    os.makedirs(d / "variant=a")
+    pq.write_table(pa.table({"x": [1, 2]}), d / "variant=a" / "part-0.parquet")
+    pq.write_table(pa.table({"x": [3]}), d / "part-1.parquet")
+    for name in ("_SUCCESS", "variant=a_$folder$"):
+        open(d / name, "w").close()
+    with pytest.raises(pa.ArrowInvalid, match="folder"):  # what the marker does to pyarrow
+        ds.dataset(str(d), format="parquet", partitioning="hive").to_table()
+    tbl = storage.parquet_dataset(str(d)).to_table()
+    assert sorted(zip(tbl["x"].to_pylist(), tbl["variant"].to_pylist())) == [
+        (1, "a"),
+        (2, "a"),
+        (3, None),
+    ]
+    assert storage.count_rows_arrow(str(d)) == 3
+    assert storage.count_rows_arrow(f"file://{d}") == 3
+    one = d / "part-1.parquet"
+    assert storage.parquet_dataset(str(one)).to_table()["x"].to_pylist() == [3]
+    os.makedirs(tmp_path / "empty")
+    assert storage.parquet_dataset(str(tmp_path / "empty")).files == []
+    assert storage.parquet_dataset(str(tmp_path / "absent")) is None
+
+
 def _plan(df) -> str:
     return df._jdf.queryExecution().executedPlan().toString()
 

@@ -358,27 +358,17 @@ def _run_step(
 
 
 def _output_rows(spark, paths: storage.RunPaths, outputs: Sequence[str]) -> dict[str, int]:
-    """Row counts of the published output tables, from the Parquet footers (pyarrow, no Spark
-    job) for local folders, else a Spark count (also footer-only for Parquet)."""
+    """Row counts of the published output tables, from the Parquet footers read by the driver
+    where pyarrow reaches them (:func:`~pina_spark.storage.count_rows_arrow`: local paths,
+    ``s3://``; no Spark job), else a Spark count (also footer-only for Parquet)."""
     rows = {}
     for rel in outputs:
         if rel in NON_TABLE_OUTPUTS:
             continue
         uri = paths.table(rel)
         try:
-            if not storage.is_remote(uri):
-                import pyarrow.dataset as pads
-
-                rows[rel] = int(
-                    pads.dataset(
-                        storage.local_path(uri),
-                        format="parquet",
-                        partitioning="hive",
-                        exclude_invalid_files=True,
-                    ).count_rows()
-                )
-            else:
-                rows[rel] = int(spark.read.parquet(uri).count())
+            n = storage.count_rows_arrow(uri) if storage.pyarrow_reaches(uri) else None
+            rows[rel] = int(spark.read.parquet(uri).count()) if n is None else n
         except Exception as e:  # an empty folder, a non-table output
             log.debug("no row count for %s: %s", rel, e)
     return rows

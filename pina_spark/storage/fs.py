@@ -51,16 +51,37 @@ def jpath_child(spark, jpath, name: str):
 
 
 def parquet_dataset(uri: str):
-    """pyarrow dataset of a Parquet folder (local path or pyarrow.fs URI), or ``None``
-    (driver side: importing ``pyarrow.dataset`` costs ~0.3 s in a fresh Python worker; executors
-    use :func:`parquet_files`)."""
+    """pyarrow dataset of a Parquet folder (local path or pyarrow.fs URI) or of one Parquet file,
+    or ``None`` when pyarrow cannot list it here (driver side: importing ``pyarrow.dataset``
+    costs ~0.3 s in a fresh Python worker; executors use :func:`parquet_files`).
+
+    A folder's data files are those of :func:`parquet_files` (so the empty ``<dir>_$folder$``
+    objects EMRFS leaves beside S3 partition folders are skipped, where pyarrow's own discovery
+    would take them for Parquet files and fail); ``<column>=<value>`` folders below it are
+    read as columns (hive partitioning). An empty folder gives a dataset without files.
+
+    Examples
+    --------
+    >>> parquet_dataset("/no/such/table") is None
+    True
+    """
     try:
         import pyarrow.dataset as ds
+        import pyarrow.fs as pafs
 
-        if is_remote(uri):
-            fs, p = pyarrow_fs(uri)
-            return ds.dataset(p, format="parquet", filesystem=fs, partitioning="hive")
-        return ds.dataset(local_path(uri), format="parquet", partitioning="hive")
+        fs, root = pyarrow_fs(uri)
+        if fs.get_file_info(root).type == pafs.FileType.File:  # an input given as one file
+            return ds.dataset(root, format="parquet", filesystem=fs)
+        found = parquet_files(uri)
+        if found is None:
+            return None
+        return ds.dataset(
+            [fi.path for fi in found[1]],
+            filesystem=found[0],
+            format="parquet",
+            partitioning=ds.partitioning(flavor="hive"),
+            partition_base_dir=root.rstrip("/"),
+        )
     except Exception as e:  # not a readable Parquet folder from the driver
         log.info("%s not readable with pyarrow here (%s)", uri, e)
         return None

@@ -180,7 +180,7 @@ def collect_table(
     Row order is not defined; column types are the table's.
 
     Where pyarrow reaches the table here (:func:`pyarrow_reaches`: local paths, ``s3://``), the
-    driver reads its data files (:func:`parquet_files`) itself: the columns asked for, ``keep``
+    driver reads its data files (:func:`parquet_dataset`) itself: the columns asked for, ``keep``
     pushed into the scan, no Spark job and no copy through the JVM. Elsewhere, or when pyarrow
     cannot read it, Spark reads the table and collects it through Arrow (:func:`collect_arrow`;
     ``keep`` as a semi join with :func:`values_frame` named ``what``). Both return the same rows
@@ -202,24 +202,16 @@ def collect_table(
     """
     uri = require_complete(spark, paths, rel)
     columns = list(columns)
-    found = parquet_files(uri) if pyarrow_reaches(uri) else None
-    if found is not None and found[1]:  # no data file: Spark says what it sees
+    dset = parquet_dataset(uri) if pyarrow_reaches(uri) else None
+    if dset is not None and dset.files:  # no data file: Spark says what it sees
         import numpy as np
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        fs, files = found
         flt = None
         if keep is not None:
             flt = ds.field(keep[0]).isin(pa.array(np.asarray(keep[1], dtype=np.int64)))
         try:
-            dset = ds.dataset(
-                [fi.path for fi in files],
-                filesystem=fs,
-                format="parquet",
-                partitioning=ds.partitioning(flavor="hive"),
-                partition_base_dir=pyarrow_fs(uri)[1].rstrip("/"),
-            )
             return dset.to_table(columns=columns, filter=flt)
         except (pa.ArrowException, OSError) as e:
             log.info("%s: not read with pyarrow here (%s); Spark collects it", uri, e)
