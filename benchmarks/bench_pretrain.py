@@ -16,10 +16,18 @@ Prints and writes ``pretrain_s`` (the whole stage, both variants; median of the 
 fitted, ``fits`` (models trained by the stage), the threads, ``pretrain.train_on`` and where the
 fits ran, with every repeat's seconds. Goal (issue #34): ``ratio <= folds + 0.5``.
 
+``--fold-fits`` also times, beside each single fit in the same process, every variant's fold-0
+model on the rows the stage trains it on, and writes ``fits_in_single_fits`` = F x the sum over
+variants of (median fold-0 fit / median single fit): the stage's fits alone in single fits,
+without the spread between the stage's process and the reference's (the rest of ``ratio`` is
+the stage's work outside the fits' training, plus that spread).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 \\
         --json runs/bench_pretrain_30k.json
+    .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 --fold-fits \\
+        --json runs/bench_pretrain_30k.json    # and the fold fits beside the single fit
 """
 
 import argparse
@@ -53,9 +61,15 @@ def _cli(args, log_path: str) -> float:
     return time.time() - t0
 
 
-def single_fit(conf: str, repeat: int) -> dict:
+def single_fit(conf: str, repeat: int, fold_fits: bool = False) -> dict:
     """Child process: the ``pina`` variant's X and Y as the pretrain stage builds them, then one
-    g fit on every row, ``repeat`` times; the seconds of each and the problem's size."""
+    g fit on every row, ``repeat`` times; the seconds of each and the problem's size.
+
+    ``fold_fits`` (out of fold only): each repeat also trains, right after the single fit, every
+    variant's fold-0 model on exactly the rows the stage gives it (all but fold 0's instance rows
+    and their twin label rows; fold 0 stands for every fold, the folds being equal by hash), so
+    the fold fits are timed in the same process as the reference, free of the spread between
+    processes."""
     import numpy as np
 
     from pina_spark.config import load_config
@@ -68,26 +82,46 @@ def single_fit(conf: str, repeat: int) -> dict:
     spark = session.get_spark(cfg.spark)
     ctx = pipeline.make_context(spark, cfg)
     _, problems, _ = bpre.load_problems(spark, ctx.paths, cfg)
-    pb = problems["pina"]
+    F = cfg.neighbors.folds if cfg.neighbors.train_mode == "out_of_fold" else 0
+    variants = sorted(problems) if fold_fits and F else ["pina"]
     models = ctx.paths.table("models")
     enc = artifacts.read_json(f"{artifacts.vectorizer_dir(models)}/{artifacts.ENCODER_JSON}")
-    X = features_from_embeddings(
-        spark, ctx.paths, pb.rows, int(enc["dense_dim"]), int(enc["sparse_dim"])
-    )
+    X = {
+        v: features_from_embeddings(
+            spark, ctx.paths, problems[v].rows, int(enc["dense_dim"]), int(enc["sparse_dim"])
+        )
+        for v in variants
+    }
     spark.stop()
-    secs = []
+    pb = problems["pina"]
+    secs: list[float] = []
+    fold_secs: dict[str, list[float]] = {v: [] for v in variants} if fold_fits and F else {}
     for _ in range(repeat):
         t0 = time.time()
-        train_g(X, pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
+        train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
         secs.append(round(time.time() - t0, 2))
-    return {
+        for v in fold_secs:
+            keep = bpre.row_folds(problems[v].entity, F) != 0
+            t0 = time.time()
+            train_g(X[v][keep], problems[v].Y[keep], cfg.pretrain.xlinear, what=f"g[{v}, fold 0]")
+            fold_secs[v].append(round(time.time() - t0, 2))
+    out = {
         "single_fit_runs_s": secs,
-        "rows": int(X.shape[0]),
+        "rows": int(X["pina"].shape[0]),
         "outputs": int(pb.Y.shape[1]),
         "positives": int(pb.Y.nnz),
         "threads": os.cpu_count(),
-        "nnz_x": int(np.int64(X.nnz)),
+        "nnz_x": int(np.int64(X["pina"].nnz)),
     }
+    if fold_secs:
+        single = statistics.median(secs)
+        out["fold0_fit_runs_s"] = fold_secs
+        out["fold0_over_single"] = {
+            v: round(statistics.median(s) / single, 3) for v, s in fold_secs.items()
+        }
+        # the stage's F fits per variant, in single fits, measured beside the reference
+        out["fits_in_single_fits"] = round(F * sum(out["fold0_over_single"].values()), 3)
+    return out
 
 
 def main(argv=None) -> dict:
@@ -100,11 +134,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--workdir", default=None, help="where data and runs go (default: temp)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--fold-fits",
+        action="store_true",
+        help="also time every variant's fold-0 fit beside each single fit (same process)",
+    )
     ap.add_argument("--single-fit", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.single_fit:  # the child process
         with open(a.json, "w") as fh:
-            json.dump(single_fit(a.single_fit, a.repeat), fh)
+            json.dump(single_fit(a.single_fit, a.repeat, a.fold_fits), fh)
         return {}
     work = a.workdir or tempfile.mkdtemp(prefix="bench-pretrain-")
     os.makedirs(work, exist_ok=True)
@@ -134,6 +173,7 @@ def main(argv=None) -> dict:
     subprocess.check_call(
         [sys.executable, __file__, "--instances", str(n), "--json", fit_json]
         + ["--repeat", str(a.repeat), "--single-fit", conf]
+        + (["--fold-fits"] if a.fold_fits else [])
     )
     fit = json.load(open(fit_json))
     card = json.load(open(os.path.join(out, "models", "model_card.json")))
@@ -158,6 +198,7 @@ def main(argv=None) -> dict:
         "threads": fit["threads"],
         "spark_master": doc["spark"]["master"],
         "fits_train_s": {v: c.get("fits_train_s") for v, c in card["variants"].items()},
+        "fits_in_single_fits": fit.get("fits_in_single_fits"),
         "single_fit": fit,
         "sets": a.set,
     }
