@@ -72,16 +72,19 @@ def parquet_dataset(uri: str):
         fs, root = pyarrow_fs(uri)
         if fs.get_file_info(root).type == pafs.FileType.File:  # an input given as one file
             return ds.dataset(root, format="parquet", filesystem=fs)
-        found = parquet_files(uri)
+        found = parquet_files(uri, (fs, root))
         if found is None:
             return None
-        return ds.dataset(
-            [fi.path for fi in found[1]],
-            filesystem=found[0],
-            format="parquet",
-            partitioning=ds.partitioning(flavor="hive"),
-            partition_base_dir=root.rstrip("/"),
-        )
+        opts = {
+            "filesystem": fs,
+            "format": "parquet",
+            "partitioning": ds.partitioning(flavor="hive"),
+            "partition_base_dir": root.rstrip("/"),
+        }
+        try:  # the listing's entries carry each file's size: no HEAD request per file on S3
+            return ds.dataset(found[1], **opts)
+        except TypeError:  # pyarrow < 16 takes paths only
+            return ds.dataset([fi.path for fi in found[1]], **opts)
     except Exception as e:  # not a readable Parquet folder from the driver
         log.info("%s not readable with pyarrow here (%s)", uri, e)
         return None
@@ -94,7 +97,7 @@ def count_rows_arrow(uri: str) -> int | None:
     if dset is None:
         return None
     try:
-        return int(sum(f.metadata.num_rows for f in dset.get_fragments()))
+        return int(dset.count_rows())  # footers read concurrently on pyarrow's I/O threads
     except Exception:
         return None
 
@@ -146,13 +149,14 @@ def pyarrow_fs(uri: str):
     return pafs.LocalFileSystem(), local_path(uri)
 
 
-def _list_files(uri: str):
+def _list_files(uri: str, located=None):
     """``(filesystem, root, [FileInfo of every file under root])`` listed with ``pyarrow.fs``,
-    or ``None`` when pyarrow cannot list ``uri`` here."""
+    or ``None`` when pyarrow cannot list ``uri`` here. ``located``: ``pyarrow_fs(uri)`` when the
+    caller has it already (an S3 filesystem costs a round trip to make)."""
     try:
         import pyarrow.fs as pafs
 
-        fs, root = pyarrow_fs(uri)
+        fs, root = located or pyarrow_fs(uri)
         root = root.rstrip("/")
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
     except Exception as e:
@@ -161,19 +165,19 @@ def _list_files(uri: str):
     return fs, root, [fi for fi in infos if fi.type == pafs.FileType.File]
 
 
-def parquet_files(uri: str):
+def parquet_files(uri: str, located=None):
     """``(pyarrow filesystem, [FileInfo])`` of the data files of a Parquet folder, sorted by
     path (names starting with ``_`` or ``.`` are skipped, as Spark does, and the empty
     ``<dir>_$folder$`` objects EMRFS leaves beside S3 folders, which EMRFS hides from Spark), or
     ``None`` when pyarrow cannot list it here. Lists with ``pyarrow.fs`` only (cheap to import on
-    executors).
+    executors). ``located``: ``pyarrow_fs(uri)``, when the caller has it already.
 
     Examples
     --------
     >>> parquet_files("/no/such/table") is None
     True
     """
-    listed = _list_files(uri)
+    listed = _list_files(uri, located)
     if listed is None:
         return None
     fs, root, files = listed
