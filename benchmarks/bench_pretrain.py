@@ -22,12 +22,24 @@ variants of (median fold-0 fit / median single fit): the stage's fits alone in s
 without the spread between the stage's process and the reference's (the rest of ``ratio`` is
 the stage's work outside the fits' training, plus that spread).
 
+``--alternate`` runs the reference in a fresh child right after each stage run (an untimed
+warm-up fit, then one single fit, and the fold-0 fits with ``--fold-fits``) instead of all of
+them after the last stage run, and also writes each run's own ratio to the fit timed right
+after it (``ratio_runs``, their median ``ratio_paired``) and each run's fits alone in those
+units (``stage_fits_in_single_fits_runs``: the training seconds of the stage's fits, from its
+model card, over that single fit). The single fit has taken 24.6-38.7 s at 30k and 105.5-168.8 s
+at 100k in different runs of this benchmark; a pair taken minutes apart is meant to carry less
+of that spread than the ratio of two medians taken in two blocks (on the 2-core machine of
+docs/benchmarks.md it did not always: the speed there changed by up to 50% between minutes).
+
 Usage::
 
     .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 \\
         --json runs/bench_pretrain_30k.json
     .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 --fold-fits \\
         --json runs/bench_pretrain_30k.json    # and the fold fits beside the single fit
+    .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 --fold-fits \\
+        --alternate --json runs/bench_pretrain_30k.json  # a reference after each stage run
 """
 
 import argparse
@@ -61,7 +73,7 @@ def _cli(args, log_path: str) -> float:
     return time.time() - t0
 
 
-def single_fit(conf: str, repeat: int, fold_fits: bool = False) -> dict:
+def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = False) -> dict:
     """Child process: the ``pina`` variant's X and Y as the pretrain stage builds them, then one
     g fit on every row, ``repeat`` times; the seconds of each and the problem's size.
 
@@ -69,7 +81,11 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False) -> dict:
     variant's fold-0 model on exactly the rows the stage gives it (all but fold 0's instance rows
     and their twin label rows; fold 0 stands for every fold, the folds being equal by hash), so
     the fold fits are timed in the same process as the reference, free of the spread between
-    processes."""
+    processes.
+
+    ``warmup``: one untimed single fit first, so that no timed fit is the first of its process
+    (``--alternate`` starts a child per repeat; a process's first fit has run up to ~10% slower
+    than the next ones)."""
     import numpy as np
 
     from pina_spark.config import load_config
@@ -98,6 +114,8 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False) -> dict:
     secs: list[float] = []
     fold_secs: dict[str, list[float]] = {v: [] for v in timed}
     fold0_rows = {v: bpre.row_folds(problems[v].entity, F) != 0 for v in timed}
+    if warmup:
+        train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, warm-up]", threads=-1)
     for _ in range(repeat):
         t0 = time.time()
         train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
@@ -113,16 +131,56 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False) -> dict:
         "positives": int(pb.Y.nnz),
         "threads": os.cpu_count(),
         "nnz_x": int(np.int64(X["pina"].nnz)),
+        "folds": F,
+        "warmup": warmup,
     }
     if fold_secs:
-        single = statistics.median(secs)
+        out["fold0_fit_runs_s"] = fold_secs
+    return out
+
+
+def merge_fits(parts: list[dict]) -> dict:
+    """One child result from those of several child processes (``--alternate`` runs one child
+    per repeat): their seconds concatenated in order, then the fold fits' share of the
+    reference, ``fold0_over_single`` (median fold-0 fit / median single fit, per variant), and
+    ``fits_in_single_fits`` = F x their sum.
+
+    Examples
+    --------
+    >>> a = {"single_fit_runs_s": [10.0], "folds": 3, "fold0_fit_runs_s": {"pina": [7.0]}}
+    >>> b = {"single_fit_runs_s": [12.0], "folds": 3, "fold0_fit_runs_s": {"pina": [9.0]}}
+    >>> m = merge_fits([a, b])
+    >>> m["single_fit_runs_s"], m["fold0_over_single"], m["fits_in_single_fits"]
+    ([10.0, 12.0], {'pina': 0.727}, 2.181)
+    """
+    out = dict(parts[-1])
+    out["single_fit_runs_s"] = [s for p in parts for s in p["single_fit_runs_s"]]
+    if "fold0_fit_runs_s" in out:
+        fold_secs = {
+            v: [s for p in parts for s in p["fold0_fit_runs_s"][v]] for v in out["fold0_fit_runs_s"]
+        }
+        single = statistics.median(out["single_fit_runs_s"])
         out["fold0_fit_runs_s"] = fold_secs
         out["fold0_over_single"] = {
             v: round(statistics.median(s) / single, 3) for v, s in fold_secs.items()
         }
         # the stage's F fits per variant, in single fits, measured beside the reference
-        out["fits_in_single_fits"] = round(F * sum(out["fold0_over_single"].values()), 3)
+        out["fits_in_single_fits"] = round(out["folds"] * sum(out["fold0_over_single"].values()), 3)
     return out
+
+
+def paired_ratios(pretrain_runs_s: list[float], single_runs_s: list[float]) -> dict:
+    """``--alternate``: each stage run over the single fit timed right after it, and their
+    median, which a drift of the machine's speed over the benchmark moves less than the ratio
+    of the two medians does.
+
+    Examples
+    --------
+    >>> paired_ratios([100.0, 120.0, 90.0], [30.0, 33.0, 30.0])
+    {'ratio_runs': [3.333, 3.636, 3.0], 'ratio_paired': 3.333}
+    """
+    runs = [round(p / s, 3) for p, s in zip(pretrain_runs_s, single_runs_s, strict=True)]
+    return {"ratio_runs": runs, "ratio_paired": statistics.median(runs)}
 
 
 def main(argv=None) -> dict:
@@ -140,11 +198,20 @@ def main(argv=None) -> dict:
         action="store_true",
         help="also time every variant's fold-0 fit beside each single fit (same process)",
     )
+    ap.add_argument(
+        "--alternate",
+        action="store_true",
+        help="time one single fit (a fresh child, after an untimed warm-up fit) right after "
+        "each stage run, and report each run's ratio to the fit after it",
+    )
+    ap.add_argument("--warmup", action="store_true", help=argparse.SUPPRESS)  # the child's
     ap.add_argument("--single-fit", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if a.single_fit:  # the child process
         with open(a.json, "w") as fh:
-            json.dump(single_fit(a.single_fit, a.repeat, a.fold_fits), fh)
+            json.dump(single_fit(a.single_fit, a.repeat, a.fold_fits, a.warmup), fh)
         return {}
     work = a.workdir or tempfile.mkdtemp(prefix="bench-pretrain-")
     os.makedirs(work, exist_ok=True)
@@ -164,19 +231,34 @@ def main(argv=None) -> dict:
     with open(conf, "w") as fh:
         yaml.safe_dump(doc, fh)
     _cli(["run", "--config", conf, "--stages", UPSTREAM], log_path)
-    runs = []
+    fit_json = os.path.join(work, "single_fit.json")
+
+    def child(repeat: int) -> dict:
+        """The reference, ``repeat`` single fits in a fresh process (:func:`single_fit`)."""
+        subprocess.check_call(
+            [sys.executable, __file__, "--instances", str(n), "--json", fit_json]
+            + ["--repeat", str(repeat), "--single-fit", conf]
+            + (["--fold-fits"] if a.fold_fits else [])
+            + (["--warmup"] if a.alternate else [])
+        )
+        return json.load(open(fit_json))
+
+    runs, stage_fits, parts = [], [], []
     for r in range(a.repeat):
         _cli(["run", "--config", conf, "--stages", "pretrain", "--force"], log_path)
         man = json.load(open(os.path.join(out, "_manifest.json")))
         runs.append(man["stages"]["pretrain"])
+        run_card = json.load(open(os.path.join(out, "models", "model_card.json")))
+        stage_fits.append(
+            round(sum(float(c["fits_train_s"]) for c in run_card["variants"].values()), 2)
+        )
         print(f"pretrain run {r + 1}: {runs[-1]['duration_s']} s", flush=True)
-    fit_json = os.path.join(work, "single_fit.json")
-    subprocess.check_call(
-        [sys.executable, __file__, "--instances", str(n), "--json", fit_json]
-        + ["--repeat", str(a.repeat), "--single-fit", conf]
-        + (["--fold-fits"] if a.fold_fits else [])
-    )
-    fit = json.load(open(fit_json))
+        if a.alternate:
+            parts.append(child(1))
+            print(f"single fit {r + 1}: {parts[-1]['single_fit_runs_s'][0]} s", flush=True)
+    if not a.alternate:
+        parts.append(child(a.repeat))
+    fit = merge_fits(parts)
     card = json.load(open(os.path.join(out, "models", "model_card.json")))
     pre = [float(r["duration_s"]) for r in runs]
     pretrain_s = statistics.median(pre)
@@ -200,9 +282,18 @@ def main(argv=None) -> dict:
         "spark_master": doc["spark"]["master"],
         "fits_train_s": {v: c.get("fits_train_s") for v, c in card["variants"].items()},
         "fits_in_single_fits": fit.get("fits_in_single_fits"),
+        # the stage's own fits (training seconds of every fold model, both variants) per run
+        "stage_fits_train_runs_s": stage_fits,
+        "alternate": a.alternate,
         "single_fit": fit,
         "sets": a.set,
     }
+    if a.alternate:
+        result.update(paired_ratios(pre, fit["single_fit_runs_s"]))
+        # the stage's fits alone, each run over the single fit timed right after it
+        result["stage_fits_in_single_fits_runs"] = [
+            round(f / s, 3) for f, s in zip(stage_fits, fit["single_fit_runs_s"], strict=True)
+        ]
     with open(a.json, "w") as fh:
         json.dump(result, fh, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k != "single_fit"}, indent=1))

@@ -371,9 +371,10 @@ class NeighborsConfig(_Params):
             top candidates, scores averaged over the F models, a candidate a model did not
             return counting 0) or ``in_sample`` (the paper's recipe: one g on every row).
         folds: number of folds F for ``out_of_fold`` (by a hash of the instance id). 3 by
-            default: a third of the old F = 5 recipe's pretrain seconds, P@1 level with it on
-            citeulike-t and pooled with Instacart, where ``pina`` alone fell 0.73 points (not
-            significant; RESULTS.md, "g's cost").
+            default: a third of the old F = 5 recipe's pretrain seconds and about half of F = 5's
+            today, with P@1 level with both, pooled over Instacart and citeulike-t; but ``pina``
+            scores about 0.5 points lower at P@3 and P@5 than with F = 5 (significant pooled;
+            RESULTS.md, "g's cost"). Set 5 where that matters more than pretrain seconds.
         weighting: scores -> edge weights: ``l1`` (paper: softmax first when raw scores can be
             negative), ``softmax`` (with ``temperature``), ``raw``.
         temperature: softmax temperature.
