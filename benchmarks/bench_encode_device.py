@@ -75,9 +75,14 @@ def make_model(out: str) -> int:
 
     src = minilm_path()
     os.makedirs(out, exist_ok=True)
-    for f in ("config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"):
+    for f in (
+        "config.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ):
         shutil.copy(os.path.join(src, f), out)
-    shutil.copy(os.path.join(src, "vocab.txt"), out)
     weights = load_file(os.path.join(src, "model.safetensors"))
     save_file(
         {k: v.half().contiguous() for k, v in weights.items()},
@@ -173,17 +178,15 @@ def main(argv=None) -> dict:
     if a.device.startswith("cuda") and not cuda:
         print("no CUDA device: nothing to compare", file=sys.stderr)
         return result
-    cases = [
-        (name, int(m), len(texts)) for m in a.max_length.split(",") for name, texts in sets.items()
-    ]
+    cases = [(name, int(m)) for m in a.max_length.split(",") for name in sets]
     if a.long and a.join > 1:
         src = sets[a.long]
         long_name = f"{a.long}_x{a.join}"
         sets[long_name] = [
             " ".join(src[i : i + a.join]) for i in range(0, len(src) - a.join + 1, a.join)
         ]
-        cases.append((long_name, a.long_max_length, len(sets[long_name])))
-    for name, max_length, _ in cases:
+        cases.append((long_name, a.long_max_length))
+    for name, max_length in cases:
         texts = sets[name]
         case: dict = {"set": name, "rows": len(texts), "max_length": max_length}
         emb = {}

@@ -259,7 +259,7 @@ def main(argv=None) -> dict:
     if not a.alternate:
         parts.append(child(a.repeat))
     fit = merge_fits(parts)
-    card = json.load(open(os.path.join(out, "models", "model_card.json")))
+    card = run_card  # the last stage run's model card
     pre = [float(r["duration_s"]) for r in runs]
     pretrain_s = statistics.median(pre)
     single_s = statistics.median(fit["single_fit_runs_s"])
@@ -291,9 +291,9 @@ def main(argv=None) -> dict:
     if a.alternate:
         result.update(paired_ratios(pre, fit["single_fit_runs_s"]))
         # the stage's fits alone, each run over the single fit timed right after it
-        result["stage_fits_in_single_fits_runs"] = [
-            round(f / s, 3) for f, s in zip(stage_fits, fit["single_fit_runs_s"], strict=True)
-        ]
+        result["stage_fits_in_single_fits_runs"] = paired_ratios(
+            stage_fits, fit["single_fit_runs_s"]
+        )["ratio_runs"]
     with open(a.json, "w") as fh:
         json.dump(result, fh, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k != "single_fit"}, indent=1))
