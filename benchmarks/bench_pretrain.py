@@ -113,7 +113,8 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = F
     pb = problems["pina"]
     secs: list[float] = []
     fold_secs: dict[str, list[float]] = {v: [] for v in timed}
-    fold0_rows = {v: bpre.row_folds(problems[v].entity, F) != 0 for v in timed}
+    seed = cfg.neighbors.fold_seed
+    fold0_rows = {v: bpre.row_folds(problems[v].entity, F, seed) != 0 for v in timed}
     if warmup:
         train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, warm-up]", threads=-1)
     for _ in range(repeat):

@@ -13,6 +13,13 @@ Usage::
 
 ``--pool A2,B2`` (repeatable) adds more pairs of runs (other data sets): each variant then also
 gets a ``pooled`` row over the instances of every pair (their differences concatenated).
+
+A side may join several roots of the same data with ``+`` (e.g. the fold splits
+``neighbors.fold_seed`` 0, 1, 2): each instance's metrics are then their mean over those runs,
+over the instances every one of them scored, so the interval is that of the mean over splits::
+
+    .venv/bin/python benchmarks/paired_ci.py runs/instacart-old5 \
+        runs/instacart-new3+runs/instacart-new3-s1+runs/instacart-new3-s2
 """
 
 import argparse
@@ -72,13 +79,35 @@ def main(argv=None) -> dict:
     return out
 
 
-def per_instance(root: str) -> pd.DataFrame:
-    """The run root's per-instance test metrics (the evaluate stage's reader); exit with a
-    message where the run has none."""
-    t = read_per_instance(root)
-    if t is None:
-        raise SystemExit(f"{root}: no eval/per_instance.parquet (run the evaluate stage on it)")
-    return t
+def per_instance(spec: str) -> pd.DataFrame:
+    """The per-instance test metrics of a run root (the evaluate stage's reader), or of several
+    joined with ``+`` (:func:`mean_over_runs`); exit with a message where a run has none."""
+    tables = []
+    for root in spec.split("+"):
+        t = read_per_instance(root)
+        if t is None:
+            raise SystemExit(f"{root}: no eval/per_instance.parquet (run the evaluate stage on it)")
+        tables.append(t)
+    return tables[0] if len(tables) == 1 else mean_over_runs(tables)
+
+
+def mean_over_runs(tables: list) -> pd.DataFrame:
+    """Per variant and instance, the mean of each metric over ``tables`` (runs of the same
+    data), for the instances every table scored.
+
+    >>> t0 = pd.DataFrame({"variant": ["pina"] * 2, "instance_id": ["a", "b"],
+    ...                    "P@1": [1.0, 0.0], "P@3": [1.0, 0.0], "P@5": [0.2, 0.0]})
+    >>> t1 = pd.DataFrame({"variant": ["pina"], "instance_id": ["a"],
+    ...                    "P@1": [0.0], "P@3": [1.0], "P@5": [0.4]})
+    >>> mean_over_runs([t0, t1]).values.tolist()
+    [['pina', 'a', 0.5, 1.0, 0.30000000000000004]]
+    """
+    keys = ["variant", "instance_id"]
+    t = pd.concat([x[keys + list(KS)] for x in tables], ignore_index=True)
+    g = t.groupby(keys, sort=True)
+    n = g.size()
+    mean = g[list(KS)].mean()
+    return mean[n == len(tables)].reset_index()
 
 
 def _merged(run_a: str, run_b: str) -> dict:

@@ -677,12 +677,12 @@ def _pifa_case(n=400, n_lab=12, D=4, S=30, F=3, seed=5):
     return case
 
 
-def _pifa_reference(case, mode, a, max_nnz=0):
+def _pifa_reference(case, mode, a, max_nnz=0, seed=0):
     """The features of ``pina`` with label features, from the definition: a label neighbour of
     a train instance of fold f is the normalised sum of its train instances outside fold f
     (of all of them for a test instance); ``text_pifa`` adds the label's own normalised row;
     then only the ``max_nnz`` largest tf-idf entries stay (ties: lower column) and the row is
-    normalised again."""
+    normalised again. ``seed``: the fold split (``neighbors.fold_seed``)."""
     from pina_spark.storage.folds import fold_of
 
     n, M, F = case.n_inst, case.M, case.F
@@ -692,7 +692,9 @@ def _pifa_reference(case, mode, a, max_nnz=0):
         s = np.sqrt((x * x).sum())
         return x / s if s > 0 else x * 0
 
-    fold = [fold_of(case.inst_ids[i], F) if case.splits[i] == "train" else -1 for i in range(n)]
+    fold = [
+        fold_of(case.inst_ids[i], F, seed) if case.splits[i] == "train" else -1 for i in range(n)
+    ]
     members = {
         j: [i for i, jj in case.pairs if jj == j and case.splits[i] == "train"] for j in range(n, M)
     }
@@ -730,6 +732,29 @@ def _pifa_reference(case, mode, a, max_nnz=0):
 CAP = 12
 
 
+def _run_label_features(spark, case, root, strategy, aggregate, fold_seed=0):
+    """The aggregate stage on ``case`` with its instance labels written, ``v1_weight`` 1.2, the
+    ``aggregate`` settings given and g's F folds of split ``fold_seed``."""
+    il = pa.table(
+        {
+            storage.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
+            storage.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
+        }
+    )
+    _write(os.path.join(str(root), storage.INSTANCE_LABELS), il)
+    return _run(
+        spark,
+        case,
+        root,
+        strategy,
+        a=1.2,
+        extra={
+            "aggregate": {"strategy": strategy, **aggregate, "v1_weight": 1.2},
+            "neighbors": {"folds": case.F, "fold_seed": fold_seed},
+        },
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["pifa", "text_pifa"])
 def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
@@ -745,25 +770,12 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
         ("shuffle", {"strategy": "shuffle"}),
     ]:
         root = tmp_path / name
-        il = pa.table(
-            {
-                storage.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
-                storage.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
-            }
-        )
-        _write(os.path.join(str(root), storage.INSTANCE_LABELS), il)
-        stats, feats = _run(
+        stats, feats = _run_label_features(
             spark,
             case,
             root,
             agg["strategy"],
-            a=1.2,
-            extra={
-                "aggregate": dict(
-                    agg, v1_weight=1.2, label_features=mode, label_features_max_nnz=CAP
-                ),
-                "neighbors": {"folds": case.F},
-            },
+            aggregate=dict(agg, label_features=mode, label_features_max_nnz=CAP),
         )
         assert stats["label_features"] == mode
         assert stats["label_features_rows"] == (case.F + 1) * len(case.label_ids)
@@ -783,6 +795,22 @@ def test_label_features_match_the_out_of_fold_reference(spark, tmp_path, mode):
         res[name] = t
     for other in ("spark", "shuffle"):
         assert res["files"].column(storage.DENSE).equals(res[other].column(storage.DENSE)), other
+
+
+@pytest.mark.slow
+def test_label_features_follow_the_fold_seed(spark, tmp_path):
+    """With ``neighbors.fold_seed`` the out-of-fold centroids follow g's other split: a train
+    row aggregates its labels without the train rows of its fold under that seed (the
+    reference with the seed), which here differs from split 0's."""
+    case = _pifa_case()
+    _, feats = _run_label_features(
+        spark, case, tmp_path, "broadcast", {"label_features": "pifa"}, fold_seed=2
+    )
+    order = np.argsort(np.asarray(case.inst_ids))
+    X = _as_matrix(feats["pina"], 2 * case.dense.shape[1], 2 * case.S).toarray()
+    want = _pifa_reference(case, "pifa", 1.2, seed=2)[order]
+    assert np.abs(X - want).max() <= TOL
+    assert np.abs(X - _pifa_reference(case, "pifa", 1.2)[order]).max() > 0.01
 
 
 def test_label_features_differ_from_text_where_a_label_is_aggregated():

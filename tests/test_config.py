@@ -256,3 +256,32 @@ def test_a_removed_key_says_why_and_what_replaces_it():
     error naming the key and the setting that replaced it, not a bare "unknown key"."""
     with pytest.raises(ConfigError, match=r"'pretrain.encode_batch_size' was removed.*inference"):
         config_from_dict({"output": "/tmp/r", "pretrain": {"encode_batch_size": 64}})
+
+
+def test_fold_seed_at_zero_leaves_every_fingerprint_as_before():
+    """``neighbors.fold_seed`` came after roots were made: at 0 (the split they used) it is left
+    out of every fingerprint, so they keep their stages; another value changes exactly the
+    stages that depend on g's split (g, its neighbours, the out-of-fold label features)."""
+    import dataclasses as dc
+    import hashlib
+    import json
+
+    from pina_spark.config import config_from_dict
+    from pina_spark.stages import STAGES
+
+    cfg = config_from_dict({"output": "/r"})
+    before = cfg.to_dict()
+    del before["neighbors"]["fold_seed"]
+    assert (
+        cfg.fingerprint()
+        == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    )
+    seeded = cfg.replace(neighbors=dc.replace(cfg.neighbors, fold_seed=1))
+
+    def fp(c, name):
+        return c.fingerprint(*STAGES[name].fingerprint_sections(c))
+
+    changed = {name for name in STAGES if fp(cfg, name) != fp(seeded, name)}
+    assert changed == {"pretrain", "neighbors", "aggregate"}
+    with pytest.raises(Exception, match="neighbors.fold_seed"):
+        config_from_dict({"output": "/r", "neighbors": {"fold_seed": -1}})

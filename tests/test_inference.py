@@ -257,12 +257,13 @@ def _cross_reference(fold_models, x, onodes, nb):
     return sp.csr_matrix(agg / len(fold_models))
 
 
-def _reference(env, nb, variants=neighbors_plan.VARIANTS):
+def _reference(env, nb, variants=neighbors_plan.VARIANTS, seed=0):
     """Single-process: PECOS predict of every instance row with the model(s) it must use, then
     filtering / ordering / weighting written as plain Python loops. Out of fold, a test row
     takes every fold model (cross-fitting): each model's top ``topk`` scores averaged (0 where a
     model did not return the candidate); ``topk`` is the stage's rule: k + 2 (self and twin) +
-    the outputs node_kinds excludes, capped at max(100, 10 (k + 2))."""
+    the outputs node_kinds excludes, capped at max(100, 10 (k + 2)). ``seed``: the fold split
+    the models were trained on (their ``folds.json``)."""
     rows, X = env["rows"], env["X"]
     out, used = {}, {}
     oof = nb.train_mode == "out_of_fold"
@@ -270,7 +271,7 @@ def _reference(env, nb, variants=neighbors_plan.VARIANTS):
         model = _model_loader(env["models"], variant)
         for i, r in enumerate(rows[:N_INST]):
             if oof:
-                f = folds.fold_of(r.node_id, F) if r.split == "train" else "cross"
+                f = folds.fold_of(r.node_id, F, seed) if r.split == "train" else "cross"
             else:
                 f = None
             if f == "cross":
@@ -500,6 +501,33 @@ def test_test_rows_are_cross_fitted_from_the_fold_models(env, spark, tmp_path):
 
 
 @pytest.mark.slow
+def test_train_rows_follow_the_split_the_models_were_trained_on(env, spark, tmp_path):
+    """Fold models trained on split 4 (``fold_seed`` in their ``folds.json``): a train row
+    takes the fold model of its fold under split 4, on both paths (the executors' stored hash
+    units and the JVM's routing, re-checked in Python), and equals the single-process
+    reference with that split. Routing by split 0 instead would give other neighbours."""
+    models = _copy_models(env, tmp_path / "seed4")
+    doc = json.load(open(f"{models}/folds.json"))
+    json.dump({**doc, "fold_seed": 4}, open(f"{models}/folds.json", "w"))
+    train = [i for i, r in enumerate(env["rows"][:N_INST]) if r.split == "train"]
+    moved = [
+        i
+        for i in train
+        if folds.fold_of(env["rows"][i].node_id, F, 4) != folds.fold_of(env["rows"][i].node_id, F)
+    ]
+    assert len(moved) > len(train) // 3
+    ref, used = _reference(env, env["ctx"].cfg.neighbors, seed=4)
+    old, _ = _reference(env, env["ctx"].cfg.neighbors)
+    assert any(ref[("pina", i)] != old[("pina", i)] for i in moved)
+    for via in ("files", "shuffle"):
+        c = _with(env["ctx"], inference={"embeddings_via": via}, neighbors={"fold_seed": 4})
+        df, info = neighbors_stage.neighbors_frame(spark, dc.replace(c, models_root=models))
+        assert info["embeddings_via"] == via and info["fold_seed"] == 4
+        _assert_same(_collect_neighbors(df), ref)
+    assert all(used[("pina", i)] == folds.fold_of(env["rows"][i].node_id, F, 4) for i in train)
+
+
+@pytest.mark.slow
 def test_neighbors_identical_across_partitionings(env, spark):
     ctx = env["ctx"]
     got = []
@@ -682,10 +710,10 @@ def test_node_facts_kinds_twins_and_fold_units():
         assert kind[i] == code[k]
         want_twin = label_of.get(nid, -1) if k == storage.KIND_INSTANCE else -1
         assert twin[i] == want_twin, (i, nid)
-        for n_folds in (2, 3, 7):
-            got = int(folds.fold_of_unit(unit[[i]], n_folds)[0])
+        for n_folds, seed in ((2, 0), (3, 0), (7, 0), (3, 1), (7, 5)):
+            got = int(folds.fold_of_unit(unit[[i]], n_folds, seed)[0])
             want = (
-                folds.fold_of(nid, n_folds)
+                folds.fold_of(nid, n_folds, seed)
                 if (k == storage.KIND_INSTANCE and split == storage.SPLIT_TRAIN)
                 else -1
             )
@@ -997,11 +1025,13 @@ def test_injected_fault_reaches_the_executor_function(env, spark):
         df.collect()
 
 
-def test_fold_route_expr_matches_folds_module(spark):
+@pytest.mark.parametrize("seed", [0, 3])
+def test_fold_route_expr_matches_folds_module(spark, seed):
+    """The JVM's fold of an id (Spark SQL) is the Python one, for split 0 and another split."""
     ids = [f"item-{i}" for i in range(300)] + ["", "ünï", "a\x1fb"]
     df = spark.createDataFrame([(i,) for i in ids], "id string")
-    got = {
-        r.id: r.f
-        for r in df.select("id", neighbors_stage.fold_route_expr("id", 7).alias("f")).collect()
-    }
-    assert got == {i: folds.fold_of(i, 7) for i in ids}
+    expr = neighbors_stage.fold_route_expr("id", 7, seed)
+    got = {r.id: r.f for r in df.select("id", expr.alias("f")).collect()}
+    assert got == {i: folds.fold_of(i, 7, seed) for i in ids}
+    if seed:  # another split: most ids change fold
+        assert sum(got[i] != folds.fold_of(i, 7) for i in ids) > len(ids) // 2

@@ -10,6 +10,7 @@ its count (the rule of ``pina_spark.datasets``).
 import dataclasses as dc
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -542,11 +543,38 @@ def test_heldout_p1_beats_popularity(citeulike_run):
 
 @pytest.mark.slow
 def test_fold_models_exclude_exactly_their_fold(citeulike_run):
-    models = citeulike_run["models"]
-    nodes = {n[0]: n for n in citeulike_run["nodes"]}
+    _assert_folds_exclude_their_rows(citeulike_run, citeulike_run["models"], seed=0)
+
+
+@pytest.mark.slow
+def test_fold_seed_refits_g_on_another_split(spark, citeulike_run, tmp_path):
+    """``neighbors.fold_seed: 1`` on a copy of the run: the pretrain stage refits g on split 1
+    (recorded in ``folds.json`` and the card), each fold model leaves out exactly the instance
+    rows of its fold under split 1, and those are other rows than under split 0."""
+    from pina_spark.stages import pretrain
+
+    root = str(tmp_path / "seed1")
+    shutil.copytree(citeulike_run["ctx"].paths.root, root)
+    cfg = citeulike_run["cfg"]
+    cfg = cfg.replace(output=root, neighbors=dc.replace(cfg.neighbors, fold_seed=1))
+    pretrain.run(_ctx(spark, cfg))
+    models = os.path.join(root, storage.MODELS)
+    assert json.load(open(os.path.join(models, "folds.json")))["fold_seed"] == 1
+    card = json.load(open(os.path.join(models, "model_card.json")))
+    assert card["config"]["neighbors"]["fold_seed"] == 1
+    left = _assert_folds_exclude_their_rows(citeulike_run, models, seed=1)
+    before = _assert_folds_exclude_their_rows(citeulike_run, citeulike_run["models"], seed=0)
+    assert left != before
+
+
+def _assert_folds_exclude_their_rows(run, models, seed):
+    """Every fold model of ``models`` leaves out exactly the instance rows of its fold under
+    split ``seed`` (and keeps every output node); returns the rows each left out."""
+    nodes = {n[0]: n for n in run["nodes"]}
+    left = {}
     for v in ("pina", "pina_naive"):
-        srcs = np.unique([e[0] for e in citeulike_run["edges"] if e[4] == v])
-        full_out = np.unique([e[1] for e in citeulike_run["edges"] if e[4] == v])
+        srcs = np.unique([e[0] for e in run["edges"] if e[4] == v])
+        full_out = np.unique([e[1] for e in run["edges"] if e[4] == v])
         seen = set()
         for f in range(FOLDS):
             rows = set(np.load(os.path.join(g_dir(models, v, f), TRAIN_ROWS)).tolist())
@@ -554,8 +582,9 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
             expect = {
                 s
                 for s in srcs.tolist()
-                if nodes[s][1] == storage.KIND_INSTANCE and fold_of(nodes[s][2], FOLDS) == f
+                if nodes[s][1] == storage.KIND_INSTANCE and fold_of(nodes[s][2], FOLDS, seed) == f
             }
+            left[(v, f)] = excluded
             assert excluded == expect and len(expect) > 0
             assert all(nodes[s][1] == storage.KIND_INSTANCE for s in excluded)
             seen |= excluded
@@ -564,6 +593,7 @@ def test_fold_models_exclude_exactly_their_fold(citeulike_run):
             )
         # every instance row is left out by exactly one fold model
         assert seen == {s for s in srcs.tolist() if nodes[s][1] == storage.KIND_INSTANCE}
+    return left
 
 
 @pytest.mark.slow

@@ -375,6 +375,11 @@ class NeighborsConfig(_Params):
             today, with P@1 level with both, pooled over Instacart and citeulike-t; but ``pina``
             scores about 0.5 points lower at P@3 and P@5 than with F = 5 (significant pooled;
             RESULTS.md, "g's cost"). Set 5 where that matters more than pretrain seconds.
+        fold_seed: which split of the train instances into the F folds (by a hash of the id,
+            :mod:`pina_spark.storage.folds`). 0 is the split every run made before this key; any
+            other value gives another split, independent of it, so a result can be checked
+            over several splits: the same data and settings with seeds 0, 1, 2 tell how much
+            of a difference is the split's luck (RESULTS.md, "g's cost"). Changing it refits g.
         weighting: scores -> edge weights: ``l1`` (paper: softmax first when raw scores can be
             negative), ``softmax`` (with ``temperature``), ``raw``.
         temperature: softmax temperature.
@@ -383,12 +388,21 @@ class NeighborsConfig(_Params):
 
     #: the settings that decide how g is trained (the pretrain stage depends on them); the others
     #: only change prediction
-    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("leave_self_out", "train_mode", "folds")
+    G_TRAINING: typing.ClassVar[tuple[str, ...]] = (
+        "leave_self_out",
+        "train_mode",
+        "folds",
+        "fold_seed",
+    )
+    #: keys left out of fingerprints while they hold this value (the behaviour from before
+    #: the key existed), so roots made before it keep their fingerprints (PinaConfig.fingerprint)
+    FINGERPRINT_NEUTRAL: typing.ClassVar[dict[str, Any]] = {"fold_seed": 0}
 
     k: int = 5
     leave_self_out: bool = True
     train_mode: Literal["in_sample", "out_of_fold"] = "out_of_fold"
     folds: int = 3
+    fold_seed: int = 0
     weighting: Literal["l1", "softmax", "raw"] = "l1"
     temperature: float = 1.0
     node_kinds: Literal["labels", "instances", "both"] = "both"
@@ -396,6 +410,7 @@ class NeighborsConfig(_Params):
     def __post_init__(self):
         _check_range("neighbors.k", self.k, 1, None)
         _check_range("neighbors.folds", self.folds, 2, None)
+        _check_range("neighbors.fold_seed", self.fold_seed, 0, None)
         _check_range("neighbors.temperature", self.temperature, 0.0, None, lo_open=True)
 
 
@@ -868,13 +883,39 @@ class PinaConfig(_Params):
         True
         >>> cfg.fingerprint("neighbors") == k3.fingerprint("neighbors")
         False
+
+        A key of a section's ``FINGERPRINT_NEUTRAL`` is left out while it holds that value, so a
+        key added later changes no fingerprint of the roots made before it:
+
+        >>> s1 = PinaConfig.from_dict({"output": "/tmp/run", "neighbors": {"fold_seed": 1}})
+        >>> PinaConfig.from_dict({"output": "/tmp/run", "neighbors": {"fold_seed": 0}}
+        ...     ).fingerprint("neighbors") == cfg.fingerprint("neighbors")
+        True
+        >>> s1.fingerprint("neighbors") == cfg.fingerprint("neighbors")
+        False
+        >>> s1.fingerprint("neighbors.fold_seed") == cfg.fingerprint("neighbors.fold_seed")
+        False
         """
         import hashlib
 
         d = self.to_dict()
+        neutral = self._neutral_fields()
+        for path in neutral:
+            section, key = path.split(".")
+            del d[section][key]
         if sections:
-            d = {k: _field(d, k) for k in sections}
+            d = {k: _field(d, k) for k in sections if k not in neutral}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _neutral_fields(self) -> set[str]:
+        """``section.key`` of every key that holds its section's ``FINGERPRINT_NEUTRAL`` value."""
+        out = set()
+        for f in dc.fields(self):
+            sec = getattr(self, f.name)
+            for key, value in getattr(type(sec), "FINGERPRINT_NEUTRAL", {}).items():
+                if getattr(sec, key) == value:
+                    out.add(f"{f.name}.{key}")
+        return out
 
 
 def _field(d: dict[str, Any], path: str) -> Any:

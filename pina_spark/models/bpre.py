@@ -156,8 +156,9 @@ def twin_columns(row_ids: np.ndarray, cols: np.ndarray, nodes: Nodes, is_inst: n
     return twin, entity
 
 
-def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
-    """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F)`` for
+def row_folds(entity: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
+    """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F, seed)``
+    for
     rows that stand for a train instance (instance rows; with ``task.labels: graph`` also the
     label rows of those items, see :func:`twin_columns`), ``-1`` for the other label rows.
 
@@ -170,7 +171,7 @@ def row_folds(entity: np.ndarray, folds: int) -> np.ndarray:
     """
     out = np.full(len(entity), -1, dtype=np.int64)
     has = np.array([e is not None for e in entity], dtype=bool)
-    out[has] = [fold_of(e, folds) for e in entity[has]]
+    out[has] = [fold_of(e, folds, seed) for e in entity[has]]
     return out
 
 

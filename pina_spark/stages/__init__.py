@@ -235,7 +235,8 @@ STAGES: dict[str, StageSpec] = {
         StageSpec(
             "aggregate",
             "pina_spark.stages.aggregate:run",
-            ("aggregate", "neighbors.folds"),  # label_features pifa: out of g's folds
+            # label_features pifa: out of g's folds (fold_seed: left out at 0, PinaConfig)
+            ("aggregate", "neighbors.folds", "neighbors.fold_seed"),
             (storage.FEATURES,),
             storage.MODELS,
             sections_if=_vectorizer_only,

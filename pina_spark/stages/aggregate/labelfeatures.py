@@ -71,6 +71,7 @@ class CentroidTask:
     Attributes:
         mode: ``pifa`` or ``text_pifa``.
         folds: F, the folds of g (``neighbors.folds``).
+        fold_seed: the split of g's folds (``neighbors.fold_seed``).
         dense_dim, sparse_dim: D and S of the embeddings.
         base: the first virtual node index (max node index + 1).
         labels: the label nodes' indices, sorted (a label's rank is its position).
@@ -84,6 +85,7 @@ class CentroidTask:
     base: int
     labels: Any
     max_nnz: int = 0
+    fold_seed: int = 0
 
     def virtual(self, node, fold):
         """The node indices a neighbour row aggregates: a label node ``node[i]`` becomes the
@@ -121,7 +123,7 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     mx = nodes.select(F.max(F.col(storage.NODE_INDEX).cast("long"))).first()[0]
     task = CentroidTask(base=int(mx if mx is not None else -1) + 1, labels=labels, **task_args)
     folds = int(task.folds)
-    train = instance_folds(nodes, folds).where(F.col(_FOLD) >= 0)
+    train = instance_folds(nodes, folds, task.fold_seed).where(F.col(_FOLD) >= 0)
     members = instance_labels.select(
         F.col(storage.INSTANCE_INDEX).cast("long"), F.col(storage.LABEL_INDEX).cast("long")
     ).join(train, storage.INSTANCE_INDEX)
@@ -167,8 +169,8 @@ def build(spark, nodes, embeddings, instance_labels, task_args, scratch: str) ->
     return task
 
 
-def instance_folds(nodes, folds: int):
-    """``instance_index, _fold`` of every instance node: its fold of g
+def instance_folds(nodes, folds: int, seed: int = 0):
+    """``instance_index, _fold`` of every instance node: its fold of g (split ``seed``)
     (:func:`pina_spark.storage.folds.fold_expr`) for a ``train`` instance, -1 for the others (they
     aggregate the centroids of all train rows)."""
     from pyspark.sql import functions as F
@@ -178,7 +180,8 @@ def instance_folds(nodes, folds: int):
     return nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE).select(
         F.col(storage.NODE_INDEX).cast("long").alias(storage.INSTANCE_INDEX),
         F.when(
-            F.col(storage.SPLIT) == storage.SPLIT_TRAIN, fold_expr(F.col(storage.NODE_ID), folds)
+            F.col(storage.SPLIT) == storage.SPLIT_TRAIN,
+            fold_expr(F.col(storage.NODE_ID), folds, seed),
         )
         .otherwise(F.lit(-1))
         .cast("int")
@@ -340,7 +343,7 @@ def route_neighbors(nodes, neighbors, task: CentroidTask):
     instance's fold for a train instance, all train rows otherwise)."""
     from pyspark.sql import functions as F
 
-    inst = instance_folds(nodes, task.folds)
+    inst = instance_folds(nodes, task.folds, task.fold_seed)
     nb = neighbors.select(
         storage.VARIANT, F.col(storage.INSTANCE_INDEX).cast("long"), storage.NEIGHBOR, storage.SCORE
     ).join(inst, storage.INSTANCE_INDEX, "left")

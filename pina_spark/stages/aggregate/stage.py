@@ -135,6 +135,7 @@ def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: int | None):
             dict(
                 mode=cfg.aggregate.label_features,
                 folds=int(cfg.neighbors.folds),
+                fold_seed=int(cfg.neighbors.fold_seed),
                 dense_dim=dense_dim,
                 sparse_dim=sparse_dim,
                 max_nnz=int(cfg.aggregate.label_features_max_nnz),

@@ -49,11 +49,11 @@ def read_node_indices(uri: str):
     return np.unique(np.concatenate(parts))
 
 
-def task_order(E: dict[str, Any], n_folds: int = 0, selection=None):
+def task_order(E: dict[str, Any], n_folds: int = 0, selection=None, fold_seed: int = 0):
     """Executor side (``embeddings_via: files``): ``(node indices, routes)`` of every instance
     node of the store ``E`` (:func:`~pina_spark.runtime.embstore.open_store`), optionally only those
     in ``selection`` (sorted node indices), ordered by (route, node index) -- route = the fold of
-    a train instance when ``n_folds`` > 0, else ``-1`` (the full g)."""
+    a train instance (split ``fold_seed``) when ``n_folds`` > 0, else ``-1`` (the full g)."""
     import numpy as np
 
     from pina_spark.storage.folds import fold_of_unit
@@ -62,7 +62,7 @@ def task_order(E: dict[str, Any], n_folds: int = 0, selection=None):
     if selection is not None:
         nodes = nodes[np.isin(nodes, selection, assume_unique=True)]
     if n_folds:
-        routes = fold_of_unit(np.asarray(E["fold_unit"])[nodes], n_folds)
+        routes = fold_of_unit(np.asarray(E["fold_unit"])[nodes], n_folds, fold_seed)
         order = np.lexsort((nodes, routes))
         return nodes[order], routes[order]
     return nodes, np.full(len(nodes), FULL_ROUTE, dtype=np.int64)
@@ -89,14 +89,16 @@ def task_rows(order, n_tasks: int, task: int):
     return nodes[lo:hi], routes[lo:hi]
 
 
-def cached_task_order(E: dict[str, Any], key: str, n_folds: int, selection: str | None):
+def cached_task_order(
+    E: dict[str, Any], key: str, n_folds: int, selection: str | None, fold_seed: int = 0
+):
     """Executor side: :func:`task_order` of a store, computed once per worker (the latest
     one is kept): the tasks of a stage that a worker runs share it."""
-    ck = (key, n_folds, selection)
+    ck = (key, n_folds, selection, fold_seed)
     got = _TASK_ORDER.get(ck)
     if got is None:
         sel = read_node_indices(selection) if selection else None
-        got = task_order(E, n_folds, sel)
+        got = task_order(E, n_folds, sel, fold_seed)
         _TASK_ORDER.clear()
         _TASK_ORDER[ck] = got
     return got

@@ -85,6 +85,7 @@ class NeighborPlan:
         variants: g variants predicted, in output order.
         train_mode: ``in_sample`` | ``out_of_fold``.
         folds: fold models per variant (0 with ``in_sample``).
+        fold_seed: the split the fold models were trained on (their ``folds.json``).
         instance_nodes: instance nodes of this run's ``nodes``.
         partitions: tasks.
         embeddings_via: ``files`` | ``shuffle`` (:func:`choose_embeddings_via`), and why.
@@ -113,12 +114,14 @@ class NeighborPlan:
     use_twin: bool
     store: embstore.StoreSpec | None = None
     selection: str | None = None
+    fold_seed: int = 0
 
     def info(self) -> dict[str, Any]:
         """Plain facts for the stage statistics and the manifest."""
         return {
             "variants": list(self.variants),
             "folds": self.folds,
+            "fold_seed": self.fold_seed,
             "cross_fit": "mean" if self.folds else None,
             "instance_nodes": self.instance_nodes,
             "partitions": self.partitions,
@@ -185,10 +188,13 @@ def plan_neighbors(
             f"{artifacts.g_variant_dir(models, 'pina_naive')}"
         )
     out_of_fold = nb.train_mode == "out_of_fold"
-    n_folds = 0
+    n_folds, fold_seed = 0, 0
     if out_of_fold:
         folds_json = f"{models}/{artifacts.FOLDS_JSON}"
-        n_folds = int(artifacts.read_json(folds_json).get("folds") or 0)
+        folds_doc = artifacts.read_json(folds_json)
+        n_folds = int(folds_doc.get("folds") or 0)
+        # models written before neighbors.fold_seed existed were all trained on split 0
+        fold_seed = int(folds_doc.get("fold_seed") or 0)
         if n_folds < 2:
             raise storage.InputError(
                 f"neighbors.train_mode=out_of_fold but {folds_json} "
@@ -202,6 +208,13 @@ def plan_neighbors(
                 nb.folds,
                 n_folds,
                 n_folds,
+            )
+        if fold_seed != nb.fold_seed:
+            log.warning(
+                "neighbors.fold_seed=%d but the models were trained on split %d; using %d",
+                nb.fold_seed,
+                fold_seed,
+                fold_seed,
             )
     enc = artifacts.read_json(f"{artifacts.vectorizer_dir(models)}/{artifacts.ENCODER_JSON}")
     dense_dim = int(enc["dense_dim"])
@@ -260,6 +273,7 @@ def plan_neighbors(
         variants=tuple(variants),
         train_mode=nb.train_mode,
         folds=n_folds,
+        fold_seed=fold_seed,
         instance_nodes=n_inst,
         partitions=n_partitions(n_rows, inf.rows_per_task, runtime.task_slots(spark)),
         embeddings_via=via,

@@ -72,6 +72,7 @@ from pina_spark.stages.neighbors.plan import (
 )
 from pina_spark.stages.neighbors.stats import NeighborsStats, NeighborsVariantStats
 from pina_spark.stages.neighbors.topk import normalize_scores, topk_neighbors
+from pina_spark.storage.folds import fold_expr
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class NeighborTask:
         variants: g variants, in output order.
         models: every g model a task may need (:class:`~pina_spark.stages.neighbors.plan.GModel`).
         n_folds: fold models per variant; 0: every row uses the full g.
+        fold_seed: the split of the fold models (:func:`pina_spark.storage.folds.fold_of`).
         leave_self_out: a row never gets its own node...
         use_twin: ...nor its label twin (``task.labels_are_items``).
         k: neighbours kept per row.
@@ -134,6 +136,7 @@ class NeighborTask:
     n_tasks: int = 0
     selection: str | None = None
     sink: Sink | None = None
+    fold_seed: int = 0
 
     @classmethod
     def of(cls, plan: NeighborPlan, cfg, fault_plan=None, sink: Sink | None = None):
@@ -158,6 +161,7 @@ class NeighborTask:
             n_tasks=plan.partitions if files else 0,
             selection=plan.selection if files else None,
             sink=sink if files else None,
+            fold_seed=plan.fold_seed,
         )
 
 
@@ -304,7 +308,7 @@ def _make_shuffle_fn(task: NeighborTask, col_maps_bc, acc):
             idx = tbl.column(storage.INSTANCE_INDEX).to_numpy()
             if route != FULL_ROUTE:  # re-check the SQL routing against folds.fold_of
                 ids = tbl.column(storage.NODE_ID).to_pylist()
-                bad = [i for i in ids if fold_of(i, task.n_folds) != route]
+                bad = [i for i in ids if fold_of(i, task.n_folds, task.fold_seed) != route]
                 if bad:
                     raise RuntimeError(
                         f"fold routing mismatch for {bad[:3]}: SQL route {route} "
@@ -352,7 +356,7 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
         if not task.n_folds:
             models_of(FULL_ROUTE)
         E = opening.result()
-        order = cached_task_order(E, task.store.key, task.n_folds, task.selection)
+        order = cached_task_order(E, task.store.key, task.n_folds, task.selection, task.fold_seed)
         counters: dict[str, int] = {}
         for rb in batches:
             for t in rb.column(0).to_pylist():
@@ -407,10 +411,10 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
     return neighbors_task
 
 
-def fold_route_expr(node_id_col: str, folds: int):
-    """Spark column: ``folds.fold_of(node_id, folds)`` computed in SQL (sha1 of
-    ``"pina-fold\\x1f" + id``, first 12 hex digits / 16**12 * F), used only to co-locate rows
-    that need the same fold model; executors re-check it against :func:`folds.fold_of`.
+def fold_route_expr(node_id_col: str, folds: int, seed: int = 0):
+    """Spark column: ``folds.fold_of(node_id, folds, seed)`` computed in SQL
+    (:func:`pina_spark.storage.folds.fold_expr`), used only to co-locate rows that need the same
+    fold model; executors re-check it against :func:`folds.fold_of`.
 
     Examples
     --------
@@ -422,9 +426,7 @@ def fold_route_expr(node_id_col: str, folds: int):
     """
     from pyspark.sql import functions as F
 
-    h = F.sha1(F.concat(F.lit("pina-fold\x1f"), F.col(node_id_col)))
-    unit = F.conv(F.substring(h, 1, 12), 16, 10).cast("double") / F.lit(float(16**12))
-    return F.least(F.floor(unit * F.lit(float(folds))).cast("int"), F.lit(folds - 1))
+    return fold_expr(F.col(node_id_col), folds, seed)
 
 
 def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc, acc):
@@ -462,7 +464,7 @@ def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc
     if plan.folds:
         route = F.when(
             F.col(storage.SPLIT) == storage.SPLIT_TRAIN,
-            fold_route_expr(storage.NODE_ID, plan.folds),
+            fold_route_expr(storage.NODE_ID, plan.folds, plan.fold_seed),
         ).otherwise(F.lit(FULL_ROUTE))
     else:
         route = F.lit(FULL_ROUTE)

@@ -98,9 +98,10 @@ log = logging.getLogger(__name__)
 __all__ = ["run", "features_from_embeddings"]
 
 FOLD_RULE = (
-    "pina_spark.storage.folds.fold_of(node_id, F) = min(int(u * F), F - 1) with u = "
-    "int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16) / 16**12; applied to instance "
-    "input rows only (label rows are in every fold model)"
+    "pina_spark.storage.folds.fold_of(node_id, F, fold_seed) = min(int(u * F), F - 1) with "
+    "u = (n * A) % 2**48 / 16**12, n = int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16), "
+    "A = folds.split_multiplier(fold_seed) (1 for seed 0); applied to instance input rows "
+    "only (label rows are in every fold model)"
 )
 
 
@@ -308,7 +309,11 @@ def run(ctx) -> PretrainStats:
         row_facts, fits = {}, []
         for v in variants:
             pb = problems[v]
-            fold = bpre.row_folds(pb.entity, F) if F else np.zeros(len(pb.rows), np.int64)
+            fold = (
+                bpre.row_folds(pb.entity, F, int(ncfg.fold_seed))
+                if F
+                else np.zeros(len(pb.rows), np.int64)
+            )
             frac = pcfg.finetune_holdout_fraction
             out = np.array(
                 [e is not None and frac > 0 and is_heldout(e, frac) for e in pb.entity],
@@ -362,6 +367,7 @@ def run(ctx) -> PretrainStats:
         folds_doc = {
             "train_mode": ncfg.train_mode,
             "folds": F,
+            "fold_seed": int(ncfg.fold_seed) if F else 0,
             "rule": FOLD_RULE,
             "leave_self_out": ncfg.leave_self_out,
             "fold_model_path": "g/<variant>/fold=<f>: trained without the instance "
