@@ -372,14 +372,16 @@ class NeighborsConfig(_Params):
             return counting 0) or ``in_sample`` (the paper's recipe: one g on every row).
         folds: number of folds F for ``out_of_fold`` (by a hash of the instance id). 3 by
             default: a third of the old F = 5 recipe's pretrain seconds and about half of F = 5's
-            today, with P@1 level with both, pooled over Instacart and citeulike-t; but ``pina``
-            scores about 0.5 points lower at P@3 and P@5 than with F = 5 (significant pooled;
-            RESULTS.md, "g's cost"). Set 5 where that matters more than pretrain seconds.
+            today, with P@1 level with both, pooled over Instacart and citeulike-t (and over
+            three fold splits); but ``pina`` scores 0.25-0.5 points lower at P@3 and P@5 than
+            with F = 5 (significant pooled; RESULTS.md, "g's cost"). Set 5 where that matters
+            more than pretrain seconds.
         fold_seed: which split of the train instances into the F folds (by a hash of the id,
             :mod:`pina_spark.storage.folds`). 0 is the split every run made before this key; any
             other value gives another split, independent of it, so a result can be checked
             over several splits: the same data and settings with seeds 0, 1, 2 tell how much
-            of a difference is the split's luck (RESULTS.md, "g's cost"). Changing it refits g.
+            of a difference is the split's luck (up to 2.3 P@1 points on Instacart; RESULTS.md,
+            "Other fold splits"). Changing it refits g.
         weighting: scores -> edge weights: ``l1`` (paper: softmax first when raw scores can be
             negative), ``softmax`` (with ``temperature``), ``raw``.
         temperature: softmax temperature.
