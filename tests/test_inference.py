@@ -1026,11 +1026,13 @@ def test_injected_fault_reaches_the_executor_function(env, spark):
 
 
 @pytest.mark.parametrize("seed", [0, 3])
-def test_fold_route_expr_matches_folds_module(spark, seed):
+def test_fold_expr_matches_folds_module(spark, seed):
     """The JVM's fold of an id (Spark SQL) is the Python one, for split 0 and another split."""
+    from pyspark.sql import functions as sf
+
     ids = [f"item-{i}" for i in range(300)] + ["", "ünï", "a\x1fb"]
     df = spark.createDataFrame([(i,) for i in ids], "id string")
-    expr = neighbors_stage.fold_route_expr("id", 7, seed)
+    expr = folds.fold_expr(sf.col("id"), 7, seed)
     got = {r.id: r.f for r in df.select("id", expr.alias("f")).collect()}
     assert got == {i: folds.fold_of(i, 7, seed) for i in ids}
     if seed:  # another split: most ids change fold

@@ -158,9 +158,8 @@ def twin_columns(row_ids: np.ndarray, cols: np.ndarray, nodes: Nodes, is_inst: n
 
 def row_folds(entity: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
     """Fold of every input row (``-1``: in every fold model): ``folds.fold_of(entity, F, seed)``
-    for
-    rows that stand for a train instance (instance rows; with ``task.labels: graph`` also the
-    label rows of those items, see :func:`twin_columns`), ``-1`` for the other label rows.
+    for rows that stand for a train instance (instance rows; with ``task.labels: graph`` also
+    the label rows of those items, see :func:`twin_columns`), ``-1`` for the other label rows.
 
     Examples
     --------

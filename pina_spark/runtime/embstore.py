@@ -358,8 +358,8 @@ def node_facts(nodes_tbl, size: int):
     * ``twin`` int64: for an instance node, the label node with the same ``node_id`` (an item
       that is also a label, ``task.labels: graph``), else -1;
     * ``fold_unit`` float64: for a ``train`` instance, the id-hash unit of
-      :func:`pina_spark.storage.folds.fold_of` (its fold = ``folds.fold_of_unit(u, F)`` for any F),
-      else NaN.
+      :func:`pina_spark.storage.folds.fold_of` (its fold = ``folds.fold_of_unit(u, F, seed)``
+      for any F and split), else NaN.
 
     Examples
     --------

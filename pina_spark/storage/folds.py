@@ -31,9 +31,13 @@ import hashlib
 _VALID_SALT = "pina-valid"
 
 
+def _hash48(node_id: str, salt: str) -> int:
+    """The first 12 hex digits (48 bits) of ``sha1(salt + '\\x1f' + node_id)``."""
+    return int(hashlib.sha1(f"{salt}\x1f{node_id}".encode()).hexdigest()[:12], 16)
+
+
 def _unit(node_id: str, salt: str) -> float:
-    h = hashlib.sha1(f"{salt}\x1f{node_id}".encode()).hexdigest()
-    return int(h[:12], 16) / float(16**12)
+    return _hash48(node_id, salt) / float(16**12)
 
 
 #: the bits of the id hash a fold is cut from (12 hex digits)
@@ -70,16 +74,25 @@ def fold_unit(instance_id: str) -> float:
 
 def fold_of(instance_id: str, folds: int, seed: int = 0) -> int:
     """Fold in ``[0, folds)`` of a train instance, from a hash of its id (split ``seed``)."""
-    n = int(round(fold_unit(instance_id) * 16**12))
-    u = (n * split_multiplier(seed)) % 2**_BITS / float(16**12)
-    return min(int(u * folds), folds - 1)
+    n = _hash48(instance_id, "pina-fold") * split_multiplier(seed) % 2**_BITS
+    return min(int(n / float(16**12) * folds), folds - 1)
 
 
 def fold_expr(id_col, folds: int, seed: int = 0):
     """:func:`fold_of` as a Spark column expression of a string id column, computed in the JVM
     (sha1, the same 12 hex digits, the same integer and double arithmetic), so executors route
-    rows by fold without a Python UDF. ``tests/test_aggregate.py`` and
-    ``tests/test_inference.py`` check it against :func:`fold_of`."""
+    rows by fold without a Python UDF (the neighbours stage co-locates the rows of one fold
+    model with it; the aggregate stage's label features take g's folds from it).
+    ``tests/test_inference.py`` checks it against :func:`fold_of` for two splits.
+
+    Examples
+    --------
+    >>> from pyspark.sql import functions as F
+    >>> df = spark.createDataFrame([("a",), ("b",)], "id string")
+    >>> [r[0] for r in df.select(fold_expr(F.col("id"), 5, 2)).collect()] == [
+    ...     fold_of("a", 5, 2), fold_of("b", 5, 2)]
+    True
+    """
     from pyspark.sql import functions as F
 
     h = F.sha1(F.concat(F.lit("pina-fold\x1f"), id_col))

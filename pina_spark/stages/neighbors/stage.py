@@ -80,7 +80,6 @@ __all__ = [
     "NeighborTask",
     "neighbors_frame",
     "run",
-    "fold_route_expr",
     "cross_fit_scores",
     "MISSING_KEY",
 ]
@@ -411,24 +410,6 @@ def _make_files_fn(task: NeighborTask, col_maps_bc, acc):
     return neighbors_task
 
 
-def fold_route_expr(node_id_col: str, folds: int, seed: int = 0):
-    """Spark column: ``folds.fold_of(node_id, folds, seed)`` computed in SQL
-    (:func:`pina_spark.storage.folds.fold_expr`), used only to co-locate rows that need the same
-    fold model; executors re-check it against :func:`folds.fold_of`.
-
-    Examples
-    --------
-    >>> from pina_spark.storage.folds import fold_of
-    >>> df = spark.createDataFrame([("a",), ("b",)], "id string")
-    >>> [r[0] for r in df.select(fold_route_expr("id", 5)).collect()] == [
-    ...     fold_of("a", 5), fold_of("b", 5)]
-    True
-    """
-    from pyspark.sql import functions as F
-
-    return fold_expr(F.col(node_id_col), folds, seed)
-
-
 def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc, acc):
     """Driver side: the ``shuffle`` path. Driven by the embeddings (an incremental run hands
     this stage a subset of them): every instance with an embedding gets a row, with empty
@@ -462,9 +443,10 @@ def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc
         inst = F.broadcast(inst)
     df = emb.join(inst, storage.INSTANCE_INDEX, "inner")
     if plan.folds:
+        # only co-locates the rows of one fold model; executors re-check it with folds.fold_of
         route = F.when(
             F.col(storage.SPLIT) == storage.SPLIT_TRAIN,
-            fold_route_expr(storage.NODE_ID, plan.folds, plan.fold_seed),
+            fold_expr(F.col(storage.NODE_ID), plan.folds, plan.fold_seed),
         ).otherwise(F.lit(FULL_ROUTE))
     else:
         route = F.lit(FULL_ROUTE)
