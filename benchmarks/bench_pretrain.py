@@ -32,6 +32,16 @@ at 100k in different runs of this benchmark; a pair taken minutes apart is meant
 of that spread than the ratio of two medians taken in two blocks (on the 2-core machine of
 docs/benchmarks.md it did not always: the speed there changed by up to 50% between minutes).
 
+Beside the wall seconds it writes the same figures in the machine's busy CPU seconds
+(:mod:`cpu_clock`, from ``/proc/stat``: every core's time doing work, over the stage's span in
+its manifest and over each fit in the child): ``pretrain_busy_s``, ``single_fit_busy_s``,
+``cpu_ratio`` (with ``--alternate`` also ``cpu_ratio_runs`` and ``cpu_ratio_paired``), with
+``--fold-fits`` ``fits_in_single_fits_busy``, and each run's steal seconds (the time the host
+gave one of the machine's cores to something else). Busy seconds leave out steal, and idle
+cores, so they carry less of the host's load than wall seconds do; the stage's work on one
+core (reading inputs, saving models) also weighs half what it does in wall seconds on two
+cores, so the CPU ratio is not the goal's measure, only a second view of the same runs.
+
 Usage::
 
     .venv/bin/python benchmarks/bench_pretrain.py --instances 30000 --repeat 3 \\
@@ -58,6 +68,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+import cpu_clock  # noqa: E402
 from bench_pipeline import _config, _set  # noqa: E402
 
 UPSTREAM = "graph,vectorizer,embed"
@@ -115,18 +126,23 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = F
     fold_secs: dict[str, list[float]] = {v: [] for v in timed}
     seed = cfg.neighbors.fold_seed
     fold0_rows = {v: bpre.row_folds(problems[v].entity, F, seed) != 0 for v in timed}
+    cpu: list[dict | None] = []  # the machine's busy and steal seconds of each single fit
+    fold_cpu: dict[str, list[dict | None]] = {v: [] for v in timed}
     if warmup:
         train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, warm-up]", threads=-1)
     for _ in range(repeat):
-        t0 = time.time()
+        t0, c0 = time.time(), cpu_clock.read()
         train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
         secs.append(round(time.time() - t0, 2))
+        cpu.append(cpu_clock.since(c0))
         for v, keep in fold0_rows.items():
-            t0 = time.time()
+            t0, c0 = time.time(), cpu_clock.read()
             train_g(X[v][keep], problems[v].Y[keep], cfg.pretrain.xlinear, what=f"g[{v}, fold 0]")
             fold_secs[v].append(round(time.time() - t0, 2))
+            fold_cpu[v].append(cpu_clock.since(c0))
     out = {
         "single_fit_runs_s": secs,
+        "single_fit_runs_cpu": cpu,
         "rows": int(X["pina"].shape[0]),
         "outputs": int(pb.Y.shape[1]),
         "positives": int(pb.Y.nnz),
@@ -137,6 +153,7 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = F
     }
     if fold_secs:
         out["fold0_fit_runs_s"] = fold_secs
+        out["fold0_fit_runs_cpu"] = fold_cpu
     return out
 
 
@@ -156,6 +173,7 @@ def merge_fits(parts: list[dict]) -> dict:
     """
     out = dict(parts[-1])
     out["single_fit_runs_s"] = [s for p in parts for s in p["single_fit_runs_s"]]
+    out["single_fit_runs_cpu"] = [c for p in parts for c in p.get("single_fit_runs_cpu", [None])]
     if "fold0_fit_runs_s" in out:
         fold_secs = {
             v: [s for p in parts for s in p["fold0_fit_runs_s"][v]] for v in out["fold0_fit_runs_s"]
@@ -167,7 +185,30 @@ def merge_fits(parts: list[dict]) -> dict:
         }
         # the stage's F fits per variant, in single fits, measured beside the reference
         out["fits_in_single_fits"] = round(out["folds"] * sum(out["fold0_over_single"].values()), 3)
+        fold_cpu = {
+            v: [c for p in parts for c in p.get("fold0_fit_runs_cpu", {}).get(v, [None])]
+            for v in fold_secs
+        }
+        single_busy = busy_median(out["single_fit_runs_cpu"])
+        fold_busy = {v: busy_median(c) for v, c in fold_cpu.items()}
+        out["fold0_fit_runs_cpu"] = fold_cpu
+        if single_busy and all(fold_busy.values()):
+            # the same in the machine's busy CPU seconds
+            share = {v: round(b / single_busy, 3) for v, b in fold_busy.items() if b}
+            out["fold0_over_single_busy"] = share
+            out["fits_in_single_fits_busy"] = round(out["folds"] * sum(share.values()), 3)
     return out
+
+
+def busy_median(runs: list[dict | None]) -> float | None:
+    """The median of the runs' busy CPU seconds (:mod:`cpu_clock`); ``None`` if any run has none.
+
+    >>> busy_median([{"busy_s": 3.0}, {"busy_s": 1.0}, {"busy_s": 2.0}]), busy_median([None])
+    (2.0, None)
+    """
+    if not runs or any(r is None for r in runs):
+        return None
+    return statistics.median(float(r["busy_s"]) for r in runs if r is not None)
 
 
 def paired_ratios(pretrain_runs_s: list[float], single_runs_s: list[float]) -> dict:
@@ -182,6 +223,51 @@ def paired_ratios(pretrain_runs_s: list[float], single_runs_s: list[float]) -> d
     """
     runs = [round(p / s, 3) for p, s in zip(pretrain_runs_s, single_runs_s, strict=True)]
     return {"ratio_runs": runs, "ratio_paired": statistics.median(runs)}
+
+
+def stage_span_cpu(clock: "cpu_clock.Sampler", entry: dict) -> dict | None:
+    """The machine's busy and steal seconds over a stage run: from the manifest entry's
+    ``finished`` (UTC, microseconds) less its ``duration_s`` to ``finished``."""
+    import datetime
+
+    end = datetime.datetime.strptime(entry["finished"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    t1 = end.replace(tzinfo=datetime.timezone.utc).timestamp()
+    return clock.between(t1 - float(entry["duration_s"]), t1)
+
+
+def cpu_figures(stage: list[dict | None], single: list[dict | None], paired: bool) -> dict:
+    """The stage against the single fit in the machine's busy CPU seconds (:mod:`cpu_clock`),
+    beside the wall-second figures: ``pretrain_busy_s`` and ``single_fit_busy_s`` (medians),
+    ``cpu_ratio`` (their ratio), each run's busy and steal seconds, and with ``paired``
+    (``--alternate``) each run's ratio to the fit after it and their median. Empty where the
+    counters are unreadable.
+
+    Examples
+    --------
+    >>> st = [{"busy_s": 200.0, "steal_s": 1.0}, {"busy_s": 220.0, "steal_s": 9.0}]
+    >>> sf = [{"busy_s": 60.0, "steal_s": 0.5}, {"busy_s": 55.0, "steal_s": 0.2}]
+    >>> f = cpu_figures(st, sf, paired=True)
+    >>> f["cpu_ratio"], f["cpu_ratio_runs"], f["pretrain_steal_runs_s"]
+    (3.652, [3.333, 4.0], [1.0, 9.0])
+    >>> cpu_figures([None], sf, paired=False)
+    {}
+    """
+    pb, sb = busy_median(stage), busy_median(single)
+    if not pb or not sb:
+        return {}
+    out = {
+        "pretrain_busy_s": round(pb, 2),
+        "single_fit_busy_s": round(sb, 2),
+        "cpu_ratio": round(pb / sb, 3),
+        "pretrain_busy_runs_s": [c["busy_s"] for c in stage if c],
+        "pretrain_steal_runs_s": [c["steal_s"] for c in stage if c],
+        "single_fit_busy_runs_s": [c["busy_s"] for c in single if c],
+        "single_fit_steal_runs_s": [c["steal_s"] for c in single if c],
+    }
+    if paired:
+        pr = paired_ratios(out["pretrain_busy_runs_s"], out["single_fit_busy_runs_s"])
+        out["cpu_ratio_runs"], out["cpu_ratio_paired"] = pr["ratio_runs"], pr["ratio_paired"]
+    return out
 
 
 def main(argv=None) -> dict:
@@ -244,19 +330,25 @@ def main(argv=None) -> dict:
         )
         return json.load(open(fit_json))
 
-    runs, stage_fits, parts = [], [], []
+    runs, stage_fits, parts, stage_cpu = [], [], [], []
     for r in range(a.repeat):
-        _cli(["run", "--config", conf, "--stages", "pretrain", "--force"], log_path)
+        with cpu_clock.Sampler() as clock:
+            _cli(["run", "--config", conf, "--stages", "pretrain", "--force"], log_path)
         man = json.load(open(os.path.join(out, "_manifest.json")))
         runs.append(man["stages"]["pretrain"])
+        stage_cpu.append(stage_span_cpu(clock, runs[-1]))
         run_card = json.load(open(os.path.join(out, "models", "model_card.json")))
         stage_fits.append(
             round(sum(float(c["fits_train_s"]) for c in run_card["variants"].values()), 2)
         )
-        print(f"pretrain run {r + 1}: {runs[-1]['duration_s']} s", flush=True)
+        print(f"pretrain run {r + 1}: {runs[-1]['duration_s']} s, cpu {stage_cpu[-1]}", flush=True)
         if a.alternate:
             parts.append(child(1))
-            print(f"single fit {r + 1}: {parts[-1]['single_fit_runs_s'][0]} s", flush=True)
+            print(
+                f"single fit {r + 1}: {parts[-1]['single_fit_runs_s'][0]} s, "
+                f"cpu {parts[-1]['single_fit_runs_cpu'][0]}",
+                flush=True,
+            )
     if not a.alternate:
         parts.append(child(a.repeat))
     fit = merge_fits(parts)
@@ -289,6 +381,7 @@ def main(argv=None) -> dict:
         "single_fit": fit,
         "sets": a.set,
     }
+    result.update(cpu_figures(stage_cpu, fit["single_fit_runs_cpu"], a.alternate))
     if a.alternate:
         result.update(paired_ratios(pre, fit["single_fit_runs_s"]))
         # the stage's fits alone, each run over the single fit timed right after it
