@@ -37,10 +37,12 @@ Beside the wall seconds it writes the same figures in the machine's busy CPU sec
 its manifest and over each fit in the child): ``pretrain_busy_s``, ``single_fit_busy_s``,
 ``cpu_ratio`` (with ``--alternate`` also ``cpu_ratio_runs`` and ``cpu_ratio_paired``), with
 ``--fold-fits`` ``fits_in_single_fits_busy``, and each run's steal seconds (the time the host
-gave one of the machine's cores to something else). Busy seconds leave out steal, and idle
-cores, so they carry less of the host's load than wall seconds do; the stage's work on one
-core (reading inputs, saving models) also weighs half what it does in wall seconds on two
-cores, so the CPU ratio is not the goal's measure, only a second view of the same runs.
+gave one of the machine's cores to something else). Busy seconds leave out steal and idle
+cores; the stage's work on one core (reading inputs, saving models) weighs half what it does
+in wall seconds on two cores, so the CPU ratio is not the goal's measure, only a second view
+of the same runs. On the machine of docs/benchmarks.md steal stayed under 0.5% of the busy
+seconds and the busy ratio rose and fell with the wall ratio: there the spread is the cores'
+speed, which CPU seconds carry too.
 
 Usage::
 

@@ -6,9 +6,10 @@ nothing else running. Two counters of the kernel tell part of why:
 
 - **busy** CPU seconds (user, nice, system, irq, softirq: every core's time doing work), the
   cost of the work itself. Where the host takes a core away, the guest kernel counts that as
-  steal, not busy (paravirtual steal accounting), so busy seconds move less with the host's
-  load than wall seconds do. A core made slower by a neighbour (shared caches, memory
-  bandwidth) still shows up in busy seconds.
+  steal, not busy (paravirtual steal accounting), so busy seconds do not grow with time the
+  host takes away. A core made slower by a neighbour (shared caches, memory bandwidth) still
+  shows up in busy seconds, and on the machine of docs/benchmarks.md that was the whole
+  spread: steal stayed under 0.5% of the busy seconds.
 - **steal** seconds: the time the host ran something else on one of the guest's cores.
 
 Machine-wide counters are the benchmark's only when nothing else runs, the condition every
