@@ -61,6 +61,7 @@ __all__ = [
     "write_bundles",
     "fits_on_executors",
     "variant_card",
+    "label_tree",
     "train_g",
     "predict_g",
     "exclude_self",
@@ -183,8 +184,38 @@ def combine_metrics(parts: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: dict | None = None):
-    """Train XR-Linear g: hierarchical k-means on PIFA(Y, X), then the linear rankers.
+def label_tree(X, Y, xcfg, times: dict | None = None):
+    """g's label tree: hierarchical k-means (``nr_splits``, ``max_leaf_size``, ``seed`` of
+    ``xcfg``) on the PIFA label embeddings of csr ``X`` and ``Y`` (the sum of the X rows that
+    carry each output). ``times`` gets the seconds of ``pifa`` and ``tree``."""
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+
+    t0 = time.time()
+    label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
+    t1 = time.time()
+    chain = Indexer.gen(
+        label_feat,
+        indexer_type="hierarchicalkmeans",
+        nr_splits=int(xcfg.nr_splits),
+        max_leaf_size=int(xcfg.max_leaf_size),
+        seed=int(xcfg.seed),
+    )
+    if times is not None:
+        times.update({"pifa": round(t1 - t0, 2), "tree": round(time.time() - t1, 2)})
+    return chain
+
+
+def train_g(
+    X,
+    Y,
+    xcfg,
+    what: str = "g",
+    threads: int = -1,
+    times: dict | None = None,
+    chain=None,
+):
+    """Train XR-Linear g: hierarchical k-means on PIFA(Y, X) (:func:`label_tree`), then the
+    linear rankers.
 
     Parameters
     ----------
@@ -204,13 +235,15 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: dict | None =
         ``tree`` (hierarchical k-means), ``rankers`` (the linear models of every level);
         ``layers``, the seconds of each level of the rankers, top first (from PECOS' own
         "Training Layer" log records), and ``widths``, the nodes of each level.
+    chain : pecos ClusterChain, optional
+        A label tree made beforehand (:func:`label_tree`; ``pifa`` and ``tree`` are then 0);
+        the stage always makes g's own (benchmarks compare others).
 
     Example::
 
         model = train_g(X, Y, cfg.pretrain.xlinear)
     """
     import scipy.sparse as sp
-    from pecos.xmc import Indexer, LabelEmbeddingFactory
     from pecos.xmc.xlinear.model import XLinearModel
 
     X = sp.csr_matrix(X, dtype=np.float32)
@@ -223,16 +256,9 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: dict | None =
         f"{what}: XR-Linear on {X.shape[0]} rows x {Y.shape[1]} outputs "
         f"({Y.nnz} positives, {X.shape[1]} features)"
     ):
-        t0 = time.time()
-        label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa")
-        t1 = time.time()
-        chain = Indexer.gen(
-            label_feat,
-            indexer_type="hierarchicalkmeans",
-            nr_splits=int(xcfg.nr_splits),
-            max_leaf_size=int(xcfg.max_leaf_size),
-            seed=int(xcfg.seed),
-        )
+        steps: dict[str, float] = {"pifa": 0.0, "tree": 0.0}
+        if chain is None:
+            chain = label_tree(X, Y, xcfg, steps)
         t2 = time.time()
         clock = _LayerClock()
         with clock:
@@ -253,8 +279,7 @@ def train_g(X, Y, xcfg, what: str = "g", threads: int = -1, times: dict | None =
         end = time.time()
         times.update(
             {
-                "pifa": round(t1 - t0, 2),
-                "tree": round(t2 - t1, 2),
+                **steps,
                 "rankers": round(end - t2, 2),
                 "layers": clock.layers(end),
                 # nodes of each level of the label tree, top first (the last: the outputs)
