@@ -38,7 +38,6 @@ import sys
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,14 +63,12 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
                 "variant": pb.variant,
                 "leaf": leaf,
                 "shared_tree": True,
-                "skipped": "no " "row is in every fold model (i2i mode): no leak-free shared tree",
+                "skipped": "no row is in every fold model (i2i mode): no leak-free shared tree",
             }
         t0 = time.time()
-        Xc = sp.csr_matrix(X[common], dtype=np.float32)
-        Xc.sort_indices()
-        Yc = sp.csr_matrix(pb.Y[common], dtype=np.float32)
-        Yc.sort_indices()
-        chain = fits.label_tree(Xc, Yc, _leaf(xcfg, leaf))
+        # X (features_from_embeddings) and Y (bpre.build_y) are csr float32 with sorted
+        # indices, and so are their row slices: what train_g hands label_tree
+        chain = fits.label_tree(X[common], pb.Y[common], _leaf(xcfg, leaf))
         tree_s = time.time() - t0
     for f in range(F):
         keep = fold != f
