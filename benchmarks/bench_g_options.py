@@ -129,8 +129,11 @@ def main(argv=None) -> dict:
         return round(time.time() - t0, 2)
 
     leaf0 = int(xcfg.max_leaf_size)
-    options = [("pina", leaf0, False), ("pina", leaf0, True), ("pina_naive", leaf0, False)]
-    options += [("pina_naive", int(x), False) for x in a.leaves.split(",") if x.strip()]
+    naive0 = int(cfg.pretrain.xlinear_of("pina_naive").max_leaf_size)  # the stage's own
+    options = [("pina", leaf0, False), ("pina", leaf0, True), ("pina_naive", naive0, False)]
+    options += [
+        ("pina_naive", int(x), False) for x in a.leaves.split(",") if x.strip() and int(x) != naive0
+    ]
     singles = [single()]
     res = []
     for v, leaf, shared in options:

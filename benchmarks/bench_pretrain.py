@@ -123,7 +123,7 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = F
         for v in variants
     }
     spark.stop()
-    pb = problems["pina"]
+    pb, xcfg = problems["pina"], cfg.pretrain.xlinear_of("pina")
     secs: list[float] = []
     fold_secs: dict[str, list[float]] = {v: [] for v in timed}
     seed = cfg.neighbors.fold_seed
@@ -131,15 +131,17 @@ def single_fit(conf: str, repeat: int, fold_fits: bool = False, warmup: bool = F
     cpu: list[dict | None] = []  # the machine's busy and steal seconds of each single fit
     fold_cpu: dict[str, list[dict | None]] = {v: [] for v in timed}
     if warmup:
-        train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, warm-up]", threads=-1)
+        train_g(X["pina"], pb.Y, xcfg, what="g[pina, warm-up]", threads=-1)
     for _ in range(repeat):
         t0, c0 = time.time(), cpu_clock.read()
-        train_g(X["pina"], pb.Y, cfg.pretrain.xlinear, what="g[pina, single fit]", threads=-1)
+        train_g(X["pina"], pb.Y, xcfg, what="g[pina, single fit]", threads=-1)
         secs.append(round(time.time() - t0, 2))
         cpu.append(cpu_clock.since(c0))
         for v, keep in fold0_rows.items():
             t0, c0 = time.time(), cpu_clock.read()
-            train_g(X[v][keep], problems[v].Y[keep], cfg.pretrain.xlinear, what=f"g[{v}, fold 0]")
+            # each variant with the stage's own settings (pina_naive: pretrain.naive_max_leaf_size)
+            vx = cfg.pretrain.xlinear_of(v)
+            train_g(X[v][keep], problems[v].Y[keep], vx, what=f"g[{v}, fold 0]")
             fold_secs[v].append(round(time.time() - t0, 2))
             fold_cpu[v].append(cpu_clock.since(c0))
     out = {
@@ -272,6 +274,22 @@ def cpu_figures(stage: list[dict | None], single: list[dict | None], paired: boo
     return out
 
 
+def _leaves(card: dict) -> dict[str, int]:
+    """Each fitted variant's ``max_leaf_size``, from the stage's model card.
+
+    >>> _leaves({"variants": {"pina": {}, "pina_naive": {}}, "config": {"pretrain": {
+    ...     "xlinear": {"max_leaf_size": 100}, "naive_max_leaf_size": 50}}})
+    {'pina': 100, 'pina_naive': 50}
+    """
+    pre = card.get("config", {}).get("pretrain", {})
+    leaf = int(pre.get("xlinear", {}).get("max_leaf_size", 100))
+    naive = pre.get("naive_max_leaf_size")
+    return {
+        v: int(naive) if v == "pina_naive" and naive is not None else leaf
+        for v in sorted(card.get("variants", {}))
+    }
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, required=True)
@@ -375,6 +393,7 @@ def main(argv=None) -> dict:
         "train_on": doc.get("pretrain", {}).get("train_on", "auto"),
         "threads": fit["threads"],
         "spark_master": doc["spark"]["master"],
+        "max_leaf_size": _leaves(card),
         "fits_train_s": {v: c.get("fits_train_s") for v, c in card["variants"].items()},
         "fits_in_single_fits": fit.get("fits_in_single_fits"),
         # the stage's own fits (training seconds of every fold model, both variants) per run

@@ -258,30 +258,61 @@ def test_a_removed_key_says_why_and_what_replaces_it():
         config_from_dict({"output": "/tmp/r", "pretrain": {"encode_batch_size": 64}})
 
 
+def _fingerprint_without(cfg, *paths: str) -> str:
+    """What ``cfg.fingerprint()`` was before the keys ``paths`` (``section.key``) existed."""
+    import hashlib
+    import json
+
+    d = cfg.to_dict()
+    for path in paths:
+        section, key = path.split(".")
+        del d[section][key]
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _changed_stages(a, b) -> set[str]:
+    """The stages whose fingerprints differ between configs ``a`` and ``b``."""
+    from pina_spark.stages import STAGES
+
+    def fp(c, name):
+        return c.fingerprint(*STAGES[name].fingerprint_sections(c))
+
+    return {name for name in STAGES if fp(a, name) != fp(b, name)}
+
+
 def test_fold_seed_at_zero_leaves_every_fingerprint_as_before():
     """``neighbors.fold_seed`` came after roots were made: at 0 (the split they used) it is left
     out of every fingerprint, so they keep their stages; another value changes exactly the
     stages that depend on g's split (g, its neighbours, the out-of-fold label features)."""
     import dataclasses as dc
-    import hashlib
-    import json
 
     from pina_spark.config import config_from_dict
-    from pina_spark.stages import STAGES
 
-    cfg = config_from_dict({"output": "/r"})
-    before = cfg.to_dict()
-    del before["neighbors"]["fold_seed"]
-    assert (
-        cfg.fingerprint()
-        == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
-    )
+    cfg = config_from_dict({"output": "/r", "pretrain": {"naive_max_leaf_size": 50}})
+    assert cfg.fingerprint() == _fingerprint_without(cfg, "neighbors.fold_seed")
     seeded = cfg.replace(neighbors=dc.replace(cfg.neighbors, fold_seed=1))
-
-    def fp(c, name):
-        return c.fingerprint(*STAGES[name].fingerprint_sections(c))
-
-    changed = {name for name in STAGES if fp(cfg, name) != fp(seeded, name)}
-    assert changed == {"pretrain", "neighbors", "aggregate"}
+    assert _changed_stages(cfg, seeded) == {"pretrain", "neighbors", "aggregate"}
     with pytest.raises(Exception, match="neighbors.fold_seed"):
         config_from_dict({"output": "/r", "neighbors": {"fold_seed": -1}})
+
+
+def test_naive_max_leaf_size_left_out_of_fingerprints_at_none():
+    """``pretrain.naive_max_leaf_size`` came after roots were made: at ``None`` (pina_naive's g on
+    ``xlinear.max_leaf_size``, as every g before it) it is left out of every fingerprint; a value
+    changes the pretrain stage's alone (the later stages rerun on its new models' version), and
+    only ``pina_naive``'s g settings."""
+    import dataclasses as dc
+
+    from pina_spark.config import config_from_dict
+
+    unset = config_from_dict({"output": "/r", "pretrain": {"naive_max_leaf_size": None}})
+    assert unset.fingerprint() == _fingerprint_without(
+        unset, "neighbors.fold_seed", "pretrain.naive_max_leaf_size"
+    )
+    leaf = unset.replace(pretrain=dc.replace(unset.pretrain, naive_max_leaf_size=25))
+    assert _changed_stages(unset, leaf) == {"pretrain"}
+    assert leaf.pretrain.xlinear_of("pina_naive").max_leaf_size == 25
+    assert leaf.pretrain.xlinear_of("pina") == unset.pretrain.xlinear_of("pina")
+    assert unset.pretrain.xlinear_of("pina_naive") == unset.pretrain.xlinear
+    with pytest.raises(Exception, match="pretrain.naive_max_leaf_size"):
+        config_from_dict({"output": "/r", "pretrain": {"naive_max_leaf_size": 1}})

@@ -353,6 +353,9 @@ def test_g_settings_do_not_rerun_the_vectorizer_or_embed(spark, tmp_path, stubs)
     assert rerun(pretrain={"xlinear": {**cfg.pretrain.xlinear.to_dict(), "nr_splits": 4}}) == (
         after_g
     )
+    # pina_naive's own leaf: any value but the reference run's
+    other_leaf = (cfg.pretrain.naive_max_leaf_size or cfg.pretrain.xlinear.max_leaf_size) + 7
+    assert rerun(pretrain={"naive_max_leaf_size": other_leaf}) == after_g
     other_folds = cfg.neighbors.folds + 1  # any count but the reference run's own
     assert rerun(neighbors={"folds": other_folds}) == after_g
     assert rerun(pretrain={"train_on": "executors"}) == []  # the same models either way

@@ -429,7 +429,7 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     b = gtrain.make_bundle(pb, X, bpre.row_folds(pb.entity, FOLDS), out)
     fits = gtrain.plan_fits("pina_naive", FOLDS)
     assert [f.kind for f in fits] == ["fold"] * FOLDS
-    xcfg = ctx.cfg.pretrain.xlinear
+    xcfg = ctx.cfg.pretrain.xlinear_of("pina_naive")  # the stage's settings for this variant
     drv, exe = str(tmp_path / "driver"), str(tmp_path / "executors")
     on_driver = [gtrain.run_fit(f, b, xcfg, drv) for f in fits]
     scratch = str(tmp_path / "scratch")
@@ -445,7 +445,9 @@ def test_fits_on_executors_equal_fits_on_the_driver(spark, citeulike_run, tmp_pa
     made = []
     gtrain.write_bundles(lambda v: made.append(v) or shipped, ["pina_naive"], scratch)
     assert made == ["pina_naive"]
-    on_tasks = gtrain.fits_on_executors(spark, fits, xcfg, scratch, exe, store=store)
+    on_tasks = gtrain.fits_on_executors(
+        spark, fits, {"pina_naive": xcfg}, scratch, exe, store=store
+    )
 
     def no_times(card):  # seconds differ, and so do the sizes of the g_info.json holding them
         drop = ("train_s", "steps_s", "size_bytes", "predict_s")
@@ -504,7 +506,7 @@ def test_fit_task_names_the_nodes_the_store_lacks(spark, citeulike_run, tmp_path
         gtrain.fits_on_executors(
             spark,
             [fit],
-            ctx.cfg.pretrain.xlinear,
+            {"pina_naive": ctx.cfg.pretrain.xlinear_of("pina_naive")},
             scratch,
             str(tmp_path / "m"),
             store=store,
@@ -565,6 +567,51 @@ def test_fold_seed_refits_g_on_another_split(spark, citeulike_run, tmp_path):
     left = _assert_folds_exclude_their_rows(citeulike_run, models, seed=1)
     before = _assert_folds_exclude_their_rows(citeulike_run, citeulike_run["models"], seed=0)
     assert left != before
+
+
+def _leaf_sizes(models, v, fold):
+    """The sizes of the leaf clusters of fold model ``fold`` of variant ``v``'s g."""
+    m = load_g(g_dir(models, v, fold), predict_only=False)
+    return np.diff(m.model.model_chain[-1].C.tocsc().indptr)
+
+
+def _model_files(models, v, fold):
+    """SHA-256 of every file of a saved g but its ``g_info.json`` (which holds its seconds) and
+    the ``_CHECKSUMS.json`` that lists that file's checksum."""
+    import hashlib
+
+    root, out = g_dir(models, v, fold), {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n not in ("g_info.json", "_CHECKSUMS.json"):
+                path = os.path.join(d, n)
+                out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).digest()
+    return out
+
+
+@pytest.mark.slow
+def test_naive_max_leaf_size_refits_pina_naive_alone(spark, citeulike_run, tmp_path):
+    """``pretrain.naive_max_leaf_size`` on a copy of the run: ``pina_naive``'s fold models get
+    leaf clusters of at most that many outputs, where ``xlinear.max_leaf_size`` gave them
+    larger ones; ``pina``'s models are the same files as before (its settings are unchanged)."""
+    from pina_spark.stages import pretrain
+
+    leaf = 10
+    root = str(tmp_path / "leaf")
+    shutil.copytree(citeulike_run["ctx"].paths.root, root)
+    cfg = citeulike_run["cfg"]
+    assert cfg.pretrain.naive_max_leaf_size is None  # the fixture: both variants at 50
+    cfg = cfg.replace(output=root, pretrain=dc.replace(cfg.pretrain, naive_max_leaf_size=leaf))
+    pretrain.run(_ctx(spark, cfg))
+    models, before = os.path.join(root, storage.MODELS), citeulike_run["models"]
+    card = json.load(open(os.path.join(models, "model_card.json")))
+    assert card["config"]["pretrain"]["naive_max_leaf_size"] == leaf
+    for f in range(FOLDS):
+        assert _leaf_sizes(models, "pina_naive", f).max() <= leaf
+        assert _leaf_sizes(before, "pina_naive", f).max() > leaf
+        assert _model_files(models, "pina", f) == _model_files(before, "pina", f)
+        assert _model_files(models, "pina_naive", f) != _model_files(before, "pina_naive", f)
+    _assert_folds_exclude_their_rows(citeulike_run, models, seed=0)
 
 
 def _assert_folds_exclude_their_rows(run, models, seed):

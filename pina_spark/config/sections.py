@@ -295,6 +295,10 @@ class PretrainConfig(_Params):
             no model.
         dense_weight: weight of Phi_dnn against Phi_stat inside Phi_pre (each part is
             L2-normalised first; Phi_pre = [w * dnn ; (1 - w) * stat] renormalised).
+        naive_max_leaf_size: ``max_leaf_size`` of ``pina_naive``'s g (its outputs are the
+            labels alone), in place of ``xlinear.max_leaf_size``; ``None``: the same as
+            ``pina``'s. Each output's ranker trains on every row of its parent cluster, so
+            smaller leaves make this g's fits cheaper (:meth:`xlinear_of`).
     """
 
     #: the settings the vectorizer stage reads: tf-idf, encoder, fine-tuning
@@ -314,7 +318,13 @@ class PretrainConfig(_Params):
     #: the settings that decide how g is trained (the pretrain stage); ``train_on`` and
     #: ``mmap_max_mb`` only decide where its fits run and how X reaches them (the same models
     #: either way), so no stage depends on them
-    G_TRAINING: typing.ClassVar[tuple[str, ...]] = ("xlinear", "finetune_holdout_fraction")
+    G_TRAINING: typing.ClassVar[tuple[str, ...]] = (
+        "xlinear",
+        "naive_max_leaf_size",
+        "finetune_holdout_fraction",
+    )
+    #: left out of fingerprints at this value (the leaf of every g before the key existed)
+    FINGERPRINT_NEUTRAL: typing.ClassVar[dict[str, Any]] = {"naive_max_leaf_size": None}
     #: keys of earlier versions, and why they went (a clear error instead of "unknown key")
     REMOVED: typing.ClassVar[dict[str, str]] = {
         "encode_batch_size": "the driver no longer encodes the pretraining rows; the embed "
@@ -345,9 +355,12 @@ class PretrainConfig(_Params):
     dense_weight: float = 0.5
     train_on: Literal["auto", "driver", "executors"] = "auto"
     mmap_max_mb: int = 8192
+    naive_max_leaf_size: int | None = None
 
     def __post_init__(self):
         _check_range("pretrain.mmap_max_mb", self.mmap_max_mb, 0, None)
+        if self.naive_max_leaf_size is not None:
+            _check_range("pretrain.naive_max_leaf_size", self.naive_max_leaf_size, 2, None)
         _check_range(
             "pretrain.finetune_holdout_fraction",
             self.finetune_holdout_fraction,
@@ -356,6 +369,22 @@ class PretrainConfig(_Params):
             hi_open=True,
         )
         _check_range("pretrain.dense_weight", self.dense_weight, 0.0, 1.0)
+
+    def xlinear_of(self, variant: str) -> XLinearConfig:
+        """g's XR-Linear settings for ``variant``: ``xlinear``, with ``naive_max_leaf_size``
+        as the leaf of ``pina_naive``'s tree when set.
+
+        Examples
+        --------
+        >>> p = PretrainConfig(naive_max_leaf_size=50)
+        >>> p.xlinear_of("pina_naive").max_leaf_size, p.xlinear_of("pina").max_leaf_size
+        (50, 100)
+        >>> PretrainConfig().xlinear_of("pina_naive") == PretrainConfig().xlinear
+        True
+        """
+        if variant == V.PINA_NAIVE and self.naive_max_leaf_size is not None:
+            return dc.replace(self.xlinear, max_leaf_size=int(self.naive_max_leaf_size))
+        return self.xlinear
 
 
 @dc.dataclass(frozen=True)

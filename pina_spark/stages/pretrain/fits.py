@@ -559,7 +559,8 @@ class FitTask:
         bundle: URI of its variant's :func:`save_bundle` file.
         out: URI the task copies its model folder to (``<scratch>/models``: same layout as the
             models folder).
-        xlinear: ``pretrain.xlinear`` as a plain dict (rebuilt into the config on the executor).
+        xlinear: its variant's g settings (``pretrain.xlinear_of``) as a plain dict (rebuilt into
+            the config on the executor).
         store: ``None`` (X is in the bundle) or the :class:`~pina_spark.runtime.embstore.StoreSpec`
             of its machine's memory-mapped ``embeddings``: the task takes its rows' X from there
             (the bundle then holds no X, and the driver never builds one).
@@ -615,13 +616,14 @@ def write_bundles(
 def fits_on_executors(
     spark,
     fits: Sequence[Fit],
-    xcfg,
+    xcfgs: dict[str, Any],
     scratch: str,
     models_dir: str,
     store: StoreSpec | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``fits`` as Spark tasks, one each, on the bundles :func:`write_bundles` wrote under
-    ``scratch`` (a staging URI every executor reaches; the caller deletes it); their models end up
+    ``scratch`` (a staging URI every executor reaches; the caller deletes it), each with its
+    variant's settings (``xcfgs``: variant -> ``XLinearConfig``); their models end up
     in the local ``models_dir`` (the folder the driver publishes). With ``store`` (the spec of
     :func:`pina_spark.runtime.embstore.open_store`) the bundles hold no X: each task takes its rows
     from its machine's memory-mapped ``embeddings``. Returns the fits' cards in the order of
@@ -632,7 +634,7 @@ def fits_on_executors(
                 f,
                 bundle_uri(scratch, f.variant),
                 f"{scratch}/models",
-                xcfg.to_dict(),
+                xcfgs[f.variant].to_dict(),
                 store,
             )
             for f in fits

@@ -237,7 +237,6 @@ def run(ctx) -> PretrainStats:
             )
         return PretrainStats.reused(ctx.models_root)
     pcfg, ncfg = cfg.pretrain, cfg.neighbors
-    xcfg = pcfg.xlinear
     t_stage = time.time()
     vec = artifacts.require_vectorizer(spark, dst)
     enc = artifacts.read_json(storage.join(vec, artifacts.ENCODER_JSON))
@@ -307,6 +306,8 @@ def run(ctx) -> PretrainStats:
             )
         log.info("pretrain: the fits' inputs: %s", card.fit_inputs)
         row_facts, fits = {}, []
+        # g's settings per variant, decided here once (pina_naive's leaf: naive_max_leaf_size)
+        xcfgs = {v: pcfg.xlinear_of(v) for v in variants}
         for v in variants:
             pb = problems[v]
             fold = (
@@ -344,14 +345,14 @@ def run(ctx) -> PretrainStats:
             try:
                 gtrain.write_bundles(bundle_of, variants, scratch)
                 X_all = None  # the tasks read the bundles' files: the driver holds no X now
-                results = gtrain.fits_on_executors(spark, fits, xcfg, scratch, tmp, store=store)
+                results = gtrain.fits_on_executors(spark, fits, xcfgs, scratch, tmp, store=store)
             finally:
                 storage.delete_path(spark, scratch)
         else:
             results = []
             for v in variants:  # one variant's bundle at a time
                 b = bundle_of(v)
-                results += [gtrain.run_fit(f, b, xcfg, tmp) for f in fits if f.variant == v]
+                results += [gtrain.run_fit(f, b, xcfgs[v], tmp) for f in fits if f.variant == v]
                 del b
         card.times_s["fits"] = round(time.time() - t0, 2)
         card.fits_on = where
