@@ -600,7 +600,7 @@ def test_naive_max_leaf_size_refits_pina_naive_alone(spark, citeulike_run, tmp_p
     root = str(tmp_path / "leaf")
     shutil.copytree(citeulike_run["ctx"].paths.root, root)
     cfg = citeulike_run["cfg"]
-    assert cfg.pretrain.naive_max_leaf_size is None  # the fixture: both variants at 50
+    assert cfg.pretrain.xlinear_of("pina_naive").max_leaf_size > leaf  # the fixture's: 50
     cfg = cfg.replace(output=root, pretrain=dc.replace(cfg.pretrain, naive_max_leaf_size=leaf))
     pretrain.run(_ctx(spark, cfg))
     models, before = os.path.join(root, storage.MODELS), citeulike_run["models"]
