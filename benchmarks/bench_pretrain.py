@@ -73,6 +73,8 @@ sys.path.insert(0, HERE)
 import cpu_clock  # noqa: E402
 from bench_pipeline import _config, _set  # noqa: E402
 
+from pina_spark.config import config_from_dict  # noqa: E402
+
 UPSTREAM = "graph,vectorizer,embed"
 
 
@@ -274,22 +276,6 @@ def cpu_figures(stage: list[dict | None], single: list[dict | None], paired: boo
     return out
 
 
-def _leaves(card: dict) -> dict[str, int]:
-    """Each fitted variant's ``max_leaf_size``, from the stage's model card.
-
-    >>> _leaves({"variants": {"pina": {}, "pina_naive": {}}, "config": {"pretrain": {
-    ...     "xlinear": {"max_leaf_size": 100}, "naive_max_leaf_size": 50}}})
-    {'pina': 100, 'pina_naive': 50}
-    """
-    pre = card.get("config", {}).get("pretrain", {})
-    leaf = int(pre.get("xlinear", {}).get("max_leaf_size", 100))
-    naive = pre.get("naive_max_leaf_size")
-    return {
-        v: int(naive) if v == "pina_naive" and naive is not None else leaf
-        for v in sorted(card.get("variants", {}))
-    }
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, required=True)
@@ -377,6 +363,7 @@ def main(argv=None) -> dict:
     pretrain_s = statistics.median(pre)
     single_s = statistics.median(fit["single_fit_runs_s"])
     folds = int(card.get("folds", {}).get("folds") or 0)
+    pcfg = config_from_dict(doc).pretrain  # the settings the stage ran with
     result = {
         "instances": n,
         "pretrain_s": round(pretrain_s, 2),
@@ -393,7 +380,10 @@ def main(argv=None) -> dict:
         "train_on": doc.get("pretrain", {}).get("train_on", "auto"),
         "threads": fit["threads"],
         "spark_master": doc["spark"]["master"],
-        "max_leaf_size": _leaves(card),
+        # each fitted variant's label-tree leaf, as the stage decides it
+        "max_leaf_size": {
+            v: int(pcfg.xlinear_of(v).max_leaf_size) for v in sorted(card.get("variants", {}))
+        },
         "fits_train_s": {v: c.get("fits_train_s") for v, c in card["variants"].items()},
         "fits_in_single_fits": fit.get("fits_in_single_fits"),
         # the stage's own fits (training seconds of every fold model, both variants) per run

@@ -299,7 +299,7 @@ class PretrainConfig(_Params):
             labels alone), in place of ``xlinear.max_leaf_size`` (:meth:`xlinear_of`); ``None``:
             the same as ``pina``'s (every g before this key). Each output's ranker trains on
             every row of its parent cluster, so smaller leaves make this g's fits cheaper: 50
-            against 100 cut its fold fits by 25-30% on Instacart and citeulike-t, with
+            against 100 cut its fold fits by 25-29% on Instacart and citeulike-t, with
             ``pina_naive``'s P@1 level over three fold splits on both (RESULTS.md, "pina_naive's
             label-tree leaf").
     """

@@ -22,7 +22,10 @@ Decisions (what the public reference gets wrong, and how it is done here)
   input rows of every variant) and shared by all variants.
 - **g** is always PECOS XR-Linear on X = Phi_pre(rows) (hierarchical k-means on PIFA label
   embeddings of X). ``pretrain.encoder`` (``contrastive``, ``xtransformer``: fine-tuned by the
-  vectorizer stage, :mod:`pina_spark.models.finetune`) only changes Phi_dnn.
+  vectorizer stage, :mod:`pina_spark.models.finetune`) only changes Phi_dnn. Its settings are
+  ``pretrain.xlinear`` for every variant but the leaf of ``pina_naive``'s tree
+  (``pretrain.naive_max_leaf_size``; :meth:`~pina_spark.config.PretrainConfig.xlinear_of`),
+  decided once per variant before the fits.
 - **Y** of a variant: rows = distinct ``src_index`` (sorted), columns = distinct ``dst_index``
   (sorted; ``output_nodes.npy`` maps column -> node_index), values = ``weight`` (duplicates
   summed).
