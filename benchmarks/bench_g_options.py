@@ -55,6 +55,7 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
 
     fold = bpre.row_folds(pb.entity, F, seed)
     b = fits.make_bundle(pb, X, fold, np.zeros(len(pb.rows), bool))
+    vx = _leaf(xcfg, leaf)
     common = fold < 0
     tree_s, runs, parts = 0.0, [], []
     if shared:
@@ -68,7 +69,7 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
         t0 = time.time()
         # X (features_from_embeddings) and Y (bpre.build_y) are csr float32 with sorted
         # indices, and so are their row slices: what train_g hands label_tree
-        chain = fits.label_tree(X[common], pb.Y[common], _leaf(xcfg, leaf))
+        chain = fits.label_tree(X[common], pb.Y[common], vx)
         tree_s = time.time() - t0
     for f in range(F):
         keep = fold != f
@@ -76,7 +77,7 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
         m = fits.train_g(
             X[keep],
             pb.Y[keep],
-            _leaf(xcfg, leaf),
+            vx,
             f"g[{pb.variant}, fold {f}]",
             chain=chain if shared else None,
         )

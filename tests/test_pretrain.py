@@ -576,16 +576,18 @@ def _leaf_sizes(models, v, fold):
 
 
 def _model_files(models, v, fold):
-    """SHA-256 of every file of a saved g but its ``g_info.json`` (which holds its seconds) and
-    the ``_CHECKSUMS.json`` that lists that file's checksum."""
-    import hashlib
+    """``{file: sha256}`` of every file of a saved g but its ``g_info.json`` (which holds its
+    seconds), as the stage recorded them in each folder's ``_CHECKSUMS.json``."""
+    from pina_spark.models.artifacts import G_INFO
+    from pina_spark.runtime.checksums import CHECKSUMS
 
     root, out = g_dir(models, v, fold), {}
     for d, _, names in os.walk(root):
-        for n in names:
-            if n not in ("g_info.json", "_CHECKSUMS.json"):
-                path = os.path.join(d, n)
-                out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).digest()
+        if CHECKSUMS in names:
+            for n, digest in json.load(open(os.path.join(d, CHECKSUMS))).items():
+                if n != G_INFO:
+                    out[os.path.relpath(os.path.join(d, n), root)] = digest
+    assert out, f"no {CHECKSUMS} under {root}"
     return out
 
 
