@@ -650,6 +650,68 @@ def test_store_features_equal_features_from_arrow(tmp_path):
         embstore.features(E, rows[:2], D + S - 1)
 
 
+def test_features_from_arrow_equal_the_coo_construction():
+    """features_from_arrow builds X in place (features_csr) and gives exactly the csr matrix of
+    the COO construction it replaced: sliced and chunked columns, null lists (no entries),
+    short dense lists, explicit zeros kept, unsorted and repeated sparse columns summed; and it
+    refuses lists that do not fit g."""
+    import pyarrow as pa
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(7)
+    D, S, n = 5, 11, 40
+    dense = [
+        list(rng.normal(size=int(rng.integers(0, D + 1))).astype(np.float32)) for _ in range(n)
+    ]
+    dense[3], dense[4] = None, [0.0] * D
+    idx = [rng.integers(0, S, size=int(rng.integers(0, 6))).tolist() for _ in range(n)]
+    idx[7] = None
+    val = [None if x is None else list(rng.random(len(x)).astype(np.float32)) for x in idx]
+    val[8] = [0.0] * len(idx[8])
+    tbl = pa.table(
+        {
+            storage.DENSE: pa.array(dense, pa.list_(pa.float32())),
+            storage.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+            storage.SPARSE_VALUES: pa.array(val, pa.list_(pa.float32())),
+        }
+    )
+    for t in (tbl, tbl.slice(5, 30), pa.concat_tables([tbl.slice(0, 17), tbl.slice(17)])):
+        rows, cols, vals = [], [], []
+        for r, (d, i, v) in enumerate(
+            zip(
+                *(
+                    t.column(c).to_pylist()
+                    for c in (storage.DENSE, storage.SPARSE_INDICES, storage.SPARSE_VALUES)
+                )
+            )
+        ):
+            for j, x in enumerate(d or []):
+                rows.append(r), cols.append(j), vals.append(x)
+            for j, x in zip(i or [], v or []):
+                rows.append(r), cols.append(j + D), vals.append(x)
+        ref = sp.csr_matrix(
+            (np.array(vals, np.float32), (rows, cols)), shape=(t.num_rows, D + S + 3)
+        )
+        ref.sum_duplicates()
+        ref.sort_indices()
+        X = inference_arrow.features_from_arrow(t, D, D + S + 3)
+        assert X.dtype == np.float32 and X.has_canonical_format
+        np.testing.assert_array_equal(X.indptr, ref.indptr)
+        np.testing.assert_array_equal(X.indices, ref.indices)
+        np.testing.assert_array_equal(X.data, ref.data)
+        if t is tbl:  # the explicit zeros of row 4 are kept
+            part = slice(X.indptr[4], X.indptr[5])
+            dense4 = X.indices[part] < D
+            assert dense4.sum() == D and not X.data[part][dense4].any()
+    with pytest.raises(ValueError, match="different vectorizers"):
+        inference_arrow.features_from_arrow(tbl, D, D + S - 1)
+    with pytest.raises(ValueError, match="longer than dense_dim"):
+        inference_arrow.features_from_arrow(tbl, D - 1, D + S)
+    bad = tbl.set_column(2, storage.SPARSE_VALUES, pa.array([[1.0]] * n, pa.list_(pa.float32())))
+    with pytest.raises(ValueError, match="differ in length"):
+        inference_arrow.features_from_arrow(bad, D, D + S)
+
+
 def _store_of(nodes_tbl):
     """An in-memory store (the node facts of embstore) of a nodes table, for task_rows."""
     from pina_spark.runtime import embstore

@@ -18,6 +18,7 @@ __all__ = [
     "neighbors_arrow_schema",
     "iter_chunks",
     "features_from_arrow",
+    "features_csr",
     "nonzero_rows",
     "list_array",
 ]
@@ -111,30 +112,96 @@ def iter_chunks(
         yield pend_key, pa.Table.from_batches(pend).combine_chunks()
 
 
-def _list_parts(col) -> tuple[Any, Any, Any]:
-    """(row_ids, positions, values) of a list column (nulls = empty lists)."""
+def _list_parts(col) -> tuple[Any, Any]:
+    """(lengths, values in row order) of a list column (nulls = empty lists): the values of
+    row ``r`` are ``values[sum(lengths[:r]) : sum(lengths[:r + 1])]``. No copy of the values
+    where the column is one contiguous run (no null with values behind it), else one gather."""
     import numpy as np
     import pyarrow as pa
 
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(arr)
     offs = arr.offsets.to_numpy().astype(np.int64)
     lens = np.diff(offs)
     if arr.null_count:
         lens = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lens)
     vals = arr.values.to_numpy(zero_copy_only=False)
-    total = int(lens.sum())
-    rows = np.repeat(np.arange(n, dtype=np.int64), lens)
+    if np.array_equal(lens, np.diff(offs)):  # no null hides values: one run, in row order
+        return lens, vals[offs[0] : offs[-1]]
     first = np.cumsum(lens) - lens
-    pos = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
-    src = np.repeat(offs[:-1], lens) + pos
-    return rows, pos, vals[src]
+    src = np.repeat(offs[:-1] - first, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+    return lens, vals[src]
+
+
+def features_csr(
+    dense_lens, dense_vals, sparse_lens, sparse_idx, sparse_vals, dense_dim: int, n_features: int
+):
+    """X = ``hstack([dense, sparse])`` as csr float32 (canonical: sorted indices, no
+    duplicates), built in place from per-row lists: row ``r`` holds its ``dense_lens[r]`` dense
+    values at columns ``0..dense_lens[r]-1`` (zeros kept), then its sparse values at columns
+    ``sparse_idx + dense_dim``. The one place X's layout is written: the ``embeddings`` table's
+    rows (:func:`features_from_arrow`) and the memory-mapped store
+    (:func:`pina_spark.runtime.embstore.features`) both build it here. Rows whose sparse indices
+    are not strictly increasing are made canonical (duplicates summed).
+
+    Raises
+    ------
+    ValueError
+        When a dense list is longer than ``dense_dim``, or a column is outside
+        ``[0, n_features)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = features_csr(np.array([2, 0]), np.array([1.0, 0.0]), np.array([1, 2]),
+    ...                  np.array([1, 0, 1]), np.array([2.0, 3.0, 4.0]), 2, 4)
+    >>> X.toarray().tolist()
+    [[1.0, 0.0, 0.0, 2.0], [0.0, 0.0, 3.0, 4.0]]
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    d_lens = np.asarray(dense_lens, dtype=np.int64)
+    s_lens = np.asarray(sparse_lens, dtype=np.int64)
+    n = len(d_lens)
+    if len(s_lens) != n or len(sparse_idx) != len(sparse_vals):
+        raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
+    if n and int(d_lens.max()) > dense_dim:
+        raise ValueError(f"embeddings: dense vectors longer than dense_dim={dense_dim}")
+    top = max(
+        int(d_lens.max()) - 1 if n else -1,
+        int(np.max(sparse_idx)) + dense_dim if len(sparse_idx) else -1,
+    )
+    if top >= n_features or (len(sparse_idx) and int(np.min(sparse_idx)) < 0):
+        raise ValueError(
+            f"embeddings: feature index {top} out of range for g "
+            f"(nr_features={n_features}, dense_dim={dense_dim}): embeddings and "
+            f"g come from different vectorizers"
+        )
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(d_lens + s_lens, out=indptr[1:])
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    data = np.empty(int(indptr[-1]), dtype=np.float32)
+    for lens, start, cols, vals, shift in (
+        (d_lens, indptr[:-1], None, dense_vals, 0),
+        (s_lens, indptr[:-1] + d_lens, sparse_idx, sparse_vals, dense_dim),
+    ):
+        total = int(lens.sum())
+        if not total:
+            continue
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        pos = np.repeat(start, lens) + within
+        indices[pos] = within if cols is None else np.asarray(cols, dtype=np.int64) + shift
+        data[pos] = vals
+    X = sp.csr_matrix((data, indices, indptr), shape=(n, n_features))
+    X.sum_duplicates()  # no-ops when every row's columns already increase (checked in C)
+    X.sort_indices()
+    return X
 
 
 def features_from_arrow(table, dense_dim: int, n_features: int):
     """X = ``hstack([dense, sparse])`` (csr float32, sorted indices) from the ``dense`` /
     ``sparse_indices`` / ``sparse_values`` columns of an Arrow table — the same matrix as
-    ``PhiPre.features`` of the rows' texts.
+    ``PhiPre.features`` of the rows' texts (:func:`features_csr`; a null list has no entries).
 
     Examples
     --------
@@ -143,30 +210,12 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
     >>> features_from_arrow(t, 2, 4).toarray().tolist()
     [[1.0, 0.0, 0.0, 2.0]]
     """
-    import numpy as np
-    import scipy.sparse as sp
-
-    n = table.num_rows
-    dr, dp, dv = _list_parts(table.column(storage.DENSE))
-    if len(dp) and int(dp.max()) >= dense_dim:
-        raise ValueError(f"embeddings: dense vectors longer than dense_dim={dense_dim}")
-    sr, _, si = _list_parts(table.column(storage.SPARSE_INDICES))
-    _, _, sv = _list_parts(table.column(storage.SPARSE_VALUES))
-    if len(si) != len(sv):
+    d_lens, d_vals = _list_parts(table.column(storage.DENSE))
+    s_lens, s_idx = _list_parts(table.column(storage.SPARSE_INDICES))
+    v_lens, s_vals = _list_parts(table.column(storage.SPARSE_VALUES))
+    if len(s_idx) != len(s_vals) or (v_lens != s_lens).any():
         raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
-    cols = np.concatenate([dp, si.astype(np.int64) + dense_dim])
-    if len(cols) and int(cols.max()) >= n_features:
-        raise ValueError(
-            f"embeddings: feature index {int(cols.max())} out of range for g "
-            f"(nr_features={n_features}, dense_dim={dense_dim}): embeddings and "
-            f"g come from different vectorizers"
-        )
-    rows = np.concatenate([dr, sr])
-    vals = np.concatenate([dv, sv]).astype(np.float32)
-    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, n_features), dtype=np.float32)
-    X.sum_duplicates()
-    X.sort_indices()
-    return X
+    return features_csr(d_lens, d_vals, s_lens, s_idx, s_vals, dense_dim, n_features)
 
 
 def nonzero_rows(X):

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from pina_spark import storage
+from pina_spark.runtime.arrow import features_csr
 
 log = logging.getLogger(__name__)
 
@@ -632,8 +633,9 @@ def store_rows(E: dict[str, Any], node_index):
 def features(E: dict[str, Any], rows, n_features: int):
     """Executor side: X = ``hstack([dense, sparse])`` (csr float32, canonical) of the store
     ``rows`` (:func:`store_rows`, all >= 0): every dense value is stored (zeros included) and
-    the tf-idf columns follow, shifted by D -- the matrix
-    :func:`pina_spark.runtime.arrow.features_from_arrow` builds from the same ``embeddings`` rows
+    the tf-idf columns follow, shifted by D (:func:`pina_spark.runtime.arrow.features_csr`) --
+    the matrix :func:`pina_spark.runtime.arrow.features_from_arrow` builds from the same
+    ``embeddings`` rows
     (a null dense list reads as D zeros here, as no entries there: the same products).
 
     Examples
@@ -646,7 +648,6 @@ def features(E: dict[str, Any], rows, n_features: int):
     [[1.0, 0.0, 0.0, 2.0]]
     """
     import numpy as np
-    import scipy.sparse as sp
 
     r = np.asarray(rows, dtype=np.int64)
     if r.size and r.min() < 0:
@@ -663,23 +664,16 @@ def features(E: dict[str, Any], rows, n_features: int):
     s0 = np.asarray(ptr[r], dtype=np.int64)
     lens = np.asarray(ptr[r + 1], dtype=np.int64) - s0
     total = int(lens.sum())
-    first = np.cumsum(lens) - lens
-    within = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens + D, out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), dtype=np.int32)
-    data = np.empty(int(indptr[-1]), dtype=np.float32)
-    dpos = (indptr[:-1, None] + np.arange(D, dtype=np.int64)[None, :]).ravel()
-    indices[dpos] = np.tile(np.arange(D, dtype=np.int32), n)
-    data[dpos] = dense.ravel()
-    spos = np.repeat(indptr[:-1] + D, lens) + within
-    src = np.repeat(s0, lens) + within
-    indices[spos] = np.asarray(E["sp_idx"][src], dtype=np.int32) + D
-    data[spos] = E["sp_val"][src]
-    X = sp.csr_matrix((data, indices, indptr), shape=(n, n_features))
-    X.sum_duplicates()
-    X.sort_indices()
-    return X
+    src = np.repeat(s0 - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
+    return features_csr(
+        np.full(n, D, dtype=np.int64),
+        dense.ravel(),
+        lens,
+        E["sp_idx"][src],
+        E["sp_val"][src],
+        D,
+        n_features,
+    )
 
 
 def features_of_nodes(E: dict[str, Any], node_index, n_features: int, what: str):
