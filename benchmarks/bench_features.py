@@ -50,13 +50,12 @@ def coo_reference(table, dense_dim: int, n_features: int):
     anything, faster than the code it stands for."""
     import scipy.sparse as sp
 
-    from pina_spark.runtime.arrow import _list_parts
+    from pina_spark.runtime.arrow import _list_parts, concat_ranges
 
     def triplets(col):
         lens, vals = _list_parts(col)
         rows = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        first = np.cumsum(lens) - lens
-        return rows, np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(first, lens), vals
+        return rows, concat_ranges(np.zeros(len(lens), dtype=np.int64), lens), vals
 
     dr, dp, dv = triplets(table.column(storage.DENSE))
     sr, _, si = triplets(table.column(storage.SPARSE_INDICES))

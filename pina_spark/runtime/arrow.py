@@ -19,6 +19,7 @@ __all__ = [
     "iter_chunks",
     "features_from_arrow",
     "features_csr",
+    "concat_ranges",
     "nonzero_rows",
     "list_array",
 ]
@@ -112,6 +113,24 @@ def iter_chunks(
         yield pend_key, pa.Table.from_batches(pend).combine_chunks()
 
 
+def concat_ranges(starts, lens):
+    """``starts[i], starts[i] + 1, ..., starts[i] + lens[i] - 1`` for every ``i``, concatenated
+    (int64): the flat positions of variable-length segments, without a Python loop.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> concat_ranges(np.array([5, 0, 2]), np.array([2, 0, 3])).tolist()
+    [5, 6, 2, 3, 4]
+    """
+    import numpy as np
+
+    lens = np.asarray(lens, dtype=np.int64)
+    first = np.cumsum(lens) - lens
+    shift = np.asarray(starts, dtype=np.int64) - first
+    return np.repeat(shift, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+
+
 def _list_parts(col) -> tuple[Any, Any]:
     """(lengths, values in row order) of a list column (nulls = empty lists): the values of
     row ``r`` are ``values[sum(lengths[:r]) : sum(lengths[:r + 1])]``. No copy of the values
@@ -121,15 +140,14 @@ def _list_parts(col) -> tuple[Any, Any]:
 
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offs = arr.offsets.to_numpy().astype(np.int64)
-    lens = np.diff(offs)
+    spans = np.diff(offs)
+    lens = spans
     if arr.null_count:
-        lens = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lens)
+        lens = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, spans)
     vals = arr.values.to_numpy(zero_copy_only=False)
-    if np.array_equal(lens, np.diff(offs)):  # no null hides values: one run, in row order
+    if lens is spans or np.array_equal(lens, spans):  # one run, in row order
         return lens, vals[offs[0] : offs[-1]]
-    first = np.cumsum(lens) - lens
-    src = np.repeat(offs[:-1] - first, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-    return lens, vals[src]
+    return lens, vals[concat_ranges(offs[:-1], lens)]
 
 
 def features_csr(
@@ -163,7 +181,9 @@ def features_csr(
     d_lens = np.asarray(dense_lens, dtype=np.int64)
     s_lens = np.asarray(sparse_lens, dtype=np.int64)
     n = len(d_lens)
-    if len(s_lens) != n or len(sparse_idx) != len(sparse_vals):
+    if len(s_lens) != n:
+        raise ValueError(f"features_csr: {n} dense rows but {len(s_lens)} sparse rows")
+    if len(sparse_idx) != len(sparse_vals):
         raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
     if n and int(d_lens.max()) > dense_dim:
         raise ValueError(f"embeddings: dense vectors longer than dense_dim={dense_dim}")
@@ -188,7 +208,7 @@ def features_csr(
         total = int(lens.sum())
         if not total:
             continue
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        within = concat_ranges(np.zeros(len(lens), dtype=np.int64), lens)
         pos = np.repeat(start, lens) + within
         indices[pos] = within if cols is None else np.asarray(cols, dtype=np.int64) + shift
         data[pos] = vals
@@ -213,7 +233,7 @@ def features_from_arrow(table, dense_dim: int, n_features: int):
     d_lens, d_vals = _list_parts(table.column(storage.DENSE))
     s_lens, s_idx = _list_parts(table.column(storage.SPARSE_INDICES))
     v_lens, s_vals = _list_parts(table.column(storage.SPARSE_VALUES))
-    if len(s_idx) != len(s_vals) or (v_lens != s_lens).any():
+    if (v_lens != s_lens).any():  # per row (features_csr checks the totals)
         raise ValueError("embeddings: sparse_indices and sparse_values differ in length")
     return features_csr(d_lens, d_vals, s_lens, s_idx, s_vals, dense_dim, n_features)
 

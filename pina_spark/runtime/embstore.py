@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from pina_spark import storage
-from pina_spark.runtime.arrow import features_csr
+from pina_spark.runtime.arrow import concat_ranges, features_csr
 
 log = logging.getLogger(__name__)
 
@@ -663,8 +663,7 @@ def features(E: dict[str, Any], rows, n_features: int):
     ptr = E["sp_ptr"]
     s0 = np.asarray(ptr[r], dtype=np.int64)
     lens = np.asarray(ptr[r + 1], dtype=np.int64) - s0
-    total = int(lens.sum())
-    src = np.repeat(s0 - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
+    src = concat_ranges(s0, lens)
     return features_csr(
         np.full(n, D, dtype=np.int64),
         dense.ravel(),
