@@ -32,7 +32,10 @@ key and the file. `pina-spark skeleton` prints every key with its default as YAM
 
 `spark.conf` only fills Spark conf keys that spark-submit `--conf`, the platform's
 spark-defaults (EMR configuration classifications) or a notebook's running session left unset:
-see `pina_spark/orchestration/session.py`.
+see `pina_spark/orchestration/session.py`. A local master that `pina-spark` starts itself, with
+no `spark.driver.memory` from the launcher, the config or `SPARK_DRIVER_MEMORY`, gets a quarter
+of the machine's memory (1-16 GiB; logged) instead of Spark's 1g; under spark-submit with a
+local master, pass `--driver-memory` (the driver warns, naming a value).
 """
 
 

@@ -19,6 +19,14 @@ started the JVM before this code runs, such a key from the config cannot take ef
 warns once per key, naming it, unless the launcher already has the config's value. When this
 process starts the JVM itself (``pina-spark run`` from a plain ``python``), the config's conf is
 part of that launch and these keys apply: no warning.
+
+A local master runs every task inside the driver JVM, whose heap Spark sizes at 1g unless told
+otherwise: too small for a ``select`` or ``tune`` over a few thousand products with long feature
+rows (its Parquet reader runs out of heap). So where this process starts a local JVM and neither
+the launcher nor the config names ``spark.driver.memory``, the driver gets
+:func:`local_driver_memory` of the machine (a quarter of its memory, 1-16 GiB; logged). Under
+spark-submit with a local master and no ``--driver-memory`` it is too late for that: the session
+warns once, naming the value to pass.
 """
 
 import logging
@@ -55,6 +63,59 @@ SUBMIT_TIME_KEYS = frozenset({"spark.driver.memory"})
 
 #: submit-time keys this process has warned about (once each)
 _WARNED_SUBMIT_TIME: set[str] = set()
+
+DRIVER_MEMORY = "spark.driver.memory"
+#: environment variables Spark's launcher reads for the driver heap when no conf names it
+DRIVER_MEMORY_ENV = ("SPARK_DRIVER_MEMORY", "SPARK_MEM")
+#: bounds of the driver heap given to a local master (GiB): Spark's own default at the bottom
+LOCAL_HEAP_GIB = (1, 16)
+
+
+def local_driver_memory(machine_bytes: int | None) -> str:
+    """The ``spark.driver.memory`` of a local master that nobody sized: a quarter of the
+    machine's memory in whole GiB, within :data:`LOCAL_HEAP_GIB` (the rest stays with the
+    Python driver, whose PECOS fits and encoders need it more); ``1g`` when it is unknown.
+
+    Examples
+    --------
+    >>> [local_driver_memory(g * 2**30) for g in (2, 7.9, 24, 128)], local_driver_memory(None)
+    (['1g', '1g', '6g', '16g'], '1g')
+    """
+    lo, hi = LOCAL_HEAP_GIB
+    if not machine_bytes:
+        return f"{lo}g"
+    return f"{min(hi, max(lo, int(machine_bytes // 4 // 2**30)))}g"
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's memory for the driver: physical memory, or the container's limit where
+    cgroups set a lower one (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); ``None`` when
+    unknown."""
+    total: int | None = None
+    try:
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        total = None
+    for path in (
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ):
+        try:
+            with open(path) as fh:
+                raw = fh.read().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) > 0:
+            total = min(total, int(raw)) if total else int(raw)
+    return total
+
+
+def _is_local(master: str | None) -> bool:
+    """
+    >>> [_is_local(m) for m in ("local", "local[2]", "local-cluster[2,1,1024]", "yarn", None)]
+    [True, True, False, False, False]
+    """
+    return bool(master) and (master == "local" or str(master).startswith("local["))
 
 
 def is_submit_time_key(key: str) -> bool:
@@ -158,23 +219,28 @@ def _launcher_conf() -> Callable[[str], str | None]:
 
 
 def submit_args_conf(args: str) -> dict[str, str]:
-    """The ``--conf k=v`` pairs of a spark-submit argument string (``PYSPARK_SUBMIT_ARGS``).
+    """The conf of a spark-submit argument string (``PYSPARK_SUBMIT_ARGS``): its ``--conf k=v``
+    pairs, and ``--master`` / ``--driver-memory`` as ``spark.master`` / ``spark.driver.memory``.
 
     Examples
     --------
     >>> submit_args_conf("--master local[1] --conf spark.a=1 --conf 'spark.b=x y' pyspark-shell")
-    {'spark.a': '1', 'spark.b': 'x y'}
+    {'spark.master': 'local[1]', 'spark.a': '1', 'spark.b': 'x y'}
+    >>> submit_args_conf("--driver-memory=4g pyspark-shell")
+    {'spark.driver.memory': '4g'}
     """
     import shlex
 
+    named = {"--master": "spark.master", "--driver-memory": DRIVER_MEMORY}
     words = shlex.split(args)
     out: dict[str, str] = {}
     for i, w in enumerate(words):
-        kv = (
-            words[i + 1]
-            if w in ("--conf", "-c") and i + 1 < len(words)
-            else (w[len("--conf=") :] if w.startswith("--conf=") else None)
-        )
+        flag, eq, inline = w.partition("=")
+        value = inline if eq else (words[i + 1] if i + 1 < len(words) else None)
+        if flag in named and value is not None:
+            out[named[flag]] = value
+            continue
+        kv = value if flag in ("--conf", "-c") else None
         if kv and "=" in kv:
             k, v = kv.split("=", 1)
             out[k] = v
@@ -243,12 +309,20 @@ def get_spark(spark_cfg=None, extra_conf: dict[str, str] | None = None):
                 log.debug("spark conf %s cannot be set on a running session", k)
         return active
     launcher = _launcher_conf()
-    if _jvm_started():
+    master = spark_cfg.master if spark_cfg is not None else "local[2]"
+    started = _jvm_started()
+    if started:
         _warn_submit_time(from_config, launcher)
+    sized = (
+        DRIVER_MEMORY in conf
+        or launcher(DRIVER_MEMORY) is not None
+        or any(os.environ.get(v) for v in DRIVER_MEMORY_ENV)
+    )
+    if not sized:
+        _size_local_driver(conf, master, launcher, started)
     apply, kept = fill_unset(conf, launcher)
     _log_kept(kept)
     builder = SparkSession.builder.appName(spark_cfg.app_name if spark_cfg else "pina-spark")
-    master = spark_cfg.master if spark_cfg is not None else "local[2]"
     # under spark-submit the launcher's JVM is already up (PYSPARK_GATEWAY_PORT is set) and
     # --master / spark-defaults decide; setting it here would silently override the cluster
     if master and not os.environ.get("PYSPARK_GATEWAY_PORT"):
@@ -258,6 +332,40 @@ def get_spark(spark_cfg=None, extra_conf: dict[str, str] | None = None):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _size_local_driver(
+    conf: dict[str, str], master: str | None, launcher: Callable[[str], str | None], started: bool
+) -> None:
+    """Nobody named the driver's heap: give a local JVM this process starts
+    :func:`local_driver_memory` (into ``conf``), or warn once where spark-submit started a local
+    one with Spark's 1g."""
+    if started:
+        master = launcher("spark.master")
+    else:
+        master = launcher("spark.master") or master
+    if not _is_local(master):
+        return
+    value = local_driver_memory(machine_memory_bytes())
+    if not started:
+        conf[DRIVER_MEMORY] = value
+        log.info(
+            "spark conf %s=%s for the local master %s (a quarter of this machine's memory; "
+            "set spark.conf.%s in the config to change it)",
+            DRIVER_MEMORY,
+            value,
+            master,
+            DRIVER_MEMORY,
+        )
+    elif DRIVER_MEMORY not in _WARNED_SUBMIT_TIME:
+        _WARNED_SUBMIT_TIME.add(DRIVER_MEMORY)
+        log.warning(
+            "the local master %s runs every task in the driver JVM, started by spark-submit "
+            "with Spark's default 1g heap: pass --driver-memory (e.g. --driver-memory %s, a "
+            "quarter of this machine's memory) if a stage runs out of Java heap",
+            master,
+            value,
+        )
 
 
 def _log_kept(kept: dict[str, tuple[str, str]]) -> None:
