@@ -159,3 +159,39 @@ def test_zero_weight_part_is_skipped_with_the_same_result(phi, monkeypatch):
     d, s = only_tf.transform(TEXTS)
     assert not d.any() and np.allclose(s.toarray(), ref_s.toarray())
     assert np.allclose(_row_norms(d, s)[[0, 1, 2]], 1.0, atol=1e-5)
+
+
+ODD_SPACES = [
+    "butter pecan\xa0gelato",  # a no-break space, as in 16 Instacart product names
+    "hair\tspray\r\nextreme hold",
+    "caf\u00e9\u2028second line",
+    "pecan gelato",
+    "hair spray",
+]
+
+
+def test_tfidf_splits_words_at_any_whitespace_and_saves_them(tmp_path):
+    """PECOS' tokenizer splits on the ASCII space alone: a tab, line break or no-break space used
+    to glue two words into one token, and a token with a line break made the saved vocabulary
+    unloadable ("announces N entries, holds N+1 lines"). Phi_stat and the baseline's tf-idf
+    both see every whitespace as a space, at fit and transform time."""
+    import pandas as pd
+
+    from pina_spark import storage
+    from pina_spark.config import config_from_dict
+    from pina_spark.stages.train.inputs import _baseline_matrices
+
+    phi = PhiPre.fit(ODD_SPACES, PretrainConfig(tfidf=TFIDF, max_length=32, dense_weight=0.6))
+    out = str(tmp_path / "vectorizer")
+    phi.save(out)
+    back = PhiPre.load(out)
+    spaced = [" ".join(t.split()) for t in ODD_SPACES]
+    assert (back.tfidf(ODD_SPACES) != back.tfidf(spaced)).nnz == 0
+    assert abs(back.tfidf(ODD_SPACES) - phi.tfidf(ODD_SPACES)).max() < 1e-6  # idf's round trip
+    # "pecan gelato" shares its unigrams and bigram with the first title
+    assert back.tfidf(["pecan gelato"]).nnz == 3
+
+    cfg = config_from_dict({"output": str(tmp_path), "pretrain": {"tfidf": TFIDF}})
+    frame = pd.DataFrame({storage.TEXT: ODD_SPACES})
+    X_tr, X_te, _ = _baseline_matrices(cfg, frame, pd.DataFrame({storage.TEXT: spaced}), [True] * 5)
+    assert (X_tr != X_te).nnz == 0

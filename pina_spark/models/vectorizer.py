@@ -26,6 +26,7 @@ Example::
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -38,7 +39,15 @@ from pina_spark import storage
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PhiPre", "combine", "stack_features", "ENCODER_JSON", "TFIDF_DIR", "ENCODER_DIR"]
+__all__ = [
+    "PhiPre",
+    "combine",
+    "stack_features",
+    "tfidf_texts",
+    "ENCODER_JSON",
+    "TFIDF_DIR",
+    "ENCODER_DIR",
+]
 
 ENCODER_JSON = "encoder.json"
 TFIDF_DIR = "tfidf"
@@ -50,6 +59,25 @@ SHIPPED_KINDS = ("hf", "contrastive", "xtransformer")
 
 def _clean(texts: Sequence[str | None]):
     return ["" if t is None else str(t) for t in texts]
+
+
+#: every whitespace character but the ASCII space (tab, newline, CR, NBSP, U+2028, ...)
+_OTHER_WHITESPACE = re.compile(r"[^\S ]")
+
+
+def tfidf_texts(texts: Sequence[str | None]) -> list[str]:
+    r"""Texts as PECOS' tf-idf tokenizer must get them, at fit and transform time alike: it
+    splits on the ASCII space alone, so any other whitespace (a tab, a line break, the no-break
+    space of real product titles) would glue two words into one token, and a token with a line
+    break does not survive the vocabulary file. Each such character becomes a space; texts
+    without one are unchanged.
+
+    Examples
+    --------
+    >>> tfidf_texts(["Butter Pecan\xa0Gelato", "caf\u00e9\nsecond\tline", None, "a  b"])
+    ['Butter Pecan Gelato', 'café second line', '', 'a  b']
+    """
+    return [_OTHER_WHITESPACE.sub(" ", t) for t in _clean(texts)]
 
 
 def combine(dnn: np.ndarray, tfidf, dense_weight: float):
@@ -145,7 +173,7 @@ class PhiPre:
         """
         from pecos.utils.featurization.text.preprocess import Preprocessor
 
-        texts = _clean(texts)
+        texts = tfidf_texts(texts)
         if not texts:
             raise ValueError("PhiPre.fit: no texts given")
         t0 = time.time()
@@ -306,7 +334,7 @@ class PhiPre:
         """Raw Phi_stat rows (PECOS tf-idf, before weighting), csr float32, sorted indices."""
         import scipy.sparse as sp
 
-        texts = _clean(texts)
+        texts = tfidf_texts(texts)
         if not texts:
             return sp.csr_matrix((0, self.sparse_dim), dtype=np.float32)
         m = self.preprocessor.predict(texts, threads=self.tfidf_threads).tocsr().astype(np.float32)

@@ -13,6 +13,7 @@ import numpy as np
 
 from pina_spark import storage
 from pina_spark.config import variants as V
+from pina_spark.models.vectorizer import tfidf_texts
 from pina_spark.stages.train.fit import label_matrix
 from pina_spark.storage.features_csr import features_to_csr
 
@@ -261,8 +262,9 @@ def _baseline_matrices(cfg, train, test, has_lab):
     kwargs = dict(cfg.pretrain.tfidf)
     if isinstance(kwargs.get("ngram_range"), list):
         kwargs["ngram_range"] = tuple(kwargs["ngram_range"])
-    tr_text = [t if isinstance(t, str) else "" for t in train[storage.TEXT].tolist()]
-    te_text = [t if isinstance(t, str) else "" for t in test[storage.TEXT].tolist()]
+    # the same text rule as Phi_stat's tf-idf (pina_spark.models.vectorizer.tfidf_texts)
+    tr_text = tfidf_texts([t if isinstance(t, str) else "" for t in train[storage.TEXT].tolist()])
+    te_text = tfidf_texts([t if isinstance(t, str) else "" for t in test[storage.TEXT].tolist()])
     vec = Preprocessor.train(tr_text, {"type": "tfidf", "kwargs": kwargs})
     X_tr = vec.predict([t for t, h in zip(tr_text, has_lab) if h]).tocsr().astype(np.float32)
     X_te = vec.predict(te_text).tocsr().astype(np.float32)
