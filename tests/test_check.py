@@ -86,7 +86,11 @@ def test_check_exits_2_fast_without_spark_and_writes_nothing(demo_inputs, tmp_pa
     else:
         inputs["labels"] = str(tmp_path / "labels.parquet")
         pq.write_table(pa.table({"label_id": [1, 2], "text": ["a", "b"]}), inputs["labels"])
-        needle = "column 'label_id' of labels has type bigint, expected string"
+        needle = (
+            "column 'label_id' of labels has type bigint, expected string (ids are text: "
+            "write them as strings, e.g. with Spark .withColumn('label_id', "
+            "F.col('label_id').cast('string')))"
+        )
     root = tmp_path / "out" / "run"
     root.mkdir(parents=True)
     Manifest(str(root / "_manifest.json")).record_stage("graph", {}, "f0", 1.0)  # an older run

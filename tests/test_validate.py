@@ -720,7 +720,10 @@ def test_wrong_type_names_column_and_file(spark, tmp_path, base_files):
     p = str(tmp_path / "inst_int.parquet")
     pd.DataFrame({"instance_id": [1, 2], "text": ["a", "b"]}).to_parquet(p)
     cfg = _cfg(tmp_path, **{**base_files, "instances": p})
-    with pytest.raises(storage.InputError, match=r"inst_int\.parquet.*'instance_id'.*bigint"):
+    with pytest.raises(
+        storage.InputError,
+        match=r"inst_int\.parquet.*'instance_id'.*bigint.*F\.col\('instance_id'\)\.cast\('string'\)",
+    ):
         validate.validate_inputs(spark, cfg)
 
 

@@ -66,6 +66,42 @@ def read_input_arrow(uri: str, table: str):
     return pa.table(cols + [pa.nulls(tbl.num_rows, pa.string())], names=[*full.names, CORRUPT])
 
 
+def type_accepted(expected, found) -> bool:
+    """Whether a file column of Spark type ``found`` is read as the contract's ``expected``
+    type: the same type, or a float or integer column where a double is expected."""
+    from pyspark.sql import types as T
+
+    if found == expected:
+        return True
+    return isinstance(expected, T.DoubleType) and isinstance(
+        found, T.FloatType | T.IntegerType | T.LongType
+    )
+
+
+def type_mismatch(uri: str, table: str, column: str, found: str, expected) -> str:
+    """The error of a Parquet column whose type the contract does not take; for integer ids,
+    how to write them.
+
+    Examples
+    --------
+    >>> from pyspark.sql import types as T
+    >>> print(type_mismatch("p.parquet", "labels", "label_id", "bigint", T.StringType()))
+    p.parquet: column 'label_id' of labels has type bigint, expected string (ids are text: \
+write them as strings, e.g. with Spark .withColumn('label_id', F.col('label_id').cast('string')))
+    """
+    from pyspark.sql import types as T
+
+    msg = (
+        f"{uri}: column '{column}' of {table} has type {found}, expected {expected.simpleString()}"
+    )
+    if isinstance(expected, T.StringType) and found in ("tinyint", "smallint", "int", "bigint"):
+        msg += (
+            f" (ids are text: write them as strings, e.g. with Spark "
+            f".withColumn('{column}', F.col('{column}').cast('string')))"
+        )
+    return msg
+
+
 def read_input(spark, uri: str, table: str):
     """Read an input table with its explicit schema (never inferred).
 
@@ -110,16 +146,11 @@ def read_input(spark, uri: str, table: str):
         _check_columns(present.keys(), required, uri, table)
         _check_parquet_files_agree(uri, table, [f.name for f in full.fields])
         for field in full.fields:
-            if field.name in present and present[field.name] != field.dataType:
-                ok = isinstance(field.dataType, T.DoubleType) and isinstance(
-                    present[field.name], T.FloatType | T.IntegerType | T.LongType
+            got = present.get(field.name)
+            if got is not None and not type_accepted(field.dataType, got):
+                raise InputError(
+                    type_mismatch(uri, table, field.name, got.simpleString(), field.dataType)
                 )
-                if not ok:
-                    raise InputError(
-                        f"{uri}: column '{field.name}' of {table} has type "
-                        f"{present[field.name].simpleString()}, expected "
-                        f"{field.dataType.simpleString()}"
-                    )
         cols = [
             F.col(f.name).cast(f.dataType).alias(f.name)
             if f.name in present

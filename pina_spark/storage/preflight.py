@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pina_spark.storage.fs import pyarrow_fs, pyarrow_reaches
-from pina_spark.storage.inputs import JSON_PEEK_LINES
+from pina_spark.storage.inputs import JSON_PEEK_LINES, type_accepted, type_mismatch
 from pina_spark.storage.inputs import _format_of as input_format
 from pina_spark.storage.schemas import INPUT_COLUMNS, schema
 from pina_spark.storage.uri import is_remote, local_path
@@ -158,18 +158,6 @@ def _check_required(present: Iterable[str], uri: str, table: str) -> None:
         )
 
 
-def type_accepted(expected, found) -> bool:
-    """Whether a file column of Spark type ``found`` is read as the contract's ``expected``
-    type: the same type, or a float or integer column where a double is expected."""
-    from pyspark.sql import types as T
-
-    if found == expected:
-        return True
-    return isinstance(expected, T.DoubleType) and isinstance(
-        found, T.FloatType | T.IntegerType | T.LongType
-    )
-
-
 def _spark_type(arrow_type):
     """The Spark type Spark reads a Parquet column of ``arrow_type`` as (``None``: unknown)."""
     import pyarrow as pa
@@ -219,10 +207,7 @@ def _parquet(fs, files, uri: str, table: str) -> tuple[int, list[str]]:
             got = _spark_type(sch.field(name).type)
             got_s = got.simpleString() if got is not None else str(sch.field(name).type)
             if got is None or not type_accepted(want, got):
-                raise _Bad(
-                    f"{uri}: column '{name}' of {table} has type {got_s}, expected "
-                    f"{want.simpleString()}"
-                )
+                raise _Bad(type_mismatch(uri, table, name, got_s, want))
             seen.setdefault(name, {}).setdefault(got_s, fi.path)
     for c, types in seen.items():
         if len(types) > 1:
