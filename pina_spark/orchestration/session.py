@@ -59,12 +59,12 @@ DEFAULT_CONF: dict[str, str] = {
 
 #: prefixes and keys of the conf read when spark-submit submits the application
 SUBMIT_TIME_PREFIXES = ("spark.yarn.", "spark.submit.")
-SUBMIT_TIME_KEYS = frozenset({"spark.driver.memory"})
+DRIVER_MEMORY = "spark.driver.memory"
+SUBMIT_TIME_KEYS = frozenset({DRIVER_MEMORY})
 
 #: submit-time keys this process has warned about (once each)
 _WARNED_SUBMIT_TIME: set[str] = set()
 
-DRIVER_MEMORY = "spark.driver.memory"
 #: environment variables Spark's launcher reads for the driver heap when no conf names it
 DRIVER_MEMORY_ENV = ("SPARK_DRIVER_MEMORY", "SPARK_MEM")
 #: bounds of the driver heap given to a local master (GiB): Spark's own default at the bottom
@@ -156,7 +156,7 @@ def _warn_submit_time(wanted: dict[str, str], is_set: Callable[[str], str | None
             continue
         _WARNED_SUBMIT_TIME.add(k)
         v = wanted[k]
-        how = f"--driver-memory {v}" if k == "spark.driver.memory" else f"--conf {k}={v}"
+        how = f"--driver-memory {v}" if k == DRIVER_MEMORY else f"--conf {k}={v}"
         log.warning(
             "spark conf %s=%s from the config has no effect: it is read when spark-submit "
             "submits the application, before this driver runs; pass it to spark-submit "
@@ -340,10 +340,9 @@ def _size_local_driver(
     """Nobody named the driver's heap: give a local JVM this process starts
     :func:`local_driver_memory` (into ``conf``), or warn once where spark-submit started a local
     one with Spark's 1g."""
-    if started:
-        master = launcher("spark.master")
-    else:
-        master = launcher("spark.master") or master
+    # spark-submit's JVM runs on its own master; one this process starts, on the launcher's
+    # or else the config's
+    master = launcher("spark.master") or (None if started else master)
     if not _is_local(master):
         return
     value = local_driver_memory(machine_memory_bytes())

@@ -13,7 +13,7 @@ import numpy as np
 
 from pina_spark import storage
 from pina_spark.config import variants as V
-from pina_spark.models.vectorizer import tfidf_texts
+from pina_spark.models.vectorizer import PhiPre, tfidf_texts
 from pina_spark.stages.train.fit import label_matrix
 from pina_spark.storage.features_csr import features_to_csr
 
@@ -256,16 +256,12 @@ def warn_missing(variant: str, missing: Sequence[int]) -> None:
 
 
 def _baseline_matrices(cfg, train, test, has_lab):
-    """tf-idf (PECOS Preprocessor, ``pretrain.tfidf`` kwargs) fitted on train instance text."""
-    from pecos.utils.featurization.text.preprocess import Preprocessor
-
-    kwargs = dict(cfg.pretrain.tfidf)
-    if isinstance(kwargs.get("ngram_range"), list):
-        kwargs["ngram_range"] = tuple(kwargs["ngram_range"])
+    """tf-idf fitted on train instance text: Phi_stat's fit (:meth:`PhiPre.fit_tfidf`,
+    ``pretrain.tfidf`` kwargs), and its text rule for the rows it then predicts."""
     # the same text rule as Phi_stat's tf-idf (pina_spark.models.vectorizer.tfidf_texts)
     tr_text = tfidf_texts([t if isinstance(t, str) else "" for t in train[storage.TEXT].tolist()])
     te_text = tfidf_texts([t if isinstance(t, str) else "" for t in test[storage.TEXT].tolist()])
-    vec = Preprocessor.train(tr_text, {"type": "tfidf", "kwargs": kwargs})
+    vec = PhiPre.fit_tfidf(tr_text, cfg.pretrain)
     X_tr = vec.predict([t for t, h in zip(tr_text, has_lab) if h]).tocsr().astype(np.float32)
     X_te = vec.predict(te_text).tocsr().astype(np.float32)
     X_tr.sort_indices()
