@@ -216,7 +216,10 @@ def cross_fit_scores(models, X, topk: int, threads: int = -1):
     Re-scoring the union of the models' candidates with every model instead is what PECOS'
     inference form cannot do: ``selected_outputs_csr`` raises NotImplementedError for a
     predict-only (or memory-mapped) model, and loading the training form on every executor
-    doubles g's memory there.
+    doubles g's memory there. Scoring each row by one fold model (what a train row gets) costs
+    1.3-1.9 P@1 points, and a mean that skips the model that never saw an instance output's
+    row changes no prediction measurably (``benchmarks/cross_fit_alternatives.py``;
+    RESULTS.md).
 
     Examples
     --------
