@@ -763,8 +763,10 @@ STEPS_DIR = "steps"
 #: step's key, with the models' version tokens)
 _UPSTREAM = ("graph", "vectorizer", "embed", "pretrain")
 #: config sections that do not change a step's result: the choice rule's own (``select``:
-#: a rerun with another alpha reuses every step), the run's bookkeeping, tuning, fault drills
-_NOT_IN_STEP_KEY = ("select", "run", "tune", "faults")
+#: a rerun with another alpha reuses every step), the run's bookkeeping, tuning, fault drills,
+#: and the Spark session's settings (``spark``: no stage fingerprint holds them either), so a
+#: selection that ran out of memory resumes after ``--set spark.conf.spark.driver.memory=8g``
+_NOT_IN_STEP_KEY = ("select", "run", "tune", "faults", "spark")
 
 
 def root_state(root: str) -> dict[str, Any]:
@@ -795,6 +797,10 @@ def step_key(scfg: PinaConfig, state: Mapping[str, Any], cv_folds: int = 0) -> s
     >>> c = config_from_dict({"output": "/r/w", "select": {"alpha": 0.01}})
     >>> step_key(a, state) == step_key(c, state), step_key(a, state) == step_key(b, state)
     (True, False)
+    >>> more_heap = config_from_dict(
+    ...     {"output": "/r/w", "spark": {"conf": {"spark.driver.memory": "8g"}}})
+    >>> step_key(a, state) == step_key(more_heap, state)
+    True
     >>> step_key(a, state) == step_key(a, state, cv_folds=5)
     False
     """
