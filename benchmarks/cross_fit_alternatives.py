@@ -39,19 +39,21 @@ ANCHOR = "        Y = cross_fit_scores(grp.models, X, spec.topk, threads)\n"
 
 RULES = '''
 
-def _held_outputs(specs):
-    """Per output column, the fold whose model never trained on the output's own row (-1)."""
+def _held_outputs(specs, _cache={}):
+    """Per output column, the fold whose model never trained on the output's own row (-1);
+    read once per variant through the g folder's owner (``artifacts``)."""
     import numpy as np
 
-    rows = [set(np.load(m.uri + "/train_rows.npy").tolist()) for m in specs]
-    seen = set().union(*rows)
-    cols = np.load(specs[0].uri + "/output_nodes.npy").tolist()
-    held = np.full(len(cols), -1, dtype=np.int64)
-    for c, node in enumerate(cols):
-        if node in seen:
-            lacking = [f for f, r in enumerate(rows) if node not in r]
-            held[c] = lacking[0] if lacking else -1
-    return held
+    key = tuple(m.uri for m in specs)
+    if key not in _cache:
+        rows = [np.load(storage.join(m.uri, artifacts.TRAIN_ROWS)) for m in specs]
+        cols = artifacts.read_output_nodes(specs[0].uri)
+        seen = np.isin(cols, np.concatenate(rows))
+        held = np.full(len(cols), -1, dtype=np.int64)
+        for f, r in enumerate(rows):
+            held[seen & ~np.isin(cols, r)] = f
+        _cache[key] = held
+    return _cache[key]
 
 
 def _alternative_scores(mode, grp, X, idx, topk, threads):

@@ -40,7 +40,8 @@ def _group(tmp_path):
 
 
 def _rules():
-    ns: dict = {}
+    """The rules as the script appends them to the neighbours stage: in that module's names."""
+    ns: dict = dict(vars(stage))
     exec(compile(cfa.RULES, "RULES", "exec"), ns)
     return ns
 
