@@ -65,8 +65,9 @@ def features_to_csr(
     """One (variant, split) of ``features`` as a :class:`FeatureMatrix`. Driver side.
 
     The rows are sorted by ``instance_id`` in Spark (range partitioning) and brought to the
-    driver one partition at a time (``toLocalIterator`` over Arrow IPC blobs made by the
-    executors), never with one big ``collect``.
+    driver one partition at a time (the RDD's ``toLocalIterator`` over Arrow IPC blobs made by
+    the executors), never with one big ``collect``; no partition stays in the driver's heap
+    once read.
 
     Parameters
     ----------
@@ -109,7 +110,11 @@ def features_to_csr(
     blobs = sel.mapInArrow(_ipc_blobs, "blob binary")
 
     def batches():
-        for row in blobs.toLocalIterator(prefetchPartitions=False):
+        # the RDD's iterator, not the DataFrame's: pyspark 4's DataFrame.toLocalIterator submits
+        # each partition's job after its SQL execution has ended, and the DAG scheduler then
+        # keeps every such job, with the partition it returned, for the life of the session
+        # (activeQueryToJobs; a `pina-spark select` ran out of driver heap on it)
+        for row in blobs.rdd.toLocalIterator(prefetchPartitions=False):
             with pa.ipc.open_stream(row["blob"]) as reader:
                 yield from reader
 

@@ -34,11 +34,12 @@ Outputs
 
 The variants' models are independent of each other: ``train.train_on`` (``auto``: executors on a
 cluster) trains them as Spark tasks, one per variant (:mod:`pina_spark.stages.train.tasks`), or one
-after another on the driver; same models, same predictions. On the driver the feature matrices come
-through Spark (:func:`~pina_spark.storage.features_csr.features_to_csr`: Arrow batches per
-partition, no per-row py4j). As tasks, each task reads its variant's rows of ``features`` itself
-with pyarrow (:func:`~pina_spark.storage.features_csr.read_variant`) where pyarrow reaches the
-table, so the driver holds no feature matrix; only the baseline's tf-idf is built on the driver.
+after another on the driver; same models, same predictions. Where pyarrow reaches the table, the
+feature matrices are read with it (:func:`~pina_spark.storage.features_csr.read_variant`): by
+the driver for its own fits, and as tasks by each task for its variant, so the driver then holds
+no feature matrix (only the baseline's tf-idf is built on the driver). Elsewhere the driver reads
+them through Spark (:func:`~pina_spark.storage.features_csr.features_to_csr`: Arrow batches per
+partition, no per-row py4j), and hands them to the tasks.
 """
 
 import json
