@@ -5,6 +5,7 @@ instance, models saved; then the evaluate stage on the result.
 
 import json
 import os
+import uuid
 import zlib
 
 import numpy as np
@@ -256,19 +257,78 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     assert not os.path.exists(storage.local_path(paths2.staging("train-fits")))
 
 
-def _jobs_held_by_the_dag_scheduler(spark) -> int:
-    """Jobs the DAG scheduler keeps per SQL query (``activeQueryToJobs``, pyspark 4; ``0`` where
-    the map does not exist, as on 3.5). A finished job left there keeps the result it returned:
-    pyspark 4's ``DataFrame.toLocalIterator`` leaves one per partition."""
-    dag = spark.sparkContext._jsc.sc().dagScheduler()
+def _write_features_part(root, split, ids, name, rng, D, S, dense=True):
+    """One Parquet file of variant ``pina`` of a ``features`` table at ``root``: ``ids`` in
+    ``split`` (``None``: the null split), random 2*D dense (``dense``) and 2-entry sparse rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pina_spark.storage import features as layout
+
+    folder = layout.partition_dir(root, "pina", split)
+    os.makedirs(folder, exist_ok=True)
+    idx = [sorted(rng.choice(2 * S, size=2, replace=False).tolist()) for _ in ids]
+    tbl = pa.table(
+        {
+            storage.INSTANCE_ID: pa.array(ids, pa.string()),
+            storage.DENSE: pa.array(
+                [
+                    rng.normal(size=2 * D).astype(np.float32).tolist() if dense else None
+                    for _ in ids
+                ],
+                pa.list_(pa.float32()),
+            ),
+            storage.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
+            storage.SPARSE_VALUES: pa.array(
+                [rng.random(2).astype(np.float32).tolist() for _ in ids], pa.list_(pa.float32())
+            ),
+        }
+    )
+    pq.write_table(tbl, os.path.join(folder, f"part-{name}.parquet"))
+
+
+def test_spark_features_reader_leaves_no_partition_in_the_driver(spark, tmp_path):
+    """``features_to_csr`` (Spark's reader: the train stage where pyarrow does not reach the
+    table, and ``export_csr``) leaves none of its jobs in the DAG scheduler's
+    ``activeQueryToJobs``, where a finished job keeps the partition it returned for the life
+    of the session: pyspark 4's ``DataFrame.toLocalIterator`` left one per partition, and a
+    long ``pina-spark select`` ran out of driver heap on them. The jobs are told apart by a job
+    group of their own, so other tests' queries do not count."""
+    from pina_spark.storage import features as layout
+    from pina_spark.storage import features_csr
+
+    sc = spark.sparkContext
+    dag = sc._jsc.sc().dagScheduler()
     try:
-        held = dag.activeQueryToJobs()
+        dag.activeQueryToJobs()
     except Exception:  # py4j: no such member
-        return 0
-    return str(held.toString()).count("ActiveJob@")
+        pytest.skip(f"pyspark {spark.version}: no DAGScheduler.activeQueryToJobs to leak into")
+
+    def held(group: str) -> int:
+        return sum(
+            1
+            for entry in dag.activeQueryToJobs().entrySet()
+            for job in entry.getValue()
+            if job.properties() is not None
+            and job.properties().getProperty("spark.jobGroup.id") == group
+        )
+
+    root = str(tmp_path / "features")
+    rng = np.random.default_rng(3)
+    for k in range(3):  # three files: several partitions to bring back
+        _write_features_part(root, "train", [f"i{k}{j}" for j in range(40)], str(k), rng, 3, 5)
+    layout.write_meta(root, 3, 5, ["pina"])
+    group = f"features-read-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "test: features_to_csr")
+    try:
+        m = features_csr.features_to_csr(spark, root, "pina", "train")
+    finally:
+        sc._jsc.clearJobGroup()
+    assert m.X.shape == (120, 16) and m.ids == sorted(m.ids)
+    assert held(group) == 0
 
 
-def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
+def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path, monkeypatch):
     """A train task's own read of its variant (``features_csr.read_variant``, pyarrow, file by
     file) aligned by ``inputs.align_features`` gives the driver's matrices
     (``_features_through_spark``), on a table with two files in one split, train and test
@@ -276,9 +336,6 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     test id and a real train id with other values (read by neither: the driver skips null
     splits). A variant with no row is an error on both paths. Where pyarrow reaches the
     table, the driver reads it as a task does (``_load_features`` -> ``read_variant``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from pina_spark.stages.train import inputs
     from pina_spark.storage import features as layout
     from pina_spark.storage import features_csr
@@ -288,43 +345,28 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path):
     rng = np.random.default_rng(7)
 
     def part(split, ids, name, dense=True):
-        folder = layout.partition_dir(root, "pina", split)
-        os.makedirs(folder, exist_ok=True)
-        n = len(ids)
-        idx = [sorted(rng.choice(2 * S, size=2, replace=False).tolist()) for _ in range(n)]
-        tbl = pa.table(
-            {
-                storage.INSTANCE_ID: pa.array(ids, pa.string()),
-                storage.DENSE: pa.array(
-                    [
-                        rng.normal(size=2 * D).astype(np.float32).tolist() if dense else None
-                        for _ in ids
-                    ],
-                    pa.list_(pa.float32()),
-                ),
-                storage.SPARSE_INDICES: pa.array(idx, pa.list_(pa.int32())),
-                storage.SPARSE_VALUES: pa.array(
-                    [rng.random(2).astype(np.float32).tolist() for _ in ids],
-                    pa.list_(pa.float32()),
-                ),
-            }
-        )
-        pq.write_table(tbl, os.path.join(folder, f"part-{name}.parquet"))
+        _write_features_part(root, split, ids, name, rng, D, S, dense)
 
-    part("train", ["i0", "i1"], "0", dense=False)  # no dense value in the first file read
+    # no dense value in the first file read; ids out of order (pyarrow keeps file order)
+    part("train", ["i1", "i0"], "0", dense=False)
     part("train", ["i2", "i4", "i5"], "1")  # i3: no features
     part("test", ["t0", "t2", "t3"], "0")  # t1: no features
     part(None, ["t1", "i3"], "0")  # null split: read by neither path
     layout.write_meta(root, D, S, ["pina"])
     train_ids = [f"i{k}" for k in range(6)]
     test_ids = [f"t{k}" for k in range(4)]
-    held = _jobs_held_by_the_dag_scheduler(spark)
     ids, X = inputs._features_through_spark(spark, root, "pina")
-    # Spark's reader leaves no job (with the partition it returned) in the driver's heap
-    assert _jobs_held_by_the_dag_scheduler(spark) == held
     m = features_csr.read_variant(root, "pina", layout.read_sparse_width(root, "pina"))
-    # the driver's own read takes pyarrow where it reaches the table: the task's rows
-    assert inputs._load_features(spark, root, "pina")[0] == m.ids
+    # the driver's own read takes pyarrow where it reaches the table (Spark's reader is not
+    # called): the task's rows, in the task's order
+    with monkeypatch.context() as mp:
+        mp.setattr(inputs, "_features_through_spark", lambda *a: pytest.fail("read by Spark"))
+        d_ids, d_X = inputs._load_features(spark, root, "pina")
+    assert d_ids == m.ids != sorted(m.ids) and (d_X != m.X).nnz == 0
+    # where pyarrow does not, Spark's reader
+    monkeypatch.setattr("pina_spark.storage.pyarrow_reaches", lambda uri: False)
+    s_ids, s_X = inputs._load_features(spark, root, "pina")
+    assert s_ids == ids and (s_X != X).nnz == 0
     assert sorted(m.ids) == sorted(ids) and "t1" not in m.ids and "i3" not in m.ids
     on_driver = inputs.align_features(ids, X, train_ids, test_ids, "pina")
     in_task = inputs.align_features(m.ids, m.X, train_ids, test_ids, "pina")

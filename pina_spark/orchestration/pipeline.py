@@ -2,7 +2,7 @@
 progress logging and manifest writes.
 
 Stage modules never import each other (the train stage reads ``features`` through
-:func:`pina_spark.storage.features_csr.features_to_csr`, the table's owner): each exposes
+:mod:`pina_spark.storage.features_csr`, the table's owner): each exposes
 ``run(ctx)``, returning its statistics (a :class:`pina_spark.stages.StageStats`), and
 reads/writes published tables through :mod:`pina_spark.storage`; this module runs them in the
 order of :data:`pina_spark.stages.STAGES` and records each one's statistics in the manifest in

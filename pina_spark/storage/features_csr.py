@@ -1,7 +1,8 @@
 """Reading ``features`` back as CSR matrices ``X = [dense | sparse]`` (dense block first,
-sparse column ``c`` at ``dense_width + c``): :func:`features_to_csr` is the one reader of the
-table on the driver (the train stage imports it), :func:`read_variant` reads one variant with
-pyarrow alone (a train task's own inputs), both through :func:`csr_from_batches`;
+sparse column ``c`` at ``dense_width + c``): :func:`read_variant` reads one variant with
+pyarrow alone (a train task's own inputs, and the train stage's driver wherever pyarrow reaches
+the table), :func:`features_to_csr` one (variant, split) through Spark (the driver elsewhere, and
+:func:`export_csr`), both through :func:`csr_from_batches`;
 :func:`export_csr` writes a matrix as a PECOS/scipy ``.npz``, :func:`frame_to_csr` converts rows
 already in pandas.
 
@@ -43,8 +44,8 @@ ROW_COLUMNS = (storage.INSTANCE_ID, storage.DENSE, storage.SPARSE_INDICES, stora
 
 @dc.dataclass(frozen=True)
 class FeatureMatrix:
-    """Rows of ``features`` as a matrix: one (variant, split) on the driver
-    (:func:`features_to_csr`), or one variant in a task (:func:`read_variant`).
+    """Rows of ``features`` as a matrix: one (variant, split) through Spark
+    (:func:`features_to_csr`), or one variant with pyarrow (:func:`read_variant`).
 
     Attributes:
         ids: ``instance_id`` of every row (ascending from :func:`features_to_csr`, file order
