@@ -180,15 +180,17 @@ def test_train_all_four_variants_and_predict_every_test_instance(spark, trained)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("read_by", ["tasks", "driver"])
+@pytest.mark.parametrize("read_by", ["tasks", "driver", "unlisted"])
 def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     spark, trained, tmp_path, monkeypatch, read_by
 ):
     """train.train_on executors: one Spark task per variant gives the predictions and model
     folders of the driver path, whether each task reads its own variant's ``features`` with
     pyarrow (``tasks``: the driver builds no feature matrix) or gets them from the driver
-    (``driver``: a table pyarrow cannot read); train_on reruns nothing (it is not in the
-    fingerprint)."""
+    (``driver``: a table pyarrow cannot read; ``unlisted``: a scheme pyarrow reaches, but the
+    driver's pyarrow cannot list the table, as an ``s3://`` table whose credentials are the
+    JVM's: the driver reads it through Spark, by the rule of its own read,
+    ``features_csr.located``); train_on reruns nothing (it is not in the fingerprint)."""
     import shutil
 
     from pina_spark.orchestration.pipeline import make_context, run_pipeline
@@ -212,8 +214,18 @@ def test_variants_trained_as_spark_tasks_equal_the_driver_path(
     if read_by == "driver":  # where the stage calls it and where storage's own modules do
         for where in ("", ".fs", ".inputs", ".publishing", ".tables"):
             monkeypatch.setattr(f"pina_spark.storage{where}.pyarrow_reaches", lambda uri: False)
+    if read_by == "unlisted":  # the features table alone: every other table lists as before
+        feat_root = make_context(spark, cfg2).paths.table(storage.FEATURES)
+        real_files = storage.parquet_files
+        monkeypatch.setattr(
+            "pina_spark.storage.parquet_files",
+            lambda uri, located=None: (
+                None if uri.startswith(feat_root) else real_files(uri, located)
+            ),
+        )
     stats = train.run(make_context(spark, cfg2))
-    assert stats["train_on"] == "executors" and stats["features_read_by"] == read_by
+    expected = "driver" if read_by == "unlisted" else read_by
+    assert stats["train_on"] == "executors" and stats["features_read_by"] == expected
     if read_by == "tasks":
         assert built_on_driver == []  # no variant's features came through the driver
         # what a task reads is what the driver's reader gives, row for row
@@ -359,12 +371,26 @@ def test_a_task_reads_the_features_the_driver_reads(spark, tmp_path, monkeypatch
     m = features_csr.read_variant(root, "pina", layout.read_sparse_width(root, "pina"))
     # the driver's own read takes pyarrow where it reaches the table (Spark's reader is not
     # called): the task's rows, in the task's order
+    listed = []
+    real_files = storage.parquet_files
     with monkeypatch.context() as mp:
         mp.setattr(inputs, "_features_through_spark", lambda *a: pytest.fail("read by Spark"))
+        mp.setattr(
+            "pina_spark.storage.parquet_files",
+            lambda uri, located=None: listed.append(uri) or real_files(uri, located),
+        )
         d_ids, d_X = inputs._load_features(spark, root, "pina")
     assert d_ids == m.ids != sorted(m.ids) and (d_X != m.X).nnz == 0
-    # where pyarrow does not, Spark's reader
+    assert listed == [layout.variant_dir(root, "pina")]  # listed once: the check's listing is read
+    # where pyarrow reaches the scheme but cannot list the folder (an s3:// table whose
+    # credentials are the JVM's), Spark's reader; and where it does not reach it at all
+    with monkeypatch.context() as mp:
+        mp.setattr("pina_spark.storage.parquet_files", lambda uri, located=None: None)
+        assert features_csr.located(root, "pina") is None
+        u_ids, u_X = inputs._load_features(spark, root, "pina")
+    assert u_ids == ids and (u_X != X).nnz == 0
     monkeypatch.setattr("pina_spark.storage.pyarrow_reaches", lambda uri: False)
+    assert features_csr.located(root, "pina") is None
     s_ids, s_X = inputs._load_features(spark, root, "pina")
     assert s_ids == ids and (s_X != X).nnz == 0
     assert sorted(m.ids) == sorted(ids) and "t1" not in m.ids and "i3" not in m.ids

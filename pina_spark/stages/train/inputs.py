@@ -15,8 +15,8 @@ from pina_spark import storage
 from pina_spark.config import variants as V
 from pina_spark.models.vectorizer import PhiPre, tfidf_texts
 from pina_spark.stages.train.fit import label_matrix
-from pina_spark.storage.features import read_sparse_width, variant_dir
-from pina_spark.storage.features_csr import features_to_csr, read_variant
+from pina_spark.storage.features import read_sparse_width
+from pina_spark.storage.features_csr import features_to_csr, located, read_variant
 
 log = logging.getLogger(__name__)
 
@@ -24,21 +24,20 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- feature loading
 def _load_features(spark, feat_uri: str, variant: str):
     """``(instance_ids, csr)`` of every row of one ``features`` variant: with pyarrow where it
-    reaches the table (:func:`pina_spark.storage.features_csr.read_variant`, as a train task
-    reads it), else each split through Spark
-    (:func:`pina_spark.storage.features_csr.features_to_csr`), stacked. The matrix rows are the
-    same either way; only their order differs, and :func:`align_features` orders them.
+    reaches and lists the variant's folder (:func:`pina_spark.storage.features_csr.located`;
+    :func:`~pina_spark.storage.features_csr.read_variant`, as a train task reads it), else each
+    split through Spark (:func:`pina_spark.storage.features_csr.features_to_csr`), stacked. The
+    matrix rows are the same either way; only their order differs, and :func:`align_features`
+    orders them.
 
     Splits are read as stored: which rows are train and which are test is decided by ``nodes``
     (so a tuning run can re-split without rewriting features).
     """
     # no copy through the driver's JVM (Spark's reader holds a whole partition there); an
     # s3:// table the driver's pyarrow cannot list (its credentials are the JVM's) goes to Spark
-    if (
-        storage.pyarrow_reaches(feat_uri)
-        and storage.parquet_files(variant_dir(feat_uri, variant)) is not None
-    ):
-        m = read_variant(feat_uri, variant, read_sparse_width(feat_uri, variant))
+    found = located(feat_uri, variant)
+    if found is not None:
+        m = read_variant(feat_uri, variant, read_sparse_width(feat_uri, variant), found=found)
         return m.ids, m.X
     return _features_through_spark(spark, feat_uri, variant)
 

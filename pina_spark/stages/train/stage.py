@@ -62,6 +62,7 @@ from pina_spark.stages.train.model_dir import save_model
 from pina_spark.stages.train.results import TRAIN_STATS_FILE, variant_result
 from pina_spark.stages.train.stats import TrainStats
 from pina_spark.storage.features import read_sparse_width, variant_dir
+from pina_spark.storage.features_csr import located
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,10 @@ def run(ctx) -> TrainStats:
             del inp
             pred_frames.append(frame)
     else:
-        # decided once: the tasks read their own features where pyarrow reaches the table
-        reads = storage.pyarrow_reaches(feat_uri)
+        # decided once, by the rule the driver's own read follows: the tasks read their own
+        # features where pyarrow reaches and lists the table (an s3:// table whose credentials
+        # are the JVM's is read by the driver, through Spark)
+        reads = located(feat_uri) is not None
         read_by = "tasks" if reads else "driver"
 
         def make(v: str):

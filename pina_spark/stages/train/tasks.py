@@ -6,7 +6,8 @@ everything once (the label space, the folders, where each variant's matrices com
 starts the variant folders (label map, the baseline's vectorizer). A variant's matrices reach its
 task one of two ways:
 
-* :class:`FeaturesRead` (the ``features`` variants, where pyarrow reaches the table): the driver
+* :class:`FeaturesRead` (the ``features`` variants, where the driver's pyarrow reaches and lists
+  the table: :func:`~pina_spark.storage.features_csr.located`): the driver
   writes the problem once (Y and the train / test ids, ``problem.npz``); the task reads its
   variant's rows of ``features`` itself (:func:`~pina_spark.storage.features_csr.read_variant`)
   and aligns them (:func:`~pina_spark.stages.train.inputs.align_features`, as the driver path
