@@ -22,6 +22,7 @@ import yaml
 from pina_spark import storage
 from pina_spark.config import config_from_dict
 from pina_spark.orchestration import pipeline
+from pina_spark.storage.manifest import Manifest
 
 from demo_run import require_finished
 
@@ -131,9 +132,18 @@ def test_row_order_and_files_of_the_inputs_change_no_result(spark, tmp_path, dem
 
 
 @pytest.mark.slow
-def test_shuffled_events_build_the_same_i2i_graph(spark, tmp_path, demo_submit_run):
+@pytest.mark.parametrize("built_by", ["driver", "spark"])
+def test_shuffled_events_build_the_same_i2i_graph(
+    spark, tmp_path, demo_submit_run, monkeypatch, built_by
+):
     """``side_info: both`` (co-purchase edges from ``events`` beside the label text): the graph
-    stage on the shuffled inputs publishes the edges and B_pre of the originals."""
+    stage on the shuffled inputs publishes the nodes, edges and B_pre of the originals, whether
+    the small tables are validated and indexed on the driver (the demo's size) or, as tables
+    over ``DRIVER_MAX_ROWS`` are, by Spark (with the pairs counted by a shuffle,
+    ``graph.strategy: shuffle``); and with baskets down-sampled
+    (``graph.max_basket_size``), which keeps the same items whatever the order."""
+    if built_by == "spark":
+        monkeypatch.setattr("pina_spark.validate.spark.DRIVER_MAX_ROWS", 0)
     run = require_finished(demo_submit_run)
     with open(run["config"]) as fh:
         base = yaml.safe_load(fh)
@@ -141,9 +151,17 @@ def test_shuffled_events_build_the_same_i2i_graph(spark, tmp_path, demo_submit_r
     shuffled = _shuffled_inputs(base["input"], str(tmp_path / "input"))
     edges = []
     for name, inputs in (("orig", base["input"]), ("shuffled", shuffled)):
-        cfg = _cfg(base, str(tmp_path / name), inputs, side_info="both")
+        # baskets over 8 items are down-sampled: the kept items must not turn on row order
+        graph = {**base.get("graph", {}), "max_basket_size": 8}
+        if built_by == "spark":  # the events too: pairs counted by a shuffle, not on the driver
+            graph["strategy"] = "shuffle"
+        cfg = _cfg(base, str(tmp_path / name), inputs, side_info="both", graph=graph)
         assert pipeline.run_pipeline(spark, cfg, ["graph"]) == {"graph": "ran"}
         paths = storage.RunPaths(cfg.output)
+        stats = Manifest(paths.manifest).stage("graph")["stats"]
+        on_driver = stats["validated_on_driver"]
+        assert ("instances" in on_driver) == ("events" in on_driver) == (built_by == "driver")
+        assert stats["baskets"]["baskets_capped"] > 0, stats["baskets"]
         edges.append((_ids(spark, paths), _graph_edges(spark, paths)))
     assert edges[0][1][0], "no co-purchase edge: the test would hold for any graph"
     assert edges[1] == edges[0]
