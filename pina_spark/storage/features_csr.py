@@ -1,10 +1,10 @@
 """Reading ``features`` back as CSR matrices ``X = [dense | sparse]`` (dense block first,
 sparse column ``c`` at ``dense_width + c``): :func:`read_variant` reads one variant with
 pyarrow alone (a train task's own inputs, and the train stage's driver wherever pyarrow reaches
-and lists the table: :func:`located`, the one rule both follow), :func:`features_to_csr` one
-(variant, split) through Spark (the driver elsewhere, and :func:`export_csr`), both through
-:func:`csr_from_batches`; :func:`export_csr` writes a matrix as a PECOS/scipy ``.npz``,
-:func:`frame_to_csr` converts rows already in pandas.
+and lists the variant: :func:`variant_listing`, the one rule both follow),
+:func:`features_to_csr` one (variant, split) through Spark (the driver elsewhere, and
+:func:`export_csr`), both through :func:`csr_from_batches`; :func:`export_csr` writes a matrix
+as a PECOS/scipy ``.npz``, :func:`frame_to_csr` converts rows already in pandas.
 
 Examples
 --------
@@ -32,7 +32,7 @@ __all__ = [
     "ROW_COLUMNS",
     "FeatureMatrix",
     "features_to_csr",
-    "located",
+    "variant_listing",
     "read_variant",
     "csr_from_batches",
     "export_csr",
@@ -123,35 +123,34 @@ def features_to_csr(
     return csr_from_batches(batches(), f"{variant}/{split}", sparse_width)
 
 
-def located(features_uri: str, variant: str | None = None):
-    """The listing (``(pyarrow filesystem, [FileInfo])``, :func:`pina_spark.storage.parquet_files`)
-    of one variant's folder of ``features`` (of the whole table when ``variant`` is ``None``)
+def variant_listing(features_uri: str, variant: str):
+    """The listing (``(pyarrow filesystem, [FileInfo])``, as
+    :func:`pina_spark.storage.parquet_files` gives it) of one variant's folder of ``features``
     where this process's pyarrow reaches and lists it, else ``None``: the one test of whether
-    :func:`read_variant` can read it here. A URI pyarrow reaches by scheme may still not list:
-    an ``s3://`` table whose credentials are the JVM's (``None``: read it with
+    :func:`read_variant` can read the variant here. A URI pyarrow reaches by its scheme may still
+    not list: an ``s3://`` table whose credentials are the JVM's (``None``: read it with
     :func:`features_to_csr`).
 
     Examples
     --------
-    >>> located("/no/such/features", "pina") is None
+    >>> variant_listing("/no/such/features", "pina") is None
     True
-    >>> located("hdfs://nn/run/features") is None  # the JVM's, never listed with pyarrow
+    >>> variant_listing("hdfs://nn/run/features", "pina") is None  # the JVM's, never pyarrow's
     True
     """
     if not storage.pyarrow_reaches(features_uri):
         return None
-    folder = features_uri if variant is None else layout.variant_dir(features_uri, variant)
-    return storage.parquet_files(folder)
+    return storage.parquet_files(layout.variant_dir(features_uri, variant))
 
 
 def read_variant(
-    features_uri: str, variant: str, sparse_width: int | None, found=None
+    features_uri: str, variant: str, sparse_width: int | None, listing=None
 ) -> FeatureMatrix:
     """Every row of one variant of ``features`` (all its splits but a null one, as the train
     stage reads them), read file by file with ``pyarrow.parquet``, without Spark: executor side
-    (a model-fitting task reads its own inputs, so the driver holds no matrix), or anywhere
-    pyarrow reaches the table. Rows in file order; the matrix of each row is the one
-    :func:`features_to_csr` gives. ``found``: the variant's :func:`located` listing, when the
+    (a model-fitting task reads its own inputs, so the driver holds no matrix), or wherever
+    :func:`variant_listing` finds the variant. Rows in file order; the matrix of each row is the one
+    :func:`features_to_csr` gives. ``listing``: the variant's :func:`variant_listing`, when the
     caller has it already (the folder is not listed again).
 
     Raises
@@ -165,12 +164,12 @@ def read_variant(
     """
     import pyarrow.parquet as pq
 
-    if found is None:
-        found = located(features_uri, variant)
-    if found is None:
-        folder = layout.variant_dir(features_uri, variant)
+    folder = layout.variant_dir(features_uri, variant)
+    if listing is None:
+        listing = variant_listing(features_uri, variant)
+    if listing is None:
         raise ValueError(f"features: {folder} is not a Parquet folder pyarrow reads here")
-    fs, files = found
+    fs, files = listing
     null_split = f"/{storage.SPLIT}={layout.escape_partition_value(None)}/"
 
     def batches():

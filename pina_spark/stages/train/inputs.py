@@ -16,7 +16,7 @@ from pina_spark.config import variants as V
 from pina_spark.models.vectorizer import PhiPre, tfidf_texts
 from pina_spark.stages.train.fit import label_matrix
 from pina_spark.storage.features import read_sparse_width
-from pina_spark.storage.features_csr import features_to_csr, located, read_variant
+from pina_spark.storage.features_csr import features_to_csr, read_variant, variant_listing
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- feature loading
 def _load_features(spark, feat_uri: str, variant: str):
     """``(instance_ids, csr)`` of every row of one ``features`` variant: with pyarrow where it
-    reaches and lists the variant's folder (:func:`pina_spark.storage.features_csr.located`;
+    reaches and lists the variant's folder
+    (:func:`pina_spark.storage.features_csr.variant_listing`;
     :func:`~pina_spark.storage.features_csr.read_variant`, as a train task reads it), else each
     split through Spark (:func:`pina_spark.storage.features_csr.features_to_csr`), stacked. The
     matrix rows are the same either way; only their order differs, and :func:`align_features`
@@ -35,9 +36,9 @@ def _load_features(spark, feat_uri: str, variant: str):
     """
     # no copy through the driver's JVM (Spark's reader holds a whole partition there); an
     # s3:// table the driver's pyarrow cannot list (its credentials are the JVM's) goes to Spark
-    found = located(feat_uri, variant)
-    if found is not None:
-        m = read_variant(feat_uri, variant, read_sparse_width(feat_uri, variant), found=found)
+    listing = variant_listing(feat_uri, variant)
+    if listing is not None:
+        m = read_variant(feat_uri, variant, read_sparse_width(feat_uri, variant), listing=listing)
         return m.ids, m.X
     return _features_through_spark(spark, feat_uri, variant)
 

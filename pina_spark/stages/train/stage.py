@@ -34,8 +34,9 @@ Outputs
 
 The variants' models are independent of each other: ``train.train_on`` (``auto``: executors on a
 cluster) trains them as Spark tasks, one per variant (:mod:`pina_spark.stages.train.tasks`), or one
-after another on the driver; same models, same predictions. Where pyarrow reaches the table, the
-feature matrices are read with it (:func:`~pina_spark.storage.features_csr.read_variant`): by
+after another on the driver; same models, same predictions. Where the driver's pyarrow reaches and
+lists the table (:func:`~pina_spark.storage.features_csr.variant_listing`), the feature matrices
+are read with it (:func:`~pina_spark.storage.features_csr.read_variant`): by
 the driver for its own fits, and as tasks by each task for its variant, so the driver then holds
 no feature matrix (only the baseline's tf-idf is built on the driver). Elsewhere the driver reads
 them through Spark (:func:`~pina_spark.storage.features_csr.features_to_csr`: Arrow batches per
@@ -62,7 +63,7 @@ from pina_spark.stages.train.model_dir import save_model
 from pina_spark.stages.train.results import TRAIN_STATS_FILE, variant_result
 from pina_spark.stages.train.stats import TrainStats
 from pina_spark.storage.features import read_sparse_width, variant_dir
-from pina_spark.storage.features_csr import located
+from pina_spark.storage.features_csr import variant_listing
 
 log = logging.getLogger(__name__)
 
@@ -111,20 +112,24 @@ def run(ctx) -> TrainStats:
             pred_frames.append(frame)
     else:
         # decided once, by the rule the driver's own read follows: the tasks read their own
-        # features where pyarrow reaches and lists the table (an s3:// table whose credentials
-        # are the JVM's is read by the driver, through Spark)
-        reads = located(feat_uri) is not None
-        read_by = "tasks" if reads else "driver"
+        # features where the driver's pyarrow reaches and lists them (an s3:// table whose
+        # credentials are the JVM's is read by the driver, through Spark); executors are taken
+        # to share the driver's credentials, as on EMR, where both use the instance profile
+        # (the first variant that lists decides: one whose folder is missing is skipped below)
+        feature_variants = [v for v in tcfg.variants if v != V.BASELINE] if feat_ok else []
+        if feature_variants:
+            lists = any(variant_listing(feat_uri, v) is not None for v in feature_variants)
+            read_by = "tasks" if lists else "driver"
 
         def make(v: str):
-            if v == V.BASELINE or not reads:
+            if v == V.BASELINE or read_by != "tasks":
                 return variant_inputs(spark, cfg, prob, v, feat_uri)
             return tasks.FeaturesRead(feat_uri, read_sparse_width(feat_uri, v))
 
         log.info(
-            "train: the variants as Spark tasks (train.train_on %s), features read by the %s",
+            "train: the variants as Spark tasks (train.train_on %s)%s",
             tcfg.train_on,
-            read_by,
+            f", features read by the {read_by}" if read_by else "",
         )
         for variant, (frame, st) in tasks.fit_on_executors(
             spark, cfg, prob, each_variant(make), models_dir, paths.staging("train-fits")

@@ -7,7 +7,7 @@ starts the variant folders (label map, the baseline's vectorizer). A variant's m
 task one of two ways:
 
 * :class:`FeaturesRead` (the ``features`` variants, where the driver's pyarrow reaches and lists
-  the table: :func:`~pina_spark.storage.features_csr.located`): the driver
+  the table: :func:`~pina_spark.storage.features_csr.variant_listing`): the driver
   writes the problem once (Y and the train / test ids, ``problem.npz``); the task reads its
   variant's rows of ``features`` itself (:func:`~pina_spark.storage.features_csr.read_variant`)
   and aligns them (:func:`~pina_spark.stages.train.inputs.align_features`, as the driver path
