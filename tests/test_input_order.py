@@ -14,8 +14,10 @@ paths, which only the graph test runs.
 
 import json
 import os
+import sys
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -26,6 +28,8 @@ from pina_spark.orchestration import pipeline
 from pina_spark.storage.manifest import Manifest
 
 from demo_run import require_finished
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
 TABLES = ("instances", "labels", "instance_labels", "events")
 
@@ -129,6 +133,26 @@ def test_row_order_and_files_of_the_inputs_change_no_result(spark, tmp_path, dem
         }
 
     assert metrics(b) == metrics(a)
+
+    # benchmarks/tables_equal.py (RESULTS.md's reproducibility check) says the same, and tells
+    # one changed score apart
+    import tables_equal
+
+    a_dir, b_dir = storage.local_path(a.root), storage.local_path(b.root)
+    assert tables_equal.main(a_dir, b_dir) == 0
+    pred_dir = storage.local_path(b.table(storage.PREDICTIONS))
+    part = sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(pred_dir) for f in fs if f.endswith(".parquet")
+    )[0]
+    t = pq.read_table(part)
+    scores = t.column(storage.SCORES).to_pylist()
+    row = next(i for i, x in enumerate(scores) if x)
+    scores[row] = [scores[row][0] + 0.5, *scores[row][1:]]
+    i = t.schema.get_field_index(storage.SCORES)
+    pq.write_table(
+        t.set_column(i, t.schema.field(i), pa.array(scores, t.schema.field(i).type)), part
+    )
+    assert tables_equal.main(a_dir, b_dir) == 1
 
 
 @pytest.mark.slow
