@@ -61,21 +61,30 @@ def column_diff(cx: pa.Array, cy: pa.Array) -> str | None:
     return f"{sum(p != q for p, q in zip(nx, ny))} rows differ"
 
 
-def main(a: str, b: str) -> int:
-    equal = True
-    for rel, key in KEYS.items():
-        x, y = load(a, rel, key), load(b, rel, key)
+def table_diffs(a: str, b: str, tables=tuple(KEYS)) -> dict[str, tuple[int, dict[str, str]]]:
+    """Per table of ``tables``: (rows of ``a``, {column: what differs}); the dict is empty when
+    the two roots' tables are equal. A table whose row count or columns differ has the entry
+    ``{"*": ...}``."""
+    out: dict[str, tuple[int, dict[str, str]]] = {}
+    for rel in tables:
+        x, y = load(a, rel, KEYS[rel]), load(b, rel, KEYS[rel])
         if x.num_rows != y.num_rows or sorted(x.column_names) != sorted(y.column_names):
-            print(f"{rel}: rows {x.num_rows} / {y.num_rows}, columns differ or not")
-            equal = False
+            out[rel] = (x.num_rows, {"*": f"rows {x.num_rows} / {y.num_rows}, or the columns"})
             continue
         diffs = {}
         for col in sorted(x.column_names):
             d = column_diff(x.column(col).combine_chunks(), y.column(col).combine_chunks())
             if d is not None:
                 diffs[col] = d
-        equal &= not diffs
-        print(f"{rel}: {x.num_rows} rows, " + ("equal" if not diffs else f"differ: {diffs}"))
+        out[rel] = (x.num_rows, diffs)
+    return out
+
+
+def main(a: str, b: str) -> int:
+    diffs = table_diffs(a, b)
+    for rel, (n, d) in diffs.items():
+        print(f"{rel}: {n} rows, " + ("equal" if not d else f"differ: {d}"))
+    equal = not any(d for _, d in diffs.values())
     ma = json.load(open(f"{a}/eval/metrics.json"))["variants"]
     mb = json.load(open(f"{b}/eval/metrics.json"))["variants"]
     for v in ma:

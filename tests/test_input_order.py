@@ -30,6 +30,7 @@ from pina_spark.storage.manifest import Manifest
 from demo_run import require_finished
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import tables_equal  # noqa: E402
 
 TABLES = ("instances", "labels", "instance_labels", "events")
 
@@ -62,36 +63,6 @@ def _cfg(base: dict, output: str, inputs: dict, **extra):
     return config_from_dict(d)
 
 
-def _ids(spark, paths) -> dict:
-    nodes = storage.read_table(spark, paths, storage.NODES).toPandas()
-    return dict(zip(nodes[storage.NODE_INDEX], nodes[storage.NODE_ID]))
-
-
-def _table(spark, paths, rel):
-    return storage.read_table(spark, paths, rel).toPandas()
-
-
-def _graph_edges(spark, paths) -> tuple:
-    """The i2i edges (by ids) and every variant's B_pre edges (by node index), sorted."""
-    i2i = _table(spark, paths, storage.I2I_EDGES)
-    pre = _table(spark, paths, storage.PRETRAIN_EDGES)
-    return (
-        sorted(map(tuple, i2i.astype(str).values.tolist())),
-        sorted(map(tuple, pre.astype(str).values.tolist())),
-    )
-
-
-def _rows(spark, paths, rel) -> list:
-    """Every row of a published table as a tuple (arrays as tuples), sorted: two runs' tables
-    compare exactly, whatever order their files hold the rows in."""
-    df = _table(spark, paths, rel)
-    df = df[sorted(df.columns)]
-    return sorted(
-        tuple(tuple(x.tolist()) if isinstance(x, np.ndarray) else x for x in row)
-        for row in df.itertuples(index=False)
-    )
-
-
 #: the published tables compared row for row (``downstream_models``: through ``predictions``)
 RESULT_TABLES = (
     storage.NODES,
@@ -102,6 +73,8 @@ RESULT_TABLES = (
     storage.FEATURES,
     storage.PREDICTIONS,
 )
+#: what the graph stage publishes
+GRAPH_TABLES = (storage.NODES, storage.I2I_EDGES, storage.PRETRAIN_EDGES)
 
 
 @pytest.mark.slow
@@ -119,10 +92,12 @@ def test_row_order_and_files_of_the_inputs_change_no_result(spark, tmp_path, dem
         assert set(pipeline.run_pipeline(spark, cfg).values()) == {"ran"}
         roots.append(storage.RunPaths(cfg.output))
     a, b = roots
-    for rel in RESULT_TABLES:
-        rows = _rows(spark, a, rel)
-        assert len(rows) > 0 or rel == storage.I2I_EDGES, rel  # the demo's side_info: no i2i
-        assert _rows(spark, b, rel) == rows, rel
+    a_dir, b_dir = storage.local_path(a.root), storage.local_path(b.root)
+    # every result table (benchmarks/tables_equal.py: sorted by key, every column, exactly)
+    diffs = tables_equal.table_diffs(a_dir, b_dir, tables=RESULT_TABLES)
+    for rel, (rows, differ) in diffs.items():
+        assert rows > 0 or rel == storage.I2I_EDGES, rel  # the demo's side_info: no i2i
+        assert differ == {}, (rel, differ)
 
     def metrics(p):
         """Every variant's metrics but its seconds (``train_s``, ``predict_s``)."""
@@ -134,11 +109,7 @@ def test_row_order_and_files_of_the_inputs_change_no_result(spark, tmp_path, dem
 
     assert metrics(b) == metrics(a)
 
-    # benchmarks/tables_equal.py (RESULTS.md's reproducibility check) says the same, and tells
-    # one changed score apart
-    import tables_equal
-
-    a_dir, b_dir = storage.local_path(a.root), storage.local_path(b.root)
+    # and the comparison tells one changed score apart (the command's exit code too)
     assert tables_equal.main(a_dir, b_dir) == 0
     pred_dir = storage.local_path(b.table(storage.PREDICTIONS))
     part = sorted(
@@ -173,7 +144,7 @@ def test_shuffled_events_build_the_same_i2i_graph(
         base = yaml.safe_load(fh)
     assert base["input"].get("events"), "the demo run has no events to shuffle"
     shuffled = _shuffled_inputs(base["input"], str(tmp_path / "input"))
-    edges = []
+    roots = []
     for name, inputs in (("orig", base["input"]), ("shuffled", shuffled)):
         # baskets over 8 items are down-sampled: the kept items must not turn on row order
         graph = {**base.get("graph", {}), "max_basket_size": 8}
@@ -186,6 +157,7 @@ def test_shuffled_events_build_the_same_i2i_graph(
         on_driver = stats["validated_on_driver"]
         assert ("instances" in on_driver) == ("events" in on_driver) == (built_by == "driver")
         assert stats["baskets"]["baskets_capped"] > 0, stats["baskets"]
-        edges.append((_ids(spark, paths), _graph_edges(spark, paths)))
-    assert edges[0][1][0], "no co-purchase edge: the test would hold for any graph"
-    assert edges[1] == edges[0]
+        roots.append(storage.local_path(paths.root))
+    diffs = tables_equal.table_diffs(*roots, tables=GRAPH_TABLES)
+    assert diffs[storage.I2I_EDGES][0] > 0, "no co-purchase edge: the test would hold for any"
+    assert all(rows > 0 and differ == {} for rows, differ in diffs.values()), diffs
