@@ -621,3 +621,47 @@ def test_bytes_that_are_not_utf8_reach_the_quarantine_escaped_and_readable(spark
         assert stats["reasons"] == {"invalid_utf8": len(values)}, table
     nodes = storage.read_table(spark, paths, storage.NODES)
     assert nodes.filter(nodes[storage.KIND] == storage.KIND_INSTANCE).count() == len(good)
+
+
+# --------------------------------------------------------------------------- nothing to learn
+def _instances_all(tmp_path, split):
+    rows = [r.rsplit(",", 1)[0] + f",{split}" for r in GOOD_INSTANCES]
+    return _csv(tmp_path / f"inst_{split}.csv", "instance_id,text,split", rows)
+
+
+def test_no_train_instance_is_a_clear_error_before_any_table(spark, tmp_path):
+    """Every instance ``test``: the graph stage stops with exit 2's error after the quarantine,
+    publishing nothing (it failed on an empty B_pre with Spark's raw schema error)."""
+    inst = _instances_all(tmp_path, "test")
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst))
+    _assert_failed(spark, cfg, storage.InputError, "none of the", "rows used is a train instance")
+
+
+def test_labels_of_test_instances_only_is_a_clear_error_at_the_graph_stage(spark, tmp_path):
+    """instance_labels of test instances only: the graph stage says so (the pretrain stage
+    said B_pre had no edges of pina_naive and to rerun the graph stage, which cannot help)."""
+    test_ids = [r.split(",", 1)[0] for r in GOOD_INSTANCES if r.endswith(",test")]
+    il = _csv(tmp_path / "il_test.csv", "instance_id,label_id", [f"{i},L1" for i in test_ids])
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instance_labels=il), side_info="label_text")
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg, ["graph"])
+    assert "no train instance has a label" in str(e.value)
+    assert _graph_entry(cfg)["status"] == "failed"
+
+
+def test_no_test_instance_stops_a_run_that_trains_before_the_vectorizer(spark, tmp_path):
+    """No split column: every instance is train. The stages through aggregate can run (the
+    features of every product); a run naming train or evaluate stops after the graph stage
+    instead of failing at train after five stages."""
+    inst = _csv(
+        tmp_path / "inst_nosplit.csv",
+        "instance_id,text",
+        [r.rsplit(",", 1)[0] for r in GOOD_INSTANCES],
+    )
+    cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst), side_info="label_text")
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "train"])
+    assert "no instance has split='test'" in str(e.value)
+    m = Manifest(storage.RunPaths(cfg.output).manifest)
+    assert m.stage("graph")["status"] == "complete" and m.stage("vectorizer") is None
+    assert pipeline.run_pipeline(spark, cfg, ["graph"]) == {"graph": "skipped"}

@@ -117,7 +117,13 @@ def reference_rows(cls=PinaConfig, prefix: str = "") -> list[tuple[str, str, str
 
 
 def _section_title(cls) -> str:
-    return inspect.cleandoc(cls.__doc__ or "").splitlines()[0] if cls.__doc__ else ""
+    """The docstring's first line, and its second paragraph when it has one before the
+    ``Attributes:`` block (what a reader of the section needs beside the keys)."""
+    if not cls.__doc__:
+        return ""
+    head = inspect.cleandoc(cls.__doc__).split("Attributes:")[0]
+    paras = [" ".join(p.split()) for p in head.split("\n\n") if p.strip()]
+    return "\n\n".join([inspect.cleandoc(cls.__doc__).splitlines()[0], *paras[1:2]])
 
 
 def _cell(s: str) -> str:

@@ -88,6 +88,16 @@ class _Params:
 class InputConfig(_Params):
     """Input tables (paths or URIs: ``.parquet`` file or folder, ``.csv``, ``.jsonl``).
 
+    The format comes from the path's extension (a folder of CSV files is named ``*.csv``). A
+    folder's data files lie directly in it, or in ``<column>=<value>`` partition folders
+    (``split=test/``), whose values are read as that column; ``check`` and ``run`` refuse a
+    file in any other subfolder (Spark would not read it) and files both at the top and in
+    partition folders. CSV quoting is RFC 4180's: a quote inside a quoted field is doubled
+    (``"12"" pan"``). Spark's CSV writer escapes it with a backslash by default, which this
+    reader does not take: write CSV for this pipeline with ``.option("escape", '"')``, or
+    Parquet. A CSV header may start with a byte-order mark, quote its names and put spaces
+    after the commas.
+
     Attributes:
         instances: ``instance_id, text[, split]``. Required by the graph stage.
         labels: ``label_id, text``. Required when ``task.labels == 'given'``.

@@ -238,11 +238,34 @@ def _run_leased(
                 fn = spec.load()
             ran = [s for s, r in result.items() if r == "ran"]
             result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran)
+            if spec.name == "graph" and {"train", "evaluate"} & set(stages):
+                _require_test_rows(ctx)
     except BaseException as e:
         ctx.manifest.finish_run(run_id, result, status="failed", error=f"{type(e).__name__}: {e}")
         raise
     ctx.manifest.finish_run(run_id, result, status="complete")
     return result
+
+
+def _require_test_rows(ctx: StageContext) -> None:
+    """Stop a run whose stages train or evaluate the downstream model when the graph stage
+    found no test instance (no ``split`` column: every instance is train), before the stages
+    in between spend their time: the report scores test instances only. A run of the stages
+    through ``aggregate`` (features for every product) needs none."""
+    counts = storage.group_counts(
+        ctx.spark, ctx.paths.table(storage.NODES), [storage.KIND, storage.SPLIT]
+    ).to_pylist()
+    if any(
+        r[storage.KIND] == storage.KIND_INSTANCE and r[storage.SPLIT] == storage.SPLIT_TEST
+        for r in counts
+    ):
+        return
+    raise storage.InputError(
+        "input.instances: no instance has split='test' (without a split column every "
+        "instance is train), but the stages train and evaluate score test instances: mark "
+        "the instances to score split=test, or run --stages "
+        "graph,vectorizer,embed,pretrain,neighbors,aggregate for the features alone"
+    )
 
 
 def _stage_outputs() -> dict[str, tuple[str, ...]]:

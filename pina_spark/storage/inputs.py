@@ -159,15 +159,19 @@ def read_input(spark, uri: str, table: str):
         ]
         return df.select(*cols, F.lit(None).cast("string").alias(CORRUPT))
     # text formats: check the header / keys first, then read with the explicit schema
-    header = _peek_columns(spark, uri, fmt)
+    written = _peek_columns(spark, uri, fmt)  # CSV: the header's names as written
+    header = [c.strip() for c in written]
     _check_columns(header, required, uri, table)
     types = {f.name: f.dataType for f in full.fields}
     if fmt == "csv":
         # CSV columns are positional: the schema follows the header's order; columns outside
         # the contract are read as strings and dropped below. enforceSchema=False makes Spark
         # check every file's header against these names (a folder of CSV files with different
-        # column orders fails instead of being misread).
-        present_fields = [T.StructField(c, types.get(c, T.StringType())) for c in header]
+        # column orders fails instead of being misread), so they are the names as written
+        # (`instance_id, text` has a column " text"), renamed below.
+        present_fields = [
+            T.StructField(w, types.get(c, T.StringType())) for w, c in zip(written, header)
+        ]
     else:
         # a JSON line may omit a key (null): read every contract column by name
         present_fields = list(full.fields)
@@ -189,11 +193,26 @@ def read_input(spark, uri: str, table: str):
         )
     else:
         df = reader.json(uri)
+    as_written = dict(zip(header, written)) if fmt == "csv" else {}
     cols = [
-        F.col(f.name) if f.name in header else F.lit(None).cast(f.dataType).alias(f.name)
+        F.col(_quoted(as_written.get(f.name, f.name))).alias(f.name)
+        if f.name in header
+        # a <column>=<value> folder's column (Spark's partition discovery), cast as the contract
+        else F.col(f.name).cast(f.dataType).alias(f.name)
+        if f.name in df.columns
+        else F.lit(None).cast(f.dataType).alias(f.name)
         for f in full.fields
     ]
     return df.select(*cols, F.col(CORRUPT))
+
+
+def _quoted(name: str) -> str:
+    """A column name as Spark's ``F.col`` takes it literally (spaces, dots).
+
+    >>> _quoted(" text"), _quoted("a.b`c")
+    ('` text`', '`a.b``c`')
+    """
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _check_parquet_files_agree(uri: str, table: str, columns: Sequence[str]) -> None:
@@ -275,12 +294,10 @@ def _peek_columns(spark, uri: str, fmt: str) -> list[str]:
     from pyspark.sql import functions as F
 
     if fmt == "csv":
-        import csv
-
         first = spark.read.text(uri).limit(1).collect()
         if not first:
             raise InputError(f"{uri}: input is empty (no header / no rows)")
-        return [c.strip().lstrip("\ufeff") for c in next(csv.reader([first[0][0]]))]
+        return csv_header_names(first[0][0], strip=False)
     lines = (
         spark.read.text(uri).filter(F.trim(F.col("value")) != "").limit(JSON_PEEK_LINES).collect()
     )
@@ -299,9 +316,55 @@ def _peek_columns(spark, uri: str, fmt: str) -> list[str]:
     return keys
 
 
-def _check_columns(present, required, uri, table):
+def csv_header_names(line: str, strip: bool = True) -> list[str]:
+    """The column names of a CSV header line: a byte-order mark before it dropped, then parsed
+    as CSV (quoted names unquoted), each stripped of surrounding spaces unless ``strip`` is
+    false (the names as Spark compares them with a schema).
+
+    Examples
+    --------
+    >>> csv_header_names('\ufeff"instance_id","text"')
+    ['instance_id', 'text']
+    >>> csv_header_names("instance_id, text", strip=False)
+    ['instance_id', ' text']
+    """
+    import csv
+
+    names = next(csv.reader([line.lstrip("\ufeff")]), [])
+    return [c.strip() for c in names] if strip else names
+
+
+def column_problem(present: Sequence[str], uri: str, table: str) -> str | None:
+    """Why the columns ``present`` cannot be read as ``table``: a required column missing, or
+    two names that differ only in case (Spark resolves column names case-insensitively, so
+    ``Text`` beside ``text`` is ambiguous); else ``None``.
+
+    Examples
+    --------
+    >>> column_problem(["label_id", "text"], "l.csv", "labels") is None
+    True
+    >>> print(column_problem(["label_id", "text", "Text"], "l.csv", "labels"))
+    l.csv: labels has columns that differ only in case: 'text', 'Text' (Spark reads column \
+names case-insensitively); rename or drop one
+    """
+    required = INPUT_COLUMNS[table][0]
     missing = [c for c in required if c not in set(present)]
     if missing:
-        raise InputError(
-            f"{uri}: {table} is missing required column(s) {missing} " f"(found {sorted(present)})"
+        return f"{uri}: {table} is missing required column(s) {missing} (found {sorted(present)})"
+    by_case: dict[str, list[str]] = {}
+    for c in present:
+        by_case.setdefault(c.lower(), []).append(c)
+    clash = next((names for names in by_case.values() if len(names) > 1), None)
+    if clash:
+        return (
+            f"{uri}: {table} has columns that differ only in case: "
+            f"{', '.join(repr(c) for c in clash)} (Spark reads column names "
+            f"case-insensitively); rename or drop one"
         )
+    return None
+
+
+def _check_columns(present, required, uri, table):
+    problem = column_problem(list(present), uri, table)
+    if problem:
+        raise InputError(problem)

@@ -32,9 +32,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from pina_spark.storage.fs import pyarrow_fs, pyarrow_reaches
-from pina_spark.storage.inputs import JSON_PEEK_LINES, type_accepted, type_mismatch
+from pina_spark.storage.inputs import (
+    JSON_PEEK_LINES,
+    column_problem,
+    csv_header_names,
+    type_accepted,
+    type_mismatch,
+)
 from pina_spark.storage.inputs import _format_of as input_format
-from pina_spark.storage.schemas import INPUT_COLUMNS, schema
+from pina_spark.storage.schemas import schema
 from pina_spark.storage.uri import is_remote, local_path
 
 #: an input that passed every check
@@ -109,27 +115,85 @@ def inspect_input(uri: str, table: str) -> InputReport:
         return InputReport(table, uri, UNCHECKED, fmt, note=f"{why}: the graph stage checks it")
     if listed is None:
         return InputReport(table, uri, MISSING, fmt, problem=f"input.{table}: {uri} does not exist")
-    fs, files = listed
+    fs, root, files = listed
     found = InputReport(
         table, uri, OK, fmt, files=len(files), bytes=sum(int(fi.size or 0) for fi in files)
     )
     rows: int | None
     note: str | None = None
     try:
+        partitions = folder_layout(files, root, uri, table)
         if fmt == "parquet":
             rows, columns = _parquet(fs, files, uri, table)
         else:
             columns = _csv_header(fs, files, uri) if fmt == "csv" else _json_keys(fs, files, uri)
             rows, note = _count_text(fs, files, uri, fmt)
+        columns += [c for c in partitions if c not in columns]
         _check_required(columns, uri, table)
+        if rows == 0:
+            raise _Bad(f"input.{table}: {uri} has no rows (an empty input table is an error)")
     except _Bad as e:
         return dc.replace(found, status=BAD, problem=str(e))
     return dc.replace(found, rows=rows, columns=tuple(columns), note=note)
 
 
+def folder_layout(files, root: str, uri: str, table: str) -> list[str]:
+    """The partition columns of a folder input (``<column>=<value>`` folders, as Spark and
+    pyarrow read them), after checking that Spark reads every file listed: a data file must lie
+    directly in the folder (``root``, its path as pyarrow lists it) or below partition folders
+    only, and not both. A file in any other subfolder (``old/part-0.csv``) is one Spark leaves
+    out, and so are the top-level files of a folder that also has partition folders.
+
+    Examples
+    --------
+    >>> import pyarrow.fs as pafs
+    >>> def f(*paths):
+    ...     return [pafs.FileInfo(p, pafs.FileType.File) for p in paths]
+    >>> folder_layout(f("/t/split=test/a.csv", "/t/split=train/b.csv"), "/t", "/t", "instances")
+    ['split']
+    >>> folder_layout(f("/t/a.csv", "/t/old/b.csv"), "/t", "/t", "instances")
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.preflight._Bad: input.instances: /t/old/b.csv lies in the subfolder \
+'old' of /t, which Spark does not read as part of the table (only files directly in the \
+folder, or in <column>=<value> partition folders, are): move it, or point input.instances at \
+the files
+    """
+    root = root.rstrip("/")
+    columns: list[str] = []
+    top = nested = None
+    for fi in files:
+        if fi.path == root or not fi.path.startswith(root + "/"):
+            continue  # the input is this one file
+        rel = fi.path[len(root) + 1 :].split("/")[:-1]
+        for d in rel:
+            col = d.split("=", 1)[0]
+            if "=" not in d or not col:
+                raise _Bad(
+                    f"input.{table}: {fi.path} lies in the subfolder '{d}' of {uri}, which "
+                    f"Spark does not read as part of the table (only files directly in the "
+                    f"folder, or in <column>=<value> partition folders, are): move it, or "
+                    f"point input.{table} at the files"
+                )
+            if col not in columns:
+                columns.append(col)
+        if rel:
+            nested = nested or fi.path
+        else:
+            top = top or fi.path
+    if top and nested:
+        raise _Bad(
+            f"input.{table}: {uri} holds data files both directly in it ({top}) and in "
+            f"partition folders ({nested}): Spark reads the partition folders only, leaving the "
+            f"top-level files out; move them into a partition folder or out of the table"
+        )
+    return columns
+
+
 def _data_files(uri: str):
-    """``(pyarrow filesystem, [FileInfo])`` of the data files at ``uri`` (a file, or the files
-    of a folder sorted by path, hidden names skipped), or ``None`` when nothing is there."""
+    """``(pyarrow filesystem, path, [FileInfo])`` of the data files at ``uri`` (a file, or the
+    files of a folder sorted by path, hidden names skipped; ``path``: ``uri`` as pyarrow names
+    it), or ``None`` when nothing is there."""
     import pyarrow.fs as pafs
 
     fs, path = pyarrow_fs(uri)
@@ -138,7 +202,7 @@ def _data_files(uri: str):
     if info.type == pafs.FileType.NotFound:
         return None
     if info.type == pafs.FileType.File:
-        return fs, [info]
+        return fs, path, [info]
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     files = [
         fi
@@ -146,16 +210,13 @@ def _data_files(uri: str):
         if fi.type == pafs.FileType.File
         and not any(p.startswith(("_", ".")) for p in fi.path[len(path) :].split("/") if p)
     ]
-    return fs, sorted(files, key=lambda fi: fi.path)
+    return fs, path, sorted(files, key=lambda fi: fi.path)
 
 
 def _check_required(present: Iterable[str], uri: str, table: str) -> None:
-    required = INPUT_COLUMNS[table][0]
-    missing = [c for c in required if c not in set(present)]
-    if missing:
-        raise _Bad(
-            f"{uri}: {table} is missing required column(s) {missing} (found {sorted(present)})"
-        )
+    problem = column_problem(list(present), uri, table)
+    if problem:
+        raise _Bad(problem)
 
 
 def _spark_type(arrow_type):
@@ -241,14 +302,13 @@ def _first_line(fs, path: str) -> str | None:
 def _csv_header(fs, files, uri: str) -> list[str]:
     """The header of a CSV input: the first line of every file, which must agree (Spark checks
     each file's header against the columns it reads)."""
-    import csv
 
     headers: dict[tuple[str, ...], str] = {}
     for fi in files:
         line = _first_line(fs, fi.path)
         if line is None:
             continue
-        cols = tuple(c.strip().lstrip("\ufeff") for c in next(csv.reader([line])))
+        cols = tuple(csv_header_names(line))
         headers.setdefault(tuple(c.lower() for c in cols), fi.path)
         if len(headers) == 1:
             first = list(cols)
@@ -295,6 +355,9 @@ def _count_text(fs, files, uri: str, fmt: str) -> tuple[int | None, str | None]:
     size = sum(int(fi.size or 0) for fi in files)
     if is_remote(uri) or size > COUNT_TEXT_MAX_BYTES:
         return None, f"rows not counted ({size:,} bytes of {fmt}; the graph stage counts them)"
+    # a field may be as long as the file (the default limit, 131,072 characters, would stop
+    # here on a long text the run quarantines as text_too_long)
+    csv.field_size_limit(max(csv.field_size_limit(), COUNT_TEXT_MAX_BYTES))
     rows = 0
     for fi in files:
         with _open_text(fs, fi.path) as fh:

@@ -34,6 +34,62 @@ from pina_spark.storage.manifest import StepTimer
 log = logging.getLogger(__name__)
 
 
+def _require_train_rows(instances, instances_arrow, in_stats) -> None:
+    """Stop (``InputError``) when no clean instance row is ``train``: B_pre, g, the vectorizer
+    and the downstream model all learn from train rows only, so there is nothing to learn.
+
+    >>> import pyarrow as pa
+    >>> _require_train_rows(None, pa.table({"split": ["test", "train"]}), {})
+    >>> _require_train_rows(None, pa.table({"split": ["test"]}),
+    ...     {"instances": {"rows_used": 1}})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.schemas.InputError: input.instances: none of the 1 rows used is a train ...
+    """
+    if instances_arrow is not None:
+        import pyarrow.compute as pc
+
+        split = instances_arrow.column(storage.SPLIT)
+        has_train = bool(pc.any(pc.equal(split, storage.SPLIT_TRAIN)).as_py())
+    else:
+        from pyspark.sql import functions as F
+
+        train = instances.filter(F.col(storage.SPLIT) == storage.SPLIT_TRAIN)
+        has_train = train.limit(1).count() > 0
+    if not has_train:
+        n = in_stats.get("instances", {}).get("rows_used")
+        raise storage.InputError(
+            f"input.instances: none of the {n} rows used is a train instance (split is 'test' "
+            f"on every row): g, the vectorizer and the downstream model learn from train rows "
+            f"only. Mark the rows to learn from split=train (a row without a split is train)"
+        )
+
+
+def _require_train_labels(per: dict[str, dict[str, int]], labels: str, n_rows: int) -> None:
+    """Stop (``InputError``) when B_pre has no train instance -> label edge (block ``B``) in
+    any variant: no train instance has a label, so g and the downstream model have nothing
+    to learn (the pretrain stage said B_pre lacked ``pina_naive`` and to rerun this stage).
+
+    >>> _require_train_labels({"pina": {"B": 3}}, "given", 4)
+    >>> _require_train_labels({"pina": {"I_inst": 3}}, "given", 4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.schemas.InputError: no train instance has a label: every clean row ...
+    """
+    if any(b.get("B") for b in per.values()):
+        return
+    of = (
+        "input.instance_labels is of a test instance"
+        if labels == "given"
+        else "the graph labels is of a test item"
+    )
+    raise storage.InputError(
+        f"no train instance has a label: every clean row of {of} ({n_rows} instance-label "
+        f"rows in all), so g and the downstream model have nothing to learn; see "
+        f"graph/instance_labels"
+    )
+
+
 def _degree_stats(spark, uri: str) -> tuple[int, dict[str, float]]:
     """(directed edge rows, degree quantiles) of the published edges at ``uri``: degrees per
     ``src_id`` (:func:`pina_spark.storage.group_counts`), quantiles with linear interpolation (as
@@ -178,6 +234,7 @@ def run(ctx) -> GraphStats:
             f"{paths.table(storage.QUARANTINE + '/instances')}"
         )
     validate.check_quality(in_stats, cfg.quality, paths.table(storage.QUARANTINE))
+    _require_train_rows(tables.get("instances"), clean_arrow.get("instances"), in_stats)
 
     def frame(name: str):
         """The clean rows of an input table as a DataFrame (made from the driver's rows on
@@ -288,6 +345,7 @@ def run(ctx) -> GraphStats:
             per.setdefault(r[storage.VARIANT], {})[r[storage.BLOCK]] = int(r["count"])
     for df in persisted:
         df.unpersist()
+    _require_train_labels(per, cfg.task.labels, n_instance_labels)
     stats = GraphStats(
         pair_plan=dc.asdict(gplan) if gplan is not None else None,
         validated_on_driver=list(on_driver),

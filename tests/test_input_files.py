@@ -1,0 +1,123 @@
+"""Input files as Spark reads them: the pre-flight (:func:`inspect_input`, no Spark) and the
+reader (:func:`storage.read_input`) agree on which files make a table, on its columns and on
+its rows, for the layouts and headers users' tools write (partition folders, subfolders, a
+byte-order mark with quoted names, spaces after the commas, long texts, header-only files)."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pina_spark import storage
+from pina_spark.storage.preflight import inspect_input
+
+
+def _rows(spark, uri, table):
+    df = storage.read_input(spark, uri, table)
+    return sorted(tuple(r) for r in df.drop(storage.inputs.CORRUPT).collect())
+
+
+def test_a_csv_folder_partitioned_by_split_keeps_the_split(spark, tmp_path):
+    """Spark's ``partitionBy("split")`` writes ``split=test/`` folders and no split column in
+    the files: the split comes from the folder names (it used to be read as null: every test
+    instance became a train one)."""
+    d = tmp_path / "instances.csv"
+    for split, ids in (("train", ["i1", "i2"]), ("test", ["i3"])):
+        (d / f"split={split}").mkdir(parents=True)
+        body = "".join(f"{i},title {i}\n" for i in ids)
+        (d / f"split={split}" / "part-0.csv").write_text("instance_id,text\n" + body)
+    r = inspect_input(str(d), "instances")
+    assert (r.status, r.rows, r.columns) == ("ok", 3, ("instance_id", "text", "split"))
+    assert _rows(spark, str(d), "instances") == [
+        ("i1", "title i1", "train"),
+        ("i2", "title i2", "train"),
+        ("i3", "title i3", "test"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("layout", ["top_and_subfolder", "subfolder_only", "top_and_partition"])
+def test_files_spark_would_not_read_stop_the_check(spark, tmp_path, fmt, layout):
+    """Spark reads a folder's top-level files, or its ``<column>=<value>`` folders; the
+    pre-flight refuses any other file (it counted them as rows the run then left out, or read
+    them with pyarrow where Spark did not)."""
+    d = tmp_path / f"labels.{fmt}"
+    where = {
+        "top_and_subfolder": ["", "old/"],
+        "subfolder_only": ["old/", "new/"],
+        "top_and_partition": ["", "region=eu/"],
+    }[layout]
+    for n, sub in enumerate(where):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+        f = d / sub / f"part-{n}.{fmt}"
+        if fmt == "csv":
+            f.write_text(f"label_id,text\nl{n},label {n}\n")
+        else:
+            pq.write_table(pa.table({"label_id": [f"l{n}"], "text": [f"label {n}"]}), str(f))
+    r = inspect_input(str(d), "labels")
+    assert r.blocks_run, r
+    if layout == "top_and_partition":
+        assert "both directly in it" in r.problem
+    else:
+        assert "which Spark does not read as part of the table" in r.problem
+        assert "old" in r.problem
+
+
+def test_a_text_longer_than_the_csv_modules_default_field_limit(tmp_path):
+    """A 200,000-character title: the pre-flight counts the row (the run quarantines it as
+    ``text_too_long``), where Python's csv module stopped at 131,072 characters."""
+    p = tmp_path / "instances.csv"
+    p.write_text("instance_id,text,split\ni1," + "x" * 200_000 + ",train\ni2,short,test\n")
+    r = inspect_input(str(p), "instances")
+    assert (r.status, r.rows) == ("ok", 2)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        '\ufeff"instance_id","text","split"',  # pandas utf-8-sig with QUOTE_ALL, R write.csv
+        "instance_id, text, split",  # spaces after the commas
+    ],
+)
+def test_headers_as_tools_write_them(spark, tmp_path, header):
+    p = tmp_path / "instances.csv"
+    p.write_text(header + '\ni1,"milk, 1 l",train\ni2,bread,test\n', encoding="utf-8")
+    r = inspect_input(str(p), "instances")
+    assert (r.status, r.rows, r.columns) == ("ok", 2, ("instance_id", "text", "split"))
+    assert _rows(spark, str(p), "instances") == [
+        ("i1", "milk, 1 l", "train"),
+        ("i2", "bread", "test"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_columns_differing_only_in_case_are_refused_by_both(spark, tmp_path, fmt):
+    p = tmp_path / f"labels.{fmt}"
+    if fmt == "csv":
+        p.write_text("label_id,text,Text\nl1,a,b\n")
+    elif fmt == "jsonl":
+        p.write_text('{"label_id": "l1", "text": "a", "Text": "b"}\n')
+    else:
+        pq.write_table(pa.table({"label_id": ["l1"], "text": ["a"], "Text": ["b"]}), str(p))
+    r = inspect_input(str(p), "labels")
+    assert r.blocks_run and "differ only in case: 'text', 'Text'" in r.problem
+    if fmt != "parquet":  # Spark refuses such a Parquet file itself, before the columns
+        with pytest.raises(storage.InputError) as e:
+            storage.read_input(spark, str(p), "labels")
+        assert str(e.value) == r.problem
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_table_with_a_header_and_no_rows_stops_the_check(tmp_path, fmt):
+    p = tmp_path / f"labels.{fmt}"
+    if fmt == "csv":
+        p.write_text("label_id,text\n")
+    else:
+        pq.write_table(
+            pa.table({"label_id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+            str(p),
+        )
+    r = inspect_input(str(p), "labels")
+    assert (
+        r.blocks_run
+        and r.problem == f"input.labels: {p} has no rows (an empty input table is an error)"
+    )
