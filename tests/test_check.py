@@ -155,6 +155,40 @@ def test_a_models_root_without_the_g_a_variant_needs_stops_the_run(demo_inputs, 
     assert not root.exists()
 
 
+def test_a_models_run_without_a_trusted_vectorizer_stops_before_the_lease(demo_inputs, tmp_path):
+    """``--models`` naming a daily root (no ``vectorizer/``), or a run whose vectorizer nothing
+    vouches for: ``check`` said the run could start, and the run stopped at embed after taking
+    the lease and publishing ``nodes``. Both now exit 2 before the lease."""
+    from pina_spark.cli.check import models_folder_problem
+
+    daily = tmp_path / "prod" / "run_date=2026-11-02"
+    daily.mkdir(parents=True)
+    (daily / "_manifest.json").write_text("{}")
+    base = {"output": str(tmp_path / "prod"), "run": {"models": str(daily)}}
+    day = {**base, "run": {**base["run"], "run_date": "2026-11-03"}}
+    stages = ("embed", "neighbors", "aggregate")
+    problem = models_folder_problem(config_from_dict(day), stages)
+    assert problem and "vectorizer is missing or incomplete" in problem and str(daily) in problem
+    assert models_folder_problem(config_from_dict(day), ("train",)) is None  # embed not run
+
+    monthly = tmp_path / "prod" / "run_date=2026-11-01"
+    (monthly / "vectorizer").mkdir(parents=True)
+    (monthly / "vectorizer" / "_SUCCESS").write_text("")
+    unvouched = {**day, "run": {**day["run"], "models": str(monthly)}}
+    problem = models_folder_problem(config_from_dict(unvouched), stages)
+    assert problem and "vectorizer" in problem and "promotion record" in problem
+    trusted = {**unvouched, "run": {**unvouched["run"], "trust_models": True}}
+    assert models_folder_problem(config_from_dict(trusted), stages) is None
+
+    root = tmp_path / "out"
+    args = ["run", "--config", DEMO_CONF, "--stages", ",".join(stages)] + _sets(demo_inputs, root)
+    args += ["--set", f"run.models={daily}", "--set", "select.follow=off"]
+    r, _ = _console(args, cwd=str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "vectorizer is missing or incomplete" in r.stderr
+    assert not root.exists()
+
+
 def test_an_input_the_stages_do_not_read_does_not_block(demo_inputs, tmp_path, capsys):
     inputs = dict(demo_inputs, events=str(tmp_path / "gone.parquet"))
     argv = ["check", "--config", DEMO_CONF, "--stages", "train,evaluate"]

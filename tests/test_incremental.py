@@ -143,3 +143,152 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
         a = storage.read_table(spark, p_every, rel)
         b = storage.read_table(spark, p_full, rel)
         assert a.count() == b.count(), rel
+
+
+@pytest.mark.slow
+def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_submit_run):
+    """The daily steps are separate commands, each resolving ``run.models``: when the models
+    change between the embed step and the neighbours step (a promotion landed in between;
+    here: the same models under another root), neighbours must not read embeddings of the old
+    models. It refuses, naming embed and the stages to rerun; rerunning from embed works."""
+    import shutil
+
+    run = require_finished(demo_submit_run)
+    day, _ = _day_instances(spark, run, str(tmp_path / "day.parquet"))
+    out = str(tmp_path / "daily")
+    assert pipeline.run_pipeline(spark, _cfg(run, out, day, False), ["embed"])["embed"] == "ran"
+    other = str(tmp_path / "promoted-since")
+    shutil.copytree(run["output"], other)
+    cfg2 = _cfg({**run, "output": other}, out, day, False)
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg2, ["neighbors"])
+    msg = str(e.value)
+    assert "stage neighbors refuses the outputs of" in msg and "embed (recorded" in msg
+    assert "--stages embed,neighbors" in msg and other in msg
+    m = Manifest(storage.RunPaths(out, DAY).manifest)
+    assert m.stage("neighbors") is None  # refused before it started
+    assert pipeline.run_pipeline(spark, cfg2, ["embed", "neighbors"]) == {
+        "nodes": "skipped",
+        "embed": "ran",
+        "neighbors": "ran",
+    }
+
+
+@pytest.mark.slow
+def test_incremental_days_after_a_vectorizer_only_selection(spark, tmp_path, demo_submit_run):
+    """A selection chose ``vectorizer_only``: the daily runs write no neighbours, so the
+    incremental aggregate has no neighbours table to take its changed rows from. It used to
+    stop every day ("neighbors is missing or incomplete"); it now aggregates in full (a
+    per-row map of the embeddings), the same rows a non-incremental run writes."""
+    from pyspark.testing import assertDataFrameEqual
+
+    run = require_finished(demo_submit_run)
+    day, _ = _day_instances(spark, run, str(tmp_path / "day.parquet"))
+    out = str(tmp_path / "vo")
+    only = ["vectorizer_only"]
+    first = _cfg(run, out, day, True, variants=only)
+    assert pipeline.run_pipeline(spark, first, STAGES) == {
+        "nodes": "ran",
+        "embed": "ran",
+        "aggregate": "ran",
+    }
+    second = _cfg(run, out, day, True, variants=only, run_date=DAY2)
+    assert pipeline.run_pipeline(spark, second, STAGES)["aggregate"] == "ran"
+    p1, p2 = storage.RunPaths(out, DAY), storage.RunPaths(out, DAY2)
+    entry = Manifest(p2.manifest).stage("aggregate")
+    assert entry["stats"]["incremental"] == "full (no variant reads neighbours)"
+    a = storage.read_table(spark, p2, storage.FEATURES)
+    b = storage.read_table(spark, p1, storage.FEATURES)
+    assert a.count() == b.count() > 0
+    assertDataFrameEqual(a, b.select(*a.columns), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_incremental_day_with_other_settings_recomputes_in_full(
+    spark, tmp_path, demo_submit_run
+):
+    """Yesterday's rows were made with five neighbours; today's run asks for ten (a selection
+    since, or ``--set``). Merging would publish a table of mixed lists and features aggregated
+    both ways; the neighbours and aggregate stages recompute in full instead, saying why."""
+    from pyspark.sql import functions as F
+
+    run = require_finished(demo_submit_run)
+    day, _ = _day_instances(spark, run, str(tmp_path / "day.parquet"))
+    out = str(tmp_path / "k")
+    assert pipeline.run_pipeline(spark, _cfg(run, out, day, True), STAGES)["aggregate"] == "ran"
+    k10 = _cfg(run, out, day, True, run_date=DAY2)
+    k10 = config_from_dict({**k10.to_dict(), "neighbors": {**k10.to_dict()["neighbors"], "k": 10}})
+    assert pipeline.run_pipeline(spark, k10, STAGES)["aggregate"] == "ran"
+    m = Manifest(storage.RunPaths(out, DAY2).manifest)
+    for stage in ("neighbors", "aggregate"):
+        why = m.stage(stage)["stats"]["incremental"]
+        assert why.startswith("full (") and "with other settings" in why, (stage, why)
+    assert m.stage("embed")["stats"].get("incremental_base")  # embed's settings are the same
+    nb = storage.read_table(spark, storage.RunPaths(out, DAY2), storage.NEIGHBORS)
+    sizes = {r[0] for r in nb.select(F.size(storage.NEIGHBOR)).distinct().collect()}
+    assert max(sizes) == 10 and min(sizes) > 5, sizes  # no list of yesterday's five
+
+
+@pytest.mark.slow
+def test_the_nodes_pre_step_quarantines_a_daily_inputs_bad_rows(spark, tmp_path, demo_submit_run):
+    """A daily input with an id holding a newline, a blank and a missing text and a split that
+    is neither train nor test: those rows used to land in ``nodes`` and ``features`` (a
+    ``split=bogus`` partition). They are quarantined with the graph stage's reasons and
+    counted in the manifest; good new products still get the split ``new``."""
+    from pyspark.sql import functions as F
+
+    run = require_finished(demo_submit_run)
+    path = str(tmp_path / "bad_day.parquet")
+    rows = [
+        ("zz-good-1", "oat milk barista edition", None),
+        ("zz-good-2", "rye crispbread", ""),
+        *[(f"zz-more-{n:02d}", f"product number {n}", None) for n in range(14)],
+        ("bad\nid", "a title", None),
+        ("zz-blank", "   ", None),
+        ("zz-null", None, None),
+        ("zz-bogus", "sea salt crackers", "bogus"),
+    ]
+    spark.createDataFrame(rows, "instance_id string, text string, split string").coalesce(
+        1
+    ).write.parquet(path)
+    cfg = _cfg(run, str(tmp_path / "bad"), path, False)
+    assert pipeline.run_pipeline(spark, cfg, ["embed"])["nodes"] == "ran"
+    paths = storage.RunPaths(cfg.output, DAY)
+    q = storage.read_table(spark, paths, f"{storage.QUARANTINE}/instances")
+    got = {r[0]: r[1] for r in q.select(storage.INSTANCE_ID, storage.REASON).collect()}
+    assert got == {
+        "bad\nid": "invalid_id",
+        "zz-blank": "missing_text",
+        "zz-null": "missing_text",
+        "zz-bogus": "invalid_split",
+    }
+    counts = Manifest(paths.manifest).stage("nodes")["stats"]["inputs"]["instances"]
+    assert (counts["rows_in"], counts["rows_used"], counts["rows_quarantined"]) == (20, 16, 4)
+    nodes = storage.read_table(spark, paths, storage.NODES)
+    ids = {r[0]: r[1] for r in nodes.select(storage.NODE_ID, storage.SPLIT).collect()}
+    assert ids["zz-good-1"] == ids["zz-good-2"] == "new"
+    assert not set(got) & set(ids)
+    assert nodes.where(F.col(storage.SPLIT) == "bogus").count() == 0
+
+
+def test_a_models_run_refuses_a_root_where_a_full_run_ran(spark, tmp_path):
+    """The daily DAG (``--models latest``) and the monthly one share the output and the run
+    date on the 1st: the daily's nodes pre-step replaced the retraining run's ``nodes`` under
+    its later stages, which then trained on the day's products alone. A run with
+    ``run.models`` now refuses a root whose manifest holds a graph stage, writing nothing."""
+    out = tmp_path / "prod"
+    root = storage.RunPaths(str(out), DAY)
+    m = Manifest(root.manifest)
+    m.record_stage("graph", {}, "f-monthly", 1.0)
+    cfg = config_from_dict(
+        {
+            "output": str(out),
+            "input": {"instances": str(tmp_path / "day.parquet")},
+            "run": {"run_date": DAY, "models": str(tmp_path / "monthly"), "trust_models": True},
+        }
+    )
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg, STAGES)
+    assert "holds a full run" in str(e.value) and "another --run-date" in str(e.value)
+    assert Manifest(root.manifest).stage("nodes") is None
+    assert not storage.is_complete(spark, root.table(storage.NODES))

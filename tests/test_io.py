@@ -705,3 +705,15 @@ def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, t
         match=r"disagree on the type of column 'item_id': " r"bigint .*part-1.parquet.*string",
     ):
         storage.read_input(spark, str(d), "events")
+
+
+def test_recover_removes_the_scratch_a_killed_incremental_stage_left(spark, tmp_path):
+    """An incremental stage writes its selected rows and output under ``_incremental/`` and
+    deletes them in a ``finally``, which a killed driver never reaches: the next run's
+    ``recover`` (under the root's lease, before any stage) removes them."""
+    paths = storage.RunPaths(str(tmp_path / "root"))
+    left = tmp_path / "root" / storage.INCREMENTAL_SCRATCH / "aggregate-1a2b3c4d" / "output"
+    left.mkdir(parents=True)
+    (left / "part-0.parquet").write_bytes(b"x" * 10)
+    storage.recover(spark, paths, [])
+    assert not (tmp_path / "root" / storage.INCREMENTAL_SCRATCH).exists()

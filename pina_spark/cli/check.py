@@ -246,6 +246,47 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     return artifacts.missing_g_message(models, lacking) if lacking else None
 
 
+def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
+    """With ``run.models`` naming another run and the embed stage to run: the problem of its
+    ``vectorizer`` folder, which embed loads first. Missing or incomplete (``--models`` names
+    a daily root, which holds no models), or refused by the model-trust policy
+    (:func:`pina_spark.models.trust.anchor`: no promotion record or key vouches for it); the
+    run would stop there after taking the lease and publishing ``nodes``. ``None`` when
+    there is none, or where pyarrow does not reach the folder (the stage checks it then).
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/tmp/r", "run": {"models": "/no/such/run"}})
+    >>> print(models_folder_problem(cfg, ("embed",)))  # doctest: +NORMALIZE_WHITESPACE
+    run.models /no/such/run: /no/such/run/vectorizer is missing or incomplete; --models must
+    name a run that trained models (a full or retraining run, not a daily one)
+    """
+    from pina_spark.models import artifacts, trust
+    from pina_spark.orchestration.resume import runs_nodes_step, stage_names
+    from pina_spark.storage.preflight import is_complete_arrow
+
+    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
+    if "embed" not in stage_names(cfg, stages) or not runs_nodes_step(cfg, own, stages):
+        return None
+    assert cfg.run.models is not None  # runs_nodes_step
+    models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
+    vec = artifacts.vectorizer_dir(models)
+    complete = is_complete_arrow(vec)
+    if complete is None:
+        return None
+    if not complete:
+        return (
+            f"run.models {cfg.run.models}: {vec} is missing or incomplete; --models must name "
+            f"a run that trained models (a full or retraining run, not a daily one)"
+        )
+    try:
+        trust.anchor(cfg, vec, storage.VECTORIZER)
+    except trust.ModelTrustError as e:
+        return str(e)
+    return None
+
+
 def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     """Raise :class:`pina_spark.storage.InputError` naming every problem of an input the command
     reads (what :func:`check_run` reports), before any lease or Spark.
@@ -267,6 +308,7 @@ def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     needed = inputs_read(cfg, stages)
     bad = [r.problem for r in (inspect_input(u, t) for t, u in needed.items()) if r.blocks_run]
     bad.append(models_g_problem(cfg, stages))
+    bad.append(models_folder_problem(cfg, stages))
     if any(bad):
         raise storage.InputError("; ".join(p for p in bad if p))
 
@@ -296,7 +338,9 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     reports, needed, problems = check_inputs(cfg, stages)
     problems = early + [p for p in [s3a_endpoint_problem(cfg)] if p] + problems
-    problems += [p for p in [models_g_problem(cfg, stages)] if p]
+    problems += [
+        p for p in [models_g_problem(cfg, stages), models_folder_problem(cfg, stages)] if p
+    ]
     lease = None
     plan: list[StepPlan] = []
     has_manifest = False

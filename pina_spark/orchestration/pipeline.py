@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pina_spark import storage
+from pina_spark import storage, validate
 from pina_spark.config import STAGE_NAMES, PinaConfig
 from pina_spark.config import variants as V
 from pina_spark.orchestration.promotion import resolve_models
@@ -74,8 +74,10 @@ from pina_spark.orchestration.resume import (
     g_lacking,
     models_run_root,
     plan_steps,
+    runs_nodes_step,
     stage_fingerprint,
     stage_names,
+    stale_upstream,
 )
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec, stats_dict
@@ -220,6 +222,7 @@ def _run_leased(
                     mroot,
                 )
             else:
+                _refuse_a_full_runs_root(ctx)
                 result[NODES_STEP] = _run_step(
                     ctx,
                     NODES_STEP,
@@ -237,7 +240,9 @@ def _run_leased(
             else:
                 fn = spec.load()
             ran = [s for s, r in result.items() if r == "ran"]
-            result[spec.name] = _run_step(ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran)
+            result[spec.name] = _run_step(
+                ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran, base
+            )
             if spec.name == "graph" and {"train", "evaluate"} & set(stages):
                 _require_test_rows(ctx)
     except BaseException as e:
@@ -245,6 +250,23 @@ def _run_leased(
         raise
     ctx.manifest.finish_run(run_id, result, status="complete")
     return result
+
+
+def _refuse_a_full_runs_root(ctx: StageContext) -> None:
+    """A run with ``run.models`` (a daily augmentation) publishes its own ``nodes`` (the
+    models run's plus the day's products); on a root where a full or retraining run's graph
+    stage ran (the same ``--run-date`` under the same output: the daily and monthly DAGs on
+    the 1st), that would replace the full run's ``nodes`` under its later stages. Refused
+    before anything is written."""
+    entry = ctx.manifest.stage("graph")
+    if entry is None:
+        return
+    raise storage.InputError(
+        f"{ctx.paths.root} holds a full run (its graph stage is {entry.get('status')}): a run "
+        f"with run.models ({ctx.cfg.run.models}) writes its own nodes there and would replace "
+        f"that run's. Give it another --run-date or output (a daily and a retraining run "
+        f"must not share a run root)"
+    )
 
 
 def _require_test_rows(ctx: StageContext) -> None:
@@ -321,6 +343,38 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
     )
 
 
+def require_upstream_current(ctx: StageContext, name: str, base: str) -> None:
+    """Refuse to run ``name`` on upstream outputs of this root that were made for other inputs,
+    models or settings than this command's (:func:`~pina_spark.orchestration.resume.
+    stale_upstream`): e.g. embeddings of yesterday's promoted models, read by a neighbours step
+    whose ``--models latest`` now names the run promoted since. The fix is to rerun from the
+    first stale stage.
+
+    Raises
+    ------
+    pina_spark.storage.InputError
+        Names each stale step, both fingerprints and the stages to run.
+    """
+    if models_run_root(ctx.cfg) == storage.norm(ctx.paths.root):
+        return  # its own models: ``run.models`` changes every fingerprint, not what was made
+    stale = stale_upstream(ctx.cfg, ctx.manifest, base, name)
+    if not stale:
+        return
+    first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
+    upto = STAGE_NAMES[STAGE_NAMES.index(first) : STAGE_NAMES.index(name) + 1] if first else ()
+    if runs_nodes_step(ctx.cfg, ctx.paths.root, upto):  # the models run's stages stay there
+        upto = tuple(s for s in upto if s not in ("graph", "vectorizer", "pretrain"))
+    upto = tuple(stage_names(ctx.cfg, upto))
+    detail = ", ".join(f"{s} (recorded {r}, now {n})" for s, r, n in stale)
+    models = f" (run.models: {ctx.cfg.run.models})" if ctx.cfg.run.models else ""
+    raise storage.InputError(
+        f"stage {name} refuses the outputs of {detail} in {ctx.paths.root}: they were made "
+        f"for other inputs, models{models} or settings than this command's, and reading them "
+        f"would mix the two. Rerun from the first of them"
+        + (f": --stages {','.join(upto)}" if upto else "")
+    )
+
+
 def _run_step(
     ctx: StageContext,
     name: str,
@@ -330,8 +384,11 @@ def _run_step(
     fn: StepFn,
     run_id: str = "",
     earlier_runs: Sequence[str] = (),
+    base: str | None = None,
 ) -> str:
-    """Run step ``name`` unless :func:`~pina_spark.orchestration.resume.decide` skips it."""
+    """Run step ``name`` unless :func:`~pina_spark.orchestration.resume.decide` skips it
+    (``base``: the command's :func:`~pina_spark.orchestration.resume.base_token`, to refuse
+    upstream outputs made for other inputs, models or settings)."""
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     missing = [o for o in outputs if not storage.is_complete(spark, ctx.paths.table(o))]
@@ -342,6 +399,8 @@ def _run_step(
         log.info("stage %s: %s, skipped", name, decision.reason)
         return "skipped"
     require_upstream_committed(ctx, name)
+    if base is not None:
+        require_upstream_current(ctx, name, base)
     log.info(
         "stage %s: start (%s; fingerprint %s, root %s)", name, decision.reason, fp, ctx.paths.root
     )
@@ -510,8 +569,10 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -
     if root is None:
         raise ValueError("prepare_nodes_from_models: the config has no run.models")
     prev = storage.read_table(spark, storage.RunPaths(root), storage.NODES)
+    checked: dict[str, Any] = {}
+    persisted: list[Any] = []
     if cfg.input.instances:
-        inst = storage.read_input(spark, cfg.input.instances, "instances")
+        inst = _validated_instances(spark, cfg, paths, checked, persisted)
         nodes = extend_nodes(prev, inst)
     else:
         nodes = prev
@@ -532,10 +593,57 @@ def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -
         if n_prev
         else n
     )
+    for df in persisted:
+        df.unpersist()
     log.info(
         "nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev, n_new
     )
-    return {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
+    out_stats = {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
+    return {**out_stats, **({"inputs": checked} if checked else {})}
+
+
+def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts, persisted):
+    """The clean rows of ``input.instances`` for the nodes pre-step, validated as the graph
+    stage validates them (:func:`pina_spark.validate.validate_inputs`: the same reasons, the
+    quarantine published under ``quarantine/instances``, the counts into ``counts`` and
+    ``quality.*`` gates), so a daily input's bad rows (a blank text, an id with a control
+    character, a split that is neither train nor test) never reach ``nodes`` and features.
+    A row without a split keeps none here (:func:`extend_nodes` makes a new product ``new``,
+    where the graph stage's rule makes it ``train``)."""
+    from pyspark.sql import functions as F
+
+    raw = storage.read_input(spark, str(cfg.input.instances), "instances")
+    checked = validate.validate_inputs(spark, cfg, raw={"instances": raw})
+    persisted += checked.persisted
+    c = checked.counts["instances"]
+    written = storage.write_quarantine(
+        checked.quarantine["instances"], paths, "instances", c["rows_quarantined"], spark=spark
+    )
+    if written != c["reasons"]:
+        raise validate.ValidationInvariantError(
+            f"quarantine/instances: wrote {written}, counted {c['reasons']}"
+        )
+    counts["instances"] = c
+    if c["rows_used"] == 0:
+        raise storage.InputError(
+            f"input.instances: all {c['rows_in']} rows were quarantined {c['reasons']}; see "
+            f"{paths.table(storage.QUARANTINE + '/instances')}"
+        )
+    validate.check_quality(counts, cfg.quality, paths.table(storage.QUARANTINE))
+    split = F.trim(F.col(storage.SPLIT))
+    blank = raw.where(F.col(storage.SPLIT).isNull() | (split == "")).select(storage.INSTANCE_ID)
+    given = raw.where(split == storage.SPLIT_TRAIN).select(storage.INSTANCE_ID)
+    unsplit = blank.join(given, storage.INSTANCE_ID, "left_anti").distinct()
+    clean = checked.tables["instances"]
+    return clean.join(
+        unsplit.withColumn("_unsplit", F.lit(True)), storage.INSTANCE_ID, "left"
+    ).select(
+        storage.INSTANCE_ID,
+        storage.TEXT,
+        F.when(F.col("_unsplit"), F.lit(None).cast("string"))
+        .otherwise(F.col(storage.SPLIT))
+        .alias(storage.SPLIT),
+    )
 
 
 # --------------------------------------------------------------------------- incremental runs
@@ -630,6 +738,39 @@ def _base_used_other_models(ctx: StageContext, base: storage.RunPaths, stage: st
         return (
             f"the base run {base.root} computed {stage} with models version {then or 'unknown'}"
             f", the models of {ctx.models_root} are version {now or 'unknown'} (retrained since)"
+        )
+    return None
+
+
+def _base_used_other_settings(ctx: StageContext, base: storage.RunPaths, stage: str) -> str | None:
+    """Why the rows of ``base`` cannot be merged with rows ``stage`` computes now because of
+    its settings (``None`` when they can): the config ``base``'s manifest records gives the
+    sections of the stage and of the incremental stages before it
+    (:meth:`StageSpec.fingerprint_sections`) another fingerprint than this run's (a selection
+    since, or a ``--set neighbors.k=10``: merged rows would mix five and ten neighbours), or
+    cannot be read."""
+    from pina_spark.config import config_from_dict
+
+    recorded = Manifest(base.manifest).data.get("config")
+    if not recorded:
+        return f"the base run {base.root} records no settings"
+    try:
+        then = config_from_dict(recorded, base.manifest)
+    except Exception as e:  # a config of another version of this package
+        return f"the settings the base run {base.root} records cannot be read ({e})"
+    # the stage's own sections and those of the incremental stages before it: features merged
+    # from a base made on five neighbours would mix with today's ten though aggregate's own
+    # section did not change
+    upto = STAGE_NAMES[: STAGE_NAMES.index(stage) + 1]
+    sections = tuple(
+        dict.fromkeys(
+            x for s in upto if s in INCREMENTAL for x in STAGES[s].fingerprint_sections(ctx.cfg)
+        )
+    )
+    if then.fingerprint(*sections) != ctx.cfg.fingerprint(*sections):
+        return (
+            f"the base run {base.root} computed {stage} with other settings of "
+            f"{', '.join(sections)}"
         )
     return None
 
@@ -773,7 +914,14 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
     if base is None:
         log.info("stage %s: no complete base run for an incremental run, full run", spec.name)
         return stats_dict(spec.load()(ctx), incremental="full (no base run)")
-    other = _base_used_other_models(ctx, base, spec.name)
+    if inc.subset == storage.NEIGHBORS and not V.needs_neighbors(ctx.cfg.train.variants):
+        # vectorizer_only alone (a selection chose it): no neighbours table to take the
+        # changed rows from, and its features are a per-row map of the embeddings
+        log.info("stage %s: no variant reads neighbours, full run", spec.name)
+        return stats_dict(spec.load()(ctx), incremental="full (no variant reads neighbours)")
+    other = _base_used_other_models(ctx, base, spec.name) or _base_used_other_settings(
+        ctx, base, spec.name
+    )
     wanted = _variants_written(ctx.cfg, spec.name)
     if not other and wanted is not None:
         other = _base_lacks_variants(spark, base.table(inc.output), spec.name, wanted)
@@ -787,7 +935,7 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         changed_any = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
         sel = sel.unionByName(inc.also_select(spark, paths, changed_any.select(storage.NODE_INDEX)))
     sel = sel.distinct()
-    scratch = paths.table(f"_incremental/{spec.name}-{uuid.uuid4().hex[:8]}")
+    scratch = paths.table(f"{storage.INCREMENTAL_SCRATCH}/{spec.name}-{uuid.uuid4().hex[:8]}")
     sel_uri = scratch + "/incremental_rows"
     sel.write.mode("overwrite").parquet(sel_uri)
     sel = spark.read.parquet(sel_uri)

@@ -113,6 +113,44 @@ def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str)
     )
 
 
+def stale_upstream(
+    cfg: PinaConfig, manifest: Manifest, base: str, name: str
+) -> list[tuple[str, str | None, str]]:
+    """The steps before ``name`` that this root's manifest records ``complete`` under another
+    fingerprint than the one they would have now: ``(step, recorded, now)`` each. Their outputs
+    were made for other inputs, models (``run.models``: ``latest`` may name another run than
+    when they ran) or settings, so ``name`` must not read them: a command that names ``name``
+    but not them would mix the two (the steps of a scheduled run are separate commands).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from pina_spark.config import config_from_dict
+    >>> m = Manifest(os.path.join(tempfile.mkdtemp(), "_manifest.json"))
+    >>> cfg = config_from_dict({"output": "/tmp/r"})
+    >>> m.record_stage("graph", {}, stage_fingerprint(cfg, m, "b1", "graph"), 1.0)
+    >>> stale_upstream(cfg, m, "b1", "vectorizer")
+    []
+    >>> [s for s, _, _ in stale_upstream(cfg, m, "b2", "vectorizer")]  # other inputs
+    ['graph']
+    """
+    # the nodes pre-step is this command's only in a run of another run's models; a full run
+    # on a root where one ran before republishes nodes with its graph stage
+    own_nodes = bool(models_run_root(cfg)) and models_run_root(cfg) != storage.norm(
+        manifest.uri.rsplit("/", 1)[0]
+    )
+    order = ((NODES_STEP,) if own_nodes else ()) + STAGE_NAMES
+    out = []
+    for up in order[: order.index(name)]:
+        e = manifest.stage(up)
+        if not e or e.get("status") != "complete":
+            continue
+        now = stage_fingerprint(cfg, manifest, base, up)
+        if e.get("fingerprint") != now:
+            out.append((up, e.get("fingerprint"), now))
+    return out
+
+
 def step_outputs(name: str) -> Sequence[str]:
     return (storage.NODES,) if name == NODES_STEP else STAGES[name].outputs
 

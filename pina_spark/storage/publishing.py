@@ -37,7 +37,7 @@ from pina_spark.storage.lease import (
     live_lease_owner,
 )
 from pina_spark.storage.paths import RunPaths
-from pina_spark.storage.schemas import STAGING, STAGING_RUN_TAG, VERSION_FILE
+from pina_spark.storage.schemas import INCREMENTAL_SCRATCH, STAGING, STAGING_RUN_TAG, VERSION_FILE
 from pina_spark.storage.uri import is_remote, local_path
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,12 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> list[str]:
         for o in olds:
             fs.delete(o, True)
     _clean_staging(spark, paths)
+    # an incremental stage's scratch (rows selected, output before the merge) outlives a run
+    # killed mid-stage; recover runs under the root's lease, before any stage of its run
+    scratch = paths.table(INCREMENTAL_SCRATCH)
+    if path_exists(spark, scratch):
+        log.warning("recover: removing %s, left by a run that did not finish", scratch)
+        delete_path(spark, scratch)
     return repaired
 
 

@@ -70,6 +70,8 @@ EVAL = "eval"
 QUARANTINE = "quarantine"
 MANIFEST = "_manifest.json"
 STAGING = "_staging"
+#: scratch folder of an incremental stage (its selected rows and output before the merge)
+INCREMENTAL_SCRATCH = "_incremental"
 STAGING_RUN_TAG = ".run-"
 LOCK = "_LOCK"  # the run root's lease (one writer per root)
 COMMITS = "_commits"  # one atomic commit record per stage
