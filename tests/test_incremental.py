@@ -6,6 +6,8 @@ the same models publishes, while recomputing only the new and changed rows.
 (tests/test_ops.py covers the selection and merge mechanics with stub stages.)
 """
 
+import json
+
 import pytest
 import yaml
 
@@ -172,6 +174,11 @@ def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_s
         "embed": "ran",
         "neighbors": "ran",
     }
+    # --force of one daily step redoes that step, not the nodes pre-step under its inputs
+    assert pipeline.run_pipeline(spark, cfg2, ["neighbors"], force=True) == {
+        "nodes": "skipped",
+        "neighbors": "ran",
+    }
 
 
 @pytest.mark.slow
@@ -290,5 +297,70 @@ def test_a_models_run_refuses_a_root_where_a_full_run_ran(spark, tmp_path):
     with pytest.raises(storage.InputError) as e:
         pipeline.run_pipeline(spark, cfg, STAGES)
     assert "holds a full run" in str(e.value) and "another --run-date" in str(e.value)
-    assert Manifest(root.manifest).stage("nodes") is None
+    after = Manifest(root.manifest)
+    assert after.stage("nodes") is None and "config" not in after.data  # nothing written
     assert not storage.is_complete(spark, root.table(storage.NODES))
+
+
+def test_latest_naming_the_commands_own_root_is_refused(tmp_path):
+    """The retraining run promoted itself on the run date the daily run uses: ``--models
+    latest`` names the daily's own root, where it would rerun its steps on the retraining
+    run's nodes without the day's products (exit 0). Refused; a run that builds the graph
+    (the retraining run itself, rerun) is not."""
+    from pina_spark.orchestration.promotion import resolve_models
+
+    out = tmp_path / "prod"
+    out.mkdir()
+    own = storage.RunPaths(str(out), DAY).root
+    (out / "_PROMOTED").write_text(json.dumps({"run": own}))
+    cfg = config_from_dict({"output": str(out), "run": {"run_date": DAY, "models": "latest"}})
+    with pytest.raises(storage.InputError) as e:
+        resolve_models(cfg, STAGES)
+    assert "which is this run's own root" in str(e.value)
+    assert resolve_models(cfg, ["graph", *STAGES]).run.models == own
+
+
+def test_stale_upstream_counts_only_the_steps_the_config_considers(tmp_path):
+    """A root where a full run fitted g and predicted neighbours, then run with
+    ``train.variants: [vectorizer_only]`` (a selection) after a new promotion: its old
+    pretrain and neighbours entries are never rerun by such a run, so they cannot be stale
+    for it (they blocked its aggregate for good)."""
+    from pina_spark.orchestration import resume
+
+    m = Manifest(str(tmp_path / "_manifest.json"))
+    every = config_from_dict({"output": str(tmp_path)})
+    for st in ("graph", "vectorizer", "embed", "pretrain", "neighbors"):
+        m.record_stage(st, {}, "f", 1.0, settings="made-by-another-run")
+    only = config_from_dict({"output": str(tmp_path), "train": {"variants": ["vectorizer_only"]}})
+    stale = [s for s, _, _ in resume.stale_upstream(only, m, "aggregate", ["aggregate"])]
+    assert stale == ["graph", "vectorizer", "embed"]
+    stale = [s for s, _, _ in resume.stale_upstream(every, m, "aggregate", ["aggregate"])]
+    assert stale == ["graph", "vectorizer", "embed", "pretrain", "neighbors"]
+
+
+@pytest.mark.slow
+def test_a_day_without_new_products(spark, tmp_path, demo_submit_run):
+    """An instances table with a header and no rows (what Spark writes for an empty day) in a
+    run of another run's models: the nodes are the models run's, and check lets it start
+    (the graph stage, which builds from the inputs, still refuses an empty table)."""
+    from pina_spark.cli.check import require_inputs
+
+    run = require_finished(demo_submit_run)
+    path = str(tmp_path / "empty_day.parquet")
+    spark.createDataFrame([], "instance_id string, text string, split string").coalesce(
+        1
+    ).write.parquet(path)
+    cfg = _cfg(run, str(tmp_path / "empty"), path, True)
+    require_inputs(cfg, STAGES)  # no error
+    with open(run["config"]) as fh:
+        given = yaml.safe_load(fh)["input"]
+    full = config_from_dict({**cfg.to_dict(), "input": {**given, "instances": path}})
+    with pytest.raises(storage.InputError) as e:
+        require_inputs(full, ["graph"])
+    assert f"input.instances: {path} has no rows" in str(e.value)
+    assert pipeline.run_pipeline(spark, cfg, ["embed"])["nodes"] == "ran"
+    paths = storage.RunPaths(cfg.output, DAY)
+    stats = Manifest(paths.manifest).stage("nodes")["stats"]
+    assert stats["instances_appended"] == 0 and stats["inputs"]["instances"]["rows_in"] == 0
+    models_nodes = storage.read_table(spark, storage.RunPaths(run["output"]), storage.NODES)
+    assert storage.read_table(spark, paths, storage.NODES).count() == models_nodes.count()

@@ -108,6 +108,9 @@ def test_columns_differing_only_in_case_are_refused_by_both(spark, tmp_path, fmt
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_a_table_with_a_header_and_no_rows_stops_the_check(tmp_path, fmt):
+    """A header and no rows: the graph stage refuses it before any work, so the pre-flight
+    of a run that builds the graph does too (a daily run of another run's models takes empty
+    instances as a day without new products: tests/test_incremental.py)."""
     p = tmp_path / f"labels.{fmt}"
     if fmt == "csv":
         p.write_text("label_id,text\n")
@@ -117,7 +120,20 @@ def test_a_table_with_a_header_and_no_rows_stops_the_check(tmp_path, fmt):
             str(p),
         )
     r = inspect_input(str(p), "labels")
-    assert (
-        r.blocks_run
-        and r.problem == f"input.labels: {p} has no rows (an empty input table is an error)"
-    )
+    want = f"input.labels: {p} has no rows (an empty input table is an error)"
+    assert (r.status, r.rows, r.empty_problem()) == ("ok", 0, want)
+
+
+def test_emrfs_folder_markers_and_a_column_in_both_places(tmp_path):
+    """EMRFS leaves an empty ``<dir>_$folder$`` object beside each S3 folder; Spark skips it,
+    and so does the pre-flight (it counted as a top-level file beside partition folders). A
+    column both in the files and in the partition folders' names is refused."""
+    d = tmp_path / "instances.csv"
+    (d / "split=test").mkdir(parents=True)
+    (d / "split=test" / "part-0.csv").write_text("instance_id,text\ni1,a\n")
+    (d / "split=test_$folder$").write_text("")
+    r = inspect_input(str(d), "instances")
+    assert (r.status, r.rows, r.columns) == ("ok", 1, ("instance_id", "text", "split"))
+    (d / "split=test" / "part-0.csv").write_text("instance_id,text,Split\ni1,a,test\n")
+    r = inspect_input(str(d), "instances")
+    assert r.blocks_run and "both in its files and in its partition folders" in r.problem

@@ -102,8 +102,19 @@ def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
     except storage.InputError as e:
         needed, problems = {}, [str(e)]
     reports = [inspect_input(uri, table) for table, uri in _configured(cfg).items()]
-    problems += [r.problem for r in reports if r.table in needed and r.blocks_run and r.problem]
+    problems += [p for r in reports if r.table in needed for p in [_blocking(r, cfg, stages)] if p]
     return reports, sorted(needed), problems
+
+
+def _blocking(report, cfg: PinaConfig, stages: Sequence[str]) -> str | None:
+    """Why a run of ``stages`` stops on the input of ``report``: its problem, or a table with
+    no rows where the graph stage reads it (a run of another run's models takes empty
+    instances as a day without new products)."""
+    from pina_spark.orchestration.resume import stage_names
+
+    if report.blocks_run:
+        return report.problem
+    return report.empty_problem() if "graph" in stage_names(cfg, stages) else None
 
 
 def hadoop_site_conf(conf_dir: str | None = None) -> dict[str, str]:
@@ -306,7 +317,7 @@ def require_inputs(cfg: PinaConfig, stages: Sequence[str]) -> None:
     if problem:
         raise ConfigError(problem)
     needed = inputs_read(cfg, stages)
-    bad = [r.problem for r in (inspect_input(u, t) for t, u in needed.items()) if r.blocks_run]
+    bad = [_blocking(inspect_input(u, t), cfg, stages) for t, u in needed.items()]
     bad.append(models_g_problem(cfg, stages))
     bad.append(models_folder_problem(cfg, stages))
     if any(bad):
@@ -322,7 +333,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
     from pina_spark.selection.follow import follow_selection, followed_settings, set_keys
     from pina_spark.storage.manifest import Manifest
 
-    cfg = resolve_models(cfg)
+    cfg = resolve_models(cfg, stages)
     selection, early, explicit = None, [], set_keys(sets)
     try:
         cfg, rec = follow_selection(cfg, explicit)

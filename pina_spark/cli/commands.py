@@ -210,7 +210,7 @@ def run_stages(cfg, stages, sets: list[str] | tuple[str, ...] = ()) -> dict:
     from pina_spark.selection.follow import follow_selection, set_keys
     from pina_spark.storage import RunPaths, acquire_lease
 
-    cfg, _ = follow_selection(resolve_models(cfg), set_keys(sets))
+    cfg, _ = follow_selection(resolve_models(cfg, stages), set_keys(sets))
     require_inputs(cfg, stages)
     root = RunPaths(cfg.output, cfg.run.run_date).root
     with acquire_lease(

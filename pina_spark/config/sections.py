@@ -96,7 +96,8 @@ class InputConfig(_Params):
     (``"12"" pan"``). Spark's CSV writer escapes it with a backslash by default, which this
     reader does not take: write CSV for this pipeline with ``.option("escape", '"')``, or
     Parquet. A CSV header may start with a byte-order mark, quote its names and put spaces
-    after the commas.
+    after the commas (values are read as written: a space after a comma is part of the value).
+    These layouts are checked where pyarrow reaches the path (local, ``s3://``).
 
     Attributes:
         instances: ``instance_id, text[, split]``. Required by the graph stage.

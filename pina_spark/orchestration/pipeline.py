@@ -75,6 +75,7 @@ from pina_spark.orchestration.resume import (
     models_run_root,
     plan_steps,
     runs_nodes_step,
+    settings_token,
     stage_fingerprint,
     stage_names,
     stale_upstream,
@@ -175,7 +176,7 @@ def run_pipeline(
     """
     force = cfg.run.force if force is None else force
     stages = tuple(stages or STAGE_NAMES)
-    cfg = resolve_models(cfg)  # run.models: latest -> the promoted run, decided once
+    cfg = resolve_models(cfg, stages)  # run.models: latest -> the promoted run, decided once
     ctx = make_context(spark, cfg)
     run_id = storage.held_run_id(ctx.paths.root) or uuid.uuid4().hex[:12]
     with storage.acquire_lease(
@@ -189,6 +190,8 @@ def _run_leased(
 ) -> dict[str, Any]:
     """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
     spark, cfg = ctx.spark, ctx.cfg
+    if runs_nodes_step(cfg, ctx.paths.root, stages):
+        _refuse_a_full_runs_root(ctx)  # before anything is written, the manifest included
     storage.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
     ctx.manifest.set_run_info(cfg.to_dict())
     ctx.manifest.start_run(
@@ -222,13 +225,15 @@ def _run_leased(
                     mroot,
                 )
             else:
-                _refuse_a_full_runs_root(ctx)
                 result[NODES_STEP] = _run_step(
                     ctx,
                     NODES_STEP,
                     stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
                     (storage.NODES,),
-                    force,
+                    # --force redoes the stages named; the pre-step only with embed, which
+                    # reads it (a forced neighbours step alone would otherwise republish
+                    # nodes under the embeddings it reads)
+                    force and "embed" in stages,
                     lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
                     run_id,
                 )
@@ -241,7 +246,7 @@ def _run_leased(
                 fn = spec.load()
             ran = [s for s, r in result.items() if r == "ran"]
             result[spec.name] = _run_step(
-                ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran, base
+                ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran, stages
             )
             if spec.name == "graph" and {"train", "evaluate"} & set(stages):
                 _require_test_rows(ctx)
@@ -343,8 +348,8 @@ def require_upstream_committed(ctx: StageContext, name: str) -> None:
     )
 
 
-def require_upstream_current(ctx: StageContext, name: str, base: str) -> None:
-    """Refuse to run ``name`` on upstream outputs of this root that were made for other inputs,
+def require_upstream_current(ctx: StageContext, name: str, stages: Sequence[str]) -> None:
+    """Refuse to run ``name`` on upstream outputs of this root that were made with other
     models or settings than this command's (:func:`~pina_spark.orchestration.resume.
     stale_upstream`): e.g. embeddings of yesterday's promoted models, read by a neighbours step
     whose ``--models latest`` now names the run promoted since. The fix is to rerun from the
@@ -353,11 +358,11 @@ def require_upstream_current(ctx: StageContext, name: str, base: str) -> None:
     Raises
     ------
     pina_spark.storage.InputError
-        Names each stale step, both fingerprints and the stages to run.
+        Names each stale step, both settings tokens and the stages to run.
     """
     if models_run_root(ctx.cfg) == storage.norm(ctx.paths.root):
-        return  # its own models: ``run.models`` changes every fingerprint, not what was made
-    stale = stale_upstream(ctx.cfg, ctx.manifest, base, name)
+        return  # its own models: ``run.models`` changes every token, not what was made
+    stale = stale_upstream(ctx.cfg, ctx.manifest, name, stages)
     if not stale:
         return
     first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
@@ -369,8 +374,8 @@ def require_upstream_current(ctx: StageContext, name: str, base: str) -> None:
     models = f" (run.models: {ctx.cfg.run.models})" if ctx.cfg.run.models else ""
     raise storage.InputError(
         f"stage {name} refuses the outputs of {detail} in {ctx.paths.root}: they were made "
-        f"for other inputs, models{models} or settings than this command's, and reading them "
-        f"would mix the two. Rerun from the first of them"
+        f"with other models{models} or settings than this command's, and reading them would "
+        f"mix the two. Rerun from the first of them"
         + (f": --stages {','.join(upto)}" if upto else "")
     )
 
@@ -384,11 +389,11 @@ def _run_step(
     fn: StepFn,
     run_id: str = "",
     earlier_runs: Sequence[str] = (),
-    base: str | None = None,
+    stages: Sequence[str] | None = None,
 ) -> str:
     """Run step ``name`` unless :func:`~pina_spark.orchestration.resume.decide` skips it
-    (``base``: the command's :func:`~pina_spark.orchestration.resume.base_token`, to refuse
-    upstream outputs made for other inputs, models or settings)."""
+    (``stages``: the command's, to refuse upstream outputs made with other models or
+    settings, :func:`require_upstream_current`)."""
     spark = ctx.spark
     # every output folder (Spark tables and model folders alike) ends with a _SUCCESS file
     missing = [o for o in outputs if not storage.is_complete(spark, ctx.paths.table(o))]
@@ -399,8 +404,8 @@ def _run_step(
         log.info("stage %s: %s, skipped", name, decision.reason)
         return "skipped"
     require_upstream_committed(ctx, name)
-    if base is not None:
-        require_upstream_current(ctx, name, base)
+    if stages is not None:
+        require_upstream_current(ctx, name, stages)
     log.info(
         "stage %s: start (%s; fingerprint %s, root %s)", name, decision.reason, fp, ctx.paths.root
     )
@@ -427,6 +432,7 @@ def _run_step(
         rows_per_s=rate,
         committed=commit["tables"],
         models_version=models_version(ctx, name),
+        settings=settings_token(ctx.cfg, name),
     )
     log.info(
         "stage %s: done in %.1fs, rows out %s%s %s",
@@ -613,6 +619,10 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
     from pyspark.sql import functions as F
 
     raw = storage.read_input(spark, str(cfg.input.instances), "instances")
+    if raw.limit(1).count() == 0:  # a day without new or changed products
+        log.info("nodes: %s has no rows: no product to add or update", cfg.input.instances)
+        counts["instances"] = {"rows_in": 0, "rows_used": 0, "rows_quarantined": 0, "reasons": {}}
+        return raw.select(storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)
     checked = validate.validate_inputs(spark, cfg, raw={"instances": raw})
     persisted += checked.persisted
     c = checked.counts["instances"]
@@ -630,9 +640,12 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
             f"{paths.table(storage.QUARANTINE + '/instances')}"
         )
     validate.check_quality(counts, cfg.quality, paths.table(storage.QUARANTINE))
-    split = F.trim(F.col(storage.SPLIT))
-    blank = raw.where(F.col(storage.SPLIT).isNull() | (split == "")).select(storage.INSTANCE_ID)
-    given = raw.where(split == storage.SPLIT_TRAIN).select(storage.INSTANCE_ID)
+    from pina_spark.validate.rules import CHECKS
+
+    # validation's own blank rule (Unicode-aware) and its default: a blank split is train
+    is_blank = CHECKS["blank"].spark(storage.SPLIT, cfg.quality.max_text_chars)
+    blank = raw.where(is_blank).select(storage.INSTANCE_ID)
+    given = raw.where(F.col(storage.SPLIT) == storage.SPLIT_TRAIN).select(storage.INSTANCE_ID)
     unsplit = blank.join(given, storage.INSTANCE_ID, "left_anti").distinct()
     clean = checked.tables["instances"]
     return clean.join(
@@ -640,7 +653,10 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
     ).select(
         storage.INSTANCE_ID,
         storage.TEXT,
-        F.when(F.col("_unsplit"), F.lit(None).cast("string"))
+        F.when(
+            F.col("_unsplit") & (F.col(storage.SPLIT) == storage.SPLIT_TRAIN),
+            F.lit(None).cast("string"),
+        )
         .otherwise(F.col(storage.SPLIT))
         .alias(storage.SPLIT),
     )

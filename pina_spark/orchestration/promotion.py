@@ -28,6 +28,7 @@ Examples
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pina_spark import storage
@@ -58,8 +59,13 @@ def digests_of(run_root: str) -> dict[str, str]:
     return {storage.VECTORIZER: digest} if digest else {}
 
 
-def resolve_models(cfg: PinaConfig) -> PinaConfig:
-    """``run.models: latest`` -> the promoted run root of ``cfg.output``; other values as is."""
+def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
+    """``run.models: latest`` -> the promoted run root of ``cfg.output``; other values as is.
+
+    With ``stages`` (the command's) that do not build the graph: refuses (``InputError``) a
+    promoted run that is this run's own root. That is a retraining run and a daily run sharing
+    a run date; the daily's steps would rerun on the retraining run's nodes, leaving the day's
+    products out, and exit 0."""
     if cfg.run.models != LATEST:
         return cfg
     p = read_promoted(cfg.output)
@@ -79,6 +85,13 @@ def resolve_models(cfg: PinaConfig) -> PinaConfig:
         p.get("value"),
         p.get("promoted_at"),
     )
+    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
+    if stages and "graph" not in stages and storage.norm(p["run"]) == storage.norm(own):
+        raise storage.InputError(
+            f"run.models=latest names the promoted run {p['run']}, which is this run's own "
+            f"root: a run that reuses models (the daily augmentation) must not share a run "
+            f"date with the run that trained them; give it another --run-date or output"
+        )
     return cfg.replace(run=dc.replace(cfg.run, models=p["run"]))
 
 

@@ -113,14 +113,37 @@ def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str)
     )
 
 
+def settings_token(cfg: PinaConfig, name: str) -> str:
+    """What step ``name``'s outputs are made with besides its inputs: ``run.models`` (and the
+    models run's vectorizer and pretrain entries, :func:`models_token`) and the stage's config
+    sections (:meth:`StageSpec.fingerprint_sections`). Recorded in the step's manifest entry
+    (``settings``) and compared by :func:`stale_upstream`.
+
+    >>> from pina_spark.config import config_from_dict
+    >>> a = config_from_dict({"output": "/r"})
+    >>> b = config_from_dict({"output": "/r", "neighbors": {"k": 10}})
+    >>> settings_token(a, "embed") == settings_token(b, "embed")
+    True
+    >>> settings_token(a, "neighbors") == settings_token(b, "neighbors")
+    False
+    """
+    own = "" if name == NODES_STEP else cfg.fingerprint(*STAGES[name].fingerprint_sections(cfg))
+    return hash_text(models_token(cfg) + own)
+
+
 def stale_upstream(
-    cfg: PinaConfig, manifest: Manifest, base: str, name: str
-) -> list[tuple[str, str | None, str]]:
-    """The steps before ``name`` that this root's manifest records ``complete`` under another
-    fingerprint than the one they would have now: ``(step, recorded, now)`` each. Their outputs
-    were made for other inputs, models (``run.models``: ``latest`` may name another run than
-    when they ran) or settings, so ``name`` must not read them: a command that names ``name``
-    but not them would mix the two (the steps of a scheduled run are separate commands).
+    cfg: PinaConfig, manifest: Manifest, name: str, stages: Sequence[str]
+) -> list[tuple[str, str, str]]:
+    """The steps before ``name`` that this root's manifest records ``complete`` with other
+    settings than they would have now (:func:`settings_token`): ``(step, recorded, now)``
+    each. Their outputs were made with other models (``run.models``: ``latest`` may name
+    another run than when they ran) or settings, so ``name`` must not read them: a command
+    that names ``name`` but not them would mix the two (the steps of a scheduled run are
+    separate commands). Only the steps a run of ``cfg`` over ``stages`` considers count
+    (:func:`stage_names`: no pretrain or neighbours for ``vectorizer_only``; the ``nodes``
+    pre-step in a run of another run's models); an entry without ``settings`` (a root made
+    before they were recorded) is not judged. Input files are not part of it: a step whose
+    inputs changed reruns when it is named (:func:`decide`).
 
     Examples
     --------
@@ -128,26 +151,27 @@ def stale_upstream(
     >>> from pina_spark.config import config_from_dict
     >>> m = Manifest(os.path.join(tempfile.mkdtemp(), "_manifest.json"))
     >>> cfg = config_from_dict({"output": "/tmp/r"})
-    >>> m.record_stage("graph", {}, stage_fingerprint(cfg, m, "b1", "graph"), 1.0)
-    >>> stale_upstream(cfg, m, "b1", "vectorizer")
+    >>> m.record_stage("embed", {}, "f", 1.0, settings=settings_token(cfg, "embed"))
+    >>> stale_upstream(cfg, m, "neighbors", ["neighbors"])
     []
-    >>> [s for s, _, _ in stale_upstream(cfg, m, "b2", "vectorizer")]  # other inputs
-    ['graph']
+    >>> other = config_from_dict({"output": "/tmp/r", "inference": {"batch_size": 7}})
+    >>> [s for s, _, _ in stale_upstream(other, m, "neighbors", ["neighbors"])]
+    ['embed']
     """
-    # the nodes pre-step is this command's only in a run of another run's models; a full run
-    # on a root where one ran before republishes nodes with its graph stage
-    own_nodes = bool(models_run_root(cfg)) and models_run_root(cfg) != storage.norm(
-        manifest.uri.rsplit("/", 1)[0]
+    root = storage.norm(manifest.uri.rsplit("/", 1)[0])
+    order = ((NODES_STEP,) if runs_nodes_step(cfg, root, stages) else ()) + tuple(
+        stage_names(cfg, STAGE_NAMES)
     )
-    order = ((NODES_STEP,) if own_nodes else ()) + STAGE_NAMES
+    if name not in order:
+        return []
     out = []
     for up in order[: order.index(name)]:
         e = manifest.stage(up)
-        if not e or e.get("status") != "complete":
+        if not e or e.get("status") != "complete" or e.get("settings") is None:
             continue
-        now = stage_fingerprint(cfg, manifest, base, up)
-        if e.get("fingerprint") != now:
-            out.append((up, e.get("fingerprint"), now))
+        now = settings_token(cfg, up)
+        if e["settings"] != now:
+            out.append((up, str(e["settings"]), now))
     return out
 
 

@@ -194,12 +194,14 @@ def read_input(spark, uri: str, table: str):
     else:
         df = reader.json(uri)
     as_written = dict(zip(header, written)) if fmt == "csv" else {}
+    # a <column>=<value> folder's column (Spark's partition discovery, case-insensitive as
+    # Spark resolves names), cast as the contract
+    found = {c.lower(): c for c in df.columns if c not in header and c != CORRUPT}
     cols = [
         F.col(_quoted(as_written.get(f.name, f.name))).alias(f.name)
         if f.name in header
-        # a <column>=<value> folder's column (Spark's partition discovery), cast as the contract
-        else F.col(f.name).cast(f.dataType).alias(f.name)
-        if f.name in df.columns
+        else F.col(_quoted(found[f.name.lower()])).cast(f.dataType).alias(f.name)
+        if f.name.lower() in found
         else F.lit(None).cast(f.dataType).alias(f.name)
         for f in full.fields
     ]

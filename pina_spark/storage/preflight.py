@@ -89,8 +89,16 @@ class InputReport:
 
     @property
     def blocks_run(self) -> bool:
-        """Whether a run reading this table would stop on it."""
+        """Whether a run reading this table would stop on it (an empty table too: see
+        :meth:`empty_problem`)."""
         return self.status in (MISSING, BAD)
+
+    def empty_problem(self) -> str | None:
+        """The graph stage's error for a table with a header and no rows (what it refuses
+        before any work), or ``None``: counted rows and none of them."""
+        if self.status == OK and self.rows == 0:
+            return f"input.{self.table}: {self.uri} has no rows (an empty input table is an error)"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(dc.asdict(self), columns=list(self.columns))
@@ -128,10 +136,19 @@ def inspect_input(uri: str, table: str) -> InputReport:
         else:
             columns = _csv_header(fs, files, uri) if fmt == "csv" else _json_keys(fs, files, uri)
             rows, note = _count_text(fs, files, uri, fmt)
-        columns += [c for c in partitions if c not in columns]
+        both = [c for c in partitions if c.lower() in {x.lower() for x in columns}]
+        if both:
+            raise _Bad(
+                f"input.{table}: {uri} has the column '{both[0]}' both in its files and in its "
+                f"partition folders' names ({both[0]}=...); drop it from one of them"
+            )
+        columns += partitions
         _check_required(columns, uri, table)
         if rows == 0:
-            raise _Bad(f"input.{table}: {uri} has no rows (an empty input table is an error)")
+            note = (
+                "no rows: the graph stage refuses an empty table; a run of another run's "
+                "models takes empty instances as a day without new products"
+            )
     except _Bad as e:
         return dc.replace(found, status=BAD, problem=str(e))
     return dc.replace(found, rows=rows, columns=tuple(columns), note=note)
@@ -209,6 +226,8 @@ def _data_files(uri: str):
         for fi in infos
         if fi.type == pafs.FileType.File
         and not any(p.startswith(("_", ".")) for p in fi.path[len(path) :].split("/") if p)
+        # the empty <dir>_$folder$ objects EMRFS leaves beside S3 folders (Spark skips them)
+        and not fi.path.endswith("_$folder$")
     ]
     return fs, path, sorted(files, key=lambda fi: fi.path)
 
