@@ -764,12 +764,12 @@ def _base_used_other_settings(ctx: StageContext, base: storage.RunPaths, stage: 
     sections of the stage and of the incremental stages before it
     (:meth:`StageSpec.fingerprint_sections`) another fingerprint than this run's (a selection
     since, or a ``--set neighbors.k=10``: merged rows would mix five and ten neighbours), or
-    cannot be read."""
+    cannot be read (a base recording no config is not judged)."""
     from pina_spark.config import config_from_dict
 
     recorded = Manifest(base.manifest).data.get("config")
-    if not recorded:
-        return f"the base run {base.root} records no settings"
+    if not recorded:  # every run records its config when it starts: not a run's root
+        return None
     try:
         then = config_from_dict(recorded, base.manifest)
     except Exception as e:  # a config of another version of this package
