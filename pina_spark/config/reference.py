@@ -121,9 +121,9 @@ def _section_title(cls) -> str:
     ``Attributes:`` block (what a reader of the section needs beside the keys)."""
     if not cls.__doc__:
         return ""
-    head = inspect.cleandoc(cls.__doc__).split("Attributes:")[0]
-    paras = [" ".join(p.split()) for p in head.split("\n\n") if p.strip()]
-    return "\n\n".join([inspect.cleandoc(cls.__doc__).splitlines()[0], *paras[1:2]])
+    doc = inspect.cleandoc(cls.__doc__)
+    paras = [" ".join(p.split()) for p in doc.split("Attributes:")[0].split("\n\n") if p.strip()]
+    return "\n\n".join([doc.splitlines()[0], *paras[1:2]])
 
 
 def _cell(s: str) -> str:

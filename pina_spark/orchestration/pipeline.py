@@ -619,27 +619,17 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
     from pyspark.sql import functions as F
 
     raw = storage.read_input(spark, str(cfg.input.instances), "instances")
-    if raw.limit(1).count() == 0:  # a day without new or changed products
+    n_in = validate.count_input(raw, str(cfg.input.instances))  # once: validation takes it
+    if n_in == 0:  # a day without new or changed products
         log.info("nodes: %s has no rows: no product to add or update", cfg.input.instances)
         counts["instances"] = {"rows_in": 0, "rows_used": 0, "rows_quarantined": 0, "reasons": {}}
         return raw.select(storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)
-    checked = validate.validate_inputs(spark, cfg, raw={"instances": raw})
-    persisted += checked.persisted
-    c = checked.counts["instances"]
-    written = storage.write_quarantine(
-        checked.quarantine["instances"], paths, "instances", c["rows_quarantined"], spark=spark
+    checked = validate.validate_inputs(
+        spark, cfg, raw={"instances": raw}, rows_in={"instances": n_in}
     )
-    if written != c["reasons"]:
-        raise validate.ValidationInvariantError(
-            f"quarantine/instances: wrote {written}, counted {c['reasons']}"
-        )
-    counts["instances"] = c
-    if c["rows_used"] == 0:
-        raise storage.InputError(
-            f"input.instances: all {c['rows_in']} rows were quarantined {c['reasons']}; see "
-            f"{paths.table(storage.QUARANTINE + '/instances')}"
-        )
-    validate.check_quality(counts, cfg.quality, paths.table(storage.QUARANTINE))
+    persisted += checked.persisted
+    validate.publish_quarantine(spark, checked, paths, cfg.quality)
+    counts["instances"] = checked.counts["instances"]
     from pina_spark.validate.rules import CHECKS
 
     # validation's own blank rule (Unicode-aware) and its default: a blank split is train

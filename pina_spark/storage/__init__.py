@@ -63,6 +63,7 @@ from pina_spark.storage.inputs import (
     CORRUPT,
     JSON_PEEK_LINES,
     arrow_readable,
+    empty_table_message,
     read_input,
     read_input_arrow,
 )
@@ -202,6 +203,7 @@ __all__ = [
     "JSON_PEEK_LINES",
     "arrow_readable",
     "read_input",
+    "empty_table_message",
     "read_input_arrow",
     # lease
     "LEASE_HEARTBEAT_S",

@@ -181,13 +181,23 @@ def parquet_files(uri: str, located=None):
     if listed is None:
         return None
     fs, root, files = listed
-    keep = [
-        fi
-        for fi in files
-        if not any(part.startswith(("_", ".")) for part in fi.path[len(root) :].split("/") if part)
-        and not fi.path.endswith("_$folder$")
-    ]
+    keep = [fi for fi in files if is_data_file(fi.path, root)]
     return fs, sorted(keep, key=lambda fi: fi.path)
+
+
+def is_data_file(path: str, root: str) -> bool:
+    """Whether the file ``path`` listed under the folder ``root`` is one Spark reads as data:
+    no part of its path below ``root`` starts with ``_`` or ``.`` (``_SUCCESS``, ``.crc``,
+    ``_staging``), and it is not one of the empty ``<dir>_$folder$`` objects EMRFS leaves
+    beside S3 folders (EMRFS hides them from Spark).
+
+    >>> is_data_file("/t/split=a/p.csv", "/t"), is_data_file("/t/_SUCCESS", "/t")
+    (True, False)
+    >>> is_data_file("/t/split=a_$folder$", "/t")
+    False
+    """
+    below = path[len(root.rstrip("/")) :].split("/")
+    return not any(p.startswith(("_", ".")) for p in below if p) and not path.endswith("_$folder$")
 
 
 def files_fingerprint(uri: str) -> str | None:

@@ -117,7 +117,6 @@ def read_input(spark, uri: str, table: str):
         raise InputError(f"input.{table}: no path given")
     if not path_exists(spark, uri):
         raise InputError(f"input.{table}: {uri} does not exist")
-    required, optional = INPUT_COLUMNS[table]
     full = schema(table)
     fmt = _format_of(uri)
     if fmt == "parquet":
@@ -143,7 +142,7 @@ def read_input(spark, uri: str, table: str):
                 ) from None
             raise
         present = {f.name: f.dataType for f in df.schema.fields}
-        _check_columns(present.keys(), required, uri, table)
+        _check_columns(present.keys(), uri, table)
         _check_parquet_files_agree(uri, table, [f.name for f in full.fields])
         for field in full.fields:
             got = present.get(field.name)
@@ -161,7 +160,7 @@ def read_input(spark, uri: str, table: str):
     # text formats: check the header / keys first, then read with the explicit schema
     written = _peek_columns(spark, uri, fmt)  # CSV: the header's names as written
     header = [c.strip() for c in written]
-    _check_columns(header, required, uri, table)
+    _check_columns(header, uri, table)
     types = {f.name: f.dataType for f in full.fields}
     if fmt == "csv":
         # CSV columns are positional: the schema follows the header's order; columns outside
@@ -318,6 +317,15 @@ def _peek_columns(spark, uri: str, fmt: str) -> list[str]:
     return keys
 
 
+def empty_table_message(table: str, uri: str) -> str:
+    """The error of an input table with no rows (the graph stage's, and the pre-flight's).
+
+    >>> empty_table_message("labels", "l.csv")
+    'input.labels: l.csv has no rows (an empty input table is an error)'
+    """
+    return f"input.{table}: {uri} has no rows (an empty input table is an error)"
+
+
 def csv_header_names(line: str, strip: bool = True) -> list[str]:
     """The column names of a CSV header line: a byte-order mark before it dropped, then parsed
     as CSV (quoted names unquoted), each stripped of surrounding spaces unless ``strip`` is
@@ -366,7 +374,7 @@ names case-insensitively); rename or drop one
     return None
 
 
-def _check_columns(present, required, uri, table):
+def _check_columns(present, uri: str, table: str) -> None:
     problem = column_problem(list(present), uri, table)
     if problem:
         raise InputError(problem)

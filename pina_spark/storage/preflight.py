@@ -31,11 +31,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from pina_spark.storage.fs import pyarrow_fs, pyarrow_reaches
+from pina_spark.storage.fs import is_data_file, pyarrow_fs, pyarrow_reaches
 from pina_spark.storage.inputs import (
     JSON_PEEK_LINES,
     column_problem,
     csv_header_names,
+    empty_table_message,
     type_accepted,
     type_mismatch,
 )
@@ -97,7 +98,7 @@ class InputReport:
         """The graph stage's error for a table with a header and no rows (what it refuses
         before any work), or ``None``: counted rows and none of them."""
         if self.status == OK and self.rows == 0:
-            return f"input.{self.table}: {self.uri} has no rows (an empty input table is an error)"
+            return empty_table_message(self.table, self.uri)
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,14 +222,7 @@ def _data_files(uri: str):
     if info.type == pafs.FileType.File:
         return fs, path, [info]
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    files = [
-        fi
-        for fi in infos
-        if fi.type == pafs.FileType.File
-        and not any(p.startswith(("_", ".")) for p in fi.path[len(path) :].split("/") if p)
-        # the empty <dir>_$folder$ objects EMRFS leaves beside S3 folders (Spark skips them)
-        and not fi.path.endswith("_$folder$")
-    ]
+    files = [fi for fi in infos if fi.type == pafs.FileType.File and is_data_file(fi.path, path)]
     return fs, path, sorted(files, key=lambda fi: fi.path)
 
 
@@ -321,7 +315,6 @@ def _first_line(fs, path: str) -> str | None:
 def _csv_header(fs, files, uri: str) -> list[str]:
     """The header of a CSV input: the first line of every file, which must agree (Spark checks
     each file's header against the columns it reads)."""
-
     headers: dict[tuple[str, ...], str] = {}
     for fi in files:
         line = _first_line(fs, fi.path)

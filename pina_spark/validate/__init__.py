@@ -37,6 +37,7 @@ from pina_spark.validate.spark import (
     ValidationResult,
     count_input,
     driver_tables,
+    publish_quarantine,
     read_inputs,
     require_configured,
     required_tables,
@@ -52,6 +53,7 @@ from pina_spark.validate.spark import (
 __all__ = [
     "read_inputs",
     "validate_inputs",
+    "publish_quarantine",
     "ValidationResult",
     "driver_tables",
     "count_input",

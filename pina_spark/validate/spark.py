@@ -51,6 +51,8 @@ from pina_spark.validate.rules import (
     RULES,
     TABLE_ORDER,
     TableRules,
+    ValidationInvariantError,
+    check_quality,
     reason_counts,
 )
 
@@ -59,6 +61,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ValidationResult",
     "validate_inputs",
+    "publish_quarantine",
     "read_inputs",
     "required_tables",
     "driver_tables",
@@ -406,9 +409,7 @@ def validate_inputs(
             n_in = (rows_in or {}).get(name)
             n_in = raw[name].count() if n_in is None else int(n_in)
             if n_in == 0:
-                raise storage.InputError(
-                    f"input.{name}: {uri} has no rows (an empty input table is an error)"
-                )
+                raise storage.InputError(storage.empty_table_message(name, uri))
             if name == "instance_labels" and "labels" not in raw:
                 raise storage.InputError("input.instance_labels given without input.labels")
             refs = [u.table for u in RULES[name].unknown]  # the clean tables it joins against
@@ -541,3 +542,37 @@ def _log_counts(name: str, c: dict[str, Any]) -> None:
         c["rows_quarantined"],
         c["reasons"],
     )
+
+
+def publish_quarantine(spark, result: ValidationResult, paths, quality, timer=None) -> None:
+    """Publish the quarantine of every table :func:`validate_inputs` validated
+    (``quarantine/<table>``, counted again on the published table), then stop where the rows
+    cannot be used: every instance quarantined, or a ``quality.*`` gate
+    (:func:`~pina_spark.validate.rules.check_quality`). The graph stage and the ``nodes``
+    pre-step of a run of another run's models both call it after validating.
+
+    Raises
+    ------
+    ValidationInvariantError
+        The published quarantine's counts are not the counted ones (a bug).
+    pina_spark.storage.InputError
+        Every instance row quarantined, or a gate.
+    """
+    counts = result.counts
+    for name, q in result.quarantine.items():
+        step = timer.step(f"quarantine.{name}") if timer is not None else contextlib.nullcontext()
+        with step:
+            written = storage.write_quarantine(
+                q, paths, name, counts[name]["rows_quarantined"], spark=spark
+            )
+        if written != counts[name]["reasons"]:
+            raise ValidationInvariantError(
+                f"quarantine/{name}: wrote {written}, counted {counts[name]['reasons']}"
+            )
+    inst = counts.get("instances")
+    if inst is not None and inst["rows_used"] == 0:
+        raise storage.InputError(
+            f"input.instances: all {inst['rows_in']} rows were quarantined {inst['reasons']}; "
+            f"see {paths.table(storage.QUARANTINE + '/instances')}"
+        )
+    check_quality(counts, quality, paths.table(storage.QUARANTINE))

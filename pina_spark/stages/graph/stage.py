@@ -216,24 +216,9 @@ def run(ctx) -> GraphStats:
         driver_frames=False,
     )
     persisted += checked.persisted
-    in_stats, quarantine, clean_arrow = checked.counts, checked.quarantine, checked.clean_arrow
+    in_stats, clean_arrow = checked.counts, checked.clean_arrow
     tables = dict(checked.tables)  # frame() adds the frames it makes from clean_arrow
-    for name, q in quarantine.items():
-        with timer.step(f"quarantine.{name}"):
-            written = storage.write_quarantine(
-                q, paths, name, in_stats[name]["rows_quarantined"], spark=spark
-            )
-        if written != in_stats[name]["reasons"]:
-            raise validate.ValidationInvariantError(
-                f"quarantine/{name}: wrote {written}, counted {in_stats[name]['reasons']}"
-            )
-    if in_stats["instances"]["rows_used"] == 0:
-        raise storage.InputError(
-            f"input.instances: all {in_stats['instances']['rows_in']} rows were "
-            f"quarantined {in_stats['instances']['reasons']}; see "
-            f"{paths.table(storage.QUARANTINE + '/instances')}"
-        )
-    validate.check_quality(in_stats, cfg.quality, paths.table(storage.QUARANTINE))
+    validate.publish_quarantine(spark, checked, paths, cfg.quality, timer)
     _require_train_rows(tables.get("instances"), clean_arrow.get("instances"), in_stats)
 
     def frame(name: str):
