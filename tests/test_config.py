@@ -47,6 +47,25 @@ def test_unknown_key_names_key_and_file(tmp_path):
     assert "'pretrain.xlinear.nr_split'" in err(p)
 
 
+def test_a_quality_gate_key_naming_no_reason_or_table_is_an_error(tmp_path):
+    """``quality.max_reason_fraction`` is a free mapping in YAML: a misspelt reason or table
+    used to be kept and never match, which silently turned the intended gate off."""
+    p = write(tmp_path, "output: /x\nquality: {max_reason_fraction: {evnts.unknown_item: 0.1}}\n")
+    msg = err(p)
+    assert p in msg and "'evnts.unknown_item'" in msg and "did you mean 'events'" in msg
+    p = write(
+        tmp_path, "output: /x\nquality: {max_reason_fraction: {unknwn_item: 0.1}}\n", "r.yaml"
+    )
+    assert "did you mean 'unknown_item'" in err(p)
+    ok = write(tmp_path, "output: /x\n", "ok.yaml")
+    cfg = load_config(ok, ["quality.max_reason_fraction={events.unknown_item: 0.1}"])
+    assert cfg.quality.limit("events", "unknown_item") == 0.1
+    assert cfg.quality.limit("events", "duplicate_event") is None
+    assert cfg.quality.limit("instances", "unbalanced_quote") == 0.0  # the built-in limit
+    cfg = load_config(ok, ["quality.max_reason_fraction={unbalanced_quote: 1}"])
+    assert cfg.quality.limit("labels", "unbalanced_quote") == 1.0
+
+
 @pytest.mark.parametrize(
     "body,key,what",
     [

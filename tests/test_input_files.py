@@ -137,3 +137,41 @@ def test_emrfs_folder_markers_and_a_column_in_both_places(tmp_path):
     (d / "split=test" / "part-0.csv").write_text("instance_id,text,Split\ni1,a,test\n")
     r = inspect_input(str(d), "instances")
     assert r.blocks_run and "both in its files and in its partition folders" in r.problem
+
+
+def test_a_csv_file_ending_inside_a_quoted_field_stops_the_check(spark, tmp_path):
+    """A quote left open in a file's last column runs on to the end of the file: Spark's
+    reader gives one row holding the lines after it as its text, with no corrupt record (the
+    record parses), so the validation cannot see it. The pre-flight parses the last record
+    strictly and refuses the file, naming the line; a folder names the file too."""
+    lab = tmp_path / "labels.csv"
+    lab.write_text('label_id,text\nl1,red\nl2,"never closed\nl3,blue\nl4,green\n')
+    assert _rows(spark, str(lab), "labels") == [
+        ("l1", "red"),
+        ("l2", "never closed\nl3,blue\nl4,green\n"),  # what Spark reads: no sign of a problem
+    ]
+    r = inspect_input(str(lab), "labels")
+    assert r.blocks_run, r
+    assert "starts on line 3 is never closed" in r.problem and "3 lines" in r.problem
+    d = tmp_path / "folder.csv"
+    d.mkdir()
+    (d / "part-0.csv").write_text("label_id,text\nl1,red\n")
+    (d / "part-1.csv").write_text('label_id,text\nl2,"open\n')
+    r = inspect_input(str(d), "labels")
+    assert r.blocks_run and "part-1.csv: the quoted field that starts on line 2" in r.problem
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'l1,red\nl2,"two\nlines"\n',  # a closed multi-line field, last in the file
+        'l1,"Best" pizza\n',  # a quote Spark reads as text: not an open field
+        'l1,Samsung 55" TV\n',
+        'l1,"12"" pan"',  # no final line break
+    ],
+)
+def test_csv_files_ending_in_well_formed_or_lenient_quotes_pass(tmp_path, body):
+    lab = tmp_path / "labels.csv"
+    lab.write_text("label_id,text\n" + body)
+    r = inspect_input(str(lab), "labels")
+    assert r.status == "ok", r

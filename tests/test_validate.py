@@ -535,6 +535,65 @@ def test_invalid_utf8_and_unparseable(spark, tmp_path):
     assert bad[storage.CORRUPT] is not None and "heavy" in bad[storage.CORRUPT]
 
 
+@pytest.mark.slow
+def test_a_quote_left_open_is_quarantined_as_unbalanced_quote_and_stops_the_run(spark, tmp_path):
+    """A CSV field whose quote is not closed runs on over the lines after it (Spark's
+    multi-line reader): the record is ``unbalanced_quote``, not ``unparseable``, and the gate
+    stops the run by default, since the rows it swallowed are counted nowhere. A quoted field
+    that holds a line break legitimately is read as one row, and a quote inside an unquoted
+    field (``55" TV``) is text. (A quote left open in a file's last column up to its end parses
+    without error: the pre-flight refuses that file, ``test_input_files.py``.)"""
+    from pina_spark.config import QualityConfig
+
+    inst = tmp_path / "instances.csv"
+    inst.write_text(
+        "instance_id,text,split\n"
+        'i1,Samsung 55" TV,train\n'
+        'i2,"two\nlines",train\n'
+        'i3,"left open,train\n'  # runs on to the quote of i5
+        "i4,swallowed,train\n"
+        'i5,"quoted, fine",test\n'
+        "i6,after,train\n"
+    )
+    lab = _csv(tmp_path / "labels.csv", ["label_id", "text"], [["l1", "red"]])
+    il = _csv(tmp_path / "il.csv", ["instance_id", "label_id"], [["i1", "l1"]])
+    cfg = _cfg(tmp_path, instances=str(inst), labels=lab, instance_labels=il)
+    result = validate.validate_inputs(spark, cfg)
+    stats = result.counts
+    _check_adds_up(stats)
+    assert stats["instances"]["reasons"] == {"unbalanced_quote": 1}
+    assert sorted(r.instance_id for r in result.tables["instances"].collect()) == [
+        "i1",
+        "i2",
+        "i6",
+    ]
+    texts = {r.instance_id: r.text for r in result.tables["instances"].collect()}
+    assert texts["i1"] == 'Samsung 55" TV' and texts["i2"] == "two\nlines"
+    raw = result.quarantine["instances"].first()[storage.CORRUPT]
+    assert "i4,swallowed" in raw  # the swallowed row is in the quarantined record
+    # six rows read as four records; 1 of 4 is under the table-wide 50%: the reason's own
+    # gate (0 by default) stops it
+    with pytest.raises(storage.InputError, match=r"instances\.unbalanced_quote: 1 of 4 rows") as e:
+        validate.check_quality(stats, cfg.quality)
+    assert "escape" in str(e.value) and "max_reason_fraction.unbalanced_quote: 1" in str(e.value)
+    # a user who accepts the loss says so
+    validate.check_quality(stats, QualityConfig(max_reason_fraction={"unbalanced_quote": 1.0}))
+
+
+def test_spans_lines_check_agrees_on_both_engines(spark):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pina_spark.validate.rules import CHECKS
+
+    values = [None, "a,b", 'a,"b\nc', "x\r\ny", ""]
+    chk = CHECKS["spans_lines"]
+    arrow = pc.fill_null(chk.arrow(pa.array(values, pa.string()), 0), chk.if_null)
+    df = spark.createDataFrame([(v,) for v in values], "c string")
+    got = [r[0] for r in df.select(chk.spark("c", 0)).collect()]
+    assert arrow.to_pylist() == got == [False, False, True, True, False]
+
+
 def _bad_utf8(values):
     """A pyarrow string array holding the given bytes as they are (no UTF-8 check)."""
     import pyarrow as pa

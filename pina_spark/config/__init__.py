@@ -28,6 +28,8 @@ from pina_spark.config.load import (
     skeleton,
 )
 from pina_spark.config.sections import (
+    DEFAULT_REASON_LIMITS,
+    QUARANTINE_REASONS,
     SIDE_INFO,
     STAGE_NAMES,
     AggregateConfig,
@@ -73,6 +75,8 @@ __all__ = [
     "SelectConfig",
     "SIDE_INFO",
     "STAGE_NAMES",
+    "QUARANTINE_REASONS",
+    "DEFAULT_REASON_LIMITS",
     "load_config",
     "config_from_dict",
     "apply_overrides",

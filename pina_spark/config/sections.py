@@ -21,6 +21,7 @@ pina_spark.config.sections.ConfigError: c.yaml: unknown key 'neighbors.kk' (know
 """
 
 import dataclasses as dc
+import difflib
 import json
 import types
 import typing
@@ -47,6 +48,8 @@ __all__ = [
     "SparkConfig",
     "RunConfig",
     "QualityConfig",
+    "QUARANTINE_REASONS",
+    "DEFAULT_REASON_LIMITS",
     "FaultsConfig",
     "TuneConfig",
     "SelectConfig",
@@ -691,6 +694,34 @@ class RunConfig(_Params):
         _check_range("run.progress_s", self.progress_s, 0.0, None)
 
 
+#: the quarantine reasons, the ``reason`` values of ``quarantine/<table>`` (what each means and
+#: the rule that gives it: :mod:`pina_spark.validate.rules`, whose rules give exactly these);
+#: the keys of ``quality.max_reason_fraction``
+QUARANTINE_REASONS = (
+    "unparseable",
+    "unbalanced_quote",
+    "missing_id",
+    "missing_basket",
+    "missing_item",
+    "invalid_utf8",
+    "invalid_id",
+    "missing_text",
+    "text_too_long",
+    "invalid_split",
+    "invalid_weight",
+    "unknown_instance",
+    "unknown_label",
+    "unknown_item",
+    "duplicate_id",
+    "duplicate_pair",
+    "duplicate_event",
+)
+#: limits that hold where ``quality.max_reason_fraction`` sets none: a CSV record that an
+#: unclosed or undoubled quote ran on over the lines after it holds rows nobody can count, so
+#: any such record stops the run
+DEFAULT_REASON_LIMITS = {"unbalanced_quote": 0.0}
+
+
 @dc.dataclass(frozen=True)
 class QualityConfig(_Params):
     """Data-quality gates of the graph stage (see :mod:`pina_spark.validate`).
@@ -699,7 +730,11 @@ class QualityConfig(_Params):
         max_quarantined_fraction: a table whose quarantined rows exceed this fraction of its
             rows stops the run with an error citing the rate per reason (0..1; 1 = no gate).
         max_reason_fraction: tighter limits for one reason, ``"<reason>"`` or
-            ``"<table>.<reason>"`` -> fraction (e.g. ``{events.unknown_item: 0.2}``).
+            ``"<table>.<reason>"`` -> fraction (e.g. ``{events.unknown_item: 0.2}``); a key
+            that names no quarantine reason or input table is an error. ``unbalanced_quote``
+            is 0 unless set here: a CSV record that an unclosed quote (or a quote inside a
+            quoted field that is not doubled) ran on over the next lines holds their rows,
+            uncounted, so one such record stops the run; set it to 1 to run without them.
         max_text_chars: instance/label texts longer than this are quarantined as
             ``text_too_long`` (the tokenizer truncates anyway; a 10 MB string only costs time
             and memory).
@@ -711,14 +746,25 @@ class QualityConfig(_Params):
 
     def __post_init__(self):
         _check_range("quality.max_quarantined_fraction", self.max_quarantined_fraction, 0, 1)
+        tables = [f.name for f in dc.fields(InputConfig)]
         for k, v in self.max_reason_fraction.items():
+            table, _, reason = str(k).rpartition(".")
+            if reason not in QUARANTINE_REASONS or (table and table not in tables):
+                wrong = reason if reason not in QUARANTINE_REASONS else table
+                near = difflib.get_close_matches(wrong, [*QUARANTINE_REASONS, *tables], n=1)
+                raise ConfigError(
+                    f"quality.max_reason_fraction: unknown key {k!r}"
+                    + (f" (did you mean {near[0]!r} for {wrong!r}?)" if near else "")
+                    + f"; a key is <reason> or <table>.<reason>, tables: {', '.join(tables)}; "
+                    f"reasons: {', '.join(QUARANTINE_REASONS)}"
+                )
             _check_range(f"quality.max_reason_fraction.{k}", float(v), 0, 1)
         _check_range("quality.max_text_chars", self.max_text_chars, 1, None)
 
     def limit(self, table: str, reason: str) -> float | None:
         """The limit of one (table, reason), ``None`` when only the table-wide one applies."""
         m = self.max_reason_fraction
-        v = m.get(f"{table}.{reason}", m.get(reason))
+        v = m.get(f"{table}.{reason}", m.get(reason, DEFAULT_REASON_LIMITS.get(reason)))
         return None if v is None else float(v)
 
 

@@ -372,13 +372,70 @@ def _count_text(fs, files, uri: str, fmt: str) -> tuple[int | None, str | None]:
     csv.field_size_limit(max(csv.field_size_limit(), COUNT_TEXT_MAX_BYTES))
     rows = 0
     for fi in files:
-        with _open_text(fs, fi.path) as fh:
-            if fmt == "csv":
-                records = (r for r in csv.reader(fh) if r)
-                rows += max(0, sum(1 for _ in records) - 1)
-            else:
+        if fmt != "csv":
+            with _open_text(fs, fi.path) as fh:
                 rows += sum(1 for line in fh if line.strip())
+            continue
+        with _open_text(fs, fi.path) as fh:
+            n, last = _csv_records(fh)
+        rows += max(0, n - 1)
+        if last:
+            _check_last_record_closed(fs, fi.path, last, uri)
     return rows, None
+
+
+def _csv_records(fh) -> tuple[int, int]:
+    """The non-blank records of a CSV file (the header included, quoted line breaks kept in
+    their record) and the line its last record starts on."""
+    import csv
+
+    reader = csv.reader(fh)
+    n = last = 0
+    start = 1
+    for record in reader:
+        if record:
+            n, last = n + 1, start
+        start = reader.line_num + 1
+    return n, last
+
+
+def _check_last_record_closed(fs, path: str, line: int, uri: str) -> None:
+    """Refuse a CSV file that ends inside a quoted field. Spark's multi-line reader takes the
+    rest of the file as that field's value, one row where there were many, and gives no sign:
+    the record parses when the field is its last column. Only the last record can be open at
+    the end, so only its lines are parsed again, strictly (``"Best" pizza``, a quote Spark and
+    the lenient count read as text, is not this error).
+
+    Examples
+    --------
+    >>> import os, tempfile, pyarrow.fs as pafs
+    >>> p = os.path.join(tempfile.mkdtemp(), "labels.csv")
+    >>> _ = open(p, "w").write('label_id,text\\nl1,red\\nl2,"never closed\\nl3,blue\\n')
+    >>> _check_last_record_closed(pafs.LocalFileSystem(), p, 3, p)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    ...
+    pina_spark.storage.preflight._Bad: ...labels.csv: the quoted field that starts on line 3 is
+    never closed: Spark would read the 2 lines from there to the end of the file as one value,
+    the rows on them lost; close or double the quote (RFC 4180: "12"" pan"), or write Parquet
+    """
+    import csv
+    import itertools
+
+    with _open_text(fs, path) as fh:
+        tail = list(itertools.islice(fh, line - 1, None))
+    try:
+        for _ in csv.reader(tail, strict=True):
+            pass
+    except csv.Error as e:
+        if "unexpected end of data" not in str(e):
+            return  # a quote Spark reads as text (``"Best" pizza``), not an open field
+        where = uri if local_path(path) == local_path(uri) else f"{uri}: {path}"
+        raise _Bad(
+            f"{where}: the quoted field that starts on line {line} is never closed: Spark "
+            f"would read the {len(tail)} "
+            f"lines from there to the end of the file as one value, the rows on them lost; "
+            f'close or double the quote (RFC 4180: "12"" pan"), or write Parquet'
+        ) from None
 
 
 # --------------------------------------------------------------------------- run root

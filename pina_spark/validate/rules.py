@@ -15,6 +15,11 @@ reason               rule
 ``invalid_utf8``     the reader could not parse the line and its bytes are not UTF-8 (JSON
                      lines: Spark's parser refuses such bytes; CSV: the line holds U+FFFD):
                      the encoding is the first thing to fix
+``unbalanced_quote`` the reader could not parse a CSV record that spans several lines: a
+                     quote left open (or a quote inside a quoted field that is not doubled)
+                     ran the field on over the next lines, whose rows are in this record,
+                     not counted. ``quality.max_reason_fraction`` is 0 for it unless set:
+                     one such record stops the run
 ``unparseable``      the reader could not parse the line (``_corrupt_record`` is set)
 ``missing_id``       an id column is null or blank (instances, labels, pairs); blank is
                      Unicode-aware: only white space of any kind (tab, NBSP, U+3000...),
@@ -54,11 +59,11 @@ else :class:`ValidationInvariantError`), and :func:`check_quality` gates the cou
 Examples
 --------
 >>> [r.reason for r in RULES["labels"].rows]  # doctest: +NORMALIZE_WHITESPACE
-['invalid_utf8', 'unparseable', 'missing_id', 'invalid_utf8', 'invalid_id', 'missing_text',
- 'text_too_long']
+['invalid_utf8', 'unbalanced_quote', 'unparseable', 'missing_id', 'invalid_utf8', 'invalid_id',
+ 'missing_text', 'text_too_long']
 >>> import pyarrow as pa
 >>> t = pa.table({"label_id": ["a", "a\\u200b", "\\u3000"], "text": ["x", "y", "z"]})
->>> RULES["labels"].rows[2].arrow_mask(t, MAX_TEXT_CHARS).to_pylist()  # missing_id
+>>> RULES["labels"].rows[3].arrow_mask(t, MAX_TEXT_CHARS).to_pylist()  # missing_id
 [False, False, True]
 >>> {r.reason for t in RULES.values() for r in (*t.rows, *t.unknown, t.duplicate)} == set(REASONS)
 True
@@ -69,6 +74,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pina_spark import storage
+from pina_spark.config import QUARANTINE_REASONS
 from pina_spark.validate.utf8 import REPLACEMENT_CHAR, invalid_utf8_mask
 
 __all__ = [
@@ -96,24 +102,9 @@ __all__ = [
     "check_quality",
 ]
 
-REASONS = (
-    "unparseable",
-    "missing_id",
-    "missing_basket",
-    "missing_item",
-    "invalid_utf8",
-    "invalid_id",
-    "missing_text",
-    "text_too_long",
-    "invalid_split",
-    "invalid_weight",
-    "unknown_instance",
-    "unknown_label",
-    "unknown_item",
-    "duplicate_id",
-    "duplicate_pair",
-    "duplicate_event",
-)
+#: every reason a rule gives (the vocabulary is the config's: ``quality.max_reason_fraction``
+#: takes these names)
+REASONS = QUARANTINE_REASONS
 #: the input tables, in the order they are validated (a table's rules may need the clean rows
 #: of the tables before it)
 TABLE_ORDER = ("instances", "labels", "instance_labels", "events", "filter_pairs")
@@ -171,6 +162,18 @@ def _corrupt_arrow(values, max_chars: int):
     import pyarrow.compute as pc
 
     return pc.is_valid(values)
+
+
+def _spans_lines_spark(col: str, max_chars: int):
+    from pyspark.sql import functions as F
+
+    return F.col(col).isNotNull() & F.col(col).rlike("[\\r\\n]")
+
+
+def _spans_lines_arrow(values, max_chars: int):
+    import pyarrow.compute as pc
+
+    return pc.match_substring_regex(values, "[\\r\\n]")
 
 
 def _blank_spark(col: str, max_chars: int):
@@ -270,6 +273,7 @@ def _bad_weight_arrow(values, max_chars: int):
 #: every check a row rule may name
 CHECKS: dict[str, Check] = {
     "corrupt": Check(_corrupt_spark, _corrupt_arrow, if_null=False),
+    "spans_lines": Check(_spans_lines_spark, _spans_lines_arrow, if_null=False),
     "blank": Check(_blank_spark, _blank_arrow, if_null=True),
     "fffd": Check(_fffd_spark, _fffd_arrow, if_null=False),
     "bad_id": Check(_bad_id_spark, _bad_id_arrow, if_null=False),
@@ -369,9 +373,13 @@ class TableRules:
 _ID, _LABEL = storage.INSTANCE_ID, storage.LABEL_ID
 #: an unparseable line that is not UTF-8: the bytes are its first defect
 _BAD_BYTES_LINE = RowRule("invalid_utf8", "fffd", (storage.CORRUPT,))
+#: an unparseable record over several lines (only CSV's multi-line reader makes one): an
+#: unbalanced quote took the lines after it, so it holds rows that are not counted
+_RAN_ON = RowRule("unbalanced_quote", "spans_lines", (storage.CORRUPT,))
 _UNPARSEABLE = RowRule("unparseable", "corrupt", (storage.CORRUPT,))
 _PAIR_ROWS = (
     _BAD_BYTES_LINE,
+    _RAN_ON,
     _UNPARSEABLE,
     RowRule("missing_id", "blank", (_ID, _LABEL)),
     RowRule("invalid_utf8", "fffd", (_ID, _LABEL)),
@@ -385,6 +393,7 @@ RULES: dict[str, TableRules] = {
         defaults=((storage.SPLIT, storage.SPLIT_TRAIN),),
         rows=(
             _BAD_BYTES_LINE,
+            _RAN_ON,
             _UNPARSEABLE,
             RowRule("missing_id", "blank", (_ID,)),
             RowRule("invalid_utf8", "fffd", (_ID, storage.TEXT, storage.SPLIT)),
@@ -398,6 +407,7 @@ RULES: dict[str, TableRules] = {
     "labels": TableRules(
         rows=(
             _BAD_BYTES_LINE,
+            _RAN_ON,
             _UNPARSEABLE,
             RowRule("missing_id", "blank", (_LABEL,)),
             RowRule("invalid_utf8", "fffd", (_LABEL, storage.TEXT)),
@@ -418,6 +428,7 @@ RULES: dict[str, TableRules] = {
     "events": TableRules(
         rows=(
             _BAD_BYTES_LINE,
+            _RAN_ON,
             _UNPARSEABLE,
             RowRule("missing_basket", "blank", (storage.BASKET_ID,)),
             RowRule("missing_item", "blank", (storage.ITEM_ID,)),
@@ -482,6 +493,11 @@ _ADVICE = {
     "unknown_instance": "instance_labels.instance_id must be an instance_id of input.instances",
     "unknown_label": "instance_labels.label_id must be a label_id of input.labels",
     "unparseable": "check the file's format, delimiter and quoting",
+    "unbalanced_quote": "a quoted CSV field whose quote is not closed, or holds a quote that "
+    'is not doubled (RFC 4180: "12"" pan"; Spark\'s writer needs .option("escape", '
+    "'\"')), ran on over the lines after it: their rows are inside that quarantined record "
+    "and were not read. Fix the quoting or write Parquet; "
+    "quality.max_reason_fraction.unbalanced_quote: 1 runs without those rows",
 }
 
 
