@@ -57,6 +57,9 @@ def test_a_quality_gate_key_naming_no_reason_or_table_is_an_error(tmp_path):
         tmp_path, "output: /x\nquality: {max_reason_fraction: {unknwn_item: 0.1}}\n", "r.yaml"
     )
     assert "did you mean 'unknown_item'" in err(p)
+    for key, what in ((".unknown_item", "unknown key"), ("events", "'events' is a table")):
+        body = f"output: /x\nquality: {{max_reason_fraction: {{{key}: 0.1}}}}\n"
+        assert what in err(write(tmp_path, body, "t.yaml")), key
     ok = write(tmp_path, "output: /x\n", "ok.yaml")
     cfg = load_config(ok, ["quality.max_reason_fraction={events.unknown_item: 0.1}"])
     assert cfg.quality.limit("events", "unknown_item") == 0.1

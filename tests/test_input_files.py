@@ -139,11 +139,12 @@ def test_emrfs_folder_markers_and_a_column_in_both_places(tmp_path):
     assert r.blocks_run and "both in its files and in its partition folders" in r.problem
 
 
-def test_a_csv_file_ending_inside_a_quoted_field_stops_the_check(spark, tmp_path):
-    """A quote left open in a file's last column runs on to the end of the file: Spark's
-    reader gives one row holding the lines after it as its text, with no corrupt record (the
-    record parses), so the validation cannot see it. The pre-flight parses the last record
-    strictly and refuses the file, naming the line; a folder names the file too."""
+def test_a_csv_quote_that_runs_on_over_lines_stops_the_check(spark, tmp_path):
+    """A quote left open runs the field on over the lines after it, to the end of the file or
+    to the next quote that can close it (here another quoted field, ``"red"``): Spark's reader
+    gives one row holding those lines as its text, and no corrupt record (the record parses),
+    so the validation cannot see it. The pre-flight parses every record that spans lines
+    strictly and refuses the file, naming the lines; a folder names the file too."""
     lab = tmp_path / "labels.csv"
     lab.write_text('label_id,text\nl1,red\nl2,"never closed\nl3,blue\nl4,green\n')
     assert _rows(spark, str(lab), "labels") == [
@@ -152,25 +153,38 @@ def test_a_csv_file_ending_inside_a_quoted_field_stops_the_check(spark, tmp_path
     ]
     r = inspect_input(str(lab), "labels")
     assert r.blocks_run, r
-    assert "starts on line 3 is never closed" in r.problem and "3 lines" in r.problem
+    assert "starts on line 3 " in r.problem and "rows on lines 4-5 lost" in r.problem
+    mid = tmp_path / "mid.csv"
+    mid.write_text('label_id,text\nl1,"left open\nl2,swallowed\nl3,"red"\nl4,after\n')
+    assert _rows(spark, str(mid), "labels") == [
+        ("l1", '"left open\nl2,swallowed\nl3,"red"'),
+        ("l4", "after"),
+    ]
+    r = inspect_input(str(mid), "labels")
+    assert r.blocks_run and "lines 2-4 as one record" in r.problem, r
     d = tmp_path / "folder.csv"
     d.mkdir()
     (d / "part-0.csv").write_text("label_id,text\nl1,red\n")
-    (d / "part-1.csv").write_text('label_id,text\nl2,"open\n')
+    (d / "part-1.csv").write_text('label_id,text\nl2,"open\nl3,x\n')
     r = inspect_input(str(d), "labels")
-    assert r.blocks_run and "part-1.csv: the quoted field that starts on line 2" in r.problem
+    assert r.blocks_run and "part-1.csv: the quoted field of the record that starts on line 2" in (
+        r.problem
+    )
 
 
 @pytest.mark.parametrize(
     "body",
     [
         'l1,red\nl2,"two\nlines"\n',  # a closed multi-line field, last in the file
+        'l1,"two\r\nlines"\r\nl2,x\r\n',  # CRLF, as Excel and pandas on Windows write it
         'l1,"Best" pizza\n',  # a quote Spark reads as text: not an open field
         'l1,Samsung 55" TV\n',
         'l1,"12"" pan"',  # no final line break
+        'l1,red\nl2,"open\n\n\n',  # open on the last line: nothing after it is lost
+        'l1,""\n\n',
     ],
 )
-def test_csv_files_ending_in_well_formed_or_lenient_quotes_pass(tmp_path, body):
+def test_csv_files_with_well_formed_or_lenient_quotes_pass(tmp_path, body):
     lab = tmp_path / "labels.csv"
     lab.write_text("label_id,text\n" + body)
     r = inspect_input(str(lab), "labels")

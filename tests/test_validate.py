@@ -554,6 +554,10 @@ def test_a_quote_left_open_is_quarantined_as_unbalanced_quote_and_stops_the_run(
         "i4,swallowed,train\n"
         'i5,"quoted, fine",test\n'
         "i6,after,train\n"
+        'i7,"also left open,train\n'  # runs on to the quote of i9: the record parses
+        "i8,swallowed,train\n"
+        'i9,"fine",train\n'
+        'i10,"two\nlines",train,extra\n'  # a cell too many, quotes closed: unparseable
     )
     lab = _csv(tmp_path / "labels.csv", ["label_id", "text"], [["l1", "red"]])
     il = _csv(tmp_path / "il.csv", ["instance_id", "label_id"], [["i1", "l1"]])
@@ -561,7 +565,7 @@ def test_a_quote_left_open_is_quarantined_as_unbalanced_quote_and_stops_the_run(
     result = validate.validate_inputs(spark, cfg)
     stats = result.counts
     _check_adds_up(stats)
-    assert stats["instances"]["reasons"] == {"unbalanced_quote": 1}
+    assert stats["instances"]["reasons"] == {"unbalanced_quote": 2, "unparseable": 1}
     assert sorted(r.instance_id for r in result.tables["instances"].collect()) == [
         "i1",
         "i2",
@@ -569,11 +573,13 @@ def test_a_quote_left_open_is_quarantined_as_unbalanced_quote_and_stops_the_run(
     ]
     texts = {r.instance_id: r.text for r in result.tables["instances"].collect()}
     assert texts["i1"] == 'Samsung 55" TV' and texts["i2"] == "two\nlines"
-    raw = result.quarantine["instances"].first()[storage.CORRUPT]
-    assert "i4,swallowed" in raw  # the swallowed row is in the quarantined record
-    # six rows read as four records; 1 of 4 is under the table-wide 50%: the reason's own
+    q = {r[storage.CORRUPT]: r[storage.REASON] for r in result.quarantine["instances"].collect()}
+    ran_on = sorted(raw for raw, reason in q.items() if reason == "unbalanced_quote")
+    # the swallowed rows are in the quarantined records
+    assert "i4,swallowed" in ran_on[0] and "i8,swallowed" in ran_on[1], ran_on
+    # ten rows read as six records; 2 of 6 is under the table-wide 50%: the reason's own
     # gate (0 by default) stops it
-    with pytest.raises(storage.InputError, match=r"instances\.unbalanced_quote: 1 of 4 rows") as e:
+    with pytest.raises(storage.InputError, match=r"instances\.unbalanced_quote: 2 of 6 rows") as e:
         validate.check_quality(stats, cfg.quality)
     assert "escape" in str(e.value) and "max_reason_fraction.unbalanced_quote: 1" in str(e.value)
     # a user who accepts the loss says so
@@ -586,12 +592,23 @@ def test_spans_lines_check_agrees_on_both_engines(spark):
 
     from pina_spark.validate.rules import CHECKS
 
-    values = [None, "a,b", 'a,"b\nc', "x\r\ny", ""]
+    values = {
+        None: False,
+        "a,b": False,
+        'a,"b\nc': True,  # open to the end
+        'l1,"left open\nl2,x\nl3,"red"': True,  # ran on to another field's quote
+        "x\r\ny": True,
+        'l6,"two\nlines",extra': False,  # corrupt for a cell too many, quotes closed
+        '"a\nb","c\nd","e\nf","g\nh"': False,  # adjacent quoted fields
+        "l2,blue,x\r": False,  # Spark 3.5 keeps a CR-only file's line end
+        'l7,"12"" pan\nx",y': False,
+        "": False,
+    }
     chk = CHECKS["spans_lines"]
-    arrow = pc.fill_null(chk.arrow(pa.array(values, pa.string()), 0), chk.if_null)
+    arrow = pc.fill_null(chk.arrow(pa.array(list(values), pa.string()), 0), chk.if_null)
     df = spark.createDataFrame([(v,) for v in values], "c string")
     got = [r[0] for r in df.select(chk.spark("c", 0)).collect()]
-    assert arrow.to_pylist() == got == [False, False, True, True, False]
+    assert arrow.to_pylist() == got == list(values.values())
 
 
 def _bad_utf8(values):

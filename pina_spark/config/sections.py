@@ -98,8 +98,12 @@ class InputConfig(_Params):
     partition folders. CSV quoting is RFC 4180's: a quote inside a quoted field is doubled
     (``"12"" pan"``). Spark's CSV writer escapes it with a backslash by default, which this
     reader does not take: write CSV for this pipeline with ``.option("escape", '"')``, or
-    Parquet. A CSV header may start with a byte-order mark, quote its names and put spaces
-    after the commas (values are read as written: a space after a comma is part of the value).
+    Parquet. A quoted field that does not close where it should runs on over the next lines:
+    ``check`` and ``run`` refuse such a file where they count its rows, and the graph stage
+    quarantines such a record as ``unbalanced_quote`` and stops (``quality``); a value that
+    starts with a doubled quote and holds a line break reads the same. A CSV header may start
+    with a byte-order mark, quote its names and put spaces after the commas (values are read
+    as written: a space after a comma is part of the value).
     These layouts are checked where pyarrow reaches the path (local, ``s3://``).
 
     Attributes:
@@ -716,9 +720,9 @@ QUARANTINE_REASONS = (
     "duplicate_pair",
     "duplicate_event",
 )
-#: limits that hold where ``quality.max_reason_fraction`` sets none: a CSV record that an
-#: unclosed or undoubled quote ran on over the lines after it holds rows nobody can count, so
-#: any such record stops the run
+#: limits that hold where ``quality.max_reason_fraction`` sets none: a CSV record whose quoted
+#: field did not close where it should ran on over the lines after it and holds rows nobody
+#: can count, so any such record stops the run
 DEFAULT_REASON_LIMITS = {"unbalanced_quote": 0.0}
 
 
@@ -732,9 +736,9 @@ class QualityConfig(_Params):
         max_reason_fraction: tighter limits for one reason, ``"<reason>"`` or
             ``"<table>.<reason>"`` -> fraction (e.g. ``{events.unknown_item: 0.2}``); a key
             that names no quarantine reason or input table is an error. ``unbalanced_quote``
-            is 0 unless set here: a CSV record that an unclosed quote (or a quote inside a
-            quoted field that is not doubled) ran on over the next lines holds their rows,
-            uncounted, so one such record stops the run; set it to 1 to run without them.
+            is 0 unless set here: a CSV record whose quoted field did not close where it
+            should ran on over the next lines and holds their rows, uncounted, so one such
+            record stops the run; set it to 1 to run without them (they stay quarantined).
         max_text_chars: instance/label texts longer than this are quarantined as
             ``text_too_long`` (the tokenizer truncates anyway; a 10 MB string only costs time
             and memory).
@@ -748,14 +752,20 @@ class QualityConfig(_Params):
         _check_range("quality.max_quarantined_fraction", self.max_quarantined_fraction, 0, 1)
         tables = [f.name for f in dc.fields(InputConfig)]
         for k, v in self.max_reason_fraction.items():
-            table, _, reason = str(k).rpartition(".")
-            if reason not in QUARANTINE_REASONS or (table and table not in tables):
+            table, dot, reason = str(k).rpartition(".")
+            if reason not in QUARANTINE_REASONS or (dot and table not in tables):
                 wrong = reason if reason not in QUARANTINE_REASONS else table
                 near = difflib.get_close_matches(wrong, [*QUARANTINE_REASONS, *tables], n=1)
+                hint = (
+                    f" (did you mean {near[0]!r} for {wrong!r}?)"
+                    if near and near[0] != wrong
+                    else f" ({wrong!r} is a table: name a reason, {wrong}.<reason>)"
+                    if wrong in tables
+                    else ""
+                )
                 raise ConfigError(
-                    f"quality.max_reason_fraction: unknown key {k!r}"
-                    + (f" (did you mean {near[0]!r} for {wrong!r}?)" if near else "")
-                    + f"; a key is <reason> or <table>.<reason>, tables: {', '.join(tables)}; "
+                    f"quality.max_reason_fraction: unknown key {k!r}{hint}; a key is <reason> "
+                    f"or <table>.<reason>, tables: {', '.join(tables)}; "
                     f"reasons: {', '.join(QUARANTINE_REASONS)}"
                 )
             _check_range(f"quality.max_reason_fraction.{k}", float(v), 0, 1)

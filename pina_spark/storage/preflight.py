@@ -377,65 +377,83 @@ def _count_text(fs, files, uri: str, fmt: str) -> tuple[int | None, str | None]:
                 rows += sum(1 for line in fh if line.strip())
             continue
         with _open_text(fs, fi.path) as fh:
-            n, last = _csv_records(fh)
+            n = _csv_records(fh, fi.path, uri)
         rows += max(0, n - 1)
-        if last:
-            _check_last_record_closed(fs, fi.path, last, uri)
     return rows, None
 
 
-def _csv_records(fh) -> tuple[int, int]:
+def _csv_records(fh, path: str, uri: str) -> int:
     """The non-blank records of a CSV file (the header included, quoted line breaks kept in
-    their record) and the line its last record starts on."""
-    import csv
+    their record), after checking that no quoted field ran on over line breaks.
 
-    reader = csv.reader(fh)
-    n = last = 0
-    start = 1
-    for record in reader:
-        if record:
-            n, last = n + 1, start
-        start = reader.line_num + 1
-    return n, last
+    A quoted field that does not close where it should (its closing quote missing, or not
+    followed by a comma or the end of the line) runs on: Spark's multi-line reader (and this
+    lenient count) take the lines after it into the field, up to the next quote that can close
+    it or to the end of the file, and the rows on them are gone. The resulting record is often
+    valid (the field is the last column, or the closing quote comes from another quoted
+    field), so the validation cannot always see it. Every record that spans lines is parsed
+    again, strictly, from its own lines: a well-formed quoted field closes right before a
+    comma or the end of its line, a run-on one does not.
 
-
-def _check_last_record_closed(fs, path: str, line: int, uri: str) -> None:
-    """Refuse a CSV file that ends inside a quoted field. Spark's multi-line reader takes the
-    rest of the file as that field's value, one row where there were many, and gives no sign:
-    the record parses when the field is its last column. Only the last record can be open at
-    the end, so only its lines are parsed again, strictly (``"Best" pizza``, a quote Spark and
-    the lenient count read as text, is not this error).
+    Raises ``_Bad`` naming the file and the line where the record starts, unless nothing but
+    blank lines follow that line (an open quote on the last line loses no row).
 
     Examples
     --------
-    >>> import os, tempfile, pyarrow.fs as pafs
-    >>> p = os.path.join(tempfile.mkdtemp(), "labels.csv")
-    >>> _ = open(p, "w").write('label_id,text\\nl1,red\\nl2,"never closed\\nl3,blue\\n')
-    >>> _check_last_record_closed(pafs.LocalFileSystem(), p, 3, p)  # doctest: +NORMALIZE_WHITESPACE
+    >>> import io
+    >>> _csv_records(io.StringIO('a,b\\n1,"two\\nlines"\\n2,"Best" pizza\\n'), "f.csv", "f.csv")
+    3
+    >>> _csv_records(io.StringIO('a,b\\n1,"open\\n2,x\\n3,"red"\\n4,y\\n'), "f.csv", "f.csv")
+    ... # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    pina_spark.storage.preflight._Bad: ...labels.csv: the quoted field that starts on line 3 is
-    never closed: Spark would read the 2 lines from there to the end of the file as one value,
-    the rows on them lost; close or double the quote (RFC 4180: "12"" pan"), or write Parquet
+    pina_spark.storage.preflight._Bad: f.csv: the quoted field of the record that starts on line
+    2 is not closed where it should be: Spark would read lines 2-4 as one record, the rows on
+    lines 3-4 lost; close the quote, double a quote inside a quoted field (RFC 4180: "12""
+    pan"), or write Parquet
     """
     import csv
-    import itertools
 
-    with _open_text(fs, path) as fh:
-        tail = list(itertools.islice(fh, line - 1, None))
+    lines: list[str] = []
+
+    def recorded():
+        for line in fh:
+            lines.append(line)
+            yield line
+
+    reader = csv.reader(recorded())
+    n, start = 0, 1
+    for record in reader:
+        if record:
+            n += 1
+            if len(lines) > 1:
+                _check_record(lines, start, path, uri)
+        start += len(lines)
+        lines.clear()
+    return n
+
+
+def _check_record(lines: list[str], start: int, path: str, uri: str) -> None:
+    """Refuse the record on ``lines`` (from line ``start``) when its quoting ran on (see
+    :func:`_csv_records`)."""
+    import csv
+
     try:
-        for _ in csv.reader(tail, strict=True):
+        for _ in csv.reader(lines, strict=True):
             pass
-    except csv.Error as e:
-        if "unexpected end of data" not in str(e):
-            return  # a quote Spark reads as text (``"Best" pizza``), not an open field
-        where = uri if local_path(path) == local_path(uri) else f"{uri}: {path}"
-        raise _Bad(
-            f"{where}: the quoted field that starts on line {line} is never closed: Spark "
-            f"would read the {len(tail)} "
-            f"lines from there to the end of the file as one value, the rows on them lost; "
-            f'close or double the quote (RFC 4180: "12"" pan"), or write Parquet'
-        ) from None
+        return
+    except csv.Error:
+        pass
+    lost = [i for i, line in enumerate(lines[1:], start + 1) if line.strip()]
+    if not lost:
+        return  # a quote open on the last line: nothing after it to lose
+    where = uri if local_path(path) == local_path(uri) else f"{uri}: {path}"
+    raise _Bad(
+        f"{where}: the quoted field of the record that starts on line {start} is not closed "
+        f"where it should be: Spark would read lines {start}-{lost[-1]} as one record, the "
+        f"rows on lines {lost[0]}-{lost[-1]} lost; close the quote, double a quote inside a "
+        f'quoted field (RFC 4180: "12"" pan"), or write Parquet'
+    )
 
 
 # --------------------------------------------------------------------------- run root

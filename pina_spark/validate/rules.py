@@ -15,10 +15,11 @@ reason               rule
 ``invalid_utf8``     the reader could not parse the line and its bytes are not UTF-8 (JSON
                      lines: Spark's parser refuses such bytes; CSV: the line holds U+FFFD):
                      the encoding is the first thing to fix
-``unbalanced_quote`` the reader could not parse a CSV record that spans several lines: a
-                     quote left open (or a quote inside a quoted field that is not doubled)
-                     ran the field on over the next lines, whose rows are in this record,
-                     not counted. ``quality.max_reason_fraction`` is 0 for it unless set:
+``unbalanced_quote`` a CSV record with a line break outside its well-formed quoted fields
+                     (the reader could not parse it, or a value kept its opening quote: see
+                     :func:`pina_spark.storage.inputs.read_input`): a quoted field that did not
+                     close where it should ran on over the next lines, whose rows are in this
+                     record, not counted. ``quality.max_reason_fraction`` is 0 for it unless set:
                      one such record stops the run
 ``unparseable``      the reader could not parse the line (``_corrupt_record`` is set)
 ``missing_id``       an id column is null or blank (instances, labels, pairs); blank is
@@ -164,16 +165,34 @@ def _corrupt_arrow(values, max_chars: int):
     return pc.is_valid(values)
 
 
+#: a well-formed quoted CSV field at field boundaries (Java: possessive, so a long field
+#: never overflows the matcher's stack; RE2 is linear without it). RE2 has no look-ahead, so
+#: the comma after the field is matched and put back: one pass misses every other one of
+#: adjacent quoted fields, two passes strip them all.
+_QUOTED_FIELD_JAVA = r'(^|,)"[^"]*+(?:""[^"]*+)*+"(,|$)'
+_QUOTED_FIELD_RE2 = r'(^|,)"[^"]*(?:""[^"]*)*"(,|$)'
+
+
 def _spans_lines_spark(col: str, max_chars: int):
+    """A raw record with a line break outside its well-formed quoted fields, trailing line
+    breaks aside (Spark 3.5 keeps a CR-only file's ``\\r``): a quote ran the record on over
+    lines. A record that is corrupt for another reason (a cell too many) while a closed quoted
+    field holds a line break is not this."""
     from pyspark.sql import functions as F
 
-    return F.col(col).isNotNull() & F.col(col).rlike("[\\r\\n]")
+    v = F.regexp_replace(F.col(col), r"[\r\n]+$", "")
+    for _ in range(2):
+        v = F.regexp_replace(v, _QUOTED_FIELD_JAVA, "$1$2")
+    return F.col(col).isNotNull() & v.rlike(r"[\r\n]")
 
 
 def _spans_lines_arrow(values, max_chars: int):
     import pyarrow.compute as pc
 
-    return pc.match_substring_regex(values, "[\\r\\n]")
+    v = pc.replace_substring_regex(values, pattern=r"[\r\n]+$", replacement="")
+    for _ in range(2):
+        v = pc.replace_substring_regex(v, pattern=_QUOTED_FIELD_RE2, replacement=r"\1\2")
+    return pc.match_substring_regex(v, r"[\r\n]")
 
 
 def _blank_spark(col: str, max_chars: int):
@@ -493,8 +512,9 @@ _ADVICE = {
     "unknown_instance": "instance_labels.instance_id must be an instance_id of input.instances",
     "unknown_label": "instance_labels.label_id must be a label_id of input.labels",
     "unparseable": "check the file's format, delimiter and quoting",
-    "unbalanced_quote": "a quoted CSV field whose quote is not closed, or holds a quote that "
-    'is not doubled (RFC 4180: "12"" pan"; Spark\'s writer needs .option("escape", '
+    "unbalanced_quote": "a quoted CSV field that does not close where it should (a missing "
+    'closing quote, or a quote inside it that is not doubled, RFC 4180: "12"" pan"; Spark\'s '
+    'writer needs .option("escape", '
     "'\"')), ran on over the lines after it: their rows are inside that quarantined record "
     "and were not read. Fix the quoting or write Parquet; "
     "quality.max_reason_fraction.unbalanced_quote: 1 runs without those rows",
