@@ -23,6 +23,35 @@ def _format_of(uri: str) -> str:
 
 CORRUPT = "_corrupt_record"
 
+#: a well-formed quoted CSV field at field boundaries, its comma after it matched and put back
+#: (``\\1\\2``): RE2 and Python have no possessive form or look-ahead in common, so one pass
+#: misses every other one of adjacent quoted fields and two passes strip them all. The Java
+#: form (Spark) is possessive, so a long field never overflows the matcher's stack.
+QUOTED_FIELD = r'(^|,)"[^"]*(?:""[^"]*)*"(,|$)'
+QUOTED_FIELD_JAVA = r'(^|,)"[^"]*+(?:""[^"]*+)*+"(,|$)'
+
+
+def quote_ran_on(record: str) -> bool:
+    """Whether a raw CSV record has a line break outside its well-formed quoted fields
+    (trailing line breaks aside): a quoted field that did not close where it should (a missing
+    closing quote, or one not followed by a comma or the line's end) ran on over the lines
+    after it. The pre-flight's test; validation's ``unbalanced_quote`` rule is the same test
+    in Spark and pyarrow (:mod:`pina_spark.validate.rules`).
+
+    Examples
+    --------
+    >>> quote_ran_on('l1,"two\\nlines",x'), quote_ran_on('l1,"Best" pizza,"a\\nb"\\n')
+    (False, False)
+    >>> quote_ran_on('l1,"open\\nl2,blue\\n'), quote_ran_on('l1,"open\\nl2,x\\nl3,"red"')
+    (True, True)
+    """
+    import re
+
+    v = re.sub(r"[\r\n]+$", "", record)
+    for _ in range(2):
+        v = re.sub(QUOTED_FIELD, r"\1\2", v)
+    return bool(re.search(r"[\r\n]", v))
+
 
 def arrow_readable(uri: str) -> bool:
     """Whether the driver reads the input at ``uri`` with pyarrow: Parquet that pyarrow

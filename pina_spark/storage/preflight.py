@@ -37,6 +37,7 @@ from pina_spark.storage.inputs import (
     column_problem,
     csv_header_names,
     empty_table_message,
+    quote_ran_on,
     type_accepted,
     type_mismatch,
 )
@@ -391,9 +392,9 @@ def _csv_records(fh, path: str, uri: str) -> int:
     lenient count) take the lines after it into the field, up to the next quote that can close
     it or to the end of the file, and the rows on them are gone. The resulting record is often
     valid (the field is the last column, or the closing quote comes from another quoted
-    field), so the validation cannot always see it. Every record that spans lines is parsed
-    again, strictly, from its own lines: a well-formed quoted field closes right before a
-    comma or the end of its line, a run-on one does not.
+    field), so the validation cannot always see it. Every record that spans lines is tested
+    with :func:`~pina_spark.storage.inputs.quote_ran_on`, validation's ``unbalanced_quote``
+    test: a line break outside its well-formed quoted fields.
 
     Raises ``_Bad`` naming the file and the line where the record starts, unless nothing but
     blank lines follow that line (an open quote on the last line loses no row).
@@ -436,14 +437,8 @@ def _csv_records(fh, path: str, uri: str) -> int:
 def _check_record(lines: list[str], start: int, path: str, uri: str) -> None:
     """Refuse the record on ``lines`` (from line ``start``) when its quoting ran on (see
     :func:`_csv_records`)."""
-    import csv
-
-    try:
-        for _ in csv.reader(lines, strict=True):
-            pass
+    if not quote_ran_on("".join(lines)):
         return
-    except csv.Error:
-        pass
     lost = [i for i, line in enumerate(lines[1:], start + 1) if line.strip()]
     if not lost:
         return  # a quote open on the last line: nothing after it to lose

@@ -76,6 +76,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import QUARANTINE_REASONS
+from pina_spark.storage.inputs import QUOTED_FIELD, QUOTED_FIELD_JAVA
 from pina_spark.validate.utf8 import REPLACEMENT_CHAR, invalid_utf8_mask
 
 __all__ = [
@@ -165,24 +166,17 @@ def _corrupt_arrow(values, max_chars: int):
     return pc.is_valid(values)
 
 
-#: a well-formed quoted CSV field at field boundaries (Java: possessive, so a long field
-#: never overflows the matcher's stack; RE2 is linear without it). RE2 has no look-ahead, so
-#: the comma after the field is matched and put back: one pass misses every other one of
-#: adjacent quoted fields, two passes strip them all.
-_QUOTED_FIELD_JAVA = r'(^|,)"[^"]*+(?:""[^"]*+)*+"(,|$)'
-_QUOTED_FIELD_RE2 = r'(^|,)"[^"]*(?:""[^"]*)*"(,|$)'
-
-
 def _spans_lines_spark(col: str, max_chars: int):
     """A raw record with a line break outside its well-formed quoted fields, trailing line
     breaks aside (Spark 3.5 keeps a CR-only file's ``\\r``): a quote ran the record on over
     lines. A record that is corrupt for another reason (a cell too many) while a closed quoted
-    field holds a line break is not this."""
+    field holds a line break is not this. :func:`pina_spark.storage.inputs.quote_ran_on` is
+    the same test in Python."""
     from pyspark.sql import functions as F
 
     v = F.regexp_replace(F.col(col), r"[\r\n]+$", "")
     for _ in range(2):
-        v = F.regexp_replace(v, _QUOTED_FIELD_JAVA, "$1$2")
+        v = F.regexp_replace(v, QUOTED_FIELD_JAVA, "$1$2")
     return F.col(col).isNotNull() & v.rlike(r"[\r\n]")
 
 
@@ -191,7 +185,7 @@ def _spans_lines_arrow(values, max_chars: int):
 
     v = pc.replace_substring_regex(values, pattern=r"[\r\n]+$", replacement="")
     for _ in range(2):
-        v = pc.replace_substring_regex(v, pattern=_QUOTED_FIELD_RE2, replacement=r"\1\2")
+        v = pc.replace_substring_regex(v, pattern=QUOTED_FIELD, replacement=r"\1\2")
     return pc.match_substring_regex(v, r"[\r\n]")
 
 
