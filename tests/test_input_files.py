@@ -178,6 +178,8 @@ def test_a_csv_quote_that_runs_on_over_lines_stops_the_check(spark, tmp_path):
         'l1,red\nl2,"two\nlines"\n',  # a closed multi-line field, last in the file
         'l1,"two\r\nlines"\r\nl2,x\r\n',  # CRLF, as Excel and pandas on Windows write it
         'l1,"Best" pizza\n',  # a quote Spark reads as text: not an open field
+        'l1,"Best" pizza,"two\nlines"\n',  # beside a closed multi-line field (a cell extra)
+        'l1,"""Hi"" she\nsaid"\n',  # a doubled quote first, then a line break
         'l1,Samsung 55" TV\n',
         'l1,"12"" pan"',  # no final line break
         'l1,red\nl2,"open\n\n\n',  # open on the last line: nothing after it is lost
