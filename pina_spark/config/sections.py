@@ -103,7 +103,10 @@ class InputConfig(_Params):
     quarantines such a record as ``unbalanced_quote`` and stops (``quality``); a value that
     starts with a doubled quote and holds a line break reads the same. A CSV header may start
     with a byte-order mark, quote its names and put spaces after the commas (values are read
-    as written: a space after a comma is part of the value).
+    as written: a space after a comma is part of the value). In JSON lines, a value that is
+    not a string in a string column is read as its JSON text (``123`` as ``"123"``, a list as
+    ``'["a", "b"]'``: join list texts before writing), and a string in a number column
+    (``"weight": "2.5"``) makes the line ``unparseable``.
     These layouts are checked where pyarrow reaches the path (local, ``s3://``).
 
     Attributes:
