@@ -137,13 +137,6 @@ def test_a_models_root_without_the_g_a_variant_needs_stops_the_run(demo_inputs, 
     assert models_g_problem(cfg(["pina", "baseline"]), resume.STAGE_NAMES) is None
     assert models_g_problem(cfg(["vectorizer_only"]), resume.STAGE_NAMES) is None
     assert models_g_problem(cfg(["pina_naive"]), ("train", "evaluate")) is None  # no neighbours
-    # run.models is the run's own root: its pretrain stage fits the missing g when it runs;
-    # without it among the stages, the same problem as another root's
-    own = {"output": str(old), "run": {"models": str(old)}}
-    mine = config_from_dict({**own, "train": {"variants": ["pina_naive", "baseline"]}})
-    assert models_g_problem(mine, resume.STAGE_NAMES) is None
-    problem = models_g_problem(mine, ("neighbors", "aggregate"))
-    assert problem and "needs the g of pina_naive" in problem
 
     root = tmp_path / "out"
     args = ["run", "--config", DEMO_CONF] + _sets(demo_inputs, root)
@@ -187,6 +180,42 @@ def test_a_models_run_without_a_trusted_vectorizer_stops_before_the_lease(demo_i
     assert r.returncode == 2, r.stderr
     assert "vectorizer is missing or incomplete" in r.stderr
     assert not root.exists()
+
+
+def test_a_run_following_a_selection_into_a_new_output_checks_the_models_first(
+    demo_inputs, tmp_path
+):
+    """The documented follow run: ``--models ROOT`` into another output with every stage (the
+    graph stage included, so no ``nodes`` pre-step). ``check`` said the run could start when
+    nothing vouched for ROOT's models, and the run stopped at embed with exit 2 after the
+    graph and vectorizer stages had published. Now both refuse it before the lease, and a
+    ``--models`` naming the run's own root (which would rerun the graph and refit the
+    vectorizer it means to reuse) is refused by both."""
+    from pina_spark.cli.check import models_folder_problem
+    from pina_spark.orchestration.promotion import resolve_models
+
+    models = tmp_path / "selected"
+    (models / "vectorizer").mkdir(parents=True)
+    (models / "vectorizer" / "_SUCCESS").write_text("")
+    follow = {"output": str(tmp_path / "follow"), "run": {"models": str(models)}}
+    problem = models_folder_problem(config_from_dict(follow), resume.STAGE_NAMES)
+    assert problem and "promotion record" in problem and "trust_models" in problem
+    trusted = {**follow, "run": {**follow["run"], "trust_models": True}}
+    assert models_folder_problem(config_from_dict(trusted), resume.STAGE_NAMES) is None
+    own = {"output": str(models), "run": {"models": str(models), "trust_models": True}}
+    with pytest.raises(storage.InputError, match="this run's own root"):
+        resolve_models(config_from_dict(own), resume.STAGE_NAMES)
+    assert resolve_models(config_from_dict(own)).run.models == str(models)  # no stages
+
+    for extra, what in (([], "promotion record"), (["--set", "run.trust_models=true"], "own root")):
+        out = models if what == "own root" else tmp_path / "out"
+        args = ["check", "--config", DEMO_CONF] + _sets(demo_inputs, out)
+        args += ["--set", f"run.models={models}", "--set", "select.follow=off", *extra]
+        r, _ = _console(args, cwd=str(tmp_path))
+        assert r.returncode == 2 and what in r.stderr + r.stdout, (r.stdout, r.stderr)
+        r, _ = _console(["run", *args[1:]], cwd=str(tmp_path))
+        assert r.returncode == 2 and what in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_input_the_stages_do_not_read_does_not_block(demo_inputs, tmp_path, capsys):

@@ -271,3 +271,26 @@ def test_promotion_gate_writes_the_pointer_only_when_passing(spark, hand_run, tm
         promotion.resolve_models(
             config_from_dict({"output": out + "/none", "run": {"models": "latest"}})
         )
+
+
+def test_the_gate_compares_a_run_with_the_promoted_runs_value_of_the_same_variant(tmp_path):
+    """A run that follows a ``vectorizer_only`` selection gates on ``vectorizer_only``; the
+    promoted retraining run was gated on ``pina``. The gate compared the two variants' values;
+    it now compares with the promoted run's own ``vectorizer_only`` value (its metrics), both
+    ways: here the run beats the record's pina P@1 but not the promoted run's vectorizer_only."""
+    from pina_spark.orchestration import promotion
+    from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
+
+    out, promoted = str(tmp_path / "prod"), str(tmp_path / "prod" / "run_date=2026-11-01")
+    record = {"run": promoted, "variant": "pina", "metric": "P@1", "value": 0.44}
+    storage.write_bytes(promotion.pointer_uri(out), json.dumps(record).encode())
+    theirs = {"variants": {"vectorizer_only": {"P@1": 0.50}, "pina": {"P@1": 0.44}}}
+    storage.write_bytes(eval_file(promoted, METRICS_FILE), json.dumps(theirs).encode())
+    cfg = config_from_dict(
+        {"output": out, "evaluate": {"promote": True, "gate_variant": "vectorizer_only"}}
+    )
+    mine = {"variants": {"vectorizer_only": {"P@1": 0.45}}}
+    d = promotion.consider(cfg, str(tmp_path / "prod" / "run_date=2026-12-01"), mine, read_metrics)
+    assert not d["promoted"], d
+    assert "0.4500 < promoted 0.5000" in d["reason"] and "promoted on pina P@1" in d["reason"]
+    assert promotion.read_promoted(out)["run"] == promoted

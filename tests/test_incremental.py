@@ -305,8 +305,10 @@ def test_a_models_run_refuses_a_root_where_a_full_run_ran(spark, tmp_path):
 def test_latest_naming_the_commands_own_root_is_refused(tmp_path):
     """The retraining run promoted itself on the run date the daily run uses: ``--models
     latest`` names the daily's own root, where it would rerun its steps on the retraining
-    run's nodes without the day's products (exit 0). Refused; a run that builds the graph
-    (the retraining run itself, rerun) is not."""
+    run's nodes without the day's products (exit 0). Refused, and so is a run that builds the
+    graph: on its own root every step's settings change with ``run.models``, so it would rerun
+    the graph and refit the vectorizer it means to reuse. Without stages (a caller resolving
+    the name alone) it resolves."""
     from pina_spark.orchestration.promotion import resolve_models
 
     out = tmp_path / "prod"
@@ -317,7 +319,9 @@ def test_latest_naming_the_commands_own_root_is_refused(tmp_path):
     with pytest.raises(storage.InputError) as e:
         resolve_models(cfg, STAGES)
     assert "which is this run's own root" in str(e.value)
-    assert resolve_models(cfg, ["graph", *STAGES]).run.models == own
+    with pytest.raises(storage.InputError, match="which is this run's own root"):
+        resolve_models(cfg, ["graph", *STAGES])
+    assert resolve_models(cfg).run.models == own
 
 
 def test_stale_upstream_counts_only_the_steps_the_config_considers(tmp_path):

@@ -126,6 +126,17 @@ def test_select_on_a_root_that_reused_models_exits_2(tmp_path, capsys):
     rc = cli.main(["select", "--config", str(cfg)])  # no manifest: no pretrain seconds
     assert rc == 2 and "no pretrain duration" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "r" / "selection")
+    # a root whose run reused another's models (a follow run): refused before any work (it
+    # used to score the vectorizer_only step, then stop at the g candidates' models folder)
+    from pina_spark.storage.manifest import Manifest
+
+    Manifest(str(tmp_path / "r" / "_manifest.json")).set_run_info(
+        {"output": str(tmp_path / "r"), "run": {"models": str(tmp_path / "selected")}}
+    )
+    rc = cli.main(["select", "--config", str(cfg)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "was run with the models of" in err and "selected" in err
+    assert not os.path.exists(tmp_path / "r" / "select_work")
 
 
 @pytest.fixture(scope="module")

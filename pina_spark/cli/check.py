@@ -228,9 +228,9 @@ def s3a_endpoint_problem(cfg: PinaConfig, site: Mapping[str, str] | None = None)
 def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     """With ``run.models`` set and the neighbours stage to run: the problem of a models folder
     whose card lists no g for a variant ``train.variants`` trains (a run that trained only some
-    g variants); ``None`` when there is none, when ``run.models`` is the run's own root and the
-    pretrain stage is among ``stages`` (it fits the g that root lacks), or where the card cannot
-    be read here (the neighbours stage then checks the folders itself).
+    g variants); ``None`` when there is none, or where the card cannot be read here (the
+    neighbours stage then checks the folders itself). (``run.models`` naming the run's own root
+    is refused before this: :func:`pina_spark.orchestration.promotion.resolve_models`.)
 
     Examples
     --------
@@ -246,10 +246,6 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     considered = stage_names(cfg, stages)
     if not cfg.run.models or "neighbors" not in considered:
         return None
-    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
-    if storage.norm(storage.RunPaths(cfg.run.models).root) == storage.norm(own):
-        if "pretrain" in considered:
-            return None  # its own models: this run's pretrain stage fits the g they lack
     models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
     if not storage.pyarrow_reaches(models):
         return None
@@ -258,12 +254,14 @@ def models_g_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
 
 
 def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
-    """With ``run.models`` naming another run and the embed stage to run: the problem of its
-    ``vectorizer`` folder, which embed loads first. Missing or incomplete (``--models`` names
-    a daily root, which holds no models), or refused by the model-trust policy
-    (:func:`pina_spark.models.trust.anchor`: no promotion record or key vouches for it); the
-    run would stop there after taking the lease and publishing ``nodes``. ``None`` when
-    there is none, or where pyarrow does not reach the folder (the stage checks it then).
+    """With ``run.models`` naming another run and a stage that loads its models to run (embed,
+    neighbours): the problem of its ``vectorizer`` folder, which embed loads first. Missing or
+    incomplete (``--models`` names a daily root, which holds no models), or refused by the
+    model-trust policy (:func:`pina_spark.models.trust.anchor`: no promotion record or key
+    vouches for it); the run would stop there after taking the lease and publishing ``nodes``
+    (or, in a run that follows a selection into a new output, the graph and vectorizer
+    stages' tables). ``None`` when there is none, or where pyarrow does not reach the folder
+    (the stage checks it then).
 
     Examples
     --------
@@ -274,14 +272,14 @@ def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     name a run that trained models (a full or retraining run, not a daily one)
     """
     from pina_spark.models import artifacts, trust
-    from pina_spark.orchestration.resume import runs_nodes_step, stage_names
+    from pina_spark.orchestration.resume import models_run_root, stage_names
     from pina_spark.storage.preflight import is_complete_arrow
 
-    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
-    if "embed" not in stage_names(cfg, stages) or not runs_nodes_step(cfg, own, stages):
+    own = storage.norm(storage.RunPaths(cfg.output, cfg.run.run_date).root)
+    mroot = models_run_root(cfg)
+    if not mroot or mroot == own or not {"embed", "neighbors"} & set(stage_names(cfg, stages)):
         return None
-    assert cfg.run.models is not None  # runs_nodes_step
-    models = storage.RunPaths(cfg.run.models).table(storage.MODELS)
+    models = storage.RunPaths(mroot).table(storage.MODELS)
     vec = artifacts.vectorizer_dir(models)
     complete = is_complete_arrow(vec)
     if complete is None:

@@ -71,9 +71,32 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping, found {type(loaded).__name__}")
         data = _deep_merge(data, loaded)
-    if overrides:
-        data = apply_overrides(data, overrides, source)
-    return config_from_dict(data, source)
+    if not overrides:
+        return config_from_dict(data, source)
+    try:
+        return config_from_dict(apply_overrides(data, overrides, source), source)
+    except ConfigError as e:
+        raise _blame_overrides(e, data, overrides, source) from None
+
+
+def _blame_overrides(e: ConfigError, data: dict[str, Any], overrides: list[str], source: str):
+    """``e`` (a value error of the config with ``overrides`` applied), naming the ``--set``
+    that gave the value where the file alone builds (``neighbors.k=abc`` is not the file's).
+
+    >>> e = ConfigError("c.yaml: neighbors.k: expected an integer, found 'abc'")
+    >>> print(_blame_overrides(e, {"output": "/x"}, ["neighbors.k=abc"], "c.yaml"))
+    --set 'neighbors.k=abc': neighbors.k: expected an integer, found 'abc'
+    """
+    try:
+        config_from_dict(data, source)
+    except ConfigError:
+        return e  # the file has a problem of its own (or lacks what --set gives): as it is
+    msg = str(e)
+    if msg.startswith("--set "):
+        return e  # named already (an unknown key, apply_overrides)
+    body = msg[len(source) + 2 :] if msg.startswith(f"{source}: ") else msg
+    named = [o for o in overrides if body.startswith(o.split("=", 1)[0].strip() + ":")]
+    return ConfigError(f"--set {', '.join(repr(o) for o in named or overrides)}: {body}")
 
 
 def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:

@@ -28,7 +28,7 @@ Examples
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pina_spark import storage
@@ -62,11 +62,14 @@ def digests_of(run_root: str) -> dict[str, str]:
 def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
     """``run.models: latest`` -> the promoted run root of ``cfg.output``; other values as is.
 
-    With ``stages`` (the command's) that do not build the graph: refuses (``InputError``) a
-    promoted run that is this run's own root. That is a retraining run and a daily run sharing
-    a run date; the daily's steps would rerun on the retraining run's nodes, leaving the day's
-    products out, and exit 0."""
+    With ``stages`` (the command's): refuses (``InputError``) a ``run.models``, ``latest``
+    included, that is this run's own root. Models are reused from another run: on its own root
+    every step's settings change with ``run.models`` (a full run would rerun its graph and
+    refit the vectorizer it means to reuse, leaving the root's g and its selection on the old
+    one), and a daily run sharing a retraining run's run date would rerun on that run's nodes,
+    leaving the day's products out, and exit 0."""
     if cfg.run.models != LATEST:
+        _refuse_own_root(cfg, cfg.run.models, stages)
         return cfg
     p = read_promoted(cfg.output)
     if not p or not p.get("run"):
@@ -85,14 +88,21 @@ def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
         p.get("value"),
         p.get("promoted_at"),
     )
-    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
-    if stages and "graph" not in stages and storage.norm(p["run"]) == storage.norm(own):
-        raise storage.InputError(
-            f"run.models=latest names the promoted run {p['run']}, which is this run's own "
-            f"root: a run that reuses models (the daily augmentation) must not share a run "
-            f"date with the run that trained them; give it another --run-date or output"
-        )
+    _refuse_own_root(cfg, p["run"], stages, f"run.models=latest names the promoted run {p['run']}")
     return cfg.replace(run=dc.replace(cfg.run, models=p["run"]))
+
+
+def _refuse_own_root(cfg: PinaConfig, models: str | None, stages: Sequence[str], what: str = ""):
+    """The refusal of :func:`resolve_models`: ``models`` (a run root) is ``cfg``'s own root."""
+    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
+    if not stages or not models or storage.norm(models) != storage.norm(own):
+        return
+    raise storage.InputError(
+        f"{what or f'run.models {models}'}, which is this run's own root: a run reuses the "
+        f"models of another run. To follow {models}'s selection with its models, write to "
+        f"another output or --run-date (a daily run must not share a run date with the run "
+        f"that trained its models); to retrain this root, run without --models"
+    )
 
 
 def decide(promoted: dict[str, Any] | None, value: float, tolerance: float) -> tuple[bool, str]:
@@ -105,9 +115,52 @@ def decide(promoted: dict[str, Any] | None, value: float, tolerance: float) -> t
     return False, f"{value:.4f} < promoted {ref:.4f} - tolerance {tolerance:.4f}"
 
 
-def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[str, Any]:
+def comparable(
+    promoted: dict[str, Any] | None,
+    variant: str,
+    metric: str,
+    metrics_of: Callable[[str], dict[str, Any] | None],
+) -> tuple[dict[str, Any] | None, str]:
+    """The promotion record to gate a run on ``variant``'s ``metric`` against, and a note.
+
+    A record promoted on another variant or metric (a run that followed a ``vectorizer_only``
+    selection, after a retraining gated on ``pina``) compares with the promoted run's own
+    value of this variant and metric (``metrics_of(run)``, its evaluate stage's metrics), not
+    with another variant's; where that run has none, with the record's value, as before.
+
+    Examples
+    --------
+    >>> rec = {"run": "r1", "variant": "pina", "metric": "P@1", "value": 0.44}
+    >>> runs = {"r1": {"variants": {"vectorizer_only": {"P@1": 0.437}}}}
+    >>> ref, note = comparable(rec, "vectorizer_only", "P@1", runs.get)
+    >>> ref["variant"], ref["value"], rec["value"]
+    ('vectorizer_only', 0.437, 0.44)
+    >>> note
+    " (the promoted run's vectorizer_only P@1; it was promoted on pina P@1)"
+    >>> comparable(rec, "pina", "P@1", runs.get)[0] is rec
+    True
+    """
+    if not promoted or (promoted.get("variant"), promoted.get("metric")) == (variant, metric):
+        return promoted, ""
+    on = f"{promoted.get('variant')} {promoted.get('metric')}"
+    run = promoted.get("run")
+    value = ((metrics_of(str(run)) or {}).get("variants", {}).get(variant) or {}).get(metric)
+    if value is None:
+        return promoted, f" (the promoted run's {on}: it has no {variant} {metric})"
+    same = dict(promoted, variant=variant, metric=metric, value=float(value))
+    return same, f" (the promoted run's {variant} {metric}; it was promoted on {on})"
+
+
+def consider(
+    cfg: PinaConfig,
+    run_root: str,
+    metrics: dict[str, Any],
+    metrics_of: Callable[[str], dict[str, Any] | None] = lambda run: None,
+) -> dict[str, Any]:
     """The gate of the evaluate stage: promote ``run_root`` (write the pointer) when it passes.
-    Returns the decision, recorded in the stage's manifest statistics."""
+    ``metrics_of(run)``: an evaluated run's metrics (the evaluate stage's reader), for a record
+    promoted on another variant (:func:`comparable`). Returns the decision, recorded in the
+    stage's manifest statistics."""
     ev = cfg.evaluate
     value = (metrics.get("variants", {}).get(ev.gate_variant) or {}).get(ev.gate_metric)
     if value is None:
@@ -118,7 +171,9 @@ def consider(cfg: PinaConfig, run_root: str, metrics: dict[str, Any]) -> dict[st
         log.warning("promotion: %s", decision["reason"])
         return decision
     current = read_promoted(cfg.output)
-    ok, reason = decide(current, float(value), ev.gate_tolerance)
+    reference, note = comparable(current, ev.gate_variant, ev.gate_metric, metrics_of)
+    ok, reason = decide(reference, float(value), ev.gate_tolerance)
+    reason += note
     decision = {
         "promoted": ok,
         "reason": reason,

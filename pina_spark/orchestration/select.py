@@ -680,6 +680,23 @@ def g_variant_seconds(
     return g_seconds(read_model_card(models), pretrain_s, variants) if variants else None
 
 
+def _require_own_models(root: str) -> None:
+    """Stop before any work on a root whose run reused another run's models (``run.models``,
+    from its manifest's config): its g and vectorizer are that run's, so a selection belongs
+    there (and this root has no ``models/`` for the g candidates)."""
+    from pina_spark.storage.manifest import Manifest
+
+    recorded = Manifest(storage.RunPaths(root).manifest).data.get("config")
+    other = (
+        ((recorded or {}).get("run") or {}).get("models") if isinstance(recorded, Mapping) else None
+    )
+    if other and storage.norm(str(other)) != storage.norm(root):
+        raise ConfigError(
+            f"{root} was run with the models of {other} (run.models): `pina-spark select` "
+            f"chooses for the models of the root that fit them; run it on {other}"
+        )
+
+
 def _pretrain_seconds(root: str) -> float:
     from pina_spark.storage.manifest import Manifest
 
@@ -887,6 +904,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
             f"run.models={cfg.run.models}: `pina-spark select` chooses for the models of the "
             f"root it runs on ({root}); run it on the root that fit them, without run.models"
         )
+    _require_own_models(root)
     base = base_point(cfg.select, _root_own_point(cfg, root))
     candidates = expand_candidates(cfg.select, base)
     steps = work_plan(candidates)

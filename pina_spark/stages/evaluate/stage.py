@@ -428,7 +428,7 @@ def run(ctx) -> EvaluateStats:
     if cfg.evaluate.promote:
         from pina_spark.orchestration import promotion
 
-        decision = promotion.consider(cfg, paths.root, metrics)
+        decision = promotion.consider(cfg, paths.root, metrics, read_metrics)
     return EvaluateStats(
         variants=variants,
         n_test=len(test_ids),
