@@ -206,6 +206,11 @@ def test_a_run_following_a_selection_into_a_new_output_checks_the_models_first(
     with pytest.raises(storage.InputError, match="this run's own root"):
         resolve_models(config_from_dict(own), resume.STAGE_NAMES)
     assert resolve_models(config_from_dict(own)).run.models == str(models)  # no stages
+    # another spelling of the same root is the same root
+    for spelt in ("file://" + str(models), str(models) + "//", str(models) + "/."):
+        other = {"output": spelt, "run": {"models": str(models), "trust_models": True}}
+        with pytest.raises(storage.InputError, match="this run's own root"):
+            resolve_models(config_from_dict(other), resume.STAGE_NAMES)
 
     for extra, what in (([], "promotion record"), (["--set", "run.trust_models=true"], "own root")):
         out = models if what == "own root" else tmp_path / "out"

@@ -294,3 +294,28 @@ def test_the_gate_compares_a_run_with_the_promoted_runs_value_of_the_same_varian
     assert not d["promoted"], d
     assert "0.4500 < promoted 0.5000" in d["reason"] and "promoted on pina P@1" in d["reason"]
     assert promotion.read_promoted(out)["run"] == promoted
+
+
+def test_the_gate_falls_back_to_the_records_value_when_the_promoted_metrics_cannot_be_used():
+    """The promoted run's metrics are another run's file: unreadable, malformed or NaN, they
+    never fail this run's evaluate stage or block every later promotion; the record's value
+    is compared, and the reason says why."""
+    import math as _m
+
+    from pina_spark.orchestration.promotion import comparable
+
+    rec = {"run": "r1", "variant": "pina", "metric": "P@1", "value": 0.44}
+
+    def broken(run):
+        raise ValueError("Expecting value: line 1 column 15")
+
+    for metrics_of, why in (
+        (broken, "unreadable metrics"),
+        (lambda run: {"variants": []}, "unreadable metrics"),
+        (lambda run: {"variants": {"vectorizer_only": {"P@1": "n/a"}}}, "unreadable metrics"),
+        (lambda run: {"variants": {"vectorizer_only": {"P@1": _m.nan}}}, "is nan"),
+        (lambda run: None, "has none"),
+    ):
+        ref, note = comparable(rec, "vectorizer_only", "P@1", metrics_of)
+        assert ref is rec and why in note, note
+    assert comparable({"value": 0.4}, "vectorizer_only", "P@1", broken) == ({"value": 0.4}, "")

@@ -275,9 +275,11 @@ def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     from pina_spark.orchestration.resume import models_run_root, stage_names
     from pina_spark.storage.preflight import is_complete_arrow
 
-    own = storage.norm(storage.RunPaths(cfg.output, cfg.run.run_date).root)
+    own = storage.RunPaths(cfg.output, cfg.run.run_date).root
     mroot = models_run_root(cfg)
-    if not mroot or mroot == own or not {"embed", "neighbors"} & set(stage_names(cfg, stages)):
+    if not mroot or storage.same_place(mroot, own):
+        return None
+    if not {"embed", "neighbors"} & set(stage_names(cfg, stages)):
         return None
     models = storage.RunPaths(mroot).table(storage.MODELS)
     vec = artifacts.vectorizer_dir(models)

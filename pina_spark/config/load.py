@@ -76,27 +76,28 @@ def load_config(
     try:
         return config_from_dict(apply_overrides(data, overrides, source), source)
     except ConfigError as e:
-        raise _blame_overrides(e, data, overrides, source) from None
+        raise _blame_overrides(e, overrides, source) from None
 
 
-def _blame_overrides(e: ConfigError, data: dict[str, Any], overrides: list[str], source: str):
-    """``e`` (a value error of the config with ``overrides`` applied), naming the ``--set``
-    that gave the value where the file alone builds (``neighbors.k=abc`` is not the file's).
+def _blame_overrides(e: ConfigError, overrides: list[str], source: str) -> ConfigError:
+    """``e`` (an error of the config with ``overrides`` applied) naming the ``--set`` that
+    sets the key it is about, or that key's section: a ``--set`` wins over the file, so the
+    value was the ``--set``'s. Other errors are left naming the file.
 
     >>> e = ConfigError("c.yaml: neighbors.k: expected an integer, found 'abc'")
-    >>> print(_blame_overrides(e, {"output": "/x"}, ["neighbors.k=abc"], "c.yaml"))
+    >>> print(_blame_overrides(e, ["run.force=true", "neighbors.k=abc"], "c.yaml"))
     --set 'neighbors.k=abc': neighbors.k: expected an integer, found 'abc'
+    >>> print(_blame_overrides(e, ["run.force=true"], "c.yaml"))
+    c.yaml: neighbors.k: expected an integer, found 'abc'
     """
-    try:
-        config_from_dict(data, source)
-    except ConfigError:
-        return e  # the file has a problem of its own (or lacks what --set gives): as it is
     msg = str(e)
-    if msg.startswith("--set "):
-        return e  # named already (an unknown key, apply_overrides)
-    body = msg[len(source) + 2 :] if msg.startswith(f"{source}: ") else msg
-    named = [o for o in overrides if body.startswith(o.split("=", 1)[0].strip() + ":")]
-    return ConfigError(f"--set {', '.join(repr(o) for o in named or overrides)}: {body}")
+    if msg.startswith("--set ") or not msg.startswith(f"{source}: "):
+        return e  # named already (an unknown key, apply_overrides), or not about one key
+    body = msg[len(source) + 2 :]
+    key = body.split(":", 1)[0].split(" ", 1)[0]
+    # a --set wins over the file: one that sets the key (or its section) gave the value
+    named = [o for o in overrides if (key + ".").startswith(o.split("=", 1)[0].strip() + ".")]
+    return ConfigError(f"--set {', '.join(repr(o) for o in named)}: {body}") if named else e
 
 
 def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:

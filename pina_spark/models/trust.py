@@ -147,8 +147,9 @@ def anchor(cfg, uri: str, name: str) -> str:
     raise ModelTrustError(
         f"model folder {uri} (run.models {other}): nothing vouches for it: no promotion record "
         f"{storage.join(cfg.output, PROMOTED)} names that run with a digest, and "
-        f"{MODEL_KEY_ENV} is not set. Promote that run (evaluate.promote) and use run.models: "
-        f"latest, publish it with {MODEL_KEY_ENV} set and set it here too, or set "
+        f"{MODEL_KEY_ENV} is not set. Promote that run under {cfg.output} (evaluate.promote; "
+        f"a promotion vouches only for runs of its own output) and use run.models: latest, "
+        f"publish it with {MODEL_KEY_ENV} set and set it here too, or set "
         f"run.trust_models: true if only trusted people can write {other}"
     )
 

@@ -360,7 +360,8 @@ def require_upstream_current(ctx: StageContext, name: str, stages: Sequence[str]
     pina_spark.storage.InputError
         Names each stale step, both settings tokens and the stages to run.
     """
-    if models_run_root(ctx.cfg) == storage.norm(ctx.paths.root):
+    mroot = models_run_root(ctx.cfg)
+    if mroot and storage.same_place(mroot, ctx.paths.root):
         return  # its own models: ``run.models`` changes every token, not what was made
     stale = stale_upstream(ctx.cfg, ctx.manifest, name, stages)
     if not stale:

@@ -27,6 +27,7 @@ Examples
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -95,7 +96,7 @@ def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
 def _refuse_own_root(cfg: PinaConfig, models: str | None, stages: Sequence[str], what: str = ""):
     """The refusal of :func:`resolve_models`: ``models`` (a run root) is ``cfg``'s own root."""
     own = storage.RunPaths(cfg.output, cfg.run.run_date).root
-    if not stages or not models or storage.norm(models) != storage.norm(own):
+    if not stages or not models or not storage.same_place(models, own):
         return
     raise storage.InputError(
         f"{what or f'run.models {models}'}, which is this run's own root: a run reuses the "
@@ -139,16 +140,25 @@ def comparable(
     " (the promoted run's vectorizer_only P@1; it was promoted on pina P@1)"
     >>> comparable(rec, "pina", "P@1", runs.get)[0] is rec
     True
+    >>> ref, note = comparable(rec, "vectorizer_only", "P@5", runs.get)  # none there
+    >>> ref is rec, note
+    (True, " (the record's value: r1 has none for vectorizer_only P@5)")
     """
     if not promoted or (promoted.get("variant"), promoted.get("metric")) == (variant, metric):
         return promoted, ""
-    on = f"{promoted.get('variant')} {promoted.get('metric')}"
+    on = " ".join(str(promoted[k]) for k in ("variant", "metric") if promoted.get(k))
     run = promoted.get("run")
-    value = ((metrics_of(str(run)) or {}).get("variants", {}).get(variant) or {}).get(metric)
-    if value is None:
-        return promoted, f" (the promoted run's {on}: it has no {variant} {metric})"
-    same = dict(promoted, variant=variant, metric=metric, value=float(value))
-    return same, f" (the promoted run's {variant} {metric}; it was promoted on {on})"
+    if not run:
+        return promoted, ""
+    try:
+        value = float(((metrics_of(str(run)) or {})["variants"][variant] or {})[metric])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        why = "none" if isinstance(e, KeyError) else f"unreadable metrics ({e})"
+        return promoted, f" (the record's value: {run} has {why} for {variant} {metric})"
+    if not math.isfinite(value):
+        return promoted, f" (the record's value: {run}'s {variant} {metric} is {value})"
+    same = dict(promoted, variant=variant, metric=metric, value=value)
+    return same, f" (the promoted run's {variant} {metric}; it was promoted on {on or '?'})"
 
 
 def consider(

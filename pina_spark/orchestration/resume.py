@@ -70,7 +70,7 @@ def runs_nodes_step(cfg: PinaConfig, root: str, stages: Sequence[str]) -> bool:
     """Whether a command over ``stages`` starts with the ``nodes`` pre-step: ``run.models``
     names another run and the command does not run ``graph``."""
     mroot = models_run_root(cfg)
-    return bool(mroot and mroot != storage.norm(root) and "graph" not in stages)
+    return bool(mroot and not storage.same_place(mroot, root) and "graph" not in stages)
 
 
 def models_token(cfg: PinaConfig) -> str:

@@ -690,7 +690,7 @@ def _require_own_models(root: str) -> None:
     other = (
         ((recorded or {}).get("run") or {}).get("models") if isinstance(recorded, Mapping) else None
     )
-    if other and storage.norm(str(other)) != storage.norm(root):
+    if other and not storage.same_place(str(other), root):
         raise ConfigError(
             f"{root} was run with the models of {other} (run.models): `pina-spark select` "
             f"chooses for the models of the root that fit them; run it on {other}"
@@ -899,7 +899,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
 
     src = storage.RunPaths(cfg.output, cfg.run.run_date)
     root = src.root
-    if cfg.run.models and storage.norm(cfg.run.models) != storage.norm(root):
+    if cfg.run.models and not storage.same_place(cfg.run.models, root):
         raise ConfigError(
             f"run.models={cfg.run.models}: `pina-spark select` chooses for the models of the "
             f"root it runs on ({root}); run it on the root that fit them, without run.models"

@@ -171,6 +171,7 @@ from pina_spark.storage.uri import (
     join,
     local_path,
     norm,
+    same_place,
 )
 
 __all__ = [
@@ -304,4 +305,5 @@ __all__ = [
     "join",
     "local_path",
     "norm",
+    "same_place",
 ]

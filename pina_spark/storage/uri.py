@@ -47,6 +47,30 @@ def arrow_uri(uri: str) -> str:
     return uri
 
 
+def same_place(a: str, b: str) -> bool:
+    """Whether two spellings name the same folder: ``file://`` or not, relative or absolute,
+    ``.`` and doubled slashes in a local path, Hadoop's ``s3a://`` for ``s3://``, trailing
+    slashes. For refusals that must not be dodged by spelling a run root another way.
+
+    >>> same_place("runs/r/", "./runs//r"), same_place("s3a://b/prod", "s3://b/prod/")
+    (True, True)
+    >>> import os
+    >>> same_place("file://" + os.path.abspath("runs/r"), "runs/r"), same_place("runs/r", "runs/s")
+    (True, False)
+    """
+
+    def key(uri: str) -> str:
+        uri = arrow_uri(str(uri))
+        if is_remote(uri):
+            scheme, rest = uri.split("://", 1)
+            return scheme + "://" + "/".join(p for p in rest.split("/") if p)
+        import os
+
+        return os.path.abspath(os.path.normpath(local_path(uri)))
+
+    return key(a) == key(b)
+
+
 def is_remote(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file://")
 
