@@ -217,11 +217,11 @@ def _run_leased(
     result: dict[str, str] = {}
     try:
         mroot = models_run_root(cfg)
-        if mroot and mroot != storage.norm(ctx.paths.root):
+        if mroot and not storage.same_place(mroot, ctx.paths.root):
             if "graph" in stages:
-                log.warning(
-                    "run.models is set but the graph stage is run too: its nodes index "
-                    "space may not match the models of %s",
+                log.info(
+                    "run.models with the graph stage: this run builds its own nodes; g's "
+                    "output nodes (those of %s) are mapped into them by (kind, node_id)",
                     mroot,
                 )
             else:
