@@ -216,27 +216,25 @@ def _run_leased(
         log.info("plan: %s %s (%s)", step.step, step.action, step.reason)
     result: dict[str, str] = {}
     try:
-        mroot = models_run_root(cfg)
-        if mroot and not storage.same_place(mroot, ctx.paths.root):
-            if "graph" in stages:
-                log.info(
-                    "run.models with the graph stage: this run builds its own nodes; g's "
-                    "output nodes (those of %s) are mapped into them by (kind, node_id)",
-                    mroot,
-                )
-            else:
-                result[NODES_STEP] = _run_step(
-                    ctx,
-                    NODES_STEP,
-                    stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
-                    (storage.NODES,),
-                    # --force redoes the stages named; the pre-step only with embed, which
-                    # reads it (a forced neighbours step alone would otherwise republish
-                    # nodes under the embeddings it reads)
-                    force and "embed" in stages,
-                    lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
-                    run_id,
-                )
+        if runs_nodes_step(cfg, ctx.paths.root, stages):
+            result[NODES_STEP] = _run_step(
+                ctx,
+                NODES_STEP,
+                stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
+                (storage.NODES,),
+                # --force redoes the stages named; the pre-step only with embed, which
+                # reads it (a forced neighbours step alone would otherwise republish
+                # nodes under the embeddings it reads)
+                force and "embed" in stages,
+                lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
+                run_id,
+            )
+        elif cfg.run.models:  # with the graph stage (resolve_models refused the own root)
+            log.info(
+                "run.models with the graph stage: this run builds its own nodes; g's "
+                "output nodes (those of %s) are mapped into them by (kind, node_id)",
+                models_run_root(cfg),
+            )
         for spec in plan(cfg, stages):
             fp = stage_fingerprint(cfg, ctx.manifest, base, spec.name)
             fn: StepFn
@@ -360,9 +358,6 @@ def require_upstream_current(ctx: StageContext, name: str, stages: Sequence[str]
     pina_spark.storage.InputError
         Names each stale step, both settings tokens and the stages to run.
     """
-    mroot = models_run_root(ctx.cfg)
-    if mroot and storage.same_place(mroot, ctx.paths.root):
-        return  # its own models: ``run.models`` changes every token, not what was made
     stale = stale_upstream(ctx.cfg, ctx.manifest, name, stages)
     if not stale:
         return

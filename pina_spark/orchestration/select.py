@@ -687,9 +687,7 @@ def _require_own_models(root: str) -> None:
     from pina_spark.storage.manifest import Manifest
 
     recorded = Manifest(storage.RunPaths(root).manifest).data.get("config")
-    other = (
-        ((recorded or {}).get("run") or {}).get("models") if isinstance(recorded, Mapping) else None
-    )
+    other = (recorded.get("run") or {}).get("models") if isinstance(recorded, Mapping) else None
     if other and not storage.same_place(str(other), root):
         raise ConfigError(
             f"{root} was run with the models of {other} (run.models): `pina-spark select` "

@@ -29,6 +29,9 @@ CORRUPT = "_corrupt_record"
 #: form (Spark) is possessive, so a long field never overflows the matcher's stack.
 QUOTED_FIELD = r'(^|,)"[^"]*(?:""[^"]*)*"(,|$)'
 QUOTED_FIELD_JAVA = r'(^|,)"[^"]*+(?:""[^"]*+)*+"(,|$)'
+#: a line break, and the line breaks a record ends with (the same in Java, RE2 and Python)
+LINE_BREAK = r"[\r\n]"
+TRAILING_BREAKS = r"[\r\n]+$"
 
 
 def quote_ran_on(record: str) -> bool:
@@ -47,10 +50,10 @@ def quote_ran_on(record: str) -> bool:
     """
     import re
 
-    v = re.sub(r"[\r\n]+$", "", record)
+    v = re.sub(TRAILING_BREAKS, "", record)
     for _ in range(2):
         v = re.sub(QUOTED_FIELD, r"\1\2", v)
-    return bool(re.search(r"[\r\n]", v))
+    return bool(re.search(LINE_BREAK, v))
 
 
 def arrow_readable(uri: str) -> bool:
@@ -260,7 +263,7 @@ def _mark_run_on_quotes(df, columns: Sequence[str]):
         return df
     run_on = F.lit(False)
     for c in strings:
-        run_on = run_on | (F.col(c).startswith('"') & F.col(c).rlike(r"[\r\n]"))
+        run_on = run_on | (F.col(c).startswith('"') & F.col(c).rlike(LINE_BREAK))
     raw = F.concat_ws(",", *[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in columns])
     return df.withColumn(
         CORRUPT, F.when(F.col(CORRUPT).isNull() & run_on, raw).otherwise(F.col(CORRUPT))

@@ -43,7 +43,7 @@ from pina_spark.storage.inputs import (
 )
 from pina_spark.storage.inputs import _format_of as input_format
 from pina_spark.storage.schemas import schema
-from pina_spark.storage.uri import is_remote, local_path
+from pina_spark.storage.uri import is_remote, local_path, same_place
 
 #: an input that passed every check
 OK = "ok"
@@ -442,7 +442,7 @@ def _check_record(lines: list[str], start: int, path: str, uri: str) -> None:
     lost = [i for i, line in enumerate(lines[1:], start + 1) if line.strip()]
     if not lost:
         return  # a quote open on the last line: nothing after it to lose
-    where = uri if local_path(path) == local_path(uri) else f"{uri}: {path}"
+    where = uri if same_place(path, uri) else f"{uri}: {path}"
     raise _Bad(
         f"{where}: the quoted field of the record that starts on line {start} is not closed "
         f"where it should be: Spark would read lines {start}-{lost[-1]} as one record, the "

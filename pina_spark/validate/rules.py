@@ -76,7 +76,12 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import QUARANTINE_REASONS
-from pina_spark.storage.inputs import QUOTED_FIELD, QUOTED_FIELD_JAVA
+from pina_spark.storage.inputs import (
+    LINE_BREAK,
+    QUOTED_FIELD,
+    QUOTED_FIELD_JAVA,
+    TRAILING_BREAKS,
+)
 from pina_spark.validate.utf8 import REPLACEMENT_CHAR, invalid_utf8_mask
 
 __all__ = [
@@ -174,19 +179,19 @@ def _spans_lines_spark(col: str, max_chars: int):
     the same test in Python."""
     from pyspark.sql import functions as F
 
-    v = F.regexp_replace(F.col(col), r"[\r\n]+$", "")
+    v = F.regexp_replace(F.col(col), TRAILING_BREAKS, "")
     for _ in range(2):
         v = F.regexp_replace(v, QUOTED_FIELD_JAVA, "$1$2")
-    return F.col(col).isNotNull() & v.rlike(r"[\r\n]")
+    return F.col(col).isNotNull() & v.rlike(LINE_BREAK)
 
 
 def _spans_lines_arrow(values, max_chars: int):
     import pyarrow.compute as pc
 
-    v = pc.replace_substring_regex(values, pattern=r"[\r\n]+$", replacement="")
+    v = pc.replace_substring_regex(values, pattern=TRAILING_BREAKS, replacement="")
     for _ in range(2):
         v = pc.replace_substring_regex(v, pattern=QUOTED_FIELD, replacement=r"\1\2")
-    return pc.match_substring_regex(v, r"[\r\n]")
+    return pc.match_substring_regex(v, LINE_BREAK)
 
 
 def _blank_spark(col: str, max_chars: int):
@@ -386,8 +391,9 @@ class TableRules:
 _ID, _LABEL = storage.INSTANCE_ID, storage.LABEL_ID
 #: an unparseable line that is not UTF-8: the bytes are its first defect
 _BAD_BYTES_LINE = RowRule("invalid_utf8", "fffd", (storage.CORRUPT,))
-#: an unparseable record over several lines (only CSV's multi-line reader makes one): an
-#: unbalanced quote took the lines after it, so it holds rows that are not counted
+#: a CSV record with a line break outside its well-formed quoted fields (an unparseable one, or
+#: one the reader marked because a value kept its opening quote): a quote ran it on over the
+#: lines after it, so it holds rows that are not counted
 _RAN_ON = RowRule("unbalanced_quote", "spans_lines", (storage.CORRUPT,))
 _UNPARSEABLE = RowRule("unparseable", "corrupt", (storage.CORRUPT,))
 _PAIR_ROWS = (
