@@ -75,6 +75,7 @@ docs: $(STAMP)
 #                and stops elsewhere).
 # make dist-gpu  dist/pina-env-gpu-<v>.tar.gz: the same with a CUDA build of torch (GBs).
 # make dist-wheelhouse  dist/wheelhouse/ + dist/bootstrap.sh: the bootstrap-per-cluster route.
+# make dist-wheelhouse-gpu  dist/wheelhouse-gpu/: CUDA torch for that route's GPU nodes.
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' pina_spark/__init__.py)
 WHEEL := dist/pina_spark-$(VERSION)-py3-none-any.whl
 # the interpreter the archive is built with (must be 3.11, like the cluster's python3.11) and
@@ -91,7 +92,7 @@ TORCH_GPU_PIP ?= --index-url https://download.pytorch.org/whl/cu126 --extra-inde
 DIST_PLATFORM := Linux x86_64
 BUILD_PLATFORM ?= $(shell uname -s) $(shell uname -m)
 
-.PHONY: wheel dist dist-gpu dist-wheelhouse check-install35 test-airflow test-spark35-full test-spark35-ci \
+.PHONY: wheel dist dist-gpu dist-wheelhouse dist-wheelhouse-gpu check-install35 test-airflow test-spark35-full test-spark35-ci \
 	check-dist-platform
 
 wheel: $(STAMP)
@@ -170,6 +171,14 @@ dist-wheelhouse: wheel
 	cp $(WHEEL) dist/wheelhouse/
 	cp conf/emr/bootstrap.sh conf/emr/bootstrap-node.sh dist/
 	@echo "wheelhouse ready: $$(ls dist/wheelhouse | wc -l) files, $$(du -sh dist/wheelhouse | cut -f1)"
+
+# GPU nodes of the bootstrap route: a CUDA build of torch and its nvidia-* wheels, uploaded to
+# dist/wheelhouse-gpu/ beside dist/wheelhouse/ (bootstrap.sh --gpu refuses to start without it)
+dist-wheelhouse-gpu:
+	rm -rf dist/wheelhouse-gpu
+	mkdir -p dist/wheelhouse-gpu
+	$(PY) -m pip download -q -d dist/wheelhouse-gpu $(EMR_PIP_TARGET) $(TORCH_GPU_PIP) torch==2.13.0
+	@echo "GPU wheelhouse ready: $$(ls dist/wheelhouse-gpu | wc -l) files"
 
 # The wheel on a platform that already has Spark 3.5 (EMR 7, a notebook): a fresh venv gets
 # pyspark 3.5 FIRST, then torch (own call, as above), then `pip install dist/pina_spark-*.whl`

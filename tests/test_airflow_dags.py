@@ -74,6 +74,26 @@ def test_dag_steps_match_the_emr_step_list(name, gpu_fleet):
     assert [s["ActionOnFailure"] for s in got] == [s["ActionOnFailure"] for s in ref]
 
 
+@pytest.mark.parametrize("yaml_name, gpu_fleet", [("emr.yaml", False), ("emr-gpu.yaml", True)])
+def test_daily_runs_write_apart_and_follow_the_retraining_outputs_promotion(yaml_name, gpu_fleet):
+    """The monthly DAG writes under its config's output; the daily DAG under an output of its
+    own, following the monthly output's promotion record (run.promoted_from), so the two never
+    share a run root (both run on the 1st). The daily arguments load as a config."""
+    from pina_spark.config import load_config
+
+    pes = _steps_module()
+    with open(os.path.join(ROOT, "conf", yaml_name)) as fh:
+        output = yaml.safe_load(fh)["output"]
+    prefix = "s3://YOUR-BUCKET/pina"
+    assert output == f"{prefix}/{pes.RETRAIN_OUTPUT[gpu_fleet]}"
+    args = pes.daily_args(gpu_fleet, prefix)
+    sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+    cfg = load_config(os.path.join(ROOT, "conf", yaml_name), sets)
+    assert cfg.run.promoted_from == output
+    assert cfg.output == output + "-daily" and not cfg.output.startswith(output + "/")
+    assert args[args.index("--models") + 1] == "latest"
+
+
 def test_dag_cluster_configurations_match_the_json_files():
     pes = _steps_module()
     for name, gpu_fleet in (("configurations.json", False), ("configurations-gpu.json", True)):
@@ -199,8 +219,47 @@ def test_dagbag_loads_every_dag(dagbag):
         assert spec["Instances"]["KeepJobFlowAliveWhenNoSteps"] is True
     daily_args = dagbag.dags["pina_daily"].get_task("stage_embed").steps[0]["HadoopJarStep"]["Args"]
     assert daily_args[daily_args.index("--models") + 1] == "latest"
+    for dag_id, gpu_fleet in (("pina_daily", False), ("pina_daily_gpu", True)):
+        args = dagbag.dags[dag_id].get_task("stage_embed").steps[0]["HadoopJarStep"]["Args"]
+        want = [a for a in pes.daily_args(gpu_fleet) if a.startswith(("output=", "run.prom"))]
+        assert len(want) == 2 and set(want) <= set(args), dag_id  # output, run.promoted_from
     monthly = dagbag.dags["pina_monthly"].get_task("stage_evaluate").steps[0]
     assert "evaluate.promote=true" in monthly["HadoopJarStep"]["Args"]
+
+
+def _core_timetable(tt):
+    """The scheduler's form of a DAG's timetable (Airflow 3 authors with ``airflow.sdk``'s)."""
+    try:
+        from airflow.serialization.decoders import decode_timetable
+        from airflow.serialization.encoders import encode_timetable
+    except ImportError:  # Airflow 2: the DAG holds the scheduler's timetable
+        return tt
+    return decode_timetable(encode_timetable(tt))
+
+
+@pytest.mark.parametrize(
+    "dag_id, last, want",
+    [
+        ("pina_daily", ("2026-11-29", "2026-11-30"), ("2026-11-30", "2026-12-01")),
+        ("pina_daily_gpu", ("2026-11-29", "2026-11-30"), ("2026-11-30", "2026-12-01")),
+        ("pina_monthly", ("2026-10-01", "2026-11-01"), ("2026-11-01", "2026-12-01")),
+    ],
+)
+def test_a_scheduled_run_takes_the_period_that_ended_on_airflow_2_and_3(dagbag, dag_id, last, want):
+    """The same schedule on Airflow 2 and 3 (3's default timetable for a cron string would give
+    the run that starts on 2026-12-01 that day as its logical date, so the daily run would read
+    the folder of a day just begun): the run for a day starts once the day has ended, and its
+    logical date, the run date (``ds``), is that day. A monthly run's is its month's first."""
+    import pendulum
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    day = lambda d: pendulum.parse(d, tz="UTC")  # noqa: E731
+    tt = _core_timetable(dagbag.dags[dag_id].timetable)
+    info = tt.next_dagrun_info(
+        last_automated_data_interval=DataInterval(day(last[0]), day(last[1])),
+        restriction=TimeRestriction(earliest=day("2026-11-01"), latest=None, catchup=True),
+    )
+    assert (info.logical_date, info.run_after) == (day(want[0]), day(want[1]))
 
 
 #: each DAG's stage_timeout_h (conf/airflow/pina_daily.py, pina_monthly.py, pina_gpu.py)
@@ -231,13 +290,15 @@ def test_every_task_has_an_execution_timeout(dagbag):
 class FakeEmr:
     """EMR for the provider's operators: a real botocore client (requests validated against the
     API model) answered by a ``before-call`` handler. ``fail``: stage -> how many of its first
-    attempts fail; ``hang``: stages whose steps run until cancelled."""
+    attempts fail; ``hang``: stages whose steps run until cancelled; ``interrupt``: stages whose
+    steps end INTERRUPTED."""
 
-    def __init__(self, fail=None, hang=()):
+    def __init__(self, fail=None, hang=(), interrupt=()):
         import botocore.session
 
         self.fail = dict(fail or {})
         self.hang = set(hang)
+        self.interrupt = set(interrupt)
         self.cancelled = set()
         self.requests = []  # (operation, request body)
         self.steps = {}  # step id -> (stage, attempt, name)
@@ -274,7 +335,9 @@ class FakeEmr:
         elif op == "DescribeStep":
             stage, attempt, name = self.steps[body["StepId"]]
             status = {"State": "COMPLETED"}
-            if stage in self.hang:
+            if stage in self.interrupt:
+                status = {"State": "INTERRUPTED"}
+            elif stage in self.hang:
                 cancelled = body["StepId"] in self.cancelled
                 status = {"State": "CANCELLED" if cancelled else "RUNNING"}
             elif attempt <= self.fail.get(stage, 0):
@@ -323,8 +386,8 @@ def fake_emr(monkeypatch, airflow_db):
     for var in ("PINA_SUBNET", "PINA_BUCKET", "PINA_VERSION"):
         monkeypatch.delenv(f"AIRFLOW_VAR_{var}", raising=False)
 
-    def make(fail=None, hang=()):
-        fake = FakeEmr(fail, hang)
+    def make(fail=None, hang=(), interrupt=()):
+        fake = FakeEmr(fail, hang, interrupt)
         fake.raised = raised
         monkeypatch.setattr(EmrHook, "conn", property(lambda self: fake.client))
         return fake
@@ -377,6 +440,8 @@ def test_daily_run_without_subnet_or_logical_date(dagbag, fake_emr):
         assert conf["spark.executor.cores"] == "5" and conf["spark.executor.memory"] == "12g"
         assert conf["spark.yarn.maxAppAttempts"] == "1"
         assert f"s3://YOUR-BUCKET/pina/input/daily/{today}/instances/" in " ".join(args)
+        assert "output=s3://YOUR-BUCKET/pina/runs/prod-daily" in args
+        assert "run.promoted_from=s3://YOUR-BUCKET/pina/runs/prod" in args
     assert fake.bodies("TerminateJobFlows") == [{"JobFlowIds": ["j-FAKE"]}]
 
 
@@ -477,3 +542,33 @@ def test_a_stage_past_its_execution_timeout_fails_and_its_step_is_cancelled(dagb
     assert states["terminate_cluster"] == "success"
     assert str(getattr(dr.state, "value", dr.state)) == "failed"
     assert fake.bodies("TerminateJobFlows") == [{"JobFlowIds": ["j-FAKE"]}]
+
+
+def test_an_interrupted_step_fails_its_stage_at_once(dagbag, fake_emr):
+    """EMR's INTERRUPTED is a terminal step state: the stage task fails at its first look,
+    naming the stage and the state (botocore's step_complete waiter would poll it until the
+    stage timeout), and no later stage is added. (Monthly: no retry; Airflow 2's
+    ``dag.test()`` retries a task that keeps failing without end.)"""
+    fake = fake_emr(interrupt={"vectorizer"})
+    dr = _run(dagbag.dags["pina_monthly"], run_conf={"run_date": "2026-11-09"})
+    assert str(getattr(dr.state, "value", dr.state)) == "failed"
+    assert fake.added() == ["graph", "vectorizer"]
+    looks = [b["StepId"] for b in fake.bodies("DescribeStep")]
+    assert looks.count("s-2") == 2, looks  # the waiter's one look, then the failure's describe
+    ((task_id, message),) = fake.raised
+    assert task_id == "stage_vectorizer" and " is INTERRUPTED" in message, message
+
+
+def test_stage_tasks_are_never_deferred(dagbag):
+    """A deployment's ``[operators] default_deferrable = True`` (the provider's default for
+    ``deferrable``) makes the provider's operators defer right after adding their steps; a
+    stage task must not: it watches its step, names a failure and cancels on timeout."""
+    import pina_emr_operators
+    from airflow.providers.amazon.aws.operators.emr import EmrAddStepsOperator
+
+    kw = {"job_flow_id": "j-1", "steps": [], "deferrable": True}
+    assert EmrAddStepsOperator(task_id="plain", **kw).deferrable is True
+    op = pina_emr_operators.EmrStageOperator(task_id="stage_embed", stage="embed", **kw)
+    assert op.deferrable is False
+    for dag in dagbag.dags.values():
+        assert not [t.task_id for t in dag.tasks if getattr(t, "deferrable", False)]

@@ -15,7 +15,7 @@ import pickle
 import pytest
 
 from pina_spark import runtime, storage
-from pina_spark.config import config_from_dict
+from pina_spark.config import ConfigError, config_from_dict
 from pina_spark.models import artifacts, trust
 from pina_spark.orchestration import promotion
 from pina_spark.runtime import checksums
@@ -292,6 +292,37 @@ def test_models_latest_checks_the_promotion_record(tmp_path, monkeypatch):
     )
     with pytest.raises(trust.ModelTrustError, match="holds no digest.*vouches for nothing"):
         trust.anchor(daily, vec, "vectorizer")
+
+
+def test_a_daily_output_follows_the_retraining_outputs_promotion(tmp_path, monkeypatch):
+    """The shipped DAGs' layout: retraining runs promote under ``prod``; daily runs write under
+    ``prod-daily`` with ``run.promoted_from: prod``. ``latest`` resolves to prod's promoted run,
+    whose record vouches for its models, and the daily run's own root is not the retraining
+    run's, on the same date too. Without ``run.promoted_from`` the daily output has no record."""
+    monkeypatch.delenv(checksums.MODEL_KEY_ENV, raising=False)
+    prod, daily_out = tmp_path / "prod", tmp_path / "prod-daily"
+    run_root = storage.RunPaths(str(prod), "2026-12-01").root
+    vec = _published_vectorizer(run_root)
+    metrics = {"variants": {"pina": {"P@1": 0.5}}}
+    assert promotion.consider(_cfg(prod, run_date="2026-12-01"), run_root, metrics)["promoted"]
+    with pytest.raises(ConfigError, match="no promoted run at .*prod-daily.*run.promoted_from"):
+        promotion.resolve_models(_cfg(daily_out, run_date="2026-12-01", models="latest"))
+    daily = promotion.resolve_models(
+        _cfg(daily_out, run_date="2026-12-01", models="latest", promoted_from=str(prod)),
+        ("embed", "neighbors", "aggregate"),
+    )
+    assert daily.run.models == storage.norm(run_root)
+    assert trust.promotion_output(daily) == str(prod)
+    assert trust.anchor(daily, vec, "vectorizer") == trust.folder_digest(vec)
+    _tamper(vec)
+    with pytest.raises(trust.ModelTrustError, match=f"promotion record {prod}/_PROMOTED"):
+        trust.anchor(daily, vec, "vectorizer")
+    # the record of the daily's own output vouches for nothing it does not name
+    unrelated = _cfg(daily_out, models=run_root)
+    with pytest.raises(trust.ModelTrustError, match="nothing vouches for it"):
+        trust.anchor(unrelated, vec, "vectorizer")
+    with pytest.raises(ConfigError, match="run.promoted_from: expected the output"):
+        _cfg(daily_out, promoted_from="latest")
 
 
 def test_embed_stage_refuses_before_reading_anything(tmp_path, monkeypatch):

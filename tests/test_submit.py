@@ -105,6 +105,36 @@ def test_gpu_cluster_uses_emr7_cgroup_settings():
         assert "/opt/pina/venv" not in json.dumps(c)  # archive route: no cluster venv
 
 
+def test_gpu_discovery_script_is_written_where_the_configs_point(tmp_path):
+    """bootstrap-node.sh --gpu writes the discovery script that configurations-gpu.json and the
+    GPU steps name, and that script prints the node's GPUs as Spark reads them (here with a
+    stand-in nvidia-smi listing two GPUs)."""
+    import re
+    import subprocess
+
+    boot = open(os.path.join(ROOT, "conf", "emr", "bootstrap-node.sh")).read()
+    target, body = re.search(
+        r"sudo tee (\S+) >/dev/null <<'SCRIPT'\n(.*?)\nSCRIPT\n", boot, re.S
+    ).groups()
+    cfg = json.load(open(os.path.join(ROOT, "conf", "emr", "configurations-gpu.json")))
+    named = {c["Properties"].get("spark.executor.resource.gpu.discoveryScript") for c in cfg} - {
+        None
+    }
+    steps = json.load(open(os.path.join(ROOT, "conf", "emr", "steps-gpu.json")))
+    named |= {a.split("=", 1)[1] for s in steps for a in s["Args"] if "gpu.discoveryScript=" in a}
+    assert named == {target}
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/usr/bin/env bash\nprintf '0\\n1\\n'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    (tmp_path / "discover.sh").write_text(body + "\n")
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}")
+    out = subprocess.run(
+        ["bash", str(tmp_path / "discover.sh")], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == {"name": "gpu", "addresses": ["0", "1"]}
+
+
 @pytest.mark.parametrize("script", ["bootstrap.sh", "bootstrap-node.sh"])
 def test_bootstrap_script_is_valid_bash(script):
     import subprocess

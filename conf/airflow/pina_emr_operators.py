@@ -21,13 +21,17 @@ from airflow.providers.amazon.aws.utils.waiter_with_logging import wait
 from pina_emr_steps import without_empty_subnet
 
 try:  # Airflow 3
-    from airflow.sdk import DAG, Param
+    from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 except ImportError:  # Airflow 2.9 - 2.11
     from airflow import DAG  # type: ignore[no-redef]
     from airflow.models.param import Param  # type: ignore[no-redef]
+    from airflow.timetables.interval import (  # type: ignore[no-redef]
+        CronDataIntervalTimetable,
+    )
 
 __all__ = [
     "DAG",
+    "CronDataIntervalTimetable",
     "Param",
     "EmrClusterOperator",
     "EmrStageOperator",
@@ -57,20 +61,27 @@ class EmrStageOperator(EmrAddStepsOperator):
 
     def __init__(self, *, stage: str, **kwargs):
         kwargs["wait_for_completion"] = False  # the watching is done here, to name the stage
+        # never deferred (``[operators] default_deferrable``): the parent's execute would raise
+        # TaskDeferred right after adding the step, skipping the watching below and on_kill
+        kwargs["deferrable"] = False
         super().__init__(**kwargs)
         self.stage = stage
         self._watching: list[str] = []  # the steps on_kill cancels
 
-    def _client(self):
+    def _hook(self):
         # the provider's operators have a hook attribute since 9.x's AwsBaseOperator
-        hook = getattr(self, "hook", None) or EmrHook(aws_conn_id=self.aws_conn_id)
-        return hook.conn
+        return getattr(self, "hook", None) or EmrHook(aws_conn_id=self.aws_conn_id)
+
+    def _client(self):
+        return self._hook().conn
 
     def execute(self, context):
         step_ids = super().execute(context)
         self._watching = list(step_ids)
         client = self._client()
-        waiter = client.get_waiter("step_complete")
+        # the provider's waiter: it ends on every terminal state, INTERRUPTED included
+        # (botocore's step_complete does not, and would poll until the stage timeout)
+        waiter = self._hook().get_waiter("step_wait_for_terminal")
         for step_id in step_ids:
             try:
                 wait(

@@ -62,12 +62,16 @@ CPU_SIZING = [
 #: the CPU fleet's cap on executors (conf/emr.yaml)
 CPU_FLEET_SIZING = CPU_SIZING + ["spark.dynamicAllocation.maxExecutors=60"]
 
+#: the GPU discovery script that conf/emr/bootstrap-node.sh --gpu writes on every node (Spark's
+#: own examples/src/main/scripts/getGpusResources.sh: EMR documents its copy under
+#: /usr/lib/spark/scripts/gpu only with the RAPIDS plugin, which we do not enable)
+GPU_DISCOVERY_SCRIPT = "/opt/pina/getGpusResources.sh"
 #: sizing of a GPU step: one GPU per executor and per task, 8 cores per task (tokenisation and
-#: PECOS' beam search on g), the discovery script EMR 7 ships
+#: PECOS' beam search on g), the discovery script
 GPU_SIZING = [
     "spark.executor.resource.gpu.amount=1",
     "spark.task.resource.gpu.amount=1",
-    "spark.executor.resource.gpu.discoveryScript=/usr/lib/spark/scripts/gpu/getGpusResources.sh",
+    f"spark.executor.resource.gpu.discoveryScript={GPU_DISCOVERY_SCRIPT}",
     "spark.executor.cores=8",
     "spark.task.cpus=8",
     "spark.executor.memory=24g",
@@ -87,11 +91,7 @@ CONFIGURATIONS_GPU = [
         "Classification": "spark-defaults",
         "Properties": dict(
             OFFLINE_DEFAULTS,
-            **{
-                "spark.executor.resource.gpu.discoveryScript": (
-                    "/usr/lib/spark/scripts/gpu/getGpusResources.sh"
-                )
-            },
+            **{"spark.executor.resource.gpu.discoveryScript": GPU_DISCOVERY_SCRIPT},
         ),
     },
     {
@@ -294,15 +294,38 @@ PREFIX = f"s3://{BUCKET}/pina"
 #: (an Airflow 3 manual run without a logical date) the date the run was queued for
 RUN_DATE = "{{ params.run_date or (ds if ds is defined else dag_run.run_after | ds) }}"
 
+#: each fleet's retraining output, under PREFIX: the ``output`` of its config (conf/emr.yaml,
+#: conf/emr-gpu.yaml; tests/test_airflow_dags.py checks they agree), where the monthly DAG's run
+#: roots and its promotion record (``_PROMOTED``) live. Change both together.
+RETRAIN_OUTPUT = {False: "runs/prod", True: "runs/prod-gpu"}
 #: the daily augmentation (CPU and GPU DAGs): the day's instances, with the promoted models
 DAILY_STAGES = ("embed", "neighbors", "aggregate")
-DAILY_ARGS = [
-    "--models",
-    "latest",
-    "--incremental",
-    "--set",
-    f"input.instances={PREFIX}/input/daily/{RUN_DATE}/instances/",
-]
+
+
+def daily_args(gpu_fleet: bool = False, prefix: str = PREFIX) -> list[str]:
+    """The daily DAG's extra arguments: the day's instances, with the models promoted under the
+    fleet's retraining output (``run.promoted_from``), written under an output of their own
+    (``<retraining output>-daily``), so a daily run and the monthly retraining never share a
+    run root, even on the 1st (pina-spark refuses a ``--models`` run on a root where a graph
+    stage ran), and a daily run's incremental base is the latest earlier daily run.
+
+    >>> [a for a in daily_args(prefix="s3://b/pina") if a.startswith(("output", "run.promoted"))]
+    ['output=s3://b/pina/runs/prod-daily', 'run.promoted_from=s3://b/pina/runs/prod']
+    """
+    retrain = f"{prefix}/{RETRAIN_OUTPUT[gpu_fleet]}"
+    return [
+        "--models",
+        "latest",
+        "--incremental",
+        "--set",
+        f"output={retrain}-daily",
+        "--set",
+        f"run.promoted_from={retrain}",
+        "--set",
+        f"input.instances={prefix}/input/daily/{RUN_DATE}/instances/",
+    ]
+
+
 #: the monthly retraining (CPU and GPU DAGs): every stage, promoting a run that passes the gate
 MONTHLY_ARGS = [
     "--set",
@@ -334,6 +357,7 @@ def emr_dag(
 
     from pina_emr_operators import (
         DAG,
+        CronDataIntervalTimetable,
         EmrClusterOperator,
         EmrStageOperator,
         EmrTerminateJobFlowOperator,
@@ -343,7 +367,10 @@ def emr_dag(
     timeout = datetime.timedelta(hours=stage_timeout_h)
     with DAG(
         dag_id=dag_id,
-        schedule=schedule,
+        # one timetable on Airflow 2 and 3 (3's default for a cron string is the trigger
+        # timetable, whose logical date is the day the run starts): the run for day D starts
+        # when D has ended, its logical date (``ds``, the run date) is D
+        schedule=CronDataIntervalTimetable(schedule, timezone="UTC"),
         start_date=datetime.datetime(2026, 11, 1),
         catchup=False,
         max_active_runs=1,

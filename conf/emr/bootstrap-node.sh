@@ -28,4 +28,15 @@ if [[ "$GPU" == "--gpu" ]]; then
     sudo mount -t cgroup -o devices cgroupv1-devices /spark-rapids-cgroup/devices
   fi
   sudo chmod a+rwx -R /spark-rapids-cgroup
+  # the GPU discovery script of spark.executor.resource.gpu.discoveryScript (configurations-gpu.json,
+  # steps-gpu.json): Spark's examples/src/main/scripts/getGpusResources.sh, written here because
+  # EMR documents its own copy (/usr/lib/spark/scripts/gpu/) only with the RAPIDS plugin enabled
+  sudo mkdir -p /opt/pina
+  sudo tee /opt/pina/getGpusResources.sh >/dev/null <<'SCRIPT'
+#!/usr/bin/env bash
+# this node's GPUs as Spark's resource discovery reads them: {"name": "gpu", "addresses": ["0", ...]}
+ADDRS=$(nvidia-smi --query-gpu=index --format=csv,noheader | sed -e ':a' -e 'N' -e '$!ba' -e 's/\n/","/g')
+echo "{\"name\": \"gpu\", \"addresses\":[\"$ADDRS\"]}"
+SCRIPT
+  sudo chmod 755 /opt/pina/getGpusResources.sh
 fi

@@ -10,7 +10,8 @@
 #
 # EMR 7 (Amazon Linux 2023) ships Python 3.9 as python3, but the pinned stack has no cp39 wheels
 # (torch 2.13, pyarrow 25 need >= 3.10), so this installs AL2023's python3.11 package and builds
-# /opt/pina/venv with it; spark.pyspark.python in conf/emr*.yaml points Spark there.
+# /opt/pina/venv with it; the steps point Spark there (--conf spark.pyspark.python=
+# /opt/pina/venv/bin/python at spark-submit: the archive route's steps name ./env/bin/python).
 # The venv never contains pyspark: EMR's Spark (3.5) is used, found through SPARK_HOME.
 set -euxo pipefail
 
@@ -31,10 +32,16 @@ sudo chown "$(id -u):$(id -g)" /opt/pina
 PIP="$VENV/bin/python -m pip"
 $PIP install --no-index --find-links "$WORK/wheelhouse" --upgrade pip || true
 if [[ "$GPU" == "--gpu" ]]; then
-  # a CUDA build of torch 2.13.0 uploaded to dist/wheelhouse-gpu/ (docs/emr.md "GPU cluster")
+  # a CUDA build of torch 2.13.0 uploaded to dist/wheelhouse-gpu/ (make dist-wheelhouse-gpu)
   aws s3 cp --recursive --only-show-errors "$DIST_URI/wheelhouse-gpu/" "$WORK/wheelhouse-gpu/"
+  if ! ls "$WORK"/wheelhouse-gpu/torch-2.13.0*.whl >/dev/null 2>&1; then
+    # without it pip would take the CPU torch of wheelhouse/ and the GPU stages would run on CPU
+    echo "bootstrap.sh --gpu: no torch 2.13.0 wheel under $DIST_URI/wheelhouse-gpu/" >&2
+    exit 1
+  fi
   $PIP install --no-index --find-links "$WORK/wheelhouse-gpu" --find-links "$WORK/wheelhouse" \
     torch==2.13.0
+  "$VENV/bin/python" -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' is a CPU build')"
 else
   $PIP install --no-index --find-links "$WORK/wheelhouse" torch==2.13.0
 fi

@@ -651,10 +651,15 @@ class RunConfig(_Params):
     Attributes:
         run_date: ``YYYY-MM-DD``: outputs go under ``<output>/run_date=<date>/``.
         models: an earlier run's root whose ``models/`` are reused (no retraining), or
-            ``latest``: the run promoted under ``output`` (``_PROMOTED``, see
+            ``latest``: the run promoted under ``run.promoted_from`` (``_PROMOTED``, see
             ``evaluate.promote``).
+        promoted_from: the output whose promotion record (``<promoted_from>/_PROMOTED``)
+            ``run.models: latest`` follows and that vouches for ``run.models``' models;
+            ``null``: ``output``. Daily runs that write under an output of their own (the
+            shipped DAGs' ``runs/prod-daily``) set it to the retraining runs' output, so the
+            two schedules never share a run root. A run still promotes only under ``output``.
         trust_models: load the models of ``run.models`` even when nothing vouches for them
-            (neither the promotion record of ``output`` nor a signature under
+            (neither the promotion record of ``run.promoted_from`` nor a signature under
             ``$PINA_SPARK_MODEL_KEY``): only for roots that only trusted people can write.
         incremental: recompute only new or changed instances.
         force: redo every stage even if its outputs are complete for the same fingerprint.
@@ -669,6 +674,7 @@ class RunConfig(_Params):
 
     run_date: str | None = None
     models: str | None = None
+    promoted_from: str | None = None
     trust_models: bool = False
     incremental: bool = False
     force: bool = False
@@ -691,6 +697,11 @@ class RunConfig(_Params):
                     f"run.run_date: expected a calendar date YYYY-MM-DD (e.g. "
                     f"2026-11-21), got {self.run_date!r}"
                 )
+        if self.promoted_from is not None and self.promoted_from.strip() in ("", "latest"):
+            raise ConfigError(
+                f"run.promoted_from: expected the output (a folder) whose _PROMOTED record "
+                f"run.models: latest follows, got {self.promoted_from!r}"
+            )
         _check_range("run.lease_heartbeat_s", self.lease_heartbeat_s, 0, None, lo_open=True)
         if self.lease_stale_s <= 2 * self.lease_heartbeat_s:
             raise ConfigError(

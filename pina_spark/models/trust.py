@@ -7,7 +7,8 @@ root cannot rewrite it silently:
 
 - the HMAC key in ``$PINA_SPARK_MODEL_KEY`` (the driver's environment, never a file): a folder
   published while the key was set carries ``_CHECKSUMS.sig``, the HMAC of its checksums digest;
-- the promotion record ``<output>/_PROMOTED`` (:mod:`pina_spark.orchestration.promotion`):
+- the promotion record ``<output>/_PROMOTED`` (:mod:`pina_spark.orchestration.promotion`;
+  the one of ``run.promoted_from`` where that is set, :func:`promotion_output`):
   the evaluate stage that promotes a run writes the digest of its vectorizer folder there, so
   ``run.models: latest`` (or ``run.models`` naming the promoted run) loads only that content.
   A record without digests (written before they were recorded) vouches for nothing; the error
@@ -18,7 +19,8 @@ root cannot rewrite it silently:
 
 - key set: the folder must carry a valid signature (unsigned or re-signed folders are refused,
   this run's own included);
-- the promotion record of ``output`` names the ``run.models`` run with a digest for the folder:
+- the promotion record of :func:`promotion_output` names the ``run.models`` run with a digest
+  for the folder:
   the folder must have that digest;
 - otherwise the run's own models (no ``run.models``) are loaded as today (the run root is the
   run's own), and another run's models (``run.models``) only with ``run.trust_models: true``.
@@ -58,6 +60,7 @@ __all__ = [
     "ModelTrustError",
     "anchor",
     "folder_digest",
+    "promotion_output",
     "read_promoted",
 ]
 
@@ -71,6 +74,22 @@ REPROMOTE_COMMAND = "pina-spark promote"
 
 class ModelTrustError(storage.InputError):
     """A model folder nothing trusted vouches for; the message names it and what to do."""
+
+
+def promotion_output(cfg) -> str:
+    """The output whose promotion record a run follows (``run.models: latest``) and trusts:
+    ``run.promoted_from``, else the run's own ``output``.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> promotion_output(config_from_dict({"output": "s3://b/pina/runs/prod"}))
+    's3://b/pina/runs/prod'
+    >>> promotion_output(config_from_dict({"output": "s3://b/pina/runs/prod-daily",
+    ...     "run": {"promoted_from": "s3://b/pina/runs/prod"}}))
+    's3://b/pina/runs/prod'
+    """
+    return cfg.run.promoted_from or cfg.output
 
 
 def read_promoted(output: str) -> dict[str, Any] | None:
@@ -114,12 +133,14 @@ def anchor(cfg, uri: str, name: str) -> str:
     if key is not None:
         _check_signature(uri, digest, key)
     other = cfg.run.models
-    named, pinned = _pinned(cfg.output, other, name) if other else (False, None)
+    record_of = promotion_output(cfg)
+    record = storage.join(record_of, PROMOTED)
+    named, pinned = _pinned(record_of, other, name) if other else (False, None)
     if pinned is not None:
         if digest != pinned:
             raise ModelTrustError(
                 f"model folder {uri}: its checksums digest {digest} is not the {pinned} that the "
-                f"promotion record {storage.join(cfg.output, PROMOTED)} holds for it (rewritten "
+                f"promotion record {record} holds for it (rewritten "
                 f"after it was promoted?); refusing to load it"
             )
         return digest or ""
@@ -137,7 +158,7 @@ def anchor(cfg, uri: str, name: str) -> str:
     if named:
         raise ModelTrustError(
             f"model folder {uri} (run.models {other}): the promotion record "
-            f"{storage.join(cfg.output, PROMOTED)} names that run but holds no digest of its "
+            f"{record} names that run but holds no digest of its "
             f"{name} folder (a record written before pina-spark recorded digests vouches for "
             f"nothing). To upgrade, once: check that nobody changed {other} since it was "
             f"promoted, then run `{REPROMOTE_COMMAND} --config <this config>`, which records "
@@ -146,9 +167,10 @@ def anchor(cfg, uri: str, name: str) -> str:
         )
     raise ModelTrustError(
         f"model folder {uri} (run.models {other}): nothing vouches for it: no promotion record "
-        f"{storage.join(cfg.output, PROMOTED)} names that run with a digest, and "
-        f"{MODEL_KEY_ENV} is not set. Promote that run under {cfg.output} (evaluate.promote; "
-        f"a promotion vouches only for runs of its own output) and use run.models: latest, "
+        f"{record} names that run with a digest, and "
+        f"{MODEL_KEY_ENV} is not set. Promote that run under {record_of} (evaluate.promote; "
+        f"a promotion vouches only for runs of its own output; run.promoted_from names the "
+        f"output whose record a run follows) and use run.models: latest, "
         f"publish it with {MODEL_KEY_ENV} set and set it here too, or set "
         f"run.trust_models: true if only trusted people can write {other}"
     )

@@ -34,7 +34,13 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
-from pina_spark.models.trust import DIGESTS, PROMOTED, folder_digest, read_promoted
+from pina_spark.models.trust import (
+    DIGESTS,
+    PROMOTED,
+    folder_digest,
+    promotion_output,
+    read_promoted,
+)
 from pina_spark.storage import InputError
 
 log = logging.getLogger(__name__)
@@ -61,7 +67,8 @@ def digests_of(run_root: str) -> dict[str, str]:
 
 
 def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
-    """``run.models: latest`` -> the promoted run root of ``cfg.output``; other values as is.
+    """``run.models: latest`` -> the run root promoted under ``run.promoted_from``
+    (:func:`~pina_spark.models.trust.promotion_output`: else ``cfg.output``); other values as is.
 
     With ``stages`` (the command's): refuses (``InputError``) a ``run.models``, ``latest``
     included, that is this run's own root. Models are reused from another run: on its own root
@@ -72,12 +79,20 @@ def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
     if cfg.run.models != LATEST:
         _refuse_own_root(cfg, cfg.run.models, stages)
         return cfg
-    p = read_promoted(cfg.output)
+    record_of = promotion_output(cfg)
+    p = read_promoted(record_of)
     if not p or not p.get("run"):
         raise ConfigError(
-            f"run.models=latest: no promoted run at {pointer_uri(cfg.output)} (run "
+            f"run.models=latest: no promoted run at {pointer_uri(record_of)} (run "
             "the evaluate stage of a full run with evaluate.promote: true first, "
-            "or pass --models <run root>)"
+            "or pass --models <run root>"
+            + (
+                ""
+                if cfg.run.promoted_from
+                else "; a run that writes under an output of its "
+                "own follows another output's promotion with run.promoted_from"
+            )
+            + ")"
         )
     import dataclasses as dc
 
@@ -212,7 +227,8 @@ def consider(
 
 
 def record_digests(cfg: PinaConfig) -> dict[str, Any]:
-    """``pina-spark promote``: record in the promotion record of ``cfg.output`` the digests of
+    """``pina-spark promote``: record in the promotion record of ``cfg.output`` (of
+    ``run.promoted_from`` where that is set: the record that config's runs follow) the digests of
     the run it names (:func:`digests_of`), which a record written before digests existed lacks
     (then ``run.models: latest`` is refused). The run, its metric and value stay; the promoted
     run root's lease is held meanwhile, so no run rewrites its models while they are digested.
@@ -229,8 +245,8 @@ def record_digests(cfg: PinaConfig) -> dict[str, Any]:
     """
     import uuid
 
-    uri = pointer_uri(cfg.output)
-    record = read_promoted(cfg.output)
+    uri = pointer_uri(promotion_output(cfg))
+    record = read_promoted(promotion_output(cfg))
     if not record or not record.get("run"):
         raise ConfigError(
             f"no promoted run at {uri}: nothing to record (promote a run with the evaluate "
