@@ -84,6 +84,8 @@ def test_job_main_runs_one_stage(conf, captured, capsys):
         (["--run-date", "2026-02-30"], ["run.run_date", "YYYY-MM-DD"]),
         (["--incremental"], ["run.incremental needs run.models"]),
         (["--set", "oops"], ["expected key.sub=value"]),
+        (["--stages", ""], ["--stages '' names no stage"]),
+        (["--set", "evaluate.ks=[1, x]"], ["--set 'evaluate.ks=[1, x]': evaluate.ks[1]"]),
     ],
 )
 def test_errors_exit_2_with_message(conf, captured, capsys, argv, needles):
@@ -105,6 +107,16 @@ def test_unknown_set_key_is_blamed_on_set_not_the_file(conf, captured, capsys):
         fh.write("output: /tmp/x\nneighbours: {k: 3}\n")
     assert cli.main(["run", "--config", bad]) == 2
     assert "typo.yaml" in capsys.readouterr().err  # a typo in the file still names the file
+
+
+def test_a_bad_flag_value_is_blamed_on_the_flag(conf, captured, capsys):
+    """--run-date and the other scheduling flags become run.* overrides; an error about the
+    value names the flag the user typed, not a --set they never wrote."""
+    assert cli.main(["run", "--config", conf, "--run-date", "2026-02-30"]) == 2
+    err = capsys.readouterr().err
+    assert "--run-date '2026-02-30': run.run_date: expected a calendar date" in err, err
+    assert "--set" not in err and "c.yaml" not in err
+    assert captured == []
 
 
 def test_config_file_errors_exit_2(tmp_path, captured, capsys):

@@ -444,6 +444,10 @@ def test_run_stage_given_labels(spark, tmp_path):
     assert stats["pair_plan"]["strategy"] == "broadcast"
     assert set(stats["pair_tasks_s"]) == {"all", "train"}  # side_info both: train-only graph
     assert stats["i2i_edges"] == 4 and stats["degree"]["max"] == 2.0
+    # rows_out counts the optional i2i table too, as a count of the published table
+    rows_out = Manifest(paths.manifest).stage("graph")["rows_out"]
+    assert rows_out[storage.I2I_EDGES] == spark.read.parquet(paths.table(storage.I2I_EDGES)).count()
+    assert rows_out[storage.I2I_EDGES] == 4 and storage.NODES in rows_out
     assert stats["instance_labels"] == 5
     assert stats["inputs"]["instances"]["reasons"] == {"missing_text": 1}
     assert stats["inputs"]["instance_labels"]["reasons"] == {"unknown_instance": 1}

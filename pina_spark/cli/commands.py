@@ -151,7 +151,7 @@ def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) ->
     p.add_argument(
         "--models",
         help="reuse the models of an earlier run (its run root), or "
-        "'latest': the run promoted under the config's output",
+        "'latest': the run promoted under the config's output (run.promoted_from where set)",
     )
     p.add_argument(
         "--incremental",
@@ -177,19 +177,22 @@ def config_from_args(args, base=None):
     from pina_spark.config import load_config
 
     sets = list(args.set)
-    if getattr(args, "run_date", None):
-        sets.append(f"run.run_date={args.run_date}")
-    if getattr(args, "models", None):
-        sets.append(f"run.models={args.models}")
-    if getattr(args, "incremental", False):
-        sets.append("run.incremental=true")
-    if getattr(args, "force", False):
-        sets.append("run.force=true")
+    flags: dict[str, str] = {}  # a flag's override -> the flag as given, for error messages
+    for flag, key, value in (
+        ("--run-date", "run.run_date", getattr(args, "run_date", None)),
+        ("--models", "run.models", getattr(args, "models", None)),
+        ("--incremental", "run.incremental", getattr(args, "incremental", False) or None),
+        ("--force", "run.force", getattr(args, "force", False) or None),
+    ):
+        if value:
+            item = f"{key}={'true' if value is True else value}"
+            sets.append(item)
+            flags[item] = flag if value is True else f"{flag} {value!r}"
     from pina_spark.config.redact import redact_config
     from pina_spark.storage import read_bytes
 
     redact_config(sets)  # registers secret values before anything can log them
-    cfg = load_config(args.config, sets, base=base, read=read_bytes)
+    cfg = load_config(args.config, sets, base=base, read=read_bytes, spelled=flags)
     redact_config(cfg.to_dict())
     return cfg
 

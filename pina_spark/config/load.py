@@ -17,7 +17,7 @@ pina_spark.config.sections.ConfigError: <dict>: unknown key 'neighbours' (known:
 ('graph', 'pretrain')
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pina_spark.config.sections import STAGE_NAMES, ConfigError, PinaConfig
@@ -38,8 +38,11 @@ def load_config(
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
     read: Callable[[str], bytes | None] | None = None,
+    spelled: Mapping[str, str] | None = None,
 ) -> PinaConfig:
     """Read a YAML file (or start from ``base``), apply ``key.sub=value`` overrides, build.
+    ``spelled``: how the user gave an override that came from a flag (``run.run_date=X`` ->
+    ``--run-date X``), so an error about its value names the flag.
 
     ``path`` is a local file (or ``file://``); a URI (``s3://``, ``s3a://``: a config kept
     next to an EMR step) is read by ``read`` (``None`` when it does not exist), which the CLI
@@ -76,28 +79,44 @@ def load_config(
     try:
         return config_from_dict(apply_overrides(data, overrides, source), source)
     except ConfigError as e:
-        raise _blame_overrides(e, overrides, source) from None
+        raise _blame_overrides(e, overrides, source, spelled) from None
 
 
-def _blame_overrides(e: ConfigError, overrides: list[str], source: str) -> ConfigError:
+def _blame_overrides(
+    e: ConfigError, overrides: list[str], source: str, spelled: Mapping[str, str] | None = None
+) -> ConfigError:
     """``e`` (an error of the config with ``overrides`` applied) naming the ``--set`` that
     sets the key it is about, or that key's section: a ``--set`` wins over the file, so the
-    value was the ``--set``'s. Other errors are left naming the file.
+    value was the ``--set``'s (or the flag's, as ``spelled`` gives it). Other errors are left
+    naming the file.
 
     >>> e = ConfigError("c.yaml: neighbors.k: expected an integer, found 'abc'")
     >>> print(_blame_overrides(e, ["run.force=true", "neighbors.k=abc"], "c.yaml"))
     --set 'neighbors.k=abc': neighbors.k: expected an integer, found 'abc'
     >>> print(_blame_overrides(e, ["run.force=true"], "c.yaml"))
     c.yaml: neighbors.k: expected an integer, found 'abc'
+    >>> i = ConfigError("c.yaml: evaluate.ks[1]: expected an integer, found 'x'")
+    >>> print(_blame_overrides(i, ["evaluate.ks=[1, x]"], "c.yaml"))
+    --set 'evaluate.ks=[1, x]': evaluate.ks[1]: expected an integer, found 'x'
+    >>> d = ConfigError("c.yaml: run.run_date: expected a calendar date YYYY-MM-DD")
+    >>> print(_blame_overrides(d, ["run.run_date=1"], "c.yaml", {"run.run_date=1": "--run-date 1"}))
+    --run-date 1: run.run_date: expected a calendar date YYYY-MM-DD
     """
     msg = str(e)
     if msg.startswith("--set ") or not msg.startswith(f"{source}: "):
         return e  # named already (an unknown key, apply_overrides), or not about one key
     body = msg[len(source) + 2 :]
-    key = body.split(":", 1)[0].split(" ", 1)[0]
+    key = body.split(":", 1)[0].split(" ", 1)[0].split("[", 1)[0]  # evaluate.ks[1]: evaluate.ks
     # a --set wins over the file: one that sets the key (or its section) gave the value
     named = [o for o in overrides if (key + ".").startswith(o.split("=", 1)[0].strip() + ".")]
-    return ConfigError(f"--set {', '.join(repr(o) for o in named)}: {body}") if named else e
+    if not named:
+        return e
+    spelled = spelled or {}
+    flags = [spelled[o] for o in named if o in spelled]
+    sets = [repr(o) for o in named if o not in spelled]
+    return ConfigError(
+        ", ".join(flags + ([f"--set {', '.join(sets)}"] if sets else [])) + f": {body}"
+    )
 
 
 def _read_text(path: str, read: Callable[[str], bytes | None] | None) -> str:
@@ -291,10 +310,23 @@ def set_dotted(data: dict[str, Any], key: str, value: Any, what: str) -> None:
 
 
 def parse_stages(spec: str | None) -> tuple[str, ...]:
-    """``"graph,pretrain"`` -> ordered tuple; unknown names are errors."""
-    if not spec:
+    """``"graph,pretrain"`` -> ordered tuple; ``None`` (no ``--stages``) -> every stage. Unknown
+    names are errors, and so is a list that names none (``--stages ""``: a script's unset
+    variable must not mean "every stage").
+
+    >>> parse_stages(" ,")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pina_spark.config.sections.ConfigError: --stages ' ,' names no stage (known: graph, ...)
+    """
+    if spec is None:
         return STAGE_NAMES
     names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(
+            f"--stages {spec!r} names no stage (known: {', '.join(STAGE_NAMES)}; leave "
+            f"--stages out to run them all)"
+        )
     bad = [s for s in names if s not in STAGE_NAMES]
     if bad:
         raise ConfigError(f"--stages: unknown stage(s) {bad} (known: {', '.join(STAGE_NAMES)})")

@@ -81,7 +81,7 @@ from pina_spark.orchestration.resume import (
     stale_upstream,
 )
 from pina_spark.runtime.progress import StageProgress
-from pina_spark.stages import STAGES, StageContext, StageSpec, stats_dict
+from pina_spark.stages import STAGES, StageContext, StageSpec, StageStats, stats_dict
 from pina_spark.storage.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -409,7 +409,8 @@ def _run_step(
     t0 = time.time()
     try:
         with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
-            stats = stats_dict(fn(ctx))
+            result = fn(ctx)
+            stats = stats_dict(result)
     except Exception as e:
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
@@ -417,6 +418,8 @@ def _run_step(
     dt = time.time() - t0
     commit = storage.commit_stage(ctx.paths, name, outputs, run_id)
     rows = _output_rows(spark, ctx.paths, outputs)
+    if isinstance(result, StageStats):
+        rows.update(result.optional_rows())
     total = sum(rows.values())
     rate = round(total / dt, 1) if dt > 0 and rows else None
     ctx.manifest.record_stage(

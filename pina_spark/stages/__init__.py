@@ -116,6 +116,13 @@ class StageStats(Mapping[str, Any]):
                 out[f.name] = _plain(value)
         return out
 
+    def optional_rows(self) -> dict[str, int]:
+        """``{table: rows}`` of the optional tables this run of the stage published (the
+        graph stage's ``graph/i2i_edges``, written when events are given), which the stage's
+        fixed ``outputs`` leave out; the manifest's ``rows_out`` counts them too. Stages
+        without optional tables return ``{}``."""
+        return {}
+
     def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key]
 

@@ -3,6 +3,7 @@
 import dataclasses as dc
 from typing import Any
 
+from pina_spark import storage
 from pina_spark.stages import StageStats, optional
 
 __all__ = ["GraphStats"]
@@ -51,3 +52,13 @@ class GraphStats(StageStats):
     pretrain_edges: dict[str, dict[str, int]]
     steps_s: dict[str, float]
     time_s: float
+
+    def optional_rows(self) -> dict[str, int]:
+        """``graph/i2i_edges``' rows where this run published it (events given).
+
+        >>> GraphStats(validated_on_driver=[], inputs={}, i2i_edges=4, built_on_driver=True,
+        ...     nodes={}, instance_labels=0, pretrain_edges={}, steps_s={}, time_s=0.0
+        ...     ).optional_rows()
+        {'graph/i2i_edges': 4}
+        """
+        return {} if self.i2i_edges is None else {storage.I2I_EDGES: int(self.i2i_edges)}
