@@ -459,6 +459,68 @@ def test_a_cli_run_ended_by_sigterm_releases_its_lease_and_exits_143(tmp_path):
     assert _leftovers(root) == []
 
 
+_SIGTERMED_IN_A_JOB = """
+import os, sys
+import pina_spark.cli.check as check
+import pina_spark.stages.graph as graph_stage
+from pina_spark import storage
+from pina_spark.cli import commands
+
+MARK = sys.argv[2]
+
+def slow(ctx):  # a stage whose Spark job is running (the driver waits in py4j) at SIGTERM
+    def sleepy(batches):
+        import time
+        open(MARK, "w").close()
+        time.sleep(120)
+        yield from batches
+    df = ctx.spark.range(2).mapInPandas(sleepy, "id long")
+    storage.write_table(df, ctx.paths, storage.NODES)
+
+graph_stage.run = slow
+check.require_inputs = lambda cfg, stages: None
+sys.exit(commands.main(["run", "--config", sys.argv[1], "--stages", "graph"]))
+"""
+
+
+def test_sigterm_while_a_spark_job_runs_exits_143_and_cleans_up(tmp_path):
+    """The usual case on YARN: SIGTERM reaches a driver blocked in a JVM call (a Spark job).
+    The job is cancelled and the command exits 143, its lease released and its staging folder
+    discarded, the manifest naming the termination; no py4j error (a half-read connection)
+    takes over the exit code."""
+    out, mark = tmp_path / "out", tmp_path / "job-started"
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"output: {out}\ninput: {{instances: i.parquet}}\n")
+    code = os.path.dirname(os.path.dirname(os.path.abspath(lease_mod.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(code))
+    p = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERMED_IN_A_JOB, str(conf), str(mark)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 240
+        while not mark.exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert mark.exists(), p.stderr.read() if p.poll() is not None else "no job started"
+        time.sleep(1)
+        p.send_signal(15)
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 143, err[-4000:]
+    assert "Traceback" not in err and "KeyError" not in err, err[-4000:]
+    root = storage.RunPaths(str(out)).root
+    assert storage.read_lease(root) is None and _leftovers(root) == []
+    staging = os.path.join(root, "_staging")
+    assert not os.path.exists(staging) or os.listdir(staging) == [], os.listdir(staging)
+    entry = json.load(open(storage.RunPaths(str(out)).manifest))["stages"]["graph"]
+    assert entry["status"] == "failed" and "SIGTERM" in entry["error"], entry
+
+
 def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, fake_s3):
     """Hadoop's ``s3a://`` names the objects ``s3://`` does; pyarrow knows only the latter
     (here a fake ``FileSystem.from_uri`` that refuses other schemes as pyarrow does, and maps

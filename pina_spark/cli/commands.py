@@ -227,10 +227,18 @@ def run_stages(cfg, stages, sets: list[str] | tuple[str, ...] = ()) -> dict:
 
 
 def _fail(e: BaseException) -> int:
-    """Print a known error (exit 2) or a scrubbed traceback (exit 1)."""
+    """Print a known error (exit 2) or a scrubbed traceback (exit 1); after a SIGTERM, whatever
+    error ended the command (a cancelled Spark job's) is the termination (exit 143)."""
+    from pina_spark.cli import termination
     from pina_spark.config import ConfigError
     from pina_spark.config.redact import scrub
     from pina_spark.storage import InputError, LeaseError
+
+    if termination.requested():
+        print(
+            f"pina-spark: error: {termination.Terminated()} ({type(e).__name__})", file=sys.stderr
+        )
+        return termination.EXIT_SIGTERM
 
     if isinstance(e, ConfigError | InputError | LeaseError):
         print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)

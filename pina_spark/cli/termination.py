@@ -9,6 +9,15 @@ over as stale. :func:`exit_on_sigterm`, called by the entry points, turns the fi
 thread; a second SIGTERM ends the process at once, as before. SIGKILL cannot be caught: only
 such a death (``kill -9``, the kernel's OOM killer, a lost node) leaves the lease behind.
 
+A driver is nearly always waiting in a JVM call when the signal comes (a Spark job). Raised
+there, the exception would leave that thread's py4j connection half-read, and every JVM call of
+the clean-up after it (the job group's reset, the staging folders' removal, the manifest) would
+fail with py4j's own errors, replacing the exit code 143 with 1. So inside a py4j call the
+handler only asks Spark, from another thread (another connection), to cancel every job, and
+raises :class:`Terminated` at the first check, every :data:`RETRY_S` seconds, that finds the
+main thread out of py4j; an error the cancelled call raises first still exits 143
+(:func:`requested`).
+
 Example::
 
     exit_on_sigterm()  # first thing in a command's entry point
@@ -35,10 +44,60 @@ class Terminated(SystemExit):
         return f"terminated by SIGTERM (exit code {EXIT_SIGTERM})"
 
 
+#: seconds between the checks for the main thread leaving a py4j call after SIGTERM
+RETRY_S = 0.05
+
+_requested = threading.Event()
+
+
+def requested() -> bool:
+    """Whether a SIGTERM asked this process to stop (then any error that ends the command is
+    reported as the termination: the cancelled Spark job's error, say)."""
+    return _requested.is_set()
+
+
+def in_py4j(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it runs py4j's code (a JVM call in flight).
+
+    >>> import sys
+    >>> in_py4j(sys._getframe())
+    False
+    """
+    while frame is not None:
+        if "/py4j/" in frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _cancel_spark_jobs() -> None:
+    """Cancel every job of the active SparkContext (from another thread: its own connection),
+    so that the main thread's JVM call returns."""
+    try:
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context
+        if sc is not None:
+            sc.cancelAllJobs()
+    except Exception as e:  # the process is stopping: say why it may take longer
+        log.warning("SIGTERM: could not cancel the Spark jobs: %s", e)
+
+
+def _raise_outside_py4j(frame: FrameType | None) -> None:
+    if not in_py4j(frame):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise Terminated()
+    signal.signal(signal.SIGALRM, lambda signum, f: _raise_outside_py4j(f))
+    signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    _requested.set()
     log.error("SIGTERM: stopping (releasing the lease, discarding staging folders)")
-    raise Terminated()
+    if in_py4j(frame):
+        threading.Thread(target=_cancel_spark_jobs, name="pina-sigterm", daemon=True).start()
+    _raise_outside_py4j(frame)
 
 
 def exit_on_sigterm() -> None:

@@ -411,7 +411,7 @@ def _run_step(
         with StageProgress(spark, name, run_id, ctx.cfg.run.progress_s):
             result = fn(ctx)
             stats = stats_dict(result)
-    except Exception as e:
+    except BaseException as e:  # a SIGTERM's SystemExit too: the stage did not finish
         ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
         raise
