@@ -277,7 +277,7 @@ def _manifest_after_a_full_run(cfg, fp_inputs):
     base = resume.base_token(cfg, fp_inputs)
     for name in resume.STAGE_NAMES:
         m.record_stage(name, {}, resume.stage_fingerprint(cfg, m, base, name), 1.0)
-        for o in resume.step_outputs(name):
+        for o in resume.step_outputs(name, cfg):
             os.makedirs(paths.table(o), exist_ok=True)
             open(paths.table(o) + "/_SUCCESS", "w").close()
     return m
@@ -318,6 +318,23 @@ def test_plan_skips_complete_steps_and_reruns_what_follows_a_change(tmp_path):
         _actions(resume.plan_steps(cfg, ("graph",), m, "x", is_complete_arrow)).values()
     ) == {"run"}
     assert resume.plan_steps(cfg, ("graph",), m, None, is_complete_arrow)[0].action == "unknown"
+
+
+def test_a_rerun_of_a_models_run_skips_every_complete_step(tmp_path):
+    """A run with run.models over every stage reuses that run's vectorizer and g, publishing
+    neither in its own root; a rerun (a retried or resumed run) skips every step instead of
+    finding them missing here and redoing vectorizer and all after it."""
+    from pina_spark.storage.preflight import is_complete_arrow
+
+    cfg = config_from_dict(
+        {"output": str(tmp_path / "new"), "run": {"models": str(tmp_path / "old")}}
+    )
+    m = _manifest_after_a_full_run(cfg, "fp-in")
+    paths = storage.RunPaths(cfg.output)
+    assert not os.path.exists(paths.table(storage.VECTORIZER))
+    assert not os.path.exists(paths.table(storage.MODELS))
+    plan = resume.plan_steps(cfg, resume.STAGE_NAMES, m, "fp-in", is_complete_arrow)
+    assert set(_actions(plan).values()) == {"skip"}, [(s.step, s.reason) for s in plan]
 
 
 def test_the_nodes_pre_step_of_a_models_run(tmp_path):

@@ -79,6 +79,7 @@ from pina_spark.orchestration.resume import (
     stage_fingerprint,
     stage_names,
     stale_upstream,
+    step_outputs,
 )
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec, StageStats, stats_dict
@@ -244,7 +245,7 @@ def _run_leased(
                 fn = spec.load()
             ran = [s for s, r in result.items() if r == "ran"]
             result[spec.name] = _run_step(
-                ctx, spec.name, fp, spec.outputs, force, fn, run_id, ran, stages
+                ctx, spec.name, fp, step_outputs(spec.name, cfg), force, fn, run_id, ran, stages
             )
             if spec.name == "graph" and {"train", "evaluate"} & set(stages):
                 _require_test_rows(ctx)

@@ -175,8 +175,26 @@ def stale_upstream(
     return out
 
 
-def step_outputs(name: str) -> Sequence[str]:
-    return (storage.NODES,) if name == NODES_STEP else STAGES[name].outputs
+#: stages that, in a run with ``run.models``, reuse that run's model folder and fit nothing
+REUSES_MODELS = ("vectorizer", "pretrain")
+
+
+def step_outputs(name: str, cfg: PinaConfig | None = None) -> Sequence[str]:
+    """The folders step ``name`` publishes in ``cfg``'s run root: none for a stage that reuses
+    the model folder of ``run.models`` (:data:`REUSES_MODELS`: its folder lives in that run, so
+    a rerun must not find it missing here and redo every stage after it).
+
+    >>> from pina_spark.config import config_from_dict
+    >>> step_outputs("vectorizer")
+    ('vectorizer',)
+    >>> step_outputs("vectorizer", config_from_dict({"output": "/r", "run": {"models": "/m"}}))
+    ()
+    """
+    if name == NODES_STEP:
+        return (storage.NODES,)
+    if cfg is not None and cfg.run.models and name in REUSES_MODELS:
+        return ()
+    return STAGES[name].outputs
 
 
 def decide(
@@ -299,7 +317,7 @@ def plan_steps(
     runs: list[str] = []
     for name in names:
         fp = None if base is None else stage_fingerprint(cfg, manifest, base, name)
-        done = {o: output_complete(paths.table(o)) for o in step_outputs(name)}
+        done = {o: output_complete(paths.table(o)) for o in step_outputs(name, cfg)}
         missing: list[str] | None = [o for o, ok in done.items() if ok is False]
         if not missing and any(ok is None for ok in done.values()):
             missing = None
