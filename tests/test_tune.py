@@ -212,6 +212,15 @@ def test_tune_grid_errors_name_the_key(spark, tmp_path):
         point_config(cfg, {"neighbors.weighting": "bogus"}, str(tmp_path / "w"))
     with pytest.raises(ConfigError, match="only stage parameters"):
         point_config(cfg, {"input.instances": "x"}, str(tmp_path / "w"))
+    # read by stages whose outputs tune reuses: a value there would change nothing it reports
+    for key, stage in (
+        ("pretrain.dense_weight", "vectorizer"),
+        ("pretrain.encoder", "vectorizer"),
+        ("neighbors.folds", "pretrain"),
+        ("graph.min_count", "graph"),
+    ):
+        with pytest.raises(ConfigError, match=f"'{key}': read by the {stage} stage"):
+            point_config(cfg, {key: 0.5}, str(tmp_path / "w"))
     p = point_config(cfg, {"neighbors.k": 7, "aggregate.v1_weight": 0.5}, str(tmp_path / "w"))
     assert (p.neighbors.k, p.aggregate.v1_weight, p.output) == (7, 0.5, str(tmp_path / "w"))
     assert p.run.models is None and p.train.variants == ["baseline", "pina_naive", "pina"]

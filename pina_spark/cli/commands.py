@@ -462,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=v1,v2",
-        help="e.g. --grid neighbors.k=3,5,10 (repeatable)",
+        help="e.g. --grid neighbors.k=3,5,10 (repeatable); keys of the stages tune reruns "
+        "(neighbors, aggregate, train, evaluate) that no stage it reuses reads",
     )
     p.set_defaults(fn=_cmd_tune)
 

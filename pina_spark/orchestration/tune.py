@@ -144,16 +144,59 @@ def point_id(point: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(point, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
+#: the stages whose outputs a tuning run reuses from the finished run
+REUSED = ("graph", "vectorizer", "embed", "pretrain")
+
+
+def _reads(entries: Sequence[str], key: str) -> bool:
+    """Whether fingerprint ``entries`` (sections or dotted fields) cover ``key`` or a part of it."""
+    return any(key == e or key.startswith(e + ".") or e.startswith(key + ".") for e in entries)
+
+
+def grid_key_problem(cfg: PinaConfig, key: str) -> str | None:
+    """Why ``key`` cannot be a tune grid key, or ``None``: a tuning run reruns only the stages
+    of :data:`PHASE1` and :data:`PHASE2`, so a key must be read by one of them (their
+    fingerprint fields) and by none of the :data:`REUSED` ones, whose outputs come from the
+    run unchanged (a value set there would be reported for results it never made).
+    ``inference.*`` only says how a stage runs, so the neighbours stage may take it.
+
+    Examples
+    --------
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/r"})
+    >>> grid_key_problem(cfg, "neighbors.k") is None, grid_key_problem(cfg, "train.topk") is None
+    (True, True)
+    >>> print(grid_key_problem(cfg, "neighbors.folds").split(",")[0])
+    tune grid key 'neighbors.folds': read by the pretrain stage
+    >>> print(grid_key_problem(cfg, "pretrain.dense_weight").split(",")[0])
+    tune grid key 'pretrain.dense_weight': read by the vectorizer stage
+    """
+    from pina_spark.stages import STAGES
+
+    if key.split(".")[0] in ("output", "run", "input", "task", "tune"):
+        return f"tune grid key {key!r}: only stage parameters can be tuned"
+    for name in REUSED:
+        entries = [e for e in STAGES[name].fingerprint_sections(cfg) if e != "inference"]
+        if _reads(entries, key):
+            return (
+                f"tune grid key {key!r}: read by the {name} stage, whose outputs a tuning run "
+                f"reuses from the run (it reruns {', '.join(PHASE1 + PHASE2)}): try other values "
+                f"of it in runs of their own, compared with pina-spark compare"
+            )
+    if not any(_reads(STAGES[n].fingerprint_sections(cfg), key) for n in PHASE1 + PHASE2):
+        return f"tune grid key {key!r}: no stage a tuning run reruns reads it"
+    return None
+
+
 def point_config(cfg: PinaConfig, point: dict[str, Any], work_root: str) -> PinaConfig:
     """The config of one grid point, run in ``work_root`` (strict: an unknown key or a bad value
-    raises :class:`ConfigError` naming it)."""
+    raises :class:`ConfigError` naming it, and so does a key no rerun stage reads,
+    :func:`grid_key_problem`)."""
     data = copy.deepcopy(cfg.to_dict())
     for k, v in point.items():
-        if k.split(".")[0] in ("output", "run", "input", "task", "tune"):
-            raise ConfigError(
-                f"tune grid key {k!r}: only stage parameters can be tuned "
-                f"(neighbors.*, aggregate.*, train.*, evaluate.*, inference.*)"
-            )
+        problem = grid_key_problem(cfg, k)
+        if problem:
+            raise ConfigError(problem)
         set_dotted(data, k, v, "tune grid key")
     data["output"] = work_root
     data["run"] = {"run_date": None, "models": None, "incremental": False, "force": False}
