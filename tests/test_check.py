@@ -337,6 +337,34 @@ def test_a_rerun_of_a_models_run_skips_every_complete_step(tmp_path):
     assert set(_actions(plan).values()) == {"skip"}, [(s.step, s.reason) for s in plan]
 
 
+def test_the_plan_refuses_what_run_would_refuse_after_starting(demo_inputs, tmp_path, capsys):
+    """check says the run cannot start (exit 2) where the run would stop at a stage: it reads an
+    upstream step's outputs that the root lacks (a stage named alone on a new root), or that
+    were made with other settings (stale_upstream). The run refuses both before it records
+    anything (plan_problem)."""
+    from pina_spark.storage.preflight import is_complete_arrow
+
+    out = tmp_path / "run"
+    args = ["check", "--config", DEMO_CONF, "--stages", "train"] + _sets(demo_inputs, out)
+    assert cli.main(args) == 2
+    text = capsys.readouterr().out
+    assert "stage train reads the outputs of graph, which this root lacks" in text, text
+    assert "--stages graph,vectorizer,embed,pretrain,neighbors,aggregate,train" in text
+    cfg = config_from_dict({"output": str(tmp_path / "r2")})
+    m = _manifest_after_a_full_run(cfg, "fp-in")
+    for name in resume.STAGE_NAMES:  # as recorded by a run with these settings
+        e = m.stage(name)
+        m.record_stage(name, {}, e["fingerprint"], 1.0, settings=resume.settings_token(cfg, name))
+    other = config_from_dict({"output": str(tmp_path / "r2"), "inference": {"batch_size": 7}})
+    plan = resume.plan_steps(other, ("neighbors",), m, "fp-in", is_complete_arrow)
+    problem = resume.plan_problem(other, ("neighbors",), m, plan, is_complete_arrow)
+    assert problem.startswith("stage neighbors refuses the outputs of embed"), problem
+    assert problem.endswith("Rerun from the first of them: --stages embed,pretrain,neighbors")
+    # the same command over embed too reruns it: nothing stale is read
+    plan = resume.plan_steps(other, ("embed", "neighbors"), m, "fp-in", is_complete_arrow)
+    assert resume.plan_problem(other, ("embed", "neighbors"), m, plan, is_complete_arrow) is None
+
+
 def test_the_nodes_pre_step_of_a_models_run(tmp_path):
     cfg = config_from_dict(
         {"output": str(tmp_path / "new"), "run": {"models": str(tmp_path / "old")}}

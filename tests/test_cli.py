@@ -85,6 +85,8 @@ def test_job_main_runs_one_stage(conf, captured, capsys):
         (["--incremental"], ["run.incremental needs run.models"]),
         (["--set", "oops"], ["expected key.sub=value"]),
         (["--stages", ""], ["--stages '' names no stage"]),
+        (["--set", "output="], ["--set 'output=': output: expected the run's output folder"]),
+        (["--set", "output=/"], ["output: expected the run's output folder, got '/'"]),
         (["--set", "evaluate.ks=[1, x]"], ["--set 'evaluate.ks=[1, x]': evaluate.ks[1]"]),
     ],
 )

@@ -120,6 +120,13 @@ def test_compare_json(tmp_path, capsys):
     assert {x["stage"] for x in d["durations"]} == {"graph", "vectorizer", "embed", "evaluate"}
 
 
+def test_compare_names_a_folder_that_is_no_run_root(tmp_path, capsys):
+    a = _run(str(tmp_path / "a"), 0.4, ["i1"], {"pina": [1]})
+    assert cli.main(["compare", a, str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "no run manifest (is " in err and "evaluate stage" not in err, err
+
+
 def test_a_closed_pipe_prints_no_traceback(tmp_path):
     """`pina-spark status RUN | head -1`: the reader goes away before the output is written."""
     root = _run(str(tmp_path / "a"), 0.5, ["i1"], {"pina": [1]})

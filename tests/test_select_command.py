@@ -189,6 +189,10 @@ def test_select_end_to_end_on_the_demo_root(spark, selected):
     again = json.loads(storage.read_bytes(selection_uri(root)))
     assert len(again["resumed_steps"]) == 2
     assert _strip(again) == _strip(rec) | {"resumed_steps": again["resumed_steps"]}
+    # --force recomputes every step (it used to be accepted and ignored)
+    assert cli.main(["select", "--config", cfg, "--force"]) == 0
+    forced = json.loads(storage.read_bytes(selection_uri(root)))
+    assert forced["resumed_steps"] == [] and forced["variant"] == rec["variant"]
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
-from pina_spark.orchestration.resume import StepPlan, inputs_read, plan_steps
+from pina_spark.orchestration.resume import StepPlan, inputs_read, plan_problem, plan_steps
 from pina_spark.storage.preflight import (
     InputReport,
     input_fingerprint_local,
@@ -372,6 +372,8 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
         if manifest is not None:
             has_manifest = bool(manifest.data.get("stages") or manifest.data.get("history"))
             plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow)
+            problem = plan_problem(cfg, stages, manifest, plan, is_complete_arrow)
+            problems += [problem] if problem else []
     return CheckReport(
         root=paths.root,
         stages=list(stages),

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
 
 from pina_spark.cli.termination import exit_on_sigterm
 
@@ -133,7 +134,17 @@ def setup_logging(level: str = "INFO") -> None:
             h.addFilter(Py4JRetryFilter())
 
 
-def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) -> None:
+#: the scheduling flags of a command that runs pipeline stages
+RUN_FLAGS = ("run_date", "models", "incremental", "force")
+
+
+def add_config_args(
+    p: argparse.ArgumentParser,
+    config_required: bool = True,
+    flags: Sequence[str] = RUN_FLAGS,
+) -> None:
+    """``--config``, ``--set``, ``--log-level`` and the scheduling ``flags`` a command reads
+    (a command that would ignore a flag does not take it: argparse then refuses it)."""
     p.add_argument(
         "--config",
         required=config_required,
@@ -147,18 +158,22 @@ def add_config_args(p: argparse.ArgumentParser, config_required: bool = True) ->
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set neighbors.k=10 (repeatable)",
     )
-    p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
-    p.add_argument(
-        "--models",
-        help="reuse the models of an earlier run (its run root), or "
-        "'latest': the run promoted under the config's output (run.promoted_from where set)",
-    )
-    p.add_argument(
-        "--incremental",
-        action="store_true",
-        help="recompute only new or changed instances (needs --models)",
-    )
-    p.add_argument("--force", action="store_true", help="redo stages even if complete")
+    if "run_date" in flags:
+        p.add_argument("--run-date", help="YYYY-MM-DD: outputs under <output>/run_date=<date>/")
+    if "models" in flags:
+        p.add_argument(
+            "--models",
+            help="reuse the models of an earlier run (its run root), or "
+            "'latest': the run promoted under the config's output (run.promoted_from where set)",
+        )
+    if "incremental" in flags:
+        p.add_argument(
+            "--incremental",
+            action="store_true",
+            help="recompute only new or changed instances (needs --models)",
+        )
+    if "force" in flags:
+        p.add_argument("--force", action="store_true", help="redo stages even if complete")
     add_log_level(p)
 
 
@@ -285,7 +300,10 @@ def _cmd_demo(args) -> int:
             {"input": os.path.join(out, "input"), "output": cfg.output, "stages": result}, indent=2
         )
     )
-    _emit(f"\nDemo outputs are under {cfg.output}")
+    from pina_spark.stages.evaluate.stage import REPORT_FILE, eval_file
+
+    report = eval_file(cfg.output, REPORT_FILE)
+    _emit(f"\nDemo outputs are under {cfg.output}; the report: {report}")
     return 0
 
 
@@ -456,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_parser = p
 
     p = _subparser(sub, "tune", "grid over cheap stages on a validation split of train")
-    add_config_args(p)
+    add_config_args(p, flags=("run_date", "models"))  # every point is computed afresh
     p.add_argument(
         "--grid",
         action="append",
@@ -473,11 +491,12 @@ def main(argv: list[str] | None = None) -> int:
         "choose the variant of a finished run root on a validation split of train (the select "
         "section), and publish it for production runs",
     )
-    add_config_args(p)
+    add_config_args(p, flags=("run_date", "models", "force"))  # --force: recompute kept steps
     p.set_defaults(fn=_cmd_select)
 
     p = _subparser(sub, "skeleton", "print every config key with its default")
-    p.set_defaults(fn=_cmd_skeleton, log_level="INFO")
+    add_log_level(p)
+    p.set_defaults(fn=_cmd_skeleton)
 
     p = _subparser(
         sub,

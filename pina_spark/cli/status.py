@@ -206,6 +206,7 @@ def compare_data(a_root: str, b_root: str) -> dict[str, Any]:
     ma, mb = read_metrics(a_root), read_metrics(b_root)
     if ma is None or mb is None:
         root = a_root if ma is None else b_root
+        _manifest(root)  # not a run root: say so, rather than ask for its evaluate stage
         raise ConfigError(
             f"{eval_file(root, METRICS_FILE)}: not found (run "
             "the evaluate stage of that run first)"

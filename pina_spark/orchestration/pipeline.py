@@ -73,11 +73,13 @@ from pina_spark.orchestration.resume import (
     decide,
     g_lacking,
     models_run_root,
+    plan_problem,
     plan_steps,
     runs_nodes_step,
     settings_token,
     stage_fingerprint,
     stage_names,
+    stale_message,
     stale_upstream,
     step_outputs,
 )
@@ -194,6 +196,13 @@ def _run_leased(
     if runs_nodes_step(cfg, ctx.paths.root, stages):
         _refuse_a_full_runs_root(ctx)  # before anything is written, the manifest included
     storage.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
+    input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
+    base = base_token(cfg, input_fp)
+    complete = lambda uri: storage.is_complete(spark, uri)  # noqa: E731
+    steps = plan_steps(cfg, stages, ctx.manifest, input_fp, complete)
+    problem = plan_problem(cfg, stages, ctx.manifest, steps, complete)
+    if problem:  # before the manifest records the run: nothing ran
+        raise storage.InputError(problem)
     ctx.manifest.set_run_info(cfg.to_dict())
     ctx.manifest.start_run(
         run_id,
@@ -209,11 +218,7 @@ def _run_leased(
         ctx.paths.root,
         f", models of {cfg.run.models}" if cfg.run.models else "",
     )
-    input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
-    base = base_token(cfg, input_fp)
-    for step in plan_steps(
-        cfg, stages, ctx.manifest, input_fp, lambda uri: storage.is_complete(spark, uri)
-    ):
+    for step in steps:
         log.info("plan: %s %s (%s)", step.step, step.action, step.reason)
     result: dict[str, str] = {}
     try:
@@ -360,21 +365,8 @@ def require_upstream_current(ctx: StageContext, name: str, stages: Sequence[str]
         Names each stale step, both settings tokens and the stages to run.
     """
     stale = stale_upstream(ctx.cfg, ctx.manifest, name, stages)
-    if not stale:
-        return
-    first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
-    upto = STAGE_NAMES[STAGE_NAMES.index(first) : STAGE_NAMES.index(name) + 1] if first else ()
-    if runs_nodes_step(ctx.cfg, ctx.paths.root, upto):  # the models run's stages stay there
-        upto = tuple(s for s in upto if s not in ("graph", "vectorizer", "pretrain"))
-    upto = tuple(stage_names(ctx.cfg, upto))
-    detail = ", ".join(f"{s} (recorded {r}, now {n})" for s, r, n in stale)
-    models = f" (run.models: {ctx.cfg.run.models})" if ctx.cfg.run.models else ""
-    raise storage.InputError(
-        f"stage {name} refuses the outputs of {detail} in {ctx.paths.root}: they were made "
-        f"with other models{models} or settings than this command's, and reading them would "
-        f"mix the two. Rerun from the first of them"
-        + (f": --stages {','.join(upto)}" if upto else "")
-    )
+    if stale:
+        raise storage.InputError(stale_message(ctx.cfg, ctx.paths.root, name, stale))
 
 
 def _run_step(

@@ -175,6 +175,72 @@ def stale_upstream(
     return out
 
 
+def stale_message(
+    cfg: PinaConfig, root: str, name: str, stale: Sequence[tuple[str, str, str]]
+) -> str:
+    """The refusal of step ``name`` over the :func:`stale_upstream` steps ``stale``: which, both
+    settings tokens, and the stages to rerun (from the first stale one to ``name``)."""
+    first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
+    upto = STAGE_NAMES[STAGE_NAMES.index(first) : STAGE_NAMES.index(name) + 1] if first else ()
+    if runs_nodes_step(cfg, root, upto):  # the models run's stages stay there
+        upto = tuple(s for s in upto if s not in ("graph", "vectorizer", "pretrain"))
+    upto = tuple(stage_names(cfg, upto))
+    detail = ", ".join(f"{s} (recorded {r}, now {n})" for s, r, n in stale)
+    models = f" (run.models: {cfg.run.models})" if cfg.run.models else ""
+    return (
+        f"stage {name} refuses the outputs of {detail} in {root}: they were made "
+        f"with other models{models} or settings than this command's, and reading them would "
+        f"mix the two. Rerun from the first of them"
+        + (f": --stages {','.join(upto)}" if upto else "")
+    )
+
+
+def plan_problem(
+    cfg: PinaConfig,
+    stages: Sequence[str],
+    manifest: Manifest,
+    plan: Sequence["StepPlan"],
+    output_complete: Callable[[str], bool | None],
+) -> str | None:
+    """Why a command over ``stages`` cannot run on this root though :func:`plan_steps` runs its
+    steps, or ``None``: a step it runs would read the outputs of an earlier step that it does not
+    run and that are missing or incomplete here (``output_complete`` is ``False``), or that were
+    made with other models or settings (:func:`stale_upstream`). Decided before any step runs,
+    by ``check`` and by the run itself, so that the run stops before it writes anything.
+
+    >>> import tempfile, os
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": tempfile.mkdtemp()})
+    >>> m = Manifest(os.path.join(cfg.output, "_manifest.json"))
+    >>> plan = plan_steps(cfg, ("train",), m, "fp", lambda uri: False)
+    >>> print(plan_problem(cfg, ("train",), m, plan, lambda uri: False).split(" (")[0])
+    stage train reads the outputs of graph, which this root lacks or holds incomplete
+    """
+    paths = storage.RunPaths(cfg.output, cfg.run.run_date)
+    runs = [s.step for s in plan if s.action == RUN]
+    order = tuple(stage_names(cfg, STAGE_NAMES))
+    if runs_nodes_step(cfg, paths.root, stages):  # its nodes come from the models run instead
+        order = (NODES_STEP,) + tuple(s for s in order if s != "graph")
+    for name in runs:
+        if name not in order:
+            continue
+        stale = [t for t in stale_upstream(cfg, manifest, name, stages) if t[0] not in runs]
+        if stale:
+            return stale_message(cfg, paths.root, name, stale)
+        for up in order[: order.index(name)]:
+            if up in runs:
+                continue
+            lost = [o for o in step_outputs(up, cfg) if output_complete(paths.table(o)) is False]
+            if lost:
+                todo = [s for s in order[order.index(up) : order.index(name) + 1] if s in STAGES]
+                return (
+                    f"stage {name} reads the outputs of {up}, which this root lacks or holds "
+                    f"incomplete ({', '.join(lost)} in {paths.root}): run from {up}"
+                    + (f" (--stages {','.join(todo)})" if todo else "")
+                )
+    return None
+
+
 #: stages that, in a run with ``run.models``, reuse that run's model folder and fit nothing
 REUSES_MODELS = ("vectorizer", "pretrain")
 

@@ -946,7 +946,7 @@ def run_select(cfg: PinaConfig, spark=None, run_id: str | None = None) -> dict[s
                 models_root=src.table(storage.MODELS),
             )
             key = step_key(scfg, state, cv_folds)
-            kept = load_step(work, step, key)
+            kept = None if cfg.run.force else load_step(work, step, key)  # --force: recompute
             if kept is not None:
                 m, by_variant = kept
                 resumed.append(step.id)

@@ -58,6 +58,7 @@ __all__ = [
     "REPORTED_KS",
     "TRAIN_STATS_FILE",
     "METRICS_FILE",
+    "REPORT_FILE",
     "read_metrics",
     "eval_file",
     "read_per_instance",
@@ -66,6 +67,8 @@ __all__ = [
 #: the run's metrics (``<root>/eval/metrics.json``): written by :func:`run`, read through
 #: :func:`read_metrics`
 METRICS_FILE = "metrics.json"
+#: the evaluate stage's report, under ``eval/``
+REPORT_FILE = "report.md"
 #: cut-offs that are always in metrics.json (more from ``evaluate.ks`` are added)
 REPORTED_KS = (1, 3, 5, 10)
 #: cut-offs of the significance tests
@@ -601,7 +604,7 @@ def _write_eval(ctx, eval_dir, metrics, ks, test_ids, truths, preds, per_inst) -
     storage.write_bytes(eval_dir + "/pk.png", _plot_pk(metrics, ks))
     examples_md = _examples_markdown(spark, paths, cfg, test_ids, truths, preds)
     report = _report_markdown(metrics, ks, examples_md, _selection_section(cfg))
-    storage.write_bytes(eval_dir + "/report.md", report.encode("utf-8"))
+    storage.write_bytes(eval_dir + "/" + REPORT_FILE, report.encode("utf-8"))
     held = _pretrain_report(ctx.models_root)
     if held is not None:
         storage.write_bytes(eval_dir + "/" + PRETRAIN_REPORT, held)
