@@ -225,6 +225,9 @@ def test_a_run_following_a_selection_into_a_new_output_checks_the_models_first(
 
 def test_an_input_the_stages_do_not_read_does_not_block(demo_inputs, tmp_path, capsys):
     inputs = dict(demo_inputs, events=str(tmp_path / "gone.parquet"))
+    nodes = tmp_path / "run" / storage.NODES  # a root where the stages before train ran
+    nodes.mkdir(parents=True)
+    (nodes / "_SUCCESS").write_text("")
     argv = ["check", "--config", DEMO_CONF, "--stages", "train,evaluate"]
     assert cli.main(argv + _sets(inputs, tmp_path / "run")) == 0
     assert "(not read by these stages) input.events" in capsys.readouterr().out
@@ -348,7 +351,7 @@ def test_the_plan_refuses_what_run_would_refuse_after_starting(demo_inputs, tmp_
     args = ["check", "--config", DEMO_CONF, "--stages", "train"] + _sets(demo_inputs, out)
     assert cli.main(args) == 2
     text = capsys.readouterr().out
-    assert "stage train reads the outputs of graph, which this root lacks" in text, text
+    assert "stage train reads the run root's nodes, which this root lacks" in text, text
     assert "--stages graph,vectorizer,embed,pretrain,neighbors,aggregate,train" in text
     cfg = config_from_dict({"output": str(tmp_path / "r2")})
     m = _manifest_after_a_full_run(cfg, "fp-in")
@@ -360,9 +363,13 @@ def test_the_plan_refuses_what_run_would_refuse_after_starting(demo_inputs, tmp_
     problem = resume.plan_problem(other, ("neighbors",), m, plan, is_complete_arrow)
     assert problem.startswith("stage neighbors refuses the outputs of embed"), problem
     assert problem.endswith("Rerun from the first of them: --stages embed,pretrain,neighbors")
-    # the same command over embed too reruns it: nothing stale is read
-    plan = resume.plan_steps(other, ("embed", "neighbors"), m, "fp-in", is_complete_arrow)
-    assert resume.plan_problem(other, ("embed", "neighbors"), m, plan, is_complete_arrow) is None
+    # the same command over embed too reruns it: nothing stale is read, with or without the
+    # inputs' fingerprint (inputs on S3: the plan's actions are unknown)
+    for fp in ("fp-in", None):
+        plan = resume.plan_steps(other, ("embed", "neighbors"), m, fp, is_complete_arrow)
+        assert (
+            resume.plan_problem(other, ("embed", "neighbors"), m, plan, is_complete_arrow) is None
+        )
 
 
 def test_the_nodes_pre_step_of_a_models_run(tmp_path):

@@ -87,6 +87,7 @@ def test_job_main_runs_one_stage(conf, captured, capsys):
         (["--stages", ""], ["--stages '' names no stage"]),
         (["--set", "output="], ["--set 'output=': output: expected the run's output folder"]),
         (["--set", "output=/"], ["output: expected the run's output folder, got '/'"]),
+        (["--set", "output=s3://"], ["output: expected the run's output folder, got 's3://'"]),
         (["--set", "evaluate.ks=[1, x]"], ["--set 'evaluate.ks=[1, x]': evaluate.ks[1]"]),
     ],
 )

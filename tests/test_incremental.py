@@ -13,7 +13,7 @@ import yaml
 
 from pina_spark import storage
 from pina_spark.config import config_from_dict
-from pina_spark.orchestration import pipeline
+from pina_spark.orchestration import pipeline, resume
 from pina_spark.storage.manifest import Manifest
 
 from demo_run import require_finished
@@ -168,9 +168,11 @@ def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_s
     assert "stage neighbors refuses the outputs of" in msg and "embed (recorded" in msg
     assert "--stages embed,neighbors" in msg and other in msg
     m = Manifest(storage.RunPaths(out, DAY).manifest)
-    assert m.stage("neighbors") is None  # refused before it started
+    assert m.stage("neighbors") is None and m.stage("nodes")["settings"] != resume.settings_token(
+        cfg2, "nodes"
+    )  # refused before anything ran, the nodes pre-step included
     assert pipeline.run_pipeline(spark, cfg2, ["embed", "neighbors"]) == {
-        "nodes": "skipped",
+        "nodes": "ran",
         "embed": "ran",
         "neighbors": "ran",
     }

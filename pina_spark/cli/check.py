@@ -206,7 +206,8 @@ def s3a_endpoint_problem(cfg: PinaConfig, site: Mapping[str, str] | None = None)
     >>> s3a_endpoint_problem(config_from_dict({"output": "s3a://b/run"}), other) is None
     True
     """
-    roots = [u for u in (cfg.output, cfg.run.models) if u and storage.arrow_uri(u) != u]
+    named = (cfg.output, cfg.run.models, cfg.run.promoted_from)
+    roots = [u for u in named if u and storage.arrow_uri(u) != u]
     if not roots:
         return None
     site = hadoop_site_conf() if site is None else site

@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pina_spark.cli.termination import exit_on_sigterm
+from pina_spark.runtime.termination import exit_on_sigterm
 
 log = logging.getLogger("pina_spark")
 
@@ -241,15 +241,28 @@ def run_stages(cfg, stages, sets: list[str] | tuple[str, ...] = ()) -> dict:
         return run_pipeline(spark, cfg, stages)
 
 
+def _terminated_rc() -> int | None:
+    """143 where a SIGTERM came during a command that then ended without an error (its job
+    finished before the cancellation reached it): the process was still asked to stop."""
+    from pina_spark.runtime import termination
+
+    if not termination.requested():
+        return None
+    termination.disarm()
+    print(f"pina-spark: error: {termination.Terminated()}", file=sys.stderr)
+    return termination.EXIT_SIGTERM
+
+
 def _fail(e: BaseException) -> int:
     """Print a known error (exit 2) or a scrubbed traceback (exit 1); after a SIGTERM, whatever
     error ended the command (a cancelled Spark job's) is the termination (exit 143)."""
-    from pina_spark.cli import termination
     from pina_spark.config import ConfigError
     from pina_spark.config.redact import scrub
+    from pina_spark.runtime import termination
     from pina_spark.storage import InputError, LeaseError
 
     if termination.requested():
+        termination.disarm()
         print(
             f"pina-spark: error: {termination.Terminated()} ({type(e).__name__})", file=sys.stderr
         )
@@ -533,9 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "log_level", "INFO"))
     exit_on_sigterm()
     try:
-        return args.fn(args)
+        rc = args.fn(args)
     except Exception as e:
         return _fail(e)
+    return _terminated_rc() or rc
 
 
 def job_main(stage: str, argv: list[str] | None = None) -> int:
@@ -551,4 +565,4 @@ def job_main(stage: str, argv: list[str] | None = None) -> int:
     except Exception as e:
         return _fail(e)
     _emit(json.dumps({"output": cfg.output, "stages": result}))
-    return 0
+    return _terminated_rc() or 0

@@ -1,5 +1,5 @@
-"""``pina-spark promote``: record in the promotion record (``<output>/_PROMOTED``) the digests of
-the promoted run's models.
+"""``pina-spark promote``: record in the promotion record (``<output>/_PROMOTED``, or
+``<run.promoted_from>/_PROMOTED`` where that is set) the digests of the promoted run's models.
 
 A record written before pina-spark recorded digests names a run but vouches for none of its
 model folders, so ``--models latest`` is refused (:func:`pina_spark.models.trust.anchor`) until
@@ -18,8 +18,9 @@ import sys
 
 #: the subcommand's help line and its ``--help`` epilog
 HELP = (
-    "record the digests of the promoted run's models in <output>/_PROMOTED (once, after an "
-    "upgrade: a record without them vouches for nothing)"
+    "record the digests of the promoted run's models in <output>/_PROMOTED (of "
+    "run.promoted_from where set; once, after an upgrade: a record without them vouches for "
+    "nothing)"
 )
 EXAMPLES = """examples:
   pina-spark promote --config conf/emr.yaml

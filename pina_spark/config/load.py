@@ -256,7 +256,8 @@ def _check_combinations(cfg: PinaConfig, source: str) -> None:
         )
     if cfg.task.labels == "graph" and not inp.events:
         raise ConfigError(f"{source}: task.labels=graph needs input.events")
-    if not str(cfg.output).strip().rstrip("/"):
+    _, sep, rest = str(cfg.output).strip().partition("://")
+    if not (rest if sep else str(cfg.output).strip()).strip("/"):
         # an empty output would put the run root, its lease and tables at the filesystem root
         raise ConfigError(f"{source}: output: expected the run's output folder, got {cfg.output!r}")
     out = cfg.output.rstrip("/")

@@ -83,6 +83,7 @@ from pina_spark.orchestration.resume import (
     stale_upstream,
     step_outputs,
 )
+from pina_spark.runtime import termination
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec, StageStats, stats_dict
 from pina_spark.storage.manifest import Manifest
@@ -405,7 +406,10 @@ def _run_step(
             result = fn(ctx)
             stats = stats_dict(result)
     except BaseException as e:  # a SIGTERM's SystemExit too: the stage did not finish
-        ctx.manifest.mark_failed(name, f"{type(e).__name__}: {e}")
+        why = f"{type(e).__name__}: {e}"
+        if termination.requested():  # e: Terminated, or the cancelled Spark job's error
+            why = f"{termination.Terminated()} ({type(e).__name__})"
+        ctx.manifest.mark_failed(name, why)
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
         raise
     dt = time.time() - t0

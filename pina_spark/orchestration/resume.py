@@ -203,10 +203,13 @@ def plan_problem(
     output_complete: Callable[[str], bool | None],
 ) -> str | None:
     """Why a command over ``stages`` cannot run on this root though :func:`plan_steps` runs its
-    steps, or ``None``: a step it runs would read the outputs of an earlier step that it does not
-    run and that are missing or incomplete here (``output_complete`` is ``False``), or that were
-    made with other models or settings (:func:`stale_upstream`). Decided before any step runs,
-    by ``check`` and by the run itself, so that the run stops before it writes anything.
+    steps, or ``None``: a step it runs would read outputs of an earlier step that it does not
+    name and that were made with other models or settings (:func:`stale_upstream`, what each
+    stage refuses when it starts), or it runs stages on a root without ``nodes`` (every stage
+    after graph reads it) and publishes none itself (no graph stage, no ``nodes`` pre-step).
+    Decided before any step runs, by ``check`` and by the run itself, so that the run stops
+    before it records anything. Other missing tables are the stages' own errors: which a stage
+    reads depends on the stage and its settings.
 
     >>> import tempfile, os
     >>> from pina_spark.config import config_from_dict
@@ -214,30 +217,24 @@ def plan_problem(
     >>> m = Manifest(os.path.join(cfg.output, "_manifest.json"))
     >>> plan = plan_steps(cfg, ("train",), m, "fp", lambda uri: False)
     >>> print(plan_problem(cfg, ("train",), m, plan, lambda uri: False).split(" (")[0])
-    stage train reads the outputs of graph, which this root lacks or holds incomplete
+    stage train reads the run root's nodes, which this root lacks or holds incomplete
     """
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
+    named = {s.step for s in plan}  # a named step reruns if its settings changed
     runs = [s.step for s in plan if s.action == RUN]
-    order = tuple(stage_names(cfg, STAGE_NAMES))
-    if runs_nodes_step(cfg, paths.root, stages):  # its nodes come from the models run instead
-        order = (NODES_STEP,) + tuple(s for s in order if s != "graph")
     for name in runs:
-        if name not in order:
-            continue
-        stale = [t for t in stale_upstream(cfg, manifest, name, stages) if t[0] not in runs]
+        stale = [t for t in stale_upstream(cfg, manifest, name, stages) if t[0] not in named]
         if stale:
             return stale_message(cfg, paths.root, name, stale)
-        for up in order[: order.index(name)]:
-            if up in runs:
-                continue
-            lost = [o for o in step_outputs(up, cfg) if output_complete(paths.table(o)) is False]
-            if lost:
-                todo = [s for s in order[order.index(up) : order.index(name) + 1] if s in STAGES]
-                return (
-                    f"stage {name} reads the outputs of {up}, which this root lacks or holds "
-                    f"incomplete ({', '.join(lost)} in {paths.root}): run from {up}"
-                    + (f" (--stages {','.join(todo)})" if todo else "")
-                )
+    makes_nodes = "graph" in named or NODES_STEP in named
+    first = next((s for s in runs if s in STAGES), None)
+    if first and not makes_nodes and output_complete(paths.table(storage.NODES)) is False:
+        upto = stage_names(cfg, STAGE_NAMES[: STAGE_NAMES.index(first) + 1])
+        return (
+            f"stage {first} reads the run root's nodes, which this root lacks or holds "
+            f"incomplete ({paths.table(storage.NODES)}): run the stages before it first "
+            f"(--stages {','.join(upto)})"
+        )
     return None
 
 

@@ -13,10 +13,12 @@ A driver is nearly always waiting in a JVM call when the signal comes (a Spark j
 there, the exception would leave that thread's py4j connection half-read, and every JVM call of
 the clean-up after it (the job group's reset, the staging folders' removal, the manifest) would
 fail with py4j's own errors, replacing the exit code 143 with 1. So inside a py4j call the
-handler only asks Spark, from another thread (another connection), to cancel every job, and
-raises :class:`Terminated` at the first check, every :data:`RETRY_S` seconds, that finds the
-main thread out of py4j; an error the cancelled call raises first still exits 143
-(:func:`requested`).
+handler asks Spark, from another thread (another connection), to cancel every job, and lets the
+cancelled call end the command with its own error, which unwinds through the clean-up
+undisturbed and exits 143 (the entry point asks :func:`requested`, then :func:`disarm`). A
+check every :data:`RETRY_S` seconds raises :class:`Terminated` only where that does not come:
+the main thread out of py4j for :data:`GRACE_S` seconds and still running (its call was no
+Spark job); while it keeps entering py4j, the jobs it starts are cancelled again.
 
 Example::
 
@@ -26,6 +28,7 @@ Example::
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -44,8 +47,13 @@ class Terminated(SystemExit):
         return f"terminated by SIGTERM (exit code {EXIT_SIGTERM})"
 
 
-#: seconds between the checks for the main thread leaving a py4j call after SIGTERM
+#: seconds between the checks of the main thread after a SIGTERM that came inside py4j
 RETRY_S = 0.05
+#: seconds the main thread may run outside py4j after such a SIGTERM (the cancelled call's error
+#: unwinding through the clean-up) before :class:`Terminated` is raised in it
+GRACE_S = 10.0
+#: at most one job cancellation per this many seconds while the main thread keeps calling the JVM
+CANCEL_EVERY_S = 1.0
 
 _requested = threading.Event()
 
@@ -83,21 +91,50 @@ def _cancel_spark_jobs() -> None:
         log.warning("SIGTERM: could not cancel the Spark jobs: %s", e)
 
 
-def _raise_outside_py4j(frame: FrameType | None) -> None:
-    if not in_py4j(frame):
-        signal.setitimer(signal.ITIMER_REAL, 0)
+class _Deferred:
+    """When the main thread was found outside py4j (since), and the last cancellation."""
+
+    out_since: float | None = None
+    cancelled_at: float = float("-inf")
+
+
+def _cancel_soon() -> None:
+    now = time.monotonic()
+    if now - _Deferred.cancelled_at >= CANCEL_EVERY_S:
+        _Deferred.cancelled_at = now
+        threading.Thread(target=_cancel_spark_jobs, name="pina-sigterm", daemon=True).start()
+
+
+def _check(signum: int, frame: FrameType | None) -> None:
+    """The SIGALRM tick after a SIGTERM that came inside py4j (see the module docstring)."""
+    now = time.monotonic()
+    if in_py4j(frame):
+        _Deferred.out_since = None
+        _cancel_soon()
+    elif _Deferred.out_since is None:
+        _Deferred.out_since = now
+    elif now - _Deferred.out_since >= GRACE_S:
+        disarm()
         raise Terminated()
-    signal.signal(signal.SIGALRM, lambda signum, f: _raise_outside_py4j(f))
     signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+
+
+def disarm() -> None:
+    """Stop the checks (the command is ending: its entry point reports the termination)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     _requested.set()
     log.error("SIGTERM: stopping (releasing the lease, discarding staging folders)")
-    if in_py4j(frame):
-        threading.Thread(target=_cancel_spark_jobs, name="pina-sigterm", daemon=True).start()
-    _raise_outside_py4j(frame)
+    if not in_py4j(frame):
+        raise Terminated()
+    _cancel_soon()
+    signal.signal(signal.SIGALRM, _check)
+    signal.setitimer(signal.ITIMER_REAL, RETRY_S)
 
 
 def exit_on_sigterm() -> None:
