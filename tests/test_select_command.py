@@ -123,8 +123,8 @@ def test_select_on_a_root_that_reused_models_exits_2(tmp_path, capsys):
     rc = cli.main(["select", "--config", str(cfg), "--models", str(tmp_path / "other")])
     assert rc == 2
     assert "chooses for the models of the root it runs on" in capsys.readouterr().err
-    rc = cli.main(["select", "--config", str(cfg)])  # no manifest: no pretrain seconds
-    assert rc == 2 and "no pretrain duration" in capsys.readouterr().err
+    rc = cli.main(["select", "--config", str(cfg)])  # no run there: said so
+    assert rc == 2 and "no run there" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "r" / "selection")
     # a root whose run reused another's models (a follow run): refused before any work (it
     # used to score the vectorizer_only step, then stop at the g candidates' models folder)

@@ -686,12 +686,18 @@ def _require_own_models(root: str) -> None:
     there (and this root has no ``models/`` for the g candidates)."""
     from pina_spark.storage.manifest import Manifest
 
-    recorded = Manifest(storage.RunPaths(root).manifest).data.get("config")
+    manifest = Manifest(storage.RunPaths(root).manifest)
+    recorded = manifest.data.get("config")
     other = (recorded.get("run") or {}).get("models") if isinstance(recorded, Mapping) else None
     if other and not storage.same_place(str(other), root):
         raise ConfigError(
             f"{root} was run with the models of {other} (run.models): `pina-spark select` "
             f"chooses for the models of the root that fit them; run it on {other}"
+        )
+    if not manifest.data.get("stages"):
+        raise ConfigError(
+            f"{root}: no run there ({manifest.uri} records no stage): `pina-spark select` runs "
+            f"on the root of a finished run (check output and --run-date)"
         )
 
 
