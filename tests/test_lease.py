@@ -517,8 +517,10 @@ def test_sigterm_while_a_spark_job_runs_exits_143_and_cleans_up(tmp_path):
     assert storage.read_lease(root) is None and _leftovers(root) == []
     staging = os.path.join(root, "_staging")
     assert not os.path.exists(staging) or os.listdir(staging) == [], os.listdir(staging)
-    entry = json.load(open(storage.RunPaths(str(out)).manifest))["stages"]["graph"]
+    data = json.load(open(storage.RunPaths(str(out)).manifest))
+    entry = data["stages"]["graph"]
     assert entry["status"] == "failed" and "SIGTERM" in entry["error"], entry
+    assert "SIGTERM" in data["history"][-1]["error"], data["history"][-1]
 
 
 def test_an_s3a_root_takes_its_lease_through_pyarrow_as_s3(tmp_path, fake_s3):

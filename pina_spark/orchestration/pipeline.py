@@ -256,7 +256,10 @@ def _run_leased(
             if spec.name == "graph" and {"train", "evaluate"} & set(stages):
                 _require_test_rows(ctx)
     except BaseException as e:
-        ctx.manifest.finish_run(run_id, result, status="failed", error=f"{type(e).__name__}: {e}")
+        why = f"{type(e).__name__}: {e}"
+        if termination.requested():
+            why = f"{termination.Terminated()} ({type(e).__name__})"
+        ctx.manifest.finish_run(run_id, result, status="failed", error=why)
         raise
     ctx.manifest.finish_run(run_id, result, status="complete")
     return result

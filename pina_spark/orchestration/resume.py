@@ -222,7 +222,7 @@ def plan_problem(
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     named = {s.step for s in plan}  # a named step reruns if its settings changed
     runs = [s.step for s in plan if s.action == RUN]
-    for name in runs:
+    for name in [s.step for s in plan if s.action != SKIP]:  # unknown: it may run
         stale = [t for t in stale_upstream(cfg, manifest, name, stages) if t[0] not in named]
         if stale:
             return stale_message(cfg, paths.root, name, stale)

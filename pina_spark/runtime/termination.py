@@ -27,6 +27,7 @@ Example::
 
 import logging
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -92,38 +93,53 @@ def _cancel_spark_jobs() -> None:
 
 
 class _Deferred:
-    """When the main thread was found outside py4j (since), and the last cancellation."""
+    """Whether the checks run, when the main thread was found outside py4j (since), and the
+    last cancellation."""
 
+    armed: bool = False
     out_since: float | None = None
     cancelled_at: float = float("-inf")
 
 
-def _cancel_soon() -> None:
-    now = time.monotonic()
-    if now - _Deferred.cancelled_at >= CANCEL_EVERY_S:
-        _Deferred.cancelled_at = now
+def _cancel_soon(now: bool = False) -> None:
+    """Cancel the Spark jobs from another thread (at most once per :data:`CANCEL_EVERY_S`
+    unless ``now``): a job may also run while the main thread is outside py4j (an Arrow
+    collect reads its result from a local socket in pyspark's own code)."""
+    t = time.monotonic()
+    if now or t - _Deferred.cancelled_at >= CANCEL_EVERY_S:
+        _Deferred.cancelled_at = t
         threading.Thread(target=_cancel_spark_jobs, name="pina-sigterm", daemon=True).start()
+
+
+def _raise() -> None:
+    disarm()
+    _cancel_soon(now=True)  # whatever job still runs must not hold up the clean-up
+    raise Terminated()
 
 
 def _check(signum: int, frame: FrameType | None) -> None:
     """The SIGALRM tick after a SIGTERM that came inside py4j (see the module docstring)."""
-    now = time.monotonic()
+    if not _Deferred.armed:  # a tick that fired as disarm() ran
+        return
+    t = time.monotonic()
     if in_py4j(frame):
         _Deferred.out_since = None
         _cancel_soon()
+    elif sys.exc_info()[0] is not None:  # an error is being handled: the clean-up runs
+        _Deferred.out_since = None
     elif _Deferred.out_since is None:
-        _Deferred.out_since = now
-    elif now - _Deferred.out_since >= GRACE_S:
-        disarm()
-        raise Terminated()
+        _Deferred.out_since = t
+    elif t - _Deferred.out_since >= GRACE_S:
+        _raise()
     signal.setitimer(signal.ITIMER_REAL, RETRY_S)
 
 
 def disarm() -> None:
     """Stop the checks (the command is ending: its entry point reports the termination)."""
+    _Deferred.armed = False
     if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)  # a tick already on its way is dropped
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -131,8 +147,9 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     _requested.set()
     log.error("SIGTERM: stopping (releasing the lease, discarding staging folders)")
     if not in_py4j(frame):
-        raise Terminated()
-    _cancel_soon()
+        _raise()
+    _cancel_soon(now=True)
+    _Deferred.armed = True
     signal.signal(signal.SIGALRM, _check)
     signal.setitimer(signal.ITIMER_REAL, RETRY_S)
 
