@@ -241,15 +241,17 @@ def run_stages(cfg, stages, sets: list[str] | tuple[str, ...] = ()) -> dict:
         return run_pipeline(spark, cfg, stages)
 
 
-def _terminated_rc() -> int | None:
-    """143 where a SIGTERM came during a command that then ended without an error (its job
-    finished before the cancellation reached it): the process was still asked to stop."""
+def _terminated_rc(e: BaseException | None = None) -> int | None:
+    """143 where a SIGTERM came during the command, whether it then ended with the error ``e``
+    (a cancelled Spark job's) or without one (its job finished before the cancellation reached
+    it): the process was still asked to stop. ``None`` without a SIGTERM."""
     from pina_spark.runtime import termination
 
     if not termination.requested():
         return None
     termination.disarm()
-    print(f"pina-spark: error: {termination.Terminated()}", file=sys.stderr)
+    what = termination.reason(e) if e is not None else str(termination.Terminated())
+    print(f"pina-spark: error: {what}", file=sys.stderr)
     return termination.EXIT_SIGTERM
 
 
@@ -258,16 +260,11 @@ def _fail(e: BaseException) -> int:
     error ended the command (a cancelled Spark job's) is the termination (exit 143)."""
     from pina_spark.config import ConfigError
     from pina_spark.config.redact import scrub
-    from pina_spark.runtime import termination
     from pina_spark.storage import InputError, LeaseError
 
-    if termination.requested():
-        termination.disarm()
-        print(
-            f"pina-spark: error: {termination.Terminated()} ({type(e).__name__})", file=sys.stderr
-        )
-        return termination.EXIT_SIGTERM
-
+    terminated = _terminated_rc(e)
+    if terminated:
+        return terminated
     if isinstance(e, ConfigError | InputError | LeaseError):
         print(scrub(f"pina-spark: error: {e}"), file=sys.stderr)
         return EXIT_USAGE

@@ -256,10 +256,7 @@ def _run_leased(
             if spec.name == "graph" and {"train", "evaluate"} & set(stages):
                 _require_test_rows(ctx)
     except BaseException as e:
-        why = f"{type(e).__name__}: {e}"
-        if termination.requested():
-            why = f"{termination.Terminated()} ({type(e).__name__})"
-        ctx.manifest.finish_run(run_id, result, status="failed", error=why)
+        ctx.manifest.finish_run(run_id, result, status="failed", error=termination.reason(e))
         raise
     ctx.manifest.finish_run(run_id, result, status="complete")
     return result
@@ -409,10 +406,7 @@ def _run_step(
             result = fn(ctx)
             stats = stats_dict(result)
     except BaseException as e:  # a SIGTERM's SystemExit too: the stage did not finish
-        why = f"{type(e).__name__}: {e}"
-        if termination.requested():  # e: Terminated, or the cancelled Spark job's error
-            why = f"{termination.Terminated()} ({type(e).__name__})"
-        ctx.manifest.mark_failed(name, why)
+        ctx.manifest.mark_failed(name, termination.reason(e))
         log.error("stage %s failed after %.1fs: %s", name, time.time() - t0, e)
         raise
     dt = time.time() - t0

@@ -175,6 +175,10 @@ def stale_upstream(
     return out
 
 
+#: stages that, in a run with ``run.models``, reuse that run's model folder and fit nothing
+REUSES_MODELS = ("vectorizer", "pretrain")
+
+
 def stale_message(
     cfg: PinaConfig, root: str, name: str, stale: Sequence[tuple[str, str, str]]
 ) -> str:
@@ -183,7 +187,7 @@ def stale_message(
     first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
     upto = STAGE_NAMES[STAGE_NAMES.index(first) : STAGE_NAMES.index(name) + 1] if first else ()
     if runs_nodes_step(cfg, root, upto):  # the models run's stages stay there
-        upto = tuple(s for s in upto if s not in ("graph", "vectorizer", "pretrain"))
+        upto = tuple(s for s in upto if s not in ("graph",) + REUSES_MODELS)
     upto = tuple(stage_names(cfg, upto))
     detail = ", ".join(f"{s} (recorded {r}, now {n})" for s, r, n in stale)
     models = f" (run.models: {cfg.run.models})" if cfg.run.models else ""
@@ -236,10 +240,6 @@ def plan_problem(
             f"(--stages {','.join(upto)})"
         )
     return None
-
-
-#: stages that, in a run with ``run.models``, reuse that run's model folder and fit nothing
-REUSES_MODELS = ("vectorizer", "pretrain")
 
 
 def step_outputs(name: str, cfg: PinaConfig | None = None) -> Sequence[str]:

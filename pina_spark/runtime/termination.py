@@ -65,6 +65,15 @@ def requested() -> bool:
     return _requested.is_set()
 
 
+def reason(e: BaseException) -> str:
+    """How an error that ended a stage or a command is recorded and reported: the termination
+    (naming the error it came as: ``Terminated``, or the cancelled Spark job's) after a
+    SIGTERM, else the error itself."""
+    if requested():
+        return f"{Terminated()} ({type(e).__name__})"
+    return f"{type(e).__name__}: {e}"
+
+
 def in_py4j(frame: FrameType | None) -> bool:
     """Whether ``frame`` or a caller of it runs py4j's code (a JVM call in flight).
 
