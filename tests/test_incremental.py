@@ -7,6 +7,7 @@ the same models publishes, while recomputing only the new and changed rows.
 """
 
 import json
+import logging
 
 import pytest
 import yaml
@@ -148,7 +149,7 @@ def test_incremental_run_equals_full_recompute(spark, tmp_path, demo_submit_run)
 
 
 @pytest.mark.slow
-def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_submit_run):
+def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_submit_run, caplog):
     """The daily steps are separate commands, each resolving ``run.models``: when the models
     change between the embed step and the neighbours step (a promotion landed in between;
     here: the same models under another root), neighbours must not read embeddings of the old
@@ -176,11 +177,15 @@ def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_s
         "embed": "ran",
         "neighbors": "ran",
     }
-    # --force of one daily step redoes that step, not the nodes pre-step under its inputs
-    assert pipeline.run_pipeline(spark, cfg2, ["neighbors"], force=True) == {
-        "nodes": "skipped",
-        "neighbors": "ran",
-    }
+    # --force of one daily step redoes that step, not the nodes pre-step under its inputs;
+    # the plan it logs (and judges with plan_problem) says so too, though cfg2 has no run.force
+    assert not cfg2.run.force
+    with caplog.at_level(logging.INFO, logger="pina_spark.orchestration.pipeline"):
+        assert pipeline.run_pipeline(spark, cfg2, ["neighbors"], force=True) == {
+            "nodes": "skipped",
+            "neighbors": "ran",
+        }
+    assert "plan: neighbors run (--force (run.force))" in caplog.text
 
 
 @pytest.mark.slow

@@ -428,7 +428,9 @@ class NeighborsConfig(_Params):
             today, with P@1 level with both, pooled over Instacart and citeulike-t (and over
             three fold splits); but ``pina`` scores 0.25-0.5 points lower at P@3 and P@5 than
             with F = 5 (significant pooled; RESULTS.md, "g's cost"). Set 5 where that matters
-            more than pretrain seconds.
+            more than pretrain seconds. F = 2 costs 0.44-0.60x F = 3's pretrain seconds but
+            lost ``pina_naive`` 1.6 P@1 points on Instacart over three fold splits (RESULTS.md,
+            "F = 2 against F = 3"), so it is not the default.
         fold_seed: which split of the train instances into the F folds (by a hash of the id,
             :mod:`pina_spark.storage.folds`). 0 is the split every run made before this key; any
             other value gives another split, independent of it, so a result can be checked

@@ -178,7 +178,9 @@ def run_pipeline(
 
         run_pipeline(spark, cfg, ["graph"])  # {'graph': 'ran'}
     """
-    force = cfg.run.force if force is None else force
+    if force is not None and force != cfg.run.force:  # one decision: the plan reads run.force
+        cfg = cfg.replace(run=dc.replace(cfg.run, force=force))
+    force = cfg.run.force
     stages = tuple(stages or STAGE_NAMES)
     cfg = resolve_models(cfg, stages)  # run.models: latest -> the promoted run, decided once
     ctx = make_context(spark, cfg)
