@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from pina_spark import storage
 from pina_spark.config import config_from_dict, variants
+from pina_spark.models import artifacts
 from pina_spark.orchestration.pipeline import make_context
 from pina_spark.runtime import embstore
 from pina_spark.stages import aggregate
@@ -811,6 +812,40 @@ def test_label_features_follow_the_fold_seed(spark, tmp_path):
     want = _pifa_reference(case, "pifa", 1.2, seed=2)[order]
     assert np.abs(X - want).max() <= TOL
     assert np.abs(X - _pifa_reference(case, "pifa", 1.2)[order]).max() > 0.01
+
+
+@pytest.mark.slow
+def test_label_features_follow_the_folds_of_g_over_the_config(spark, tmp_path):
+    """A run with ``run.models`` routes its neighbours by the models' ``folds.json``, whatever
+    its own ``neighbors`` section says; the label features' centroids follow the same folds
+    (they used the config's: here F + 1 folds and split 0 against g's F folds of split 2)."""
+    case = _pifa_case()
+    models = os.path.join(str(tmp_path), storage.MODELS)
+    os.makedirs(models, exist_ok=True)
+    with open(os.path.join(models, artifacts.FOLDS_JSON), "w") as fh:
+        json.dump({"folds": case.F, "fold_seed": 2, "train_mode": "out_of_fold"}, fh)
+    il = pa.table(
+        {
+            storage.INSTANCE_INDEX: pa.array([i for i, _ in case.pairs], pa.int64()),
+            storage.LABEL_INDEX: pa.array([j for _, j in case.pairs], pa.int64()),
+        }
+    )
+    _write(os.path.join(str(tmp_path), storage.INSTANCE_LABELS), il)
+    stats, feats = _run(
+        spark,
+        case,
+        tmp_path,
+        "broadcast",
+        a=1.2,
+        extra={
+            "aggregate": {"strategy": "broadcast", "label_features": "pifa", "v1_weight": 1.2},
+            "neighbors": {"folds": case.F + 1, "fold_seed": 0},
+        },
+    )
+    assert stats["label_features_rows"] == (case.F + 1) * len(case.label_ids)
+    order = np.argsort(np.asarray(case.inst_ids))
+    X = _as_matrix(feats["pina"], 2 * case.dense.shape[1], 2 * case.S).toarray()
+    assert np.abs(X - _pifa_reference(case, "pifa", 1.2, seed=2)[order]).max() <= TOL
 
 
 def test_label_features_differ_from_text_where_a_label_is_aggregated():

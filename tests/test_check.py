@@ -259,6 +259,18 @@ def test_a_csv_folder_not_named_csv_gets_the_hint(tmp_path):
     os.rename(d, str(d) + ".csv")
     r = inspect_input(str(d) + ".csv", "instances")
     assert (r.status, r.format, r.rows) == ("ok", "csv", 1)
+    # a file of another extension is read as Parquet: the error says which extensions count
+    tsv = tmp_path / "labels.tsv"
+    tsv.write_text("label_id\ttext\nL1\tshoes\n")
+    r = inspect_input(str(tsv), "labels")
+    assert r.status == "bad" and "the format comes from the path's extension" in r.problem
+    # a column in another case than the contract's optional one is refused, not ignored
+    p = tmp_path / "inst.csv"
+    p.write_text("instance_id,text,Split\ni1,a,test\n")
+    r = inspect_input(str(p), "instances")
+    assert r.status == "bad" and "differs from the optional column 'split' only in case" in (
+        r.problem
+    )
 
 
 def test_csv_rows_keep_quoted_newlines_and_files_must_agree(tmp_path):
@@ -363,6 +375,11 @@ def test_the_plan_refuses_what_run_would_refuse_after_starting(demo_inputs, tmp_
     problem = resume.plan_problem(other, ("neighbors",), m, plan, is_complete_arrow)
     assert problem.startswith("stage neighbors refuses the outputs of embed"), problem
     assert problem.endswith("Rerun from the first of them: --stages embed,pretrain,neighbors")
+    # the suggestion keeps the command's later stages: evaluate would otherwise keep reporting
+    # the predictions the rerun replaces
+    plan = resume.plan_steps(other, ("neighbors", "evaluate"), m, "fp-in", is_complete_arrow)
+    problem = resume.plan_problem(other, ("neighbors", "evaluate"), m, plan, is_complete_arrow)
+    assert problem.endswith("--stages embed,pretrain,neighbors,aggregate,train,evaluate"), problem
     # the same command over embed too reruns it: nothing stale is read, with or without the
     # inputs' fingerprint (inputs on S3: the plan's actions are unknown)
     for fp in ("fp-in", None):

@@ -244,6 +244,43 @@ def test_an_incremental_day_with_other_settings_recomputes_in_full(
 
 
 @pytest.mark.slow
+def test_an_incremental_day_with_pifa_label_features_aggregates_in_full(
+    spark, tmp_path, demo_submit_run
+):
+    """With ``aggregate.label_features: pifa`` a label neighbour adds the centroid of its train
+    members' rows, which moves when any member's text changes: the instances it reaches are not
+    the changed ones, so a merge kept stale features. The aggregate stage of such a day runs
+    in full, saying why; embed and neighbours stay incremental. (Such a daily run used to stop
+    at aggregate: it read instance labels from its own root, which has none.)"""
+    from pyspark.testing import assertDataFrameEqual
+
+    run = require_finished(demo_submit_run)
+    day, _ = _day_instances(spark, run, str(tmp_path / "day.parquet"))
+    out = str(tmp_path / "pifa")
+
+    def pifa(cfg):
+        d = cfg.to_dict()
+        return config_from_dict({**d, "aggregate": {**d["aggregate"], "label_features": "pifa"}})
+
+    assert (
+        pipeline.run_pipeline(spark, pifa(_cfg(run, out, day, True)), STAGES)["aggregate"] == "ran"
+    )
+    day2 = pifa(_cfg(run, out, day, True, run_date=DAY2))
+    assert pipeline.run_pipeline(spark, day2, STAGES)["aggregate"] == "ran"
+    m = Manifest(storage.RunPaths(out, DAY2).manifest)
+    assert m.stage("aggregate")["stats"]["incremental"] == "full (aggregate.label_features: pifa)"
+    assert m.stage("neighbors")["stats"]["incremental_base"]  # merged with day 1's rows
+    # the same features as a day computed in full (the labels' train members are the models
+    # run's: a daily root has no instance labels of its own)
+    full = pifa(_cfg(run, str(tmp_path / "pifa-full"), day, False, run_date=DAY2))
+    assert pipeline.run_pipeline(spark, full, STAGES)["aggregate"] == "ran"
+    a = storage.read_table(spark, storage.RunPaths(out, DAY2), storage.FEATURES)
+    b = storage.read_table(spark, storage.RunPaths(full.output, DAY2), storage.FEATURES)
+    assert a.count() == b.count() > 0
+    assertDataFrameEqual(a, b.select(*a.columns), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_the_nodes_pre_step_quarantines_a_daily_inputs_bad_rows(spark, tmp_path, demo_submit_run):
     """A daily input with an id holding a newline, a blank and a missing text and a split that
     is neither train nor test: those rows used to land in ``nodes`` and ``features`` (a

@@ -394,6 +394,43 @@ def test_embed_tasks_check_the_digest_in_their_plan(spark, tmp_path):
     assert vec in str(ei.value)
 
 
+@pytest.mark.slow
+def test_embed_fails_on_a_nan_embedding_naming_the_rows(spark, tmp_path):
+    """A vectorizer that returns NaN for one text fails the embed job naming that row's
+    node_index: a NaN row would turn V of every instance that takes it as a neighbour into
+    NaN, and nothing downstream removes it (Spark, local[2])."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from pina_spark.config import InferenceConfig
+    from pina_spark.stages.embed.stage import embed_frame
+
+    vec = _published_vectorizer(tmp_path / "run")
+    nodes = spark.createDataFrame(
+        [(0, "fine"), (7, "overflows"), (3, "also fine")], "node_index long, text string"
+    )
+
+    class NanOnOne:
+        def transform(self, texts, batch_size):
+            dense = np.ones((len(texts), 2), dtype=np.float32)
+            dense[[t == "overflows" for t in texts]] = np.nan
+            return dense, sp.csr_matrix(np.ones((len(texts), 3), dtype=np.float32))
+
+    ok = embed_frame(
+        nodes.where("node_index != 7"),
+        vec,
+        InferenceConfig(),
+        2,
+        load_fn=lambda local, device: NanOnOne(),
+    ).collect()
+    assert sorted(r.node_index for r in ok) == [0, 3]
+    with pytest.raises(Exception, match=r"NaN or infinite values for 1 of \d+ texts") as ei:
+        embed_frame(
+            nodes, vec, InferenceConfig(), 3, load_fn=lambda local, device: NanOnOne()
+        ).collect()
+    assert "node_index [7]" in str(ei.value)
+
+
 def test_a_record_from_before_digests_names_the_upgrade_and_promote_records_them(
     tmp_path, monkeypatch, capsys
 ):

@@ -512,6 +512,16 @@ def test_select_changed(spark):
     got = {r[storage.NODE_INDEX]: r["reason"] for r in pipeline.select_changed(cur, prev).collect()}
     assert got == {1: "changed", 3: "new"}
     assert pipeline.select_changed(prev, prev).count() == 0
+    # a product appended as 'new' that today's input gives a split: its neighbours' route
+    # (one fold model or all) and its features' partition change with the same text
+    later = spark.createDataFrame(
+        [(0, "instance", "a", "x", "train"), (3, "instance", "c", "z", "test")],
+        storage.schema(storage.NODES),
+    )
+    got = {
+        r[storage.NODE_INDEX]: r["reason"] for r in pipeline.select_changed(later, cur).collect()
+    }
+    assert got == {3: "changed"}
 
 
 @pytest.mark.slow

@@ -93,6 +93,31 @@ def test_status_exit_code_is_3_only_when_a_step_failed(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_status_marks_an_evaluate_older_than_the_predictions_it_reports(tmp_path, capsys):
+    """``--stages neighbors,aggregate,train`` after a full run replaces the predictions that
+    evaluate scored: status showed evaluate complete with the old P@1. It now marks evaluate
+    (and any step older than an earlier one) OUTDATED, naming the newer steps."""
+    root = _run(str(tmp_path / "a"), 0.5, ["i1", "i2"], {"pina": [1, 0]})
+    with open(os.path.join(root, "_manifest.json")) as fh:
+        m = json.load(fh)
+    m["stages"]["embed"] = {"status": "complete", "finished": "2026-11-23T10:02:00Z"}
+    m["stages"]["train"] = {"status": "complete", "finished": "2026-11-23T11:00:00Z"}
+    m["stages"]["evaluate"]["finished"] = "2026-11-23T10:30:00Z"
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(m, fh)
+    assert cli.main(["status", root]) == 0
+    out = capsys.readouterr().out
+    assert "step evaluate is OUTDATED: train republished after it" in out
+    assert "scored test instances (OUTDATED: see above):" in out
+    assert cli.main(["status", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outdated"] == {"evaluate": ["train"]}
+    m["stages"]["evaluate"]["finished"] = "2026-11-23T11:05:00Z"  # evaluated again
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(m, fh)
+    assert cli.main(["status", root]) == 0
+    assert "OUTDATED" not in capsys.readouterr().out
+
+
 def test_status_json(tmp_path, capsys):
     root = _run(str(tmp_path / "a"), 0.5, ["i1", "i2"], {"pina": [1, 0]})
     assert cli.main(["status", root, "--json"]) == 3

@@ -40,6 +40,23 @@ def test_a_tie_keeps_the_cheap_candidate():
     assert (d.n_selection, d.n_confirmation) == (100, 100)
 
 
+def test_the_tier_without_g_stays_the_cheap_one_when_its_seconds_come_out_higher():
+    """A small or warming-up selection measured ``vectorizer_only`` dearer than a g candidate
+    (its step ran first and absorbed the warm-up): by seconds alone the g tier became the
+    cheapest and, at equal scores, was chosen with no evidence of a gain. The order of the
+    tiers is what they compute: the tier without g stays the cheap one, and a tie keeps it."""
+    scores = np.array([1, 0, 1, 1, 0] * 40, dtype=float)
+    cands = [
+        Candidate("vectorizer_only", 7.4, scores, tier="no_g"),
+        Candidate("pina_naive/text", 3.3, scores.copy(), tier="g"),
+    ]
+    by_seconds = choose(cands, alpha=0.05, min_gain_points=0.5)
+    assert by_seconds.chosen == "pina_naive/text"  # what the selection did
+    d = choose(cands, alpha=0.05, min_gain_points=0.5, tier_order=("no_g", "g"))
+    assert [t.name for t in d.tiers] == ["no_g", "g"] and d.chosen == "vectorizer_only"
+    assert not d.rule[1].pays
+
+
 def test_a_significant_win_above_the_margin_takes_the_dear_candidate():
     cheap, dear = _pair(200, 40, 0)  # +20 points, half of the wins in each half
     d = choose(

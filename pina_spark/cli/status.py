@@ -53,6 +53,32 @@ def markdown_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     )
 
 
+def outdated_steps(stages: dict[str, Any]) -> dict[str, list[str]]:
+    """Complete steps older than a step before them in the pipeline's order (each reads the
+    outputs of those before it, directly or through them): ``{step: [earlier steps that
+    finished after it]}``. Such a step's outputs and report describe outputs since replaced
+    (``--stages neighbors,aggregate,train`` after an evaluate leaves evaluate's P@k over the
+    old predictions). From the manifest's ``finished`` times alone.
+
+    >>> outdated_steps({"train": {"status": "complete", "finished": "2026-01-02T00:00:00Z"},
+    ...                 "evaluate": {"status": "complete", "finished": "2026-01-01T00:00:00Z"}})
+    {'evaluate': ['train']}
+    """
+    order = [n for n in ("nodes",) + STAGE_NAMES if n in stages]
+    done = {
+        n: stages[n].get("finished")
+        for n in order
+        if stages[n].get("status") == "complete" and stages[n].get("finished")
+    }
+    out: dict[str, list[str]] = {}
+    for i, n in enumerate(order):
+        if n in done:
+            newer = [u for u in order[:i] if u in done and done[u] > done[n]]
+            if newer:
+                out[n] = newer
+    return out
+
+
 def status_data(root: str) -> dict[str, Any]:
     """``pina-spark status --json``: the steps (status, start, duration, rows out, rows/s,
     error), the steps not run, the failed ones, the quarantine per input table, the last five
@@ -91,6 +117,7 @@ def status_data(root: str) -> dict[str, Any]:
         "stages": steps,
         "not_run": [n for n in STAGE_NAMES if n not in stages],
         "failed": [n for n in names if stages[n].get("status") == "failed"],
+        "outdated": outdated_steps(stages),
         "quarantine": quarantine,
         "history": history,
         "metrics": (
@@ -127,6 +154,11 @@ def status_text(root: str, data: dict[str, Any] | None = None) -> str:
     for e in d["stages"]:
         if e["status"] == "failed":
             out.append(f"\nstage {e['stage']} failed: {e['error']}")
+    for step, newer in (d.get("outdated") or {}).items():
+        out.append(
+            f"\nstep {step} is OUTDATED: {', '.join(newer)} republished after it, so its "
+            f"outputs describe theirs from before; rerun it (pina-spark check shows the plan)"
+        )
     if d["quarantine"]:
         q = [
             [
@@ -157,9 +189,11 @@ def status_text(root: str, data: dict[str, Any] | None = None) -> str:
     if metrics:
         p = [[v, f"{mv.get('P@1', 0):.4f}"] for v, mv in metrics["variants"].items()]
         n_scored = metrics.get("n_test_scored")
+        stale = " (OUTDATED: see above)" if "evaluate" in (d.get("outdated") or {}) else ""
         out += [
             "",
-            f"P@1 on {n_scored if n_scored is not None else 'the'} scored test instances:",
+            f"P@1 on {n_scored if n_scored is not None else 'the'} scored test "
+            f"instances{stale}:",
             markdown_table(p, ["variant", "P@1"]),
         ]
     promotion = d["promotion"]

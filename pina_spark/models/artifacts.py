@@ -53,6 +53,7 @@ __all__ = [
     "TRAIN_ROWS",
     "G_INFO",
     "FOLDS_JSON",
+    "g_folds",
     "MODEL_CARD",
     "ENCODER_JSON",
     "g_dir",
@@ -181,6 +182,23 @@ def read_json(uri: str) -> dict[str, Any]:
         return json.loads(raw)
     except ValueError as e:
         raise storage.InputError(f"model artifact {uri} is not valid JSON: {e}") from e
+
+
+def g_folds(models: str, default: tuple[int, int] | None = None) -> tuple[int, int]:
+    """``(F, fold_seed)`` of the fold models in ``models`` (its ``folds.json``; ``F`` is 0 for
+    models trained in sample). Models written before ``neighbors.fold_seed`` existed were all
+    trained on split 0. The one reading of that file, for every stage that routes rows by g's
+    folds (neighbours, the label features of aggregate). ``default``: returned when there is no
+    ``folds.json`` (else that is an :class:`storage.InputError`).
+
+    >>> g_folds("/no/such/models", default=(3, 0))
+    (3, 0)
+    """
+    uri = f"{models}/{FOLDS_JSON}"
+    if default is not None and storage.read_bytes(uri) is None:
+        return default
+    doc = read_json(uri)
+    return int(doc.get("folds") or 0), int(doc.get("fold_seed") or 0)
 
 
 def read_output_nodes(model_uri: str):

@@ -369,7 +369,7 @@ def require_upstream_current(ctx: StageContext, name: str, stages: Sequence[str]
     """
     stale = stale_upstream(ctx.cfg, ctx.manifest, name, stages)
     if stale:
-        raise storage.InputError(stale_message(ctx.cfg, ctx.paths.root, name, stale))
+        raise storage.InputError(stale_message(ctx.cfg, ctx.paths.root, name, stale, stages))
 
 
 def _run_step(
@@ -649,14 +649,19 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
 
 # --------------------------------------------------------------------------- incremental runs
 def row_hash(df):
-    """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text``."""
+    """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text`` + US +
+    ``split`` (a product appended as ``new`` that a later input gives a split is recomputed:
+    its neighbours' route and its features' partition follow the split)."""
     from pyspark.sql import functions as F
 
     return df.withColumn(
         "_row_hash",
         F.sha2(
             F.concat_ws(
-                "\u001f", F.col(storage.NODE_ID), F.coalesce(F.col(storage.TEXT), F.lit(""))
+                "\u001f",
+                F.col(storage.NODE_ID),
+                F.coalesce(F.col(storage.TEXT), F.lit("")),
+                F.coalesce(F.col(storage.SPLIT), F.lit("")),
             ),
             256,
         ),
@@ -668,7 +673,8 @@ def select_changed(current_nodes, previous_nodes):
 
     Both are ``nodes`` tables of the same index space (see :func:`extend_nodes`). A node is
     ``new`` when its ``(node_index, kind)`` is absent from ``previous_nodes`` and ``changed`` when
-    the hash of ``node_id`` + ``text`` differs. Returns ``node_index, kind, node_id, reason``.
+    the hash of ``node_id`` + ``text`` + ``split`` differs. Returns ``node_index, kind,
+    node_id, reason``.
 
     Example::
 
@@ -920,6 +926,13 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         # changed rows from, and its features are a per-row map of the embeddings
         log.info("stage %s: no variant reads neighbours, full run", spec.name)
         return stats_dict(spec.load()(ctx), incremental="full (no variant reads neighbours)")
+    if spec.name == "aggregate" and ctx.cfg.aggregate.label_features != "text":
+        # a label neighbour adds the centroid of its train members' rows, which moves when any
+        # member's text changes or a train member is added: the instances whose V1 it reaches
+        # are not the changed ones, so the merge would keep stale rows (it is a cheap stage)
+        why = f"aggregate.label_features: {ctx.cfg.aggregate.label_features}"
+        log.info("stage %s: %s, full run", spec.name, why)
+        return stats_dict(spec.load()(ctx), incremental=f"full ({why})")
     other = _base_used_other_models(ctx, base, spec.name) or _base_used_other_settings(
         ctx, base, spec.name
     )

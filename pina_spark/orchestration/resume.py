@@ -180,12 +180,22 @@ REUSES_MODELS = ("vectorizer", "pretrain")
 
 
 def stale_message(
-    cfg: PinaConfig, root: str, name: str, stale: Sequence[tuple[str, str, str]]
+    cfg: PinaConfig,
+    root: str,
+    name: str,
+    stale: Sequence[tuple[str, str, str]],
+    stages: Sequence[str] = (),
 ) -> str:
     """The refusal of step ``name`` over the :func:`stale_upstream` steps ``stale``: which, both
-    settings tokens, and the stages to rerun (from the first stale one to ``name``)."""
+    settings tokens, and the stages to rerun: from the first stale one to ``name``, or to the
+    last of the command's ``stages`` where that comes later (``--stages train,evaluate``
+    refused over stale neighbours suggests ``neighbors,aggregate,train,evaluate``, not a
+    command that leaves evaluate's report over the replaced predictions)."""
     first = next((s for s, _, _ in stale if s in STAGE_NAMES), None)
-    upto = STAGE_NAMES[STAGE_NAMES.index(first) : STAGE_NAMES.index(name) + 1] if first else ()
+    last = max(
+        [STAGE_NAMES.index(name)] + [STAGE_NAMES.index(s) for s in stages if s in STAGE_NAMES]
+    )
+    upto = STAGE_NAMES[STAGE_NAMES.index(first) : last + 1] if first else ()
     if runs_nodes_step(cfg, root, upto):  # the models run's stages stay there
         upto = tuple(s for s in upto if s not in ("graph",) + REUSES_MODELS)
     upto = tuple(stage_names(cfg, upto))
@@ -229,7 +239,7 @@ def plan_problem(
     for name in [s.step for s in plan if s.action != SKIP]:  # unknown: it may run
         stale = [t for t in stale_upstream(cfg, manifest, name, stages) if t[0] not in named]
         if stale:
-            return stale_message(cfg, paths.root, name, stale)
+            return stale_message(cfg, paths.root, name, stale, stages)
     makes_nodes = "graph" in named or NODES_STEP in named
     first = next((s for s in runs if s in STAGES), None)
     if first and not makes_nodes and output_complete(paths.table(storage.NODES)) is False:

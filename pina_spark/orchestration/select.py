@@ -665,6 +665,7 @@ def decide(
         alpha=sel.alpha,
         min_gain_points=sel.min_gain_points,
         confirm=confirm_half(ids),
+        tier_order=(TIER_NO_G, TIER_G),
     )
     return ids, decision
 

@@ -14,7 +14,11 @@ base on the selection half, with Holm over that set).
 The split is the same in every selection of a root: a grid changed after reading a report is
 no longer judged on fresh rows.
 
-1. the tiers are ordered by cost (their cheapest member's stage-seconds);
+1. the tiers are ordered by what they compute where the caller knows it (``tier_order``:
+   ``pina-spark select`` puts the tier without g first, since a candidate with g pays for
+   everything ``vectorizer_only`` does and for g and its neighbours besides, however the
+   seconds of a small or warming-up run come out), else by cost (their cheapest member's
+   stage-seconds);
 2. within each tier, the *pick* is made in two moves on the selection half:
 
    a. among the tier's *base* candidates (each entry at the run's own grid point, or the
@@ -383,11 +387,14 @@ def choose(
     alpha: float,
     min_gain_points: float,
     confirm: Any = None,
+    tier_order: Sequence[str] = (),
 ) -> Decision:
     """The candidate the rule of this module chooses (see the module docstring).
 
     ``confirm``: the confirmation half, a boolean per validation row (:func:`confirm_half` of
-    the row ids); ``None``: every second row.
+    the row ids); ``None``: every second row. ``tier_order``: tiers whose order is known
+    from what they compute, cheapest first; they come before any other tier, and the
+    measured seconds order only the candidates within a tier and the tiers not named.
 
     Examples
     --------
@@ -417,9 +424,11 @@ def choose(
         )
     if not all(np.isfinite(np.asarray(c.scores, dtype=np.float64)).all() for c in candidates):
         raise ValueError("choose: a candidate has a non-finite score")
-    order = sorted(candidates, key=lambda c: c.cost_s)  # stable: equal costs keep their order
+    rank = {t: i for i, t in enumerate(tier_order)}
+    # stable: equal costs keep their order
+    order = sorted(candidates, key=lambda c: (rank.get(c.tier_name, len(rank)), c.cost_s))
     groups: dict[str, list[Candidate]] = {}
-    for c in order:  # tiers by their cheapest member's cost
+    for c in order:  # tiers by their known order, then by their cheapest member's cost
         groups.setdefault(c.tier_name, []).append(c)
     moves = [_pick(members, a_rows, min_gain_points, alpha) for members in groups.values()]
     # a dearer tier's contenders: its economical pick, and its rival where move (a) passed the

@@ -419,11 +419,24 @@ def column_problem(present: Sequence[str], uri: str, table: str) -> str | None:
     >>> print(column_problem(["label_id", "text", "Text"], "l.csv", "labels"))
     l.csv: labels has columns that differ only in case: 'text', 'Text' (Spark reads column \
 names case-insensitively); rename or drop one
+    >>> print(column_problem(["instance_id", "text", "Split"], "i.csv", "instances"))
+    i.csv: instances has a column 'Split', which differs from the optional column 'split' \
+only in case and would be ignored; rename it to 'split' (column names are case-sensitive)
     """
-    required = INPUT_COLUMNS[table][0]
+    required, optional = INPUT_COLUMNS[table]
     missing = [c for c in required if c not in set(present)]
     if missing:
         return f"{uri}: {table} is missing required column(s) {missing} (found {sorted(present)})"
+    # an optional column spelt in another case would be read as an extra column and ignored
+    # (a 'Split' header: every instance train, nothing to score)
+    for want in optional:
+        near = [c for c in present if c != want and c.lower() == want.lower()]
+        if near and want not in present:
+            return (
+                f"{uri}: {table} has a column {near[0]!r}, which differs from the optional "
+                f"column {want!r} only in case and would be ignored; rename it to {want!r} "
+                "(column names are case-sensitive)"
+            )
     by_case: dict[str, list[str]] = {}
     for c in present:
         by_case.setdefault(c.lower(), []).append(c)

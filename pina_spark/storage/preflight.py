@@ -270,6 +270,12 @@ def _parquet(fs, files, uri: str, table: str) -> tuple[int, list[str]]:
                     f"; a folder of CSV or JSON lines files must be named by its format "
                     f"(e.g. {uri.rstrip('/')}.csv)"
                 )
+            elif os.path.splitext(uri.rstrip("/"))[1].lower() not in ("", ".parquet", ".pq"):
+                hint = (
+                    "; the format comes from the path's extension: .csv (or .csv.gz), .jsonl "
+                    "(.json, .jsonl.gz), else Parquet (tab-separated files: convert them to "
+                    "CSV or Parquet)"
+                )
             raise _Bad(
                 f"input.{table}: {fi.path} (in {uri}) is not a readable Parquet file: "
                 f"{type(e).__name__}: {e}{hint}"

@@ -8,7 +8,9 @@ scripts). ``text_pifa`` aggregates the normalised sum of the two.
 A centroid computed over all train rows contains every train row it is a label of, so a train
 instance would find its own vector inside its true labels' features, and a test instance never does:
 the in-sample trap of g again. So the centroids are computed **out of fold**, with the folds of g
-(``neighbors.folds``, :func:`pina_spark.storage.folds.fold_of`): a train instance of fold f
+(F and the split of the models' ``folds.json``, which a ``run.models`` run takes from the models
+run; ``neighbors.folds`` and ``fold_seed`` when g was trained in sample;
+:func:`pina_spark.storage.folds.fold_of`): a train instance of fold f
 aggregates the centroids computed without fold f's rows; test and new instances aggregate the
 centroids of all train rows.
 

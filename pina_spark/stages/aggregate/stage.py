@@ -12,6 +12,7 @@ import time
 
 from pina_spark import storage
 from pina_spark.config import variants as V
+from pina_spark.models import artifacts
 from pina_spark.runtime import faults
 from pina_spark.stages.aggregate import labelfeatures
 from pina_spark.stages.aggregate.broadcast import BroadcastPath
@@ -125,17 +126,29 @@ def _with_label_features(ctx, inputs: AggregateInputs, sparse_dim: int | None):
     spark, cfg, paths = ctx.spark, ctx.cfg, ctx.paths
     t = time.time()
     _, dense_dim, sparse_dim = measure_embeddings(inputs, sparse_dim)
+    # g's folds where g has them (a run with run.models follows the models' folds.json, as
+    # the neighbours stage does), so an instance's centroids leave out the rows of its g fold;
+    # g trained in sample (or no g folder): still out of fold, by the config
+    by_config = int(cfg.neighbors.folds), int(cfg.neighbors.fold_seed)
+    folds, fold_seed = artifacts.g_folds(storage.norm(ctx.models_root), default=by_config)
+    if folds < 2:
+        folds, fold_seed = by_config
+    # a run with run.models and no graph stage (the daily runs) has no instance labels of its
+    # own: the labels' train members are the models run's, whose node indices its nodes keep
+    labels_of = paths
+    if cfg.run.models and not storage.is_complete(spark, paths.table(storage.INSTANCE_LABELS)):
+        labels_of = storage.RunPaths(cfg.run.models)
     scratch = paths.staging("aggregate_label_features")
     try:
         task = labelfeatures.build(
             spark,
             inputs.nodes,
             inputs.embeddings,
-            storage.read_table(spark, paths, storage.INSTANCE_LABELS),
+            storage.read_table(spark, labels_of, storage.INSTANCE_LABELS),
             dict(
                 mode=cfg.aggregate.label_features,
-                folds=int(cfg.neighbors.folds),
-                fold_seed=int(cfg.neighbors.fold_seed),
+                folds=folds,
+                fold_seed=fold_seed,
                 dense_dim=dense_dim,
                 sparse_dim=sparse_dim,
                 max_nnz=int(cfg.aggregate.label_features_max_nnz),

@@ -64,6 +64,26 @@ class EmbedTask:
         return cls(plan, inference_cfg.device, int(inference_cfg.torch_threads), fault_plan)
 
 
+def nonfinite_rows(dense, sparse):
+    """Row positions (sorted) whose dense or sparse half holds a NaN or an infinity: such a row
+    would spread NaN into every instance that takes it as a neighbour (the aggregation's
+    norms cannot remove it), so the embed stage fails on it rather than write it.
+
+    >>> import numpy as np, scipy.sparse as sp
+    >>> d = np.array([[1.0, 0.0], [np.nan, 1.0], [0.0, 1.0]], dtype=np.float32)
+    >>> s = sp.csr_matrix(np.array([[0.0, 1.0], [0.0, 0.0], [np.inf, 0.0]], dtype=np.float32))
+    >>> nonfinite_rows(d, s).tolist()
+    [1, 2]
+    """
+    import numpy as np
+
+    bad = ~np.isfinite(dense).all(axis=1)
+    off = ~np.isfinite(sparse.data)
+    if off.any():
+        bad[np.repeat(np.arange(sparse.shape[0]), np.diff(sparse.indptr))[off]] = True
+    return np.flatnonzero(bad)
+
+
 def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
     """Driver side: build the executor function of the embed stage (closes over ``task``)."""
 
@@ -106,6 +126,16 @@ def _make_embed_fn(task: EmbedTask, acc, load_fn: Callable[[str, str], Any]):
                 raise RuntimeError(
                     f"vectorizer returned {dense.shape[0]}/{sparse.shape[0]} "
                     f"rows for {tbl.num_rows} texts"
+                )
+            bad = nonfinite_rows(dense, sparse)
+            if bad.size:
+                ids = tbl.column(storage.NODE_INDEX).to_numpy()[bad[:5]].tolist()
+                raise ValueError(
+                    f"the vectorizer returned NaN or infinite values for {bad.size} of "
+                    f"{tbl.num_rows} texts of this batch (node_index {ids}"
+                    f"{', ...' if bad.size > 5 else ''}); nothing of the stage is published. "
+                    "Check the vectorizer's encoder (half precision on a GPU can overflow: "
+                    "compare with inference.device: cpu)"
                 )
             n, d = dense.shape
             rows += n

@@ -191,10 +191,7 @@ def plan_neighbors(
     n_folds, fold_seed = 0, 0
     if out_of_fold:
         folds_json = f"{models}/{artifacts.FOLDS_JSON}"
-        folds_doc = artifacts.read_json(folds_json)
-        n_folds = int(folds_doc.get("folds") or 0)
-        # models written before neighbors.fold_seed existed were all trained on split 0
-        fold_seed = int(folds_doc.get("fold_seed") or 0)
+        n_folds, fold_seed = artifacts.g_folds(models)
         if n_folds < 2:
             raise storage.InputError(
                 f"neighbors.train_mode=out_of_fold but {folds_json} "

@@ -103,8 +103,9 @@ __all__ = ["run", "features_from_embeddings"]
 FOLD_RULE = (
     "pina_spark.storage.folds.fold_of(node_id, F, fold_seed) = min(int(u * F), F - 1) with "
     "u = (n * A) % 2**48 / 16**12, n = int(sha1('pina-fold' + '\\x1f' + node_id)[:12], 16), "
-    "A = folds.split_multiplier(fold_seed) (1 for seed 0); applied to instance input rows "
-    "only (label rows are in every fold model)"
+    "A = folds.split_multiplier(fold_seed) (1 for seed 0); applied to instance input rows; "
+    "a label row is in every fold model, except with task.labels graph, where a label row "
+    "leaves with its item's instance row (its twin)"
 )
 
 

@@ -152,6 +152,7 @@ def run(ctx) -> TrainStats:
         n_train=len(prob.train_ids),
         n_test=len(prob.test_ids),
         n_labels_trained=len(prob.label_ids),
+        n_train_without_labels=int((~prob.has_lab).sum()),
         variants=trained,
         skipped=skipped,
         train_on=where,

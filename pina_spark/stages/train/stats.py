@@ -12,7 +12,9 @@ class TrainStats(StageStats):
     """Statistics of the train stage (its manifest form: :meth:`StageStats.to_dict`).
 
     Attributes:
-        n_train, n_test: train and test instances.
+        n_train, n_test: train instances trained on (those with a label) and test instances.
+        n_train_without_labels: train instances left out of training for having no label
+            (every label row of theirs quarantined, say), so nothing is dropped uncounted.
         n_labels_trained: the label space (labels with at least one train instance).
         variants: the variants trained, in ``train.variants`` order.
         skipped: the variants not trained, with why (no features).
@@ -25,6 +27,7 @@ class TrainStats(StageStats):
     n_train: int
     n_test: int
     n_labels_trained: int
+    n_train_without_labels: int = 0
     variants: list[str]
     skipped: dict[str, str]
     train_on: str
