@@ -6,9 +6,13 @@
 (``whole_stage``; selections before the per-variant price used it throughout). This script
 applies the same rule (:func:`pina_spark.selection.rule.choose`, through
 :func:`pina_spark.orchestration.select.decide`) to the same per-row validation scores under both
-bases, so a choice that turns on the price of g shows. It reads no test row and starts no
-Spark; the command's own ``selection.json`` stays the result, and the replay under the
-record's basis (``g_cost``) must reproduce its choice (it exits 1 where it does not).
+bases, so a choice that turns on the price of g shows: the price orders the candidates within
+the g tier (the tier without g always comes first, whatever the seconds). It reads no test row
+and starts no Spark; the command's own ``selection.json`` stays the result, and the replay under
+the record's basis (``g_cost``) must reproduce its choice (it exits 1 where it does not). A
+selection made before the tiers' order was fixed (8c9a38d), in which a g candidate measured
+cheaper than ``vectorizer_only``, replays to another choice: rerun ``pina-spark select --force``
+there.
 
 Usage::
 

@@ -186,6 +186,7 @@ def test_a_step_refuses_upstream_outputs_of_other_models(spark, tmp_path, demo_s
             "neighbors": "ran",
         }
     assert "plan: neighbors run (--force (run.force))" in caplog.text
+    assert "plan: nodes skip" in caplog.text  # as the pre-step then does
 
 
 @pytest.mark.slow

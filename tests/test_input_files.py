@@ -16,15 +16,18 @@ def _rows(spark, uri, table):
     return sorted(tuple(r) for r in df.drop(storage.inputs.CORRUPT).collect())
 
 
-def test_a_csv_folder_partitioned_by_split_keeps_the_split(spark, tmp_path):
+@pytest.mark.parametrize("column", ["split", "Split"])
+def test_a_csv_folder_partitioned_by_split_keeps_the_split(spark, tmp_path, column):
     """Spark's ``partitionBy("split")`` writes ``split=test/`` folders and no split column in
     the files: the split comes from the folder names (it used to be read as null: every test
-    instance became a train one)."""
+    instance became a train one). The reader matches folder names to the contract in any
+    case, and so does the pre-flight (``Split=test/``; a ``Split`` column inside the files is
+    refused: test_check.py)."""
     d = tmp_path / "instances.csv"
     for split, ids in (("train", ["i1", "i2"]), ("test", ["i3"])):
-        (d / f"split={split}").mkdir(parents=True)
+        (d / f"{column}={split}").mkdir(parents=True)
         body = "".join(f"{i},title {i}\n" for i in ids)
-        (d / f"split={split}" / "part-0.csv").write_text("instance_id,text\n" + body)
+        (d / f"{column}={split}" / "part-0.csv").write_text("instance_id,text\n" + body)
     r = inspect_input(str(d), "instances")
     assert (r.status, r.rows, r.columns) == ("ok", 3, ("instance_id", "text", "split"))
     assert _rows(spark, str(d), "instances") == [

@@ -116,6 +116,19 @@ def test_status_marks_an_evaluate_older_than_the_predictions_it_reports(tmp_path
         json.dump(m, fh)
     assert cli.main(["status", root]) == 0
     assert "OUTDATED" not in capsys.readouterr().out
+    # a root whose runs follow a vectorizer_only selection: its old neighbours entry stays as
+    # it was, and no rerun of that config would refresh it, so it is not flagged
+    m["stages"]["neighbors"] = {"status": "complete", "finished": "2026-11-23T10:01:00Z"}
+    m["config"] = {"train": {"variants": ["baseline", "vectorizer_only"]}}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(m, fh)
+    assert cli.main(["status", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outdated"] == {}
+    m["config"] = {"train": {"variants": ["baseline", "pina"]}}
+    with open(os.path.join(root, "_manifest.json"), "w") as fh:
+        json.dump(m, fh)
+    assert cli.main(["status", root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outdated"] == {"neighbors": ["embed"]}
 
 
 def test_status_json(tmp_path, capsys):

@@ -19,6 +19,8 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
+from pina_spark.config import variants as V
+from pina_spark.orchestration.resume import NEIGHBOR_STAGES
 from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
 
 log = logging.getLogger(__name__)
@@ -53,18 +55,20 @@ def markdown_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     )
 
 
-def outdated_steps(stages: dict[str, Any]) -> dict[str, list[str]]:
+def outdated_steps(stages: dict[str, Any], ignore: Sequence[str] = ()) -> dict[str, list[str]]:
     """Complete steps older than a step before them in the pipeline's order (each reads the
     outputs of those before it, directly or through them): ``{step: [earlier steps that
     finished after it]}``. Such a step's outputs and report describe outputs since replaced
     (``--stages neighbors,aggregate,train`` after an evaluate leaves evaluate's P@k over the
-    old predictions). From the manifest's ``finished`` times alone.
+    old predictions). From the manifest's ``finished`` times alone; ``ignore``: steps the
+    root's runs no longer consider (pretrain and neighbors once its variants need no
+    neighbours), whose entries stay as they were.
 
     >>> outdated_steps({"train": {"status": "complete", "finished": "2026-01-02T00:00:00Z"},
     ...                 "evaluate": {"status": "complete", "finished": "2026-01-01T00:00:00Z"}})
     {'evaluate': ['train']}
     """
-    order = [n for n in ("nodes",) + STAGE_NAMES if n in stages]
+    order = [n for n in ("nodes",) + STAGE_NAMES if n in stages and n not in ignore]
     done = {
         n: stages[n].get("finished")
         for n in order
@@ -77,6 +81,16 @@ def outdated_steps(stages: dict[str, Any]) -> dict[str, list[str]]:
             if newer:
                 out[n] = newer
     return out
+
+
+def _not_considered(m: dict[str, Any]) -> tuple[str, ...]:
+    """The steps the root's last command no longer considers: pretrain and neighbors when its
+    recorded ``train.variants`` need no neighbours (a root that follows a ``vectorizer_only``
+    selection)."""
+    variants = ((m.get("config") or {}).get("train") or {}).get("variants")
+    if variants and not V.needs_neighbors(variants):
+        return NEIGHBOR_STAGES
+    return ()
 
 
 def status_data(root: str) -> dict[str, Any]:
@@ -117,7 +131,7 @@ def status_data(root: str) -> dict[str, Any]:
         "stages": steps,
         "not_run": [n for n in STAGE_NAMES if n not in stages],
         "failed": [n for n in names if stages[n].get("status") == "failed"],
-        "outdated": outdated_steps(stages),
+        "outdated": outdated_steps(stages, _not_considered(m)),
         "quarantine": quarantine,
         "history": history,
         "metrics": (

@@ -41,10 +41,11 @@ Runs without neighbours
 
 Incremental (``run.incremental``, needs ``run.models``)
     The embed, neighbors and aggregate stages recompute only new or changed nodes (a hash of
-    ``node_id`` + ``text`` compared with a base run: the latest earlier ``run_date`` of the same
-    output with complete outputs, else the models run). See :func:`select_changed` and
-    :data:`INCREMENTAL`. The stage runs on a subset view of its input table (a path overlay);
-    the pipeline then publishes recomputed rows + the base run's rows for everything else.
+    ``node_id`` + ``text`` + ``split`` compared with a base run: the latest earlier ``run_date``
+    of the same output with complete outputs, else the models run). See :func:`select_changed`
+    and :data:`INCREMENTAL`. The stage runs on a subset view of its input table (a path
+    overlay); the pipeline then publishes recomputed rows + the base run's rows for everything
+    else.
 
 Examples
 --------
@@ -71,6 +72,7 @@ from pina_spark.orchestration.resume import (
     SKIP,
     base_token,
     decide,
+    forces,
     g_lacking,
     models_run_root,
     plan_problem,
@@ -231,10 +233,7 @@ def _run_leased(
                 NODES_STEP,
                 stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
                 (storage.NODES,),
-                # --force redoes the stages named; the pre-step only with embed, which
-                # reads it (a forced neighbours step alone would otherwise republish
-                # nodes under the embeddings it reads)
-                force and "embed" in stages,
+                forces(cfg, NODES_STEP, stages),
                 lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
                 run_id,
             )

@@ -395,11 +395,27 @@ def plan_steps(
         if not missing and any(ok is None for ok in done.values()):
             missing = None
         entry = manifest.stage(name)
-        d = decide(name, fp, entry, missing, cfg.run.force, runs, g_lacking(cfg, name, entry))
+        force = forces(cfg, name, stages)
+        d = decide(name, fp, entry, missing, force, runs, g_lacking(cfg, name, entry))
         if d.action != SKIP:
             runs.append(name)
         out.append(d)
     return out
+
+
+def forces(cfg: PinaConfig, name: str, stages: Sequence[str]) -> bool:
+    """Whether ``--force`` (``run.force``) redoes step ``name`` of a command over ``stages``:
+    every stage named; the ``nodes`` pre-step only with embed, which reads it (a forced
+    neighbours step alone would otherwise republish nodes under the embeddings it reads).
+
+    >>> from pina_spark.config import config_from_dict
+    >>> cfg = config_from_dict({"output": "/r", "run": {"models": "/m", "force": True}})
+    >>> forces(cfg, NODES_STEP, ("neighbors",)), forces(cfg, NODES_STEP, ("embed",))
+    (False, True)
+    """
+    if name == NODES_STEP:
+        return cfg.run.force and "embed" in stages
+    return cfg.run.force
 
 
 def inputs_read(cfg: PinaConfig, stages: Sequence[str]) -> dict[str, str]:

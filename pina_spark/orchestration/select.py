@@ -253,16 +253,17 @@ def selection_record(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``selection.json`` record of ``decision`` over ``candidates`` (whose names the
-    decision's comparisons carry): the chosen ``variant`` and ``settings``; per candidate, by
-    cost, its tier, its validation P@1 (``metric``, 0..1, every validation row; and on the
-    selection half, which picks within a tier), the difference in points and p against the
-    cheapest, its stage-seconds, whether it is at the base grid point and whether it is its
-    tier's pick or rival; the rule's ``contenders``: every comparison on the confirmation half
-    (each dearer tier's pick, and its rival where it has one, against the best cheaper
-    contender; ``role``, and ``decides``: whether it is the tier's deciding step); its
-    ``steps``, the deciding one per tier; and its ``refinement``: each grid alternative against
-    the base pick of its tier on the selection half (``metric_selection``). ``extra``
-    (the validation split's size, timings, ...) is added as is."""
+    decision's comparisons carry): the chosen ``variant`` and ``settings``; per candidate, in
+    the rule's order (the tier without g first, then by cost), its tier, its validation P@1
+    (``metric``, 0..1, every validation row; and on the selection half, which picks within a
+    tier), the difference in points and p against the first, its stage-seconds, whether it is at
+    the base grid point and whether it is its tier's pick or rival; the rule's ``contenders``:
+    every comparison on the confirmation half (each dearer tier's pick, and its rival where it
+    has one, against the best cheaper contender; ``role``, and ``decides``: whether it is the
+    tier's deciding step); its ``steps``, the deciding one per tier; and its ``refinement``:
+    each grid alternative against the base pick of its tier on the selection half
+    (``metric_selection``). ``extra`` (the validation split's size, timings, ...) is added as
+    is."""
     by_name = {c.name: c for c in candidates}
     chosen = by_name[decision.chosen]
     validation = []
@@ -491,7 +492,7 @@ def selection_markdown(rec: Mapping[str, Any]) -> str:
     """The selection's report (``selection/report.md``): the choice and its settings first,
     the rule, the caveat on the validation split, the rule's steps (one per cost tier, with the
     gain each could detect), the grid points tested against their tier's base pick, then one
-    row per candidate by cost.
+    row per candidate in the rule's order (the tier without g first, then by cost).
 
     Examples
     --------

@@ -254,8 +254,9 @@ class Decision:
 
     Attributes:
         chosen: the chosen candidate's name.
-        tiers: the tiers by cost, each with its pick and its rule step.
-        vs_cheapest: one :class:`Comparison` per candidate (by cost) against the cheapest, on
+        tiers: the tiers in the rule's order (``tier_order``, then cost), each with its pick
+            and its rule step.
+        vs_cheapest: one :class:`Comparison` per candidate (in that order) against the first, on
             every validation row (unadjusted p; reported, not used by the rule).
         alpha, min_gain_points: the rule's parameters.
         n_selection, n_confirmation: rows in each half.
@@ -271,7 +272,7 @@ class Decision:
 
     @property
     def rule(self) -> tuple[Comparison, ...]:
-        """The rule's deciding steps, one per tier by cost (:attr:`Tier.step`)."""
+        """The rule's deciding steps, one per tier in the rule's order (:attr:`Tier.step`)."""
         return tuple(t.step for t in self.tiers)
 
     def tier_of(self, name: str) -> Tier:

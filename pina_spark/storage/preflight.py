@@ -42,7 +42,7 @@ from pina_spark.storage.inputs import (
     type_mismatch,
 )
 from pina_spark.storage.inputs import _format_of as input_format
-from pina_spark.storage.schemas import schema
+from pina_spark.storage.schemas import INPUT_COLUMNS, schema
 from pina_spark.storage.uri import is_remote, local_path, same_place
 
 #: an input that passed every check
@@ -144,6 +144,10 @@ def inspect_input(uri: str, table: str) -> InputReport:
                 f"input.{table}: {uri} has the column '{both[0]}' both in its files and in its "
                 f"partition folders' names ({both[0]}=...); drop it from one of them"
             )
+        if fmt != "parquet":  # the text readers match partition folders' names to the
+            # contract case-insensitively (storage.inputs), so `Split=test/` is the split
+            named = {c.lower(): c for group in INPUT_COLUMNS[table] for c in group}
+            partitions = [named.get(c.lower(), c) for c in partitions]
         columns += partitions
         _check_required(columns, uri, table)
         if rows == 0:
