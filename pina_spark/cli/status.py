@@ -19,8 +19,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
-from pina_spark.config import variants as V
-from pina_spark.orchestration.resume import NEIGHBOR_STAGES
+from pina_spark.orchestration.resume import stages_left_out
 from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
 
 log = logging.getLogger(__name__)
@@ -88,9 +87,7 @@ def _not_considered(m: dict[str, Any]) -> tuple[str, ...]:
     recorded ``train.variants`` need no neighbours (a root that follows a ``vectorizer_only``
     selection)."""
     variants = ((m.get("config") or {}).get("train") or {}).get("variants")
-    if variants and not V.needs_neighbors(variants):
-        return NEIGHBOR_STAGES
-    return ()
+    return stages_left_out(variants) if variants else ()
 
 
 def status_data(root: str) -> dict[str, Any]:

@@ -347,6 +347,16 @@ def g_lacking(cfg: PinaConfig, name: str, entry: dict[str, Any] | None) -> list[
     return [v for v in V.g_variants(cfg.train.variants) if v not in have]
 
 
+def stages_left_out(variants: Sequence[str]) -> tuple[str, ...]:
+    """The stages a run of ``train.variants`` ``variants`` does not consider: ``pretrain`` and
+    ``neighbors`` when no variant reads neighbours.
+
+    >>> stages_left_out(["baseline", "vectorizer_only"]), stages_left_out(["pina"])
+    (('pretrain', 'neighbors'), ())
+    """
+    return () if V.needs_neighbors(variants) else NEIGHBOR_STAGES
+
+
 def stage_names(cfg: PinaConfig, stages: Sequence[str]) -> list[str]:
     """The stages of ``stages`` a run of ``cfg`` considers, in pipeline order: without
     ``pretrain`` and ``neighbors`` when ``train.variants`` holds no variant with neighbours (no
@@ -359,7 +369,7 @@ def stage_names(cfg: PinaConfig, stages: Sequence[str]) -> list[str]:
     >>> stage_names(cfg, ["graph", "pretrain", "neighbors", "aggregate"])
     ['graph', 'aggregate']
     """
-    skip = () if V.needs_neighbors(cfg.train.variants) else NEIGHBOR_STAGES
+    skip = stages_left_out(cfg.train.variants)
     return [s for s in STAGE_NAMES if s in stages and s not in skip]
 
 
