@@ -566,10 +566,10 @@ def test_embeddings_via_files_and_shuffle_give_identical_neighbors(env, spark):
 
 
 @pytest.mark.slow
-def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
-    """An instance node without an embedding row gets no neighbours row in both modes; with
-    files the stage counts them (manifest statistic + warning) instead of losing them
-    silently."""
+def test_both_modes_count_instances_without_embeddings(env, spark, tmp_path):
+    """An instance node without an embedding row gets no neighbours row in both modes, and
+    both count them (manifest statistic + warning) instead of losing them silently: files in
+    its tasks, shuffle on the driver, where an incremental run counts only its selection."""
     base = env["ctx"]
     paths = storage.RunPaths(str(tmp_path / "holes"))
     shutil.copytree(
@@ -585,12 +585,14 @@ def test_files_mode_counts_instances_without_embeddings(env, spark, tmp_path):
         st = neighbors_stage.run(c)
         got[via] = _collect_neighbors(storage.read_table(spark, paths, storage.NEIGHBORS))
         assert st["rows"] == N_INST - len(holes)
-        if via == "files":
-            assert st["instances_without_embeddings"] == len(holes)
-        else:
-            assert "instances_without_embeddings" not in st
+        assert st["instances_without_embeddings"] == len(holes), via
     assert got["files"] == got["shuffle"]
     assert not {i for _, i in got["files"]} & set(holes)
+    # an incremental run's selection: only its own holes count (4 and 77, not 3)
+    sel_uri = str(tmp_path / "selection")
+    spark.createDataFrame([(4,), (5,), (77,)], [storage.NODE_INDEX]).write.parquet(sel_uri)
+    c = dc.replace(base, paths=paths, incremental_rows=sel_uri)
+    assert neighbors_stage.count_without_embeddings(spark, c) == 2
 
 
 def test_store_features_equal_features_from_arrow(tmp_path):

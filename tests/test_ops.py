@@ -17,7 +17,7 @@ import pytest
 from pina_spark import storage
 from pina_spark.config import config_from_dict
 from pina_spark.models import artifacts
-from pina_spark.orchestration import pipeline
+from pina_spark.orchestration import daily, pipeline, resume, runs
 from pina_spark.stages import StageStats, flattened, optional
 from pina_spark.storage.manifest import Manifest
 
@@ -274,7 +274,7 @@ def test_run_date_rerun_replaces_and_new_date_adds(spark, tmp_path, stubs):
     assert count(spark, p2.table(storage.FEATURES)) == 5
     assert count(spark, p1.table(storage.FEATURES)) == 3
     assert Manifest(p1.manifest).data["stages"] == before
-    assert pipeline.list_run_dates(spark, d1.output) == ["2026-11-20", "2026-11-21"]
+    assert runs.list_run_dates(spark, d1.output) == ["2026-11-20", "2026-11-21"]
     assert sorted(os.listdir(tmp_path / "out")) == ["run_date=2026-11-20", "run_date=2026-11-21"]
 
 
@@ -434,7 +434,7 @@ def test_extend_nodes_keeps_indices_and_appends_new_sorted(spark):
         ],
         "instance_id string, text string, split string",
     )
-    out = {r[storage.NODE_INDEX]: tuple(r) for r in pipeline.extend_nodes(prev, inst).collect()}
+    out = {r[storage.NODE_INDEX]: tuple(r) for r in daily.extend_nodes(prev, inst).collect()}
     assert out == {
         0: (0, "instance", "b", "new b", "train"),  # kept index and split, new text
         1: (1, "instance", "d", "old d", "test"),  # not in today's input: kept
@@ -489,6 +489,122 @@ def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, s
     assert set(pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"]).values()) == {
         "skipped"
     }
+
+
+@pytest.mark.slow
+def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_path, stubs):
+    """A daily input is a delta. A product one day appended stays in the next days' nodes and
+    features at the same index (it used to drop out the next day, while the models run's
+    products stayed); a later input updates its text and split. After a retraining the new
+    models run's nodes are the catalogue: what it lacks is counted, not carried."""
+    models_root = _full_run(spark, tmp_path)
+    RESULT: dict = {}
+
+    def day(run_date, rows, models=models_root, incremental=False):
+        cfg = config_from_dict(
+            {
+                "output": str(tmp_path / "daily"),
+                "input": {"instances": write_instances(spark, str(tmp_path / run_date), rows)},
+                "run": {"run_date": run_date, "models": models, "incremental": incremental},
+                "train": {"variants": ["baseline", "vectorizer_only", "pina"]},
+            }
+        )
+        SEEN.clear()
+        RESULT[run_date] = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
+        paths = storage.RunPaths(cfg.output, run_date)
+        nodes = {
+            r[storage.NODE_ID]: (r[storage.NODE_INDEX], r[storage.TEXT], r[storage.SPLIT])
+            for r in storage.read_table(spark, paths, storage.NODES).collect()
+            if r[storage.KIND] == storage.KIND_INSTANCE
+        }
+        feats = {
+            r[0]
+            for r in storage.read_table(spark, paths, storage.FEATURES)
+            .select(storage.INSTANCE_ID)
+            .collect()
+        }
+        return paths, nodes, feats, Manifest(paths.manifest).stage("nodes")["stats"]
+
+    d1, n1, f1, s1 = day("2026-11-22", [("f", "fresh fig", None), ("g", "green grape", None)])
+    assert (n1["f"], n1["g"]) == ((7, "fresh fig", "new"), (8, "green grape", "new"))
+    assert s1["instances_carried"] == 0 and s1["carried_from"] is None
+    # day 2, incremental: 'a' (the models run's) changes text, 'g' gets a split, 'h' is new
+    d2, n2, f2, s2 = day(
+        "2026-11-23",
+        [("a", "red apple, crisp", None), ("g", "green grape", "test"), ("h", "honeydew", None)],
+        incremental=True,
+    )
+    assert n2["f"] == n1["f"]  # carried: same index, text and split
+    assert n2["g"] == (8, "green grape", "test") and n2["h"] == (9, "honeydew", "new")
+    assert n2["a"] == (0, "red apple, crisp", "train")  # a models-run row keeps its split
+    assert f2 == set(n2) and {"f", "g", "h"} <= f2
+    assert (s2["instances_carried"], s2["instances_appended"]) == (2, 1)
+    assert s2["carried_from"] == d1.root and s2["instances_not_carried"] == 0
+    assert SEEN["embed"] == [0, 8, 9]  # f is copied from day 1, not recomputed
+    # day 3 with nothing new: day 2's text of 'a' stays (the delta carries it)
+    _, n3, f3, s3 = day("2026-11-24", [])
+    assert n3 == n2 and f3 == f2 and s3["instances_carried"] == 3
+    assert RESULT["2026-11-24"]["nodes"] == "ran"
+    # day 1 republished (a backfill): it names the later days; day 2, run again with the
+    # same input, reruns its nodes step (its base changed) and carries day 1's new product
+    _, _, _, s1b = day("2026-11-22", [("f", "fresh fig", None), ("k", "kiwi berry", None)])
+    assert s1b["later_daily_runs"] == ["2026-11-23", "2026-11-24"]
+    _, n2b, f2b, s2b = day(
+        "2026-11-23",
+        [("a", "red apple, crisp", None), ("g", "green grape", "test"), ("h", "honeydew", None)],
+        incremental=True,
+    )
+    assert RESULT["2026-11-23"]["nodes"] == "ran" and "k" in n2b and "k" in f2b
+    assert s2b["later_daily_runs"] == ["2026-11-24"]
+    # a model-run product given another split by a daily input keeps g's split, counted
+    _, n3b, _, s3b = day("2026-11-24", [("c", "blue plum", "train")])
+    assert n3b["c"][2] == "test" and s3b["splits_not_taken"] == 1
+    n2, f2 = n2b, f2b
+    # a retraining since (other models, another index space): day 4 starts from its nodes;
+    # f and g are counted as not carried, h is named again by the day's input
+    a = write_instances(spark, str(tmp_path / "b.parquet"), INST_B)
+    retrain = config_from_dict({"output": str(tmp_path / "retrain"), "input": {"instances": a}})
+    pipeline.run_pipeline(spark, retrain, TO_FEATURES)
+    _, n4, f4, s4 = day("2026-11-25", [("h", "honeydew", None)], models=retrain.output)
+    assert set(n4) == {"a", "x", "y", "h"} and f4 == set(n4)
+    assert s4["instances_not_carried"] == 7 and s4["carried_from"] is None
+
+
+def test_carry_of_walks_back_to_the_last_complete_daily_root(tmp_path):
+    """The nodes pre-step's base: the latest earlier root whose manifest holds a complete
+    nodes step, passing over roots that are not daily (a retraining sharing the output) and
+    daily roots whose nodes step failed (named); a later daily root is named too; the models
+    are the same when the base's nodes step recorded this run's settings."""
+    out = str(tmp_path / "out")
+    models = str(tmp_path / "models")
+    cfg = config_from_dict({"output": out, "run": {"run_date": "2026-11-05", "models": models}})
+    settings = resume.settings_token(cfg, resume.NODES_STEP)
+
+    def root(d, entries):
+        m = Manifest(storage.RunPaths(out, d).manifest)
+        for name, status in entries.items():
+            m.mark_started(name, "fp")
+            if status == "complete":
+                m.record_stage(name, {}, "fp", 1.0, settings=settings)
+            elif status == "other-models":
+                m.record_stage(name, {}, "fp", 1.0, settings="else")
+            else:
+                m.mark_failed(name, "boom")
+
+    root("2026-11-01", {"nodes": "complete"})
+    root("2026-11-02", {"nodes": "other-models"})
+    root("2026-11-03", {"graph": "complete"})  # a retraining under the same output
+    root("2026-11-04", {"nodes": "failed"})
+    root("2026-11-06", {"nodes": "complete"})
+    dates = runs.list_run_dates_arrow(out)
+    assert dates == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-06"]
+    c = daily.carry_of(cfg, dates)
+    assert c.base.root == storage.RunPaths(out, "2026-11-02").root and not c.same_models
+    assert c.skipped == ("2026-11-04",) and c.later == ("2026-11-06",)
+    assert c.token.startswith("carry:" + c.base.root)
+    c1 = daily.carry_of(dc.replace(cfg, run=dc.replace(cfg.run, run_date="2026-11-02")), dates)
+    assert c1.base.root.endswith("run_date=2026-11-01") and c1.same_models
+    assert daily.carry_of(cfg, []) == daily.Carry()
 
 
 def test_select_changed(spark):
@@ -574,14 +690,13 @@ def test_incremental_recomputes_only_new_or_changed(spark, tmp_path, stubs):
         }
     )
     pipeline.run_pipeline(spark, cfg2, ["embed", "neighbors", "aggregate"])
-    # nodes of a day = the models run's nodes + that day's instances: 'b' is absent today, so it
-    # is back to the models run's text (changed against yesterday), and index 7 is 'h' today
-    # but was 'f' yesterday (changed); 'a' and the labels are reused from yesterday
-    assert SEEN["embed"] == [1, 7]
+    # a daily input is a delta: yesterday's nodes carry forward ('b' keeps yesterday's text,
+    # 'f' its index 7), so only 'h', appended as 8, is new; 'a' is unchanged
+    assert SEEN["embed"] == [8]
     p2 = storage.RunPaths(cfg.output, "2026-11-23")
     emb2 = {
         r[storage.NODE_INDEX]: r[storage.DENSE][0]
         for r in storage.read_table(spark, p2, storage.EMBEDDINGS).collect()
     }
-    assert emb2[7] == float(len("honeydew"))
-    assert sorted(emb2) == list(range(8))
+    assert emb2[8] == float(len("honeydew")) and emb2[1] == float(len("green pear, ripe"))
+    assert sorted(emb2) == list(range(9))

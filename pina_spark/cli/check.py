@@ -372,7 +372,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
             problems.append(f"{paths.root} is leased by {lease}: wait for it or use another output")
         if manifest is not None:
             has_manifest = bool(manifest.data.get("stages") or manifest.data.get("history"))
-            plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow)
+            plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow, _carry_token(cfg))
             problem = plan_problem(cfg, stages, manifest, plan, is_complete_arrow)
             problems += [problem] if problem else []
     return CheckReport(
@@ -445,3 +445,14 @@ def report_text(r: CheckReport) -> str:
         out.append("\nresult: the run cannot start:")
         out += [f"  - {p}" for p in r.problems]
     return "\n".join(out)
+
+
+def _carry_token(cfg: PinaConfig) -> str:
+    """What the nodes pre-step of a daily run carries (its fingerprint's part,
+    :func:`pina_spark.orchestration.daily.carry_of`), read as the run reads it; ``""`` where
+    pyarrow cannot list the output here (the run decides)."""
+    from pina_spark.orchestration.daily import carry_of
+    from pina_spark.orchestration.runs import list_run_dates_arrow
+
+    dates = list_run_dates_arrow(cfg.output) if cfg.run.models and cfg.run.run_date else None
+    return carry_of(cfg, dates).token if dates else ""

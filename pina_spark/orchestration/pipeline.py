@@ -26,12 +26,12 @@ Run dates
 
 Models of an earlier run (``run.models``)
     When ``run.models`` names an earlier run root and this command does not run the ``graph``
-    stage, a ``nodes`` pre-step (:func:`prepare_nodes_from_models`) builds this run's node index
-    space from the models run's ``nodes``: every node keeps its index (so ``output_nodes.npy`` of
-    the models' g still points at the right nodes), an existing instance takes its text from the
-    new instances table when present there, and instances not seen before are appended after the
-    largest index, sorted by ``instance_id``, with ``split`` as given or ``new``
-    (:func:`extend_nodes`).
+    stage, a ``nodes`` pre-step (:mod:`pina_spark.orchestration.daily`) builds this run's node
+    index space from the models run's ``nodes``: every node keeps its index (so
+    ``output_nodes.npy`` of the models' g still points at the right nodes), an existing instance
+    takes its text from the new instances table when present there, instances not seen before
+    are appended after the largest index, and the products earlier daily runs of the same
+    output appended with the same models are carried forward (a daily input is a delta).
 
 Runs without neighbours
     When ``train.variants`` holds neither ``pina`` nor ``pina_naive`` (a production run that
@@ -63,9 +63,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pina_spark import storage, validate
+from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, PinaConfig
 from pina_spark.config import variants as V
+from pina_spark.orchestration.daily import Carry, carry_of, prepare_nodes_from_models
 from pina_spark.orchestration.promotion import resolve_models
 from pina_spark.orchestration.resume import (
     NODES_STEP,
@@ -85,6 +86,7 @@ from pina_spark.orchestration.resume import (
     stale_upstream,
     step_outputs,
 )
+from pina_spark.orchestration.runs import list_run_dates
 from pina_spark.runtime import termination
 from pina_spark.runtime.progress import StageProgress
 from pina_spark.stages import STAGES, StageContext, StageSpec, StageStats, stats_dict
@@ -92,8 +94,6 @@ from pina_spark.storage.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-#: split given to instances appended by :func:`extend_nodes` when the input has none
-SPLIT_NEW = "new"
 #: what a step runs: a stage's ``run`` (its :class:`~pina_spark.stages.StageStats`) or one of
 #: the pipeline's own steps (the nodes pre-step, an incremental run: a plain mapping)
 StepFn = Callable[[StageContext], Mapping[str, Any] | None]
@@ -204,7 +204,12 @@ def _run_leased(
     input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
     base = base_token(cfg, input_fp)
     complete = lambda uri: storage.is_complete(spark, uri)  # noqa: E731
-    steps = plan_steps(cfg, stages, ctx.manifest, input_fp, complete)
+    carry = (
+        carry_of(cfg, list_run_dates(spark, cfg.output))
+        if runs_nodes_step(cfg, ctx.paths.root, stages)
+        else Carry()
+    )
+    steps = plan_steps(cfg, stages, ctx.manifest, input_fp, complete, carry.token)
     problem = plan_problem(cfg, stages, ctx.manifest, steps, complete)
     if problem:  # before the manifest records the run: nothing ran
         raise storage.InputError(problem)
@@ -231,10 +236,10 @@ def _run_leased(
             result[NODES_STEP] = _run_step(
                 ctx,
                 NODES_STEP,
-                stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP),
+                stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP, carry.token),
                 (storage.NODES,),
                 forces(cfg, NODES_STEP, stages),
-                lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths),
+                lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths, carry),
                 run_id,
             )
         elif cfg.run.models:  # with the graph stage (resolve_models refused the own root)
@@ -474,178 +479,6 @@ def _brief(stats: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in items)
 
 
-# --------------------------------------------------------------------------- nodes of a models run
-def extend_nodes(prev_nodes, instances, new_split: str = SPLIT_NEW):
-    """The node index space of a run that reuses ``prev_nodes``' models.
-
-    Every row of ``prev_nodes`` keeps its ``node_index``, ``kind`` and ``split``; an instance
-    present in ``instances`` takes its (new) text from there. Instances not in ``prev_nodes`` are
-    appended with indices ``max(node_index)+1 ...`` in ``instance_id`` order, ``split`` as given
-    (non-null) or ``new_split``. Rows with a null/blank id are dropped; a duplicated id keeps the
-    smallest (text, split) so the result does not depend on partitioning.
-
-    Parameters
-    ----------
-    prev_nodes : DataFrame in the ``nodes`` schema (see docs/design.md).
-    instances : DataFrame with ``instance_id``, ``text`` and optionally ``split``.
-
-    Example::
-
-        extend_nodes(prev, spark.createDataFrame([("z", "new item", None)],
-                     "instance_id string, text string, split string")).show()
-    """
-    from pyspark.sql import functions as F
-
-    inst = instances
-    if storage.SPLIT not in inst.columns:
-        inst = inst.withColumn(storage.SPLIT, F.lit(None).cast("string"))
-    if storage.CORRUPT in inst.columns:
-        inst = inst.where(F.col(storage.CORRUPT).isNull())
-    inst = (
-        inst.where(
-            F.col(storage.INSTANCE_ID).isNotNull() & (F.trim(F.col(storage.INSTANCE_ID)) != "")
-        )
-        .groupBy(storage.INSTANCE_ID)
-        .agg(F.min(F.struct(storage.TEXT, storage.SPLIT)).alias("_v"))
-        .select(
-            F.col(storage.INSTANCE_ID).alias("_id"),
-            F.col("_v." + storage.TEXT).alias("_text"),
-            F.col("_v." + storage.SPLIT).alias("_split"),
-        )
-    )
-    prev = prev_nodes.select(
-        storage.NODE_INDEX, storage.KIND, storage.NODE_ID, storage.TEXT, storage.SPLIT
-    )
-    prev_inst = prev.where(F.col(storage.KIND) == storage.KIND_INSTANCE)
-    kept = prev.join(
-        inst,
-        (prev[storage.KIND] == F.lit(storage.KIND_INSTANCE))
-        & (prev[storage.NODE_ID] == inst["_id"]),
-        "left",
-    ).select(
-        storage.NODE_INDEX,
-        storage.KIND,
-        storage.NODE_ID,
-        F.coalesce(F.col("_text"), F.col(storage.TEXT)).alias(storage.TEXT),
-        storage.SPLIT,
-    )
-    new = inst.join(prev_inst, inst["_id"] == prev_inst[storage.NODE_ID], "left_anti")
-    start = prev.agg(F.max(storage.NODE_INDEX)).collect()[0][0]
-    start = -1 if start is None else int(start)
-    spark = prev_nodes.sparkSession
-    ordered = new.orderBy("_id")
-    indexed = ordered.rdd.zipWithIndex().map(
-        lambda t: (
-            start + 1 + t[1],
-            storage.KIND_INSTANCE,
-            t[0]["_id"],
-            t[0]["_text"],
-            t[0]["_split"] if t[0]["_split"] is not None else new_split,
-        )
-    )
-    from pyspark.sql import types as T
-
-    new_df = spark.createDataFrame(
-        indexed,
-        T.StructType(
-            [
-                T.StructField(storage.NODE_INDEX, T.LongType()),
-                T.StructField(storage.KIND, T.StringType()),
-                T.StructField(storage.NODE_ID, T.StringType()),
-                T.StructField(storage.TEXT, T.StringType()),
-                T.StructField(storage.SPLIT, T.StringType()),
-            ]
-        ),
-    )
-    return kept.unionByName(new_df)
-
-
-def prepare_nodes_from_models(spark, cfg: PinaConfig, paths: storage.RunPaths) -> dict[str, Any]:
-    """The ``nodes`` pre-step of a ``run.models`` run: publish this run's ``nodes`` as
-    :func:`extend_nodes` of the models run's ``nodes`` and ``input.instances`` (when given)."""
-    from pyspark.sql import functions as F
-
-    root = models_run_root(cfg)
-    if root is None:
-        raise ValueError("prepare_nodes_from_models: the config has no run.models")
-    prev = storage.read_table(spark, storage.RunPaths(root), storage.NODES)
-    checked: dict[str, Any] = {}
-    persisted: list[Any] = []
-    if cfg.input.instances:
-        inst = _validated_instances(spark, cfg, paths, checked, persisted)
-        nodes = extend_nodes(prev, inst)
-    else:
-        nodes = prev
-    n_prev = prev.count()
-    storage.write_table(
-        nodes.repartition(max(1, spark.sparkContext.defaultParallelism)).sortWithinPartitions(
-            storage.NODE_INDEX
-        ),
-        paths,
-        storage.NODES,
-    )
-    out = storage.read_table(spark, paths, storage.NODES)
-    n = out.count()
-    n_new = (
-        out.where(
-            F.col(storage.NODE_INDEX) >= prev.agg(F.max(storage.NODE_INDEX)).collect()[0][0] + 1
-        ).count()
-        if n_prev
-        else n
-    )
-    for df in persisted:
-        df.unpersist()
-    log.info(
-        "nodes from models run %s: %d nodes kept, %d new instances appended", root, n_prev, n_new
-    )
-    out_stats = {"models_run": root, "nodes_kept": n_prev, "instances_appended": n_new, "nodes": n}
-    return {**out_stats, **({"inputs": checked} if checked else {})}
-
-
-def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts, persisted):
-    """The clean rows of ``input.instances`` for the nodes pre-step, validated as the graph
-    stage validates them (:func:`pina_spark.validate.validate_inputs`: the same reasons, the
-    quarantine published under ``quarantine/instances``, the counts into ``counts`` and
-    ``quality.*`` gates), so a daily input's bad rows (a blank text, an id with a control
-    character, a split that is neither train nor test) never reach ``nodes`` and features.
-    A row without a split keeps none here (:func:`extend_nodes` makes a new product ``new``,
-    where the graph stage's rule makes it ``train``)."""
-    from pyspark.sql import functions as F
-
-    raw = storage.read_input(spark, str(cfg.input.instances), "instances")
-    n_in = validate.count_input(raw, str(cfg.input.instances))  # once: validation takes it
-    if n_in == 0:  # a day without new or changed products
-        log.info("nodes: %s has no rows: no product to add or update", cfg.input.instances)
-        counts["instances"] = {"rows_in": 0, "rows_used": 0, "rows_quarantined": 0, "reasons": {}}
-        return raw.select(storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)
-    checked = validate.validate_inputs(
-        spark, cfg, raw={"instances": raw}, rows_in={"instances": n_in}
-    )
-    persisted += checked.persisted
-    validate.publish_quarantine(spark, checked, paths, cfg.quality)
-    counts["instances"] = checked.counts["instances"]
-    from pina_spark.validate.rules import CHECKS
-
-    # validation's own blank rule (Unicode-aware) and its default: a blank split is train
-    is_blank = CHECKS["blank"].spark(storage.SPLIT, cfg.quality.max_text_chars)
-    blank = raw.where(is_blank).select(storage.INSTANCE_ID)
-    given = raw.where(F.col(storage.SPLIT) == storage.SPLIT_TRAIN).select(storage.INSTANCE_ID)
-    unsplit = blank.join(given, storage.INSTANCE_ID, "left_anti").distinct()
-    clean = checked.tables["instances"]
-    return clean.join(
-        unsplit.withColumn("_unsplit", F.lit(True)), storage.INSTANCE_ID, "left"
-    ).select(
-        storage.INSTANCE_ID,
-        storage.TEXT,
-        F.when(
-            F.col("_unsplit") & (F.col(storage.SPLIT) == storage.SPLIT_TRAIN),
-            F.lit(None).cast("string"),
-        )
-        .otherwise(F.col(storage.SPLIT))
-        .alias(storage.SPLIT),
-    )
-
-
 # --------------------------------------------------------------------------- incremental runs
 def row_hash(df):
     """``df`` with a ``_row_hash`` column: sha256 of ``node_id`` + US + ``text`` + US +
@@ -670,7 +503,8 @@ def row_hash(df):
 def select_changed(current_nodes, previous_nodes):
     """Nodes of ``current_nodes`` that are new or changed against ``previous_nodes``.
 
-    Both are ``nodes`` tables of the same index space (see :func:`extend_nodes`). A node is
+    Both are ``nodes`` tables of the same index space
+    (:func:`pina_spark.orchestration.daily.extend_nodes`). A node is
     ``new`` when its ``(node_index, kind)`` is absent from ``previous_nodes`` and ``changed`` when
     the hash of ``node_id`` + ``text`` + ``split`` differs. Returns ``node_index, kind,
     node_id, reason``.
@@ -698,15 +532,6 @@ def select_changed(current_nodes, previous_nodes):
         .otherwise(F.lit("changed"))
         .alias("reason"),
     )
-
-
-def list_run_dates(spark, output: str) -> list[str]:
-    """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
-    out = []
-    for name, is_dir in storage.list_dir(spark, output):
-        if is_dir and name.startswith("run_date="):
-            out.append(name[len("run_date=") :])
-    return sorted(out)
 
 
 def incremental_base(spark, cfg: PinaConfig, rel: str) -> storage.RunPaths | None:

@@ -103,10 +103,14 @@ def upstream_token(manifest: Manifest, name: str) -> str:
     return "|".join(parts)
 
 
-def stage_fingerprint(cfg: PinaConfig, manifest: Manifest, base: str, name: str) -> str:
-    """The fingerprint of step ``name`` now (``base``: :func:`base_token`)."""
+def stage_fingerprint(
+    cfg: PinaConfig, manifest: Manifest, base: str, name: str, nodes_token: str = ""
+) -> str:
+    """The fingerprint of step ``name`` now (``base``: :func:`base_token`; ``nodes_token``: what
+    the nodes pre-step carries from an earlier daily root,
+    :attr:`pina_spark.orchestration.daily.Carry.token`, ``""`` for none)."""
     if name == NODES_STEP:
-        return hash_text(base + "nodes")
+        return hash_text(base + "nodes" + nodes_token)
     spec = STAGES[name]
     return hash_text(
         base + cfg.fingerprint(*spec.fingerprint_sections(cfg)) + upstream_token(manifest, name)
@@ -379,6 +383,7 @@ def plan_steps(
     manifest: Manifest,
     input_fingerprint: str | None,
     output_complete: Callable[[str], bool | None],
+    nodes_token: str = "",
 ) -> list[StepPlan]:
     """The decision of every step of a command over ``stages`` on ``cfg``'s run root, taken
     now, in order.
@@ -390,6 +395,7 @@ def plan_steps(
         when it cannot be computed here).
     output_complete : ``uri -> bool`` whether a published folder is complete (``None``: not
         readable here).
+    nodes_token : what the nodes pre-step carries (:func:`stage_fingerprint`).
     """
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     names = stage_names(cfg, stages)
@@ -399,7 +405,7 @@ def plan_steps(
     out: list[StepPlan] = []
     runs: list[str] = []
     for name in names:
-        fp = None if base is None else stage_fingerprint(cfg, manifest, base, name)
+        fp = None if base is None else stage_fingerprint(cfg, manifest, base, name, nodes_token)
         done = {o: output_complete(paths.table(o)) for o in step_outputs(name, cfg)}
         missing: list[str] | None = [o for o, ok in done.items() if ok is False]
         if not missing and any(ok is None for ok in done.values()):

@@ -1,4 +1,5 @@
-"""Finding a run root from wherever a notebook kernel or a shell starts: Jupyter starts the
+"""Finding run roots: the ``run_date=`` roots under an output (:func:`list_run_dates`), and a
+run root from wherever a notebook kernel or a shell starts: Jupyter starts the
 kernel in the notebook's folder (``notebooks/``), VS Code and papermill often in the
 repository root, so a relative ``runs/demo/run`` must not depend on which.
 
@@ -47,3 +48,37 @@ def find_run_root(path: str, start: str | None = None) -> str:
         f"no run at {path!r}: no {path}/{storage.MANIFEST} under {os.path.abspath(start or '.')} "
         "or its parents (run `make demo`, or set RUN / PINA_RUN to a run root)"
     )
+
+
+def list_run_dates(spark, output: str) -> list[str]:
+    """The ``run_date=YYYY-MM-DD`` folders under ``output``, sorted."""
+    out = []
+    for name, is_dir in storage.list_dir(spark, output):
+        if is_dir and name.startswith("run_date="):
+            out.append(name[len("run_date=") :])
+    return sorted(out)
+
+
+def list_run_dates_arrow(output: str) -> list[str] | None:
+    """:func:`list_run_dates` with pyarrow, for the pre-flight (no Spark): ``None`` where
+    pyarrow does not reach ``output`` or cannot list it here.
+
+    >>> import tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> os.makedirs(os.path.join(out, "run_date=2026-11-02")); os.makedirs(os.path.join(out, "x"))
+    >>> list_run_dates_arrow(out), list_run_dates_arrow(os.path.join(out, "absent"))
+    (['2026-11-02'], [])
+    """
+    if not storage.pyarrow_reaches(output):
+        return None
+    import pyarrow.fs as pafs
+
+    try:
+        fs, path = storage.pyarrow_fs(output)
+        if fs.get_file_info(path).type != pafs.FileType.Directory:
+            return []
+        infos = fs.get_file_info(pafs.FileSelector(path))
+    except Exception:  # no credentials for the bucket here, ...
+        return None
+    names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+    return sorted(n[len("run_date=") :] for n in names if n.startswith("run_date="))

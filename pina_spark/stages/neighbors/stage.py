@@ -82,11 +82,13 @@ __all__ = [
     "run",
     "cross_fit_scores",
     "MISSING_KEY",
+    "count_without_embeddings",
 ]
 
 ROUTE = "_route"
 TWIN = "_twin"
-#: accumulator key: instance rows without an embedding row (``embeddings_via: files``)
+#: accumulator key: instance rows without an embedding row (``embeddings_via: files``; the
+#: ``shuffle`` path counts them on the driver, :func:`count_without_embeddings`)
 MISSING_KEY = "missing|embeddings"
 #: the neighbours stage broadcasts (instance_index, node_id, split, twin) up to this many rows
 BROADCAST_INSTANCES_MAX_ROWS = 2_000_000
@@ -466,6 +468,32 @@ def _shuffle_frame(spark, ctx, nodes, plan: NeighborPlan, task: NeighborTask, bc
     )
 
 
+def count_without_embeddings(spark, ctx) -> int:
+    """Driver side: the instance nodes the stage should predict (every one, or an incremental
+    run's selection, ``ctx.incremental_rows``) that have no ``embeddings`` row. The ``shuffle``
+    path joins the embeddings to the instances, so those rows never reach a task to be counted
+    there as the ``files`` path counts them; this reads ``node_index`` of both tables only.
+
+    Example::
+
+        count_without_embeddings(spark, ctx)  # 0
+    """
+    from pyspark.sql import functions as F
+
+    inst = (
+        storage.read_table(spark, ctx.paths, storage.NODES, contract=True)
+        .filter(F.col(storage.KIND) == storage.KIND_INSTANCE)
+        .select(storage.NODE_INDEX)
+    )
+    if ctx.incremental_rows:
+        sel = spark.read.parquet(ctx.incremental_rows).select(storage.NODE_INDEX)
+        inst = inst.join(sel, storage.NODE_INDEX, "left_semi")
+    emb = storage.read_table(spark, ctx.paths, storage.EMBEDDINGS, contract=True).select(
+        storage.NODE_INDEX
+    )
+    return int(inst.join(emb, storage.NODE_INDEX, "left_anti").count())
+
+
 def neighbors_frame(
     spark,
     ctx,
@@ -561,7 +589,10 @@ def run(ctx) -> NeighborsStats:
             rows_per_model=per_model,
         )
     rows = per_variant[info["variants"][0]].rows  # instance rows (each variant has them all)
-    missing = int(counters.get(MISSING_KEY, 0))
+    if info["embeddings_via"] == "files":
+        missing = int(counters.get(MISSING_KEY, 0))
+    else:  # the join left them out before any task saw them
+        missing = count_without_embeddings(spark, ctx)
     stats = NeighborsStats(
         variants=per_variant,
         folds=info["folds"],
@@ -582,16 +613,15 @@ def run(ctx) -> NeighborsStats:
         weighting=cfg.neighbors.weighting,
         node_kinds=cfg.neighbors.node_kinds,
         **runtime.summarize_loads(counters),
-        instances_without_embeddings=missing if info["embeddings_via"] == "files" else None,
+        instances_without_embeddings=missing,
     )
-    if info["embeddings_via"] == "files":
-        if missing:
-            log.warning(
-                "neighbors: %d instance nodes have no row in %s: no neighbours for "
-                "them (run the embed stage for them)",
-                missing,
-                ctx.paths.table(storage.EMBEDDINGS),
-            )
+    if missing:
+        log.warning(
+            "neighbors: %d instance nodes have no row in %s: no neighbours for "
+            "them (run the embed stage for them)",
+            missing,
+            ctx.paths.table(storage.EMBEDDINGS),
+        )
     log.info(
         "neighbors: %d instance rows x %d variants in %.1fs, %d model loads (embeddings " "via %s)",
         rows,

@@ -49,8 +49,9 @@ class NeighborsStats(StageStats):
         k, weighting, node_kinds: the ``neighbors`` settings predicted with.
         model_loads, worker_processes, max_loads_per_worker_model, loads_per_worker: the g
             loads of the executors (:func:`pina_spark.runtime.summarize_loads`).
-        instances_without_embeddings: ``embeddings_via: files`` only, the instance nodes with
-            no row in ``embeddings`` (no neighbours for them).
+        instances_without_embeddings: the instance nodes (of an incremental run: of its
+            selection) with no row in ``embeddings`` (no neighbours for them); ``None`` in
+            manifests written before the ``shuffle`` path counted them.
     """
 
     variants: dict[str, NeighborsVariantStats]
