@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from pina_spark import storage
-from pina_spark.config import config_from_dict
+from pina_spark.config import STAGE_NAMES, config_from_dict
 from pina_spark.orchestration import pipeline
 from pina_spark.storage.manifest import Manifest
 
@@ -660,7 +660,7 @@ def test_no_test_instance_stops_a_run_that_trains_before_the_vectorizer(spark, t
     )
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst), side_info="label_text")
     with pytest.raises(storage.InputError) as e:
-        pipeline.run_pipeline(spark, cfg, ["graph", "vectorizer", "train"])
+        pipeline.run_pipeline(spark, cfg, list(STAGE_NAMES[: STAGE_NAMES.index("train") + 1]))
     assert "no instance has split='test'" in str(e.value)
     m = Manifest(storage.RunPaths(cfg.output).manifest)
     assert m.stage("graph")["status"] == "complete" and m.stage("vectorizer") is None

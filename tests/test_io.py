@@ -707,13 +707,23 @@ def test_read_input_parquet_files_disagreeing_on_a_type_name_the_column(spark, t
         storage.read_input(spark, str(d), "events")
 
 
-def test_recover_removes_the_scratch_a_killed_incremental_stage_left(spark, tmp_path):
+def test_recover_removes_the_scratch_a_killed_incremental_stage_left(spark, tmp_path, caplog):
     """An incremental stage writes its selected rows and output under ``_incremental/`` and
     deletes them in a ``finally``, which a killed driver never reaches: the next run's
-    ``recover`` (under the root's lease, before any stage) removes them."""
+    ``recover`` (under the root's lease, before any stage) removes them, with a warning. The
+    empty parent a finished stage leaves is removed without one."""
+    import logging
+
     paths = storage.RunPaths(str(tmp_path / "root"))
-    left = tmp_path / "root" / storage.INCREMENTAL_SCRATCH / "aggregate-1a2b3c4d" / "output"
+    scratch = tmp_path / "root" / storage.INCREMENTAL_SCRATCH
+    scratch.mkdir(parents=True)
+    with caplog.at_level(logging.WARNING):
+        storage.recover(spark, paths, [])
+    assert not scratch.exists() and "did not finish" not in caplog.text
+    left = scratch / "aggregate-1a2b3c4d" / "output"
     left.mkdir(parents=True)
     (left / "part-0.parquet").write_bytes(b"x" * 10)
-    storage.recover(spark, paths, [])
-    assert not (tmp_path / "root" / storage.INCREMENTAL_SCRATCH).exists()
+    with caplog.at_level(logging.WARNING):
+        storage.recover(spark, paths, [])
+    assert not scratch.exists()
+    assert "aggregate-1a2b3c4d), left by a run that did not finish" in caplog.text

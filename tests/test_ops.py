@@ -491,6 +491,9 @@ def test_models_run_augments_new_instances_without_retraining(spark, tmp_path, s
     }
 
 
+STAGES3 = ["embed", "neighbors", "aggregate"]
+
+
 @pytest.mark.slow
 def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_path, stubs):
     """A daily input is a delta. A product one day appended stays in the next days' nodes and
@@ -500,7 +503,7 @@ def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_
     models_root = _full_run(spark, tmp_path)
     RESULT: dict = {}
 
-    def day(run_date, rows, models=models_root, incremental=False):
+    def day(run_date, rows, models=models_root, incremental=False, stages=STAGES3):
         cfg = config_from_dict(
             {
                 "output": str(tmp_path / "daily"),
@@ -510,7 +513,7 @@ def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_
             }
         )
         SEEN.clear()
-        RESULT[run_date] = pipeline.run_pipeline(spark, cfg, ["embed", "neighbors", "aggregate"])
+        RESULT[run_date] = pipeline.run_pipeline(spark, cfg, stages)
         paths = storage.RunPaths(cfg.output, run_date)
         nodes = {
             r[storage.NODE_ID]: (r[storage.NODE_INDEX], r[storage.TEXT], r[storage.SPLIT])
@@ -541,14 +544,35 @@ def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_
     assert (s2["instances_carried"], s2["instances_appended"]) == (2, 1)
     assert s2["carried_from"] == d1.root and s2["instances_not_carried"] == 0
     assert SEEN["embed"] == [0, 8, 9]  # f is copied from day 1, not recomputed
-    # day 3 with nothing new: day 2's text of 'a' stays (the delta carries it)
+    # day 3 with a bad row (and 'a' as it was), then rerun with nothing new: day 2's text of
+    # 'a' stays (the delta carries it), and the rerun's empty quarantine replaces the first's
+    p3, _, _, s3 = day(
+        "2026-11-24", [("bad\nid", "a title", None), ("a", "red apple, crisp", None)]
+    )
+    quarantined = storage.read_table(spark, p3, f"{storage.QUARANTINE}/instances")
+    assert quarantined.count() == 1 and s3["inputs"]["instances"]["rows_quarantined"] == 1
+    from pina_spark.cli.status import status_data  # status shows a daily root's quarantine
+
+    assert status_data(p3.root)["quarantine"]["instances"]["rows_quarantined"] == 1
     _, n3, f3, s3 = day("2026-11-24", [])
     assert n3 == n2 and f3 == f2 and s3["instances_carried"] == 3
     assert RESULT["2026-11-24"]["nodes"] == "ran"
+    assert storage.read_table(spark, p3, f"{storage.QUARANTINE}/instances").count() == 0
     # day 1 republished (a backfill): it names the later days; day 2, run again with the
     # same input, reruns its nodes step (its base changed) and carries day 1's new product
     _, _, _, s1b = day("2026-11-22", [("f", "fresh fig", None), ("k", "kiwi berry", None)])
     assert s1b["later_daily_runs"] == ["2026-11-23", "2026-11-24"]
+    # a later day's aggregate step alone is refused: its nodes rerun (their base changed) and
+    # embeddings and neighbours would be left keyed by the old node indices; nothing runs
+    before = Manifest(storage.RunPaths(str(tmp_path / "daily"), "2026-11-23").manifest).stage(
+        "nodes"
+    )
+    with pytest.raises(storage.InputError) as e:
+        day("2026-11-23", [("h", "honeydew", None)], stages=["aggregate"])
+    assert "step nodes runs in this command" in str(e.value)
+    assert str(e.value).endswith("--stages embed,neighbors,aggregate")
+    after = Manifest(storage.RunPaths(str(tmp_path / "daily"), "2026-11-23").manifest)
+    assert after.stage("nodes") == before
     _, n2b, f2b, s2b = day(
         "2026-11-23",
         [("a", "red apple, crisp", None), ("g", "green grape", "test"), ("h", "honeydew", None)],
@@ -568,6 +592,13 @@ def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_
     _, n4, f4, s4 = day("2026-11-25", [("h", "honeydew", None)], models=retrain.output)
     assert set(n4) == {"a", "x", "y", "h"} and f4 == set(n4)
     assert s4["instances_not_carried"] == 7 and s4["carried_from"] is None
+    # a new daily root whose command leaves out embed: refused before anything is published
+    with pytest.raises(storage.InputError) as e:
+        day("2026-11-26", [("m", "mango", None)], stages=["neighbors", "aggregate"])
+    assert str(e.value).endswith("--stages embed,neighbors,aggregate")
+    assert not os.path.exists(
+        storage.RunPaths(str(tmp_path / "daily"), "2026-11-26").table("nodes")
+    )
 
 
 def test_carry_of_walks_back_to_the_last_complete_daily_root(tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import STAGE_NAMES, ConfigError
-from pina_spark.orchestration.resume import stages_left_out
+from pina_spark.orchestration.resume import NODES_STEP, stages_left_out
 from pina_spark.stages.evaluate.stage import METRICS_FILE, eval_file, read_metrics
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,11 @@ def status_data(root: str) -> dict[str, Any]:
         }
         for n in names
     ]
-    inputs = ((stages.get("graph") or {}).get("stats") or {}).get("inputs") or {}
+    # the graph stage validates a run's inputs; a daily run's nodes pre-step its day's instances
+    inputs = {
+        **(((stages.get(NODES_STEP) or {}).get("stats") or {}).get("inputs") or {}),
+        **(((stages.get("graph") or {}).get("stats") or {}).get("inputs") or {}),
+    }
     quarantine = {
         t: {k: s.get(k) for k in ("rows_in", "rows_used", "rows_quarantined")}
         | {"reasons": dict(s.get("reasons") or {})}

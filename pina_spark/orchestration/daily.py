@@ -337,7 +337,12 @@ def _validated_instances(spark, cfg: PinaConfig, paths: storage.RunPaths, counts
     if n_in == 0:  # a day without new or changed products
         log.info("nodes: %s has no rows: no product to add or update", cfg.input.instances)
         counts["instances"] = {"rows_in": 0, "rows_used": 0, "rows_quarantined": 0, "reasons": {}}
-        return raw.select(storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)
+        rows = raw.select(storage.INSTANCE_ID, storage.TEXT, storage.SPLIT)
+        # an empty quarantine (validation's columns) replaces an earlier run's of this date
+        none = F.lit(None).cast("string")
+        empty = rows.select("*", none.alias(storage.CORRUPT), none.alias(storage.REASON))
+        storage.write_quarantine(empty, paths, "instances", 0, spark=spark)
+        return rows
     checked = validate.validate_inputs(
         spark, cfg, raw={"instances": raw}, rows_in={"instances": n_in}
     )

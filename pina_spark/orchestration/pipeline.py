@@ -767,11 +767,10 @@ def run_incremental(ctx: StageContext, spec: StageSpec, inc: IncrementalSpec) ->
         log.warning("stage %s: full recompute instead of incremental: %s", spec.name, other)
         return stats_dict(spec.load()(ctx), incremental=f"full ({other})")
     nodes = storage.read_table(spark, paths, storage.NODES)
-    sel = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
-    sel = sel.where(F.col(storage.KIND).isin(list(inc.kinds))).select(storage.NODE_INDEX)
-    if inc.also_select is not None:
-        changed_any = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
-        sel = sel.unionByName(inc.also_select(spark, paths, changed_any.select(storage.NODE_INDEX)))
+    changed = select_changed(nodes, storage.read_table(spark, base, storage.NODES))
+    sel = changed.where(F.col(storage.KIND).isin(list(inc.kinds))).select(storage.NODE_INDEX)
+    if inc.also_select is not None:  # from the changed nodes of every kind
+        sel = sel.unionByName(inc.also_select(spark, paths, changed.select(storage.NODE_INDEX)))
     sel = sel.distinct()
     scratch = paths.table(f"{storage.INCREMENTAL_SCRATCH}/{spec.name}-{uuid.uuid4().hex[:8]}")
     sel_uri = scratch + "/incremental_rows"

@@ -253,7 +253,49 @@ def plan_problem(
             f"incomplete ({paths.table(storage.NODES)}): run the stages before it first "
             f"(--stages {','.join(upto)})"
         )
-    return None
+    return _gap_problem(cfg, paths.root, stages, plan)
+
+
+def _gap_problem(
+    cfg: PinaConfig, root: str, stages: Sequence[str], plan: Sequence["StepPlan"]
+) -> str | None:
+    """Why a command cannot run because it republishes the node index space (the ``nodes``
+    pre-step, which no command names and which reruns when its inputs or the earlier daily
+    root it continues changed, or the graph stage) before a step of this root that it does
+    not name and that a later step it names reads: that step's outputs would be keyed by the
+    node indices it replaces (a later day's ``--stages aggregate`` after an earlier day was
+    backfilled aggregated embeddings and neighbours of other products) or are missing
+    (``--stages neighbors`` on a new daily root). A named step rerun before an unnamed one
+    whose node indices it keeps (``--stages embed,neighbors``: g stays as pretrain left it)
+    is the command's own choice, as two separate commands would be. ``None`` when there is
+    no such gap."""
+    order = [
+        s
+        for s in ((NODES_STEP,) if runs_nodes_step(cfg, root, stages) else ())
+        + tuple(stage_names(cfg, STAGE_NAMES))
+        # steps whose outputs are not this root's: the models run's graph and model folders
+        if not (s == "graph" and runs_nodes_step(cfg, root, stages))
+        and not (cfg.run.models and s in REUSES_MODELS)
+    ]
+    named = {s.step for s in plan}
+    ran = [order.index(s.step) for s in plan if s.action == RUN and s.step in order]
+    last = max((order.index(s) for s in named if s in order), default=-1)
+    if not ran:
+        return None
+    first = min(ran)
+    if order[first] not in (NODES_STEP, "graph"):
+        return None
+    gap = [s for s in order[first + 1 : last] if s not in named]
+    if not gap:
+        return None
+    why = next(s.reason for s in plan if s.step == order[first])
+    upto = [s for s in order[first : last + 1] if s in STAGES]
+    return (
+        f"step {order[first]} runs in this command ({why}), before {', '.join(gap)}, which the "
+        f"command does not name: the later steps would read {', '.join(gap)}'s outputs made "
+        f"from what {order[first]} replaces, or find them missing, in {root}. Name them too: "
+        f"--stages {','.join(upto)}"
+    )
 
 
 def step_outputs(name: str, cfg: PinaConfig | None = None) -> Sequence[str]:
@@ -308,6 +350,11 @@ def decide(
         error = f": {str(entry.get('error'))[:160]}" if entry.get("error") else ""
         return plan(RUN, f"last attempt {status}{error}")
     if fingerprint is not None and recorded != fingerprint:
+        if name == NODES_STEP:
+            return plan(
+                RUN,
+                "fingerprint changed (inputs, run.models, or the earlier daily root it continues)",
+            )
         return plan(RUN, "fingerprint changed (inputs, run.models, its config or an earlier step)")
     if lacking:
         return plan(RUN, f"its output has no {', '.join(lacking)} (a run trained fewer variants)")

@@ -25,6 +25,7 @@ from pina_spark.storage.fs import (
     delete_path,
     is_complete,
     jpath_child,
+    list_dir,
     parquet_files,
     path_exists,
     pyarrow_reaches,
@@ -231,9 +232,16 @@ def recover(spark, paths: RunPaths, rels: Iterable[str]) -> list[str]:
     _clean_staging(spark, paths)
     # an incremental stage's scratch (rows selected, output before the merge) outlives a run
     # killed mid-stage; recover runs under the root's lease, before any stage of its run
+    # (a finished stage removes its own folder and leaves the empty parent: not a warning)
     scratch = paths.table(INCREMENTAL_SCRATCH)
     if path_exists(spark, scratch):
-        log.warning("recover: removing %s, left by a run that did not finish", scratch)
+        left = [name for name, _ in list_dir(spark, scratch)]
+        if left:
+            log.warning(
+                "recover: removing %s (%s), left by a run that did not finish",
+                scratch,
+                ", ".join(sorted(left)),
+            )
         delete_path(spark, scratch)
     return repaired
 

@@ -71,10 +71,12 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
     n_old = old.agg(F.max("old")).first()[0]
     remap = np.full(int(n_old or 0) + 1, -1, dtype=np.int64)
     remap[pairs["old"].to_numpy(np.int64)] = pairs["new"].to_numpy(np.int64)
+    n_candidates = old.count()
     log.info(
-        "neighbors: %d of %d nodes of %s found in this run's nodes",
+        "neighbors: %d of the %d train instances and labels of %s (g's possible outputs; "
+        "its test rows never are) found in this run's nodes",
         len(pairs),
-        len(remap),
+        n_candidates,
         old_nodes_uri,
     )
     return remap, label_idx, n_inst
