@@ -601,6 +601,37 @@ def test_daily_runs_carry_forward_the_products_earlier_days_appended(spark, tmp_
     )
 
 
+@pytest.mark.slow
+def test_a_daily_step_is_not_redone_when_an_input_it_never_reads_changes(spark, tmp_path, stubs):
+    """The nodes pre-step's fingerprint covers what it reads (the day's instances, run.models,
+    the earlier daily root it continues), not the events or monthly labels a config also
+    names: a refresh of those between a day's steps reran it, and the next step was refused
+    (its embeddings keyed by the replaced nodes)."""
+    models_root = _full_run(spark, tmp_path)
+    events = tmp_path / "events.csv"
+    events.write_text("basket_id,item_id\nb1,a\n")
+    day = write_instances(spark, str(tmp_path / "day.parquet"), [("f", "fresh fig", None)])
+    cfg = config_from_dict(
+        {
+            "output": str(tmp_path / "daily"),
+            "input": {"instances": day, "events": str(events)},
+            "run": {"run_date": "2026-11-22", "models": models_root},
+            "train": {"variants": ["baseline", "vectorizer_only", "pina"]},
+        }
+    )
+    assert pipeline.run_pipeline(spark, cfg, ["embed"])["nodes"] == "ran"
+    events.write_text("basket_id,item_id\nb1,a\nb2,c\n")  # refreshed between two steps
+    assert pipeline.run_pipeline(spark, cfg, ["neighbors"]) == {
+        "nodes": "skipped",
+        "neighbors": "ran",
+    }
+    # the day's own input rewritten: the nodes step would redo, so the next step is refused
+    write_instances(spark, day, [("f", "fresh fig", None), ("g", "green grape", None)])
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg, ["aggregate"])
+    assert str(e.value).endswith("--stages embed,neighbors,aggregate")
+
+
 def test_carry_of_walks_back_to_the_last_complete_daily_root(tmp_path):
     """The nodes pre-step's base: the latest earlier root whose manifest holds a complete
     nodes step, passing over roots that are not daily (a retraining sharing the output) and

@@ -372,7 +372,7 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
             problems.append(f"{paths.root} is leased by {lease}: wait for it or use another output")
         if manifest is not None:
             has_manifest = bool(manifest.data.get("stages") or manifest.data.get("history"))
-            plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow, _carry_token(cfg))
+            plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow, _nodes_token(cfg))
             problem = plan_problem(cfg, stages, manifest, plan, is_complete_arrow)
             problems += [problem] if problem else []
     return CheckReport(
@@ -447,12 +447,18 @@ def report_text(r: CheckReport) -> str:
     return "\n".join(out)
 
 
-def _carry_token(cfg: PinaConfig) -> str:
-    """What the nodes pre-step of a daily run carries (its fingerprint's part,
-    :func:`pina_spark.orchestration.daily.carry_of`), read as the run reads it; ``""`` where
-    pyarrow cannot list the output here (the run decides)."""
+def _nodes_token(cfg: PinaConfig) -> str | None:
+    """What the nodes pre-step of a daily run reads
+    (:func:`pina_spark.orchestration.resume.nodes_token`), read as the run reads it: the day's
+    instances (``None`` where they are not local: the run decides) and the earlier daily root
+    it continues (:func:`pina_spark.orchestration.daily.carry_of`; none where pyarrow cannot
+    list the output here)."""
     from pina_spark.orchestration.daily import carry_of
+    from pina_spark.orchestration.resume import nodes_token
     from pina_spark.orchestration.runs import list_run_dates_arrow
 
+    instances = input_fingerprint_local([cfg.input.instances])
+    if instances is None:
+        return None
     dates = list_run_dates_arrow(cfg.output) if cfg.run.models and cfg.run.run_date else None
-    return carry_of(cfg, dates).token if dates else ""
+    return nodes_token(instances, carry_of(cfg, dates).token if dates else "")

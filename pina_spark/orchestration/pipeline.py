@@ -76,6 +76,7 @@ from pina_spark.orchestration.resume import (
     forces,
     g_lacking,
     models_run_root,
+    nodes_token,
     plan_problem,
     plan_steps,
     runs_nodes_step,
@@ -204,12 +205,12 @@ def _run_leased(
     input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
     base = base_token(cfg, input_fp)
     complete = lambda uri: storage.is_complete(spark, uri)  # noqa: E731
-    carry = (
-        carry_of(cfg, list_run_dates(spark, cfg.output))
-        if runs_nodes_step(cfg, ctx.paths.root, stages)
-        else Carry()
-    )
-    steps = plan_steps(cfg, stages, ctx.manifest, input_fp, complete, carry.token)
+    carry, nodes_fp = Carry(), ""
+    if runs_nodes_step(cfg, ctx.paths.root, stages):  # the nodes pre-step reads the instances
+        carry = carry_of(cfg, list_run_dates(spark, cfg.output))
+        instances_fp = storage.input_fingerprint(spark, [cfg.input.instances])
+        nodes_fp = nodes_token(instances_fp, carry.token)
+    steps = plan_steps(cfg, stages, ctx.manifest, input_fp, complete, nodes_fp)
     problem = plan_problem(cfg, stages, ctx.manifest, steps, complete)
     if problem:  # before the manifest records the run: nothing ran
         raise storage.InputError(problem)
@@ -236,7 +237,7 @@ def _run_leased(
             result[NODES_STEP] = _run_step(
                 ctx,
                 NODES_STEP,
-                stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP, carry.token),
+                stage_fingerprint(cfg, ctx.manifest, base, NODES_STEP, nodes_fp),
                 (storage.NODES,),
                 forces(cfg, NODES_STEP, stages),
                 lambda c: prepare_nodes_from_models(c.spark, c.cfg, c.paths, carry),

@@ -86,6 +86,13 @@ def models_token(cfg: PinaConfig) -> str:
     return ":".join(parts)
 
 
+def nodes_token(instances_fingerprint: str, carry_token: str) -> str:
+    """What the nodes pre-step reads besides ``run.models``: the fingerprint of
+    ``input.instances`` (the day's products) and the earlier daily root it continues
+    (:attr:`pina_spark.orchestration.daily.Carry.token`, ``""`` for none)."""
+    return f"instances:{instances_fingerprint}|{carry_token}"
+
+
 def base_token(cfg: PinaConfig, input_fingerprint: str) -> str:
     """The part of every step's fingerprint that the inputs and ``run.models`` make."""
     return hash_text(input_fingerprint + models_token(cfg))
@@ -106,11 +113,13 @@ def upstream_token(manifest: Manifest, name: str) -> str:
 def stage_fingerprint(
     cfg: PinaConfig, manifest: Manifest, base: str, name: str, nodes_token: str = ""
 ) -> str:
-    """The fingerprint of step ``name`` now (``base``: :func:`base_token`; ``nodes_token``: what
-    the nodes pre-step carries from an earlier daily root,
-    :attr:`pina_spark.orchestration.daily.Carry.token`, ``""`` for none)."""
+    """The fingerprint of step ``name`` now (``base``: :func:`base_token`). The nodes pre-step's
+    is made of what it reads, not ``base``: ``run.models`` (:func:`models_token`) and
+    ``nodes_token`` (:func:`nodes_token`: the day's instances and the earlier daily root it
+    continues), so a refreshed input it never reads (events, the monthly labels) does not
+    rerun it between the steps of a day."""
     if name == NODES_STEP:
-        return hash_text(base + "nodes" + nodes_token)
+        return hash_text(models_token(cfg) + "nodes" + nodes_token)
     spec = STAGES[name]
     return hash_text(
         base + cfg.fingerprint(*spec.fingerprint_sections(cfg)) + upstream_token(manifest, name)
@@ -430,7 +439,7 @@ def plan_steps(
     manifest: Manifest,
     input_fingerprint: str | None,
     output_complete: Callable[[str], bool | None],
-    nodes_token: str = "",
+    nodes_token: str | None = "",
 ) -> list[StepPlan]:
     """The decision of every step of a command over ``stages`` on ``cfg``'s run root, taken
     now, in order.
@@ -442,7 +451,8 @@ def plan_steps(
         when it cannot be computed here).
     output_complete : ``uri -> bool`` whether a published folder is complete (``None``: not
         readable here).
-    nodes_token : what the nodes pre-step carries (:func:`stage_fingerprint`).
+    nodes_token : what the nodes pre-step reads (:func:`nodes_token`; ``None`` when it cannot
+        be computed here, as the inputs' fingerprint).
     """
     paths = storage.RunPaths(cfg.output, cfg.run.run_date)
     names = stage_names(cfg, stages)
@@ -452,7 +462,14 @@ def plan_steps(
     out: list[StepPlan] = []
     runs: list[str] = []
     for name in names:
-        fp = None if base is None else stage_fingerprint(cfg, manifest, base, name, nodes_token)
+        if name == NODES_STEP:
+            fp = (
+                None
+                if nodes_token is None
+                else stage_fingerprint(cfg, manifest, "", name, nodes_token)
+            )
+        else:
+            fp = None if base is None else stage_fingerprint(cfg, manifest, base, name)
         done = {o: output_complete(paths.table(o)) for o in step_outputs(name, cfg)}
         missing: list[str] | None = [o for o, ok in done.items() if ok is False]
         if not missing and any(ok is None for ok in done.values()):

@@ -68,10 +68,9 @@ def node_maps(spark, ctx, nodes_df, need_labels: bool = True):
         .select("old", "new")
         .toPandas()
     )
-    n_old = old.agg(F.max("old")).first()[0]
+    n_old, n_candidates = old.agg(F.max("old"), F.count(F.lit(1))).first()
     remap = np.full(int(n_old or 0) + 1, -1, dtype=np.int64)
     remap[pairs["old"].to_numpy(np.int64)] = pairs["new"].to_numpy(np.int64)
-    n_candidates = old.count()
     log.info(
         "neighbors: %d of the %d train instances and labels of %s (g's possible outputs; "
         "its test rows never are) found in this run's nodes",
