@@ -217,8 +217,7 @@ def prepare_nodes_from_models(
     inst = (
         _validated_instances(spark, cfg, paths, checked, persisted) if cfg.input.instances else None
     )
-    n_models = models_nodes.count()
-    settled = models_nodes.agg(F.max(storage.NODE_INDEX)).collect()[0][0]
+    n_models, settled = models_nodes.agg(F.count(F.lit(1)), F.max(storage.NODE_INDEX)).first()
     models_inst = models_nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE)
     prev, carried_from, not_carried = models_nodes, None, 0
     if carry.skipped:

@@ -144,6 +144,14 @@ def settings_token(cfg: PinaConfig, name: str) -> str:
     return hash_text(models_token(cfg) + own)
 
 
+def considered_steps(cfg: PinaConfig, root: str, stages: Sequence[str]) -> tuple[str, ...]:
+    """Every step a run of ``cfg`` over ``stages`` on ``root`` considers, in order: the
+    ``nodes`` pre-step in a run of another run's models, then :func:`stage_names`."""
+    return ((NODES_STEP,) if runs_nodes_step(cfg, root, stages) else ()) + tuple(
+        stage_names(cfg, STAGE_NAMES)
+    )
+
+
 def stale_upstream(
     cfg: PinaConfig, manifest: Manifest, name: str, stages: Sequence[str]
 ) -> list[tuple[str, str, str]]:
@@ -172,9 +180,7 @@ def stale_upstream(
     ['embed']
     """
     root = storage.norm(manifest.uri.rsplit("/", 1)[0])
-    order = ((NODES_STEP,) if runs_nodes_step(cfg, root, stages) else ()) + tuple(
-        stage_names(cfg, STAGE_NAMES)
-    )
+    order = considered_steps(cfg, root, stages)
     if name not in order:
         return []
     out = []
@@ -278,13 +284,12 @@ def _gap_problem(
     whose node indices it keeps (``--stages embed,neighbors``: g stays as pretrain left it)
     is the command's own choice, as two separate commands would be. ``None`` when there is
     no such gap."""
+    nodes_step = runs_nodes_step(cfg, root, stages)
     order = [
         s
-        for s in ((NODES_STEP,) if runs_nodes_step(cfg, root, stages) else ())
-        + tuple(stage_names(cfg, STAGE_NAMES))
+        for s in considered_steps(cfg, root, stages)
         # steps whose outputs are not this root's: the models run's graph and model folders
-        if not (s == "graph" and runs_nodes_step(cfg, root, stages))
-        and not (cfg.run.models and s in REUSES_MODELS)
+        if not (s == "graph" and nodes_step) and not (cfg.run.models and s in REUSES_MODELS)
     ]
     named = {s.step for s in plan}
     ran = [order.index(s.step) for s in plan if s.action == RUN and s.step in order]
