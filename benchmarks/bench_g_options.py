@@ -11,7 +11,14 @@ measures options that change g itself, on a root that ``bench_pretrain.py`` made
   trains on (``fold == -1``: the label rows in label-text mode; none in i2i mode). That tree
   learns nothing a fold model does not see, so it leaks no held-out row;
 - ``pina_naive/leaf=L``: ``pina_naive`` with ``max_leaf_size`` L (``--leaves``; the config's
-  own value first).
+  own value first);
+- ``pina_naive/solver=S``: ``pina_naive`` at its own leaf with more of PECOS' solver parameters
+  (``--solvers``, a JSON list of objects such as ``{"eps": 0.5}`` or ``{"max_iter": 7}``: a
+  looser stopping rule for each ranker's dual coordinate descent; PECOS' defaults are
+  ``eps`` 0.1 and ``max_iter`` 100).
+
+``--variants pina_naive`` measures that variant's options only (the single fits of ``pina``
+still run, as the unit).
 
 Every fit goes through the stage's own :func:`~pina_spark.stages.pretrain.fits.train_g` (the
 shared tree through its ``chain``). A single fit of ``pina`` on all of its rows
@@ -47,9 +54,12 @@ def _leaf(xcfg, leaf: int):
     return dc.replace(xcfg, max_leaf_size=int(leaf))
 
 
-def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
-    """One variant's F fold fits with max_leaf_size ``leaf`` and a tree per fold or ``shared``:
-    seconds (the shared tree counted once) and g's held-out report."""
+def run_option(
+    pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool, solver: dict | None = None
+) -> dict:
+    """One variant's F fold fits with max_leaf_size ``leaf``, a tree per fold or ``shared``, and
+    PECOS solver parameters ``solver`` (None: its defaults): seconds (the shared tree counted
+    once) and g's held-out report."""
     from pina_spark.models import bpre
     from pina_spark.stages.pretrain import fits
 
@@ -80,6 +90,7 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
             vx,
             f"g[{pb.variant}, fold {f}]",
             chain=chain if shared else None,
+            solver=solver,
         )
         runs.append(round(time.time() - t0, 2))
         parts.append(fits.oof_metrics(m, b, ~keep & np.asarray(pb.is_inst, bool), xcfg))
@@ -90,6 +101,7 @@ def run_option(pb, X, F: int, seed: int, xcfg, leaf: int, shared: bool) -> dict:
         "variant": pb.variant,
         "leaf": leaf,
         "shared_tree": shared,
+        "solver": solver or {},
         "rows_in_every_fold_model": int(common.sum()),
         "fits_s": round(sum(runs) + tree_s, 2),
         "fit_runs_s": runs,
@@ -103,6 +115,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--config", required=True, help="the syn<N>.yaml of a bench_pretrain root")
     ap.add_argument("--json", required=True)
     ap.add_argument("--leaves", default="50,25", help="pina_naive max_leaf_size values to try")
+    ap.add_argument(
+        "--solvers",
+        default="[]",
+        help='pina_naive PECOS solver parameters to try, a JSON list: [{"eps": 0.5}]',
+    )
+    ap.add_argument(
+        "--variants", default="pina,pina_naive", help="the variants whose options to measure"
+    )
     a = ap.parse_args(argv)
     from pina_spark.config import load_config
     from pina_spark.models import artifacts, bpre
@@ -131,15 +151,23 @@ def main(argv=None) -> dict:
 
     leaf0 = int(xcfg.max_leaf_size)
     naive0 = int(cfg.pretrain.xlinear_of("pina_naive").max_leaf_size)  # the stage's own
-    options = [("pina", leaf0, False), ("pina", leaf0, True), ("pina_naive", naive0, False)]
+    solvers = json.loads(a.solvers)
+    if not isinstance(solvers, list) or not all(isinstance(x, dict) for x in solvers):
+        ap.error('--solvers: a JSON list of objects, such as [{"eps": 0.5}]')
+    options = [("pina", leaf0, False, None), ("pina", leaf0, True, None)]
+    options += [("pina_naive", naive0, False, None)]
     options += [
-        ("pina_naive", int(x), False) for x in a.leaves.split(",") if x.strip() and int(x) != naive0
+        ("pina_naive", int(x), False, None)
+        for x in a.leaves.split(",")
+        if x.strip() and int(x) != naive0
     ]
+    options += [("pina_naive", naive0, False, x) for x in solvers]
+    wanted = {v.strip() for v in a.variants.split(",") if v.strip()}
     singles = [single()]
     res = []
-    for v, leaf, shared in options:
-        if v in problems:
-            res.append(run_option(problems[v], X[v], F, seed, xcfg, leaf, shared))
+    for v, leaf, shared, solver in options:
+        if v in problems and v in wanted:
+            res.append(run_option(problems[v], X[v], F, seed, xcfg, leaf, shared, solver))
             print(json.dumps(res[-1]), flush=True)
     singles.append(single())
     s = statistics.median(singles)

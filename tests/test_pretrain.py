@@ -359,6 +359,24 @@ def test_save_load_predict_only_identical_scores(tmp_path):
     assert np.array_equal(a.indices, b.indices) and np.array_equal(a.data, b.data)
 
 
+def test_train_g_passes_solver_parameters_to_pecos():
+    """``solver`` (what bench_g_options.py compares) reaches PECOS' rankers: PECOS' own
+    defaults give g unchanged, a one-iteration solver gives other weights."""
+    from pina_spark.config import XLinearConfig
+
+    rng = np.random.RandomState(1)
+    X = sp.random(300, 50, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    Y = sp.csr_matrix((rng.rand(300, 40) < 0.05).astype(np.float32))
+    xcfg = XLinearConfig(nr_splits=4, max_leaf_size=10, topk=10)
+
+    def weights(solver):
+        return train_g(X, Y, xcfg, solver=solver).model.model_chain[-1].W
+
+    base = weights(None)
+    assert (weights({"eps": 0.1, "max_iter": 100}) != base).nnz == 0
+    assert (weights({"max_iter": 1}) != base).nnz > 0
+
+
 # --------------------------------------------------------------------------- the stage
 @pytest.mark.slow
 def test_stage_artifacts_and_card(citeulike_run):

@@ -213,6 +213,7 @@ def train_g(
     threads: int = -1,
     times: dict | None = None,
     chain=None,
+    solver: dict[str, Any] | None = None,
 ):
     """Train XR-Linear g: hierarchical k-means on PIFA(Y, X) (:func:`label_tree`), then the
     linear rankers.
@@ -238,6 +239,9 @@ def train_g(
     chain : pecos ClusterChain, optional
         A label tree made beforehand (:func:`label_tree`; ``pifa`` and ``tree`` are then 0);
         the stage always makes g's own (benchmarks compare others).
+    solver : dict, optional
+        More of PECOS' solver parameters (``max_iter``, ``eps``) for the rankers; the stage
+        passes none, so PECOS' defaults apply (benchmarks compare others).
 
     Example::
 
@@ -274,6 +278,7 @@ def train_g(
                 only_topk=int(xcfg.topk),
                 post_processor=str(xcfg.post_processor),
                 threads=int(threads),
+                **(solver or {}),
             )
     if times is not None:
         end = time.time()
