@@ -21,7 +21,7 @@ JOBS = {
     "vectorizer": "vectorizer.py",
     "embed": "embed.py",
     "pretrain": "pretrain.py",
-    "neighbors": "predict_neighbors.py",
+    "neighbors": "neighbors.py",
     "aggregate": "aggregate.py",
     "train": "train.py",
     "evaluate": "evaluate.py",

@@ -659,9 +659,18 @@ def test_no_test_instance_stops_a_run_that_trains_before_the_vectorizer(spark, t
         [r.rsplit(",", 1)[0] for r in GOOD_INSTANCES],
     )
     cfg = _cfg(tmp_path, _small_inputs(tmp_path, spark, instances=inst), side_info="label_text")
+    through_train = list(STAGE_NAMES[: STAGE_NAMES.index("train") + 1])
+    # the pre-flight of `check` and `run` sees the header: nothing starts
+    from pina_spark.cli.check import require_inputs
+
     with pytest.raises(storage.InputError) as e:
-        pipeline.run_pipeline(spark, cfg, list(STAGE_NAMES[: STAGE_NAMES.index("train") + 1]))
-    assert "no instance has split='test'" in str(e.value)
+        require_inputs(cfg, through_train)
+    assert f"{inst}: it has no split column, so every instance is train" in str(e.value)
+    require_inputs(cfg, list(STAGE_NAMES[: STAGE_NAMES.index("aggregate") + 1]))  # features
+    # past the pre-flight (a run that calls the pipeline itself), the graph stage's nodes say it
+    with pytest.raises(storage.InputError) as e:
+        pipeline.run_pipeline(spark, cfg, through_train)
+    assert "no instance kept by the graph stage has split='test'" in str(e.value)
     m = Manifest(storage.RunPaths(cfg.output).manifest)
     assert m.stage("graph")["status"] == "complete" and m.stage("vectorizer") is None
     assert pipeline.run_pipeline(spark, cfg, ["graph"]) == {"graph": "skipped"}

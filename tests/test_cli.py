@@ -207,3 +207,23 @@ def test_a_config_at_an_s3a_uri_is_read_through_storage(tmp_path, captured, fake
         load_config(str(tmp_path / "b" / "conf" / "latin1.yaml"))
     with pytest.raises(ConfigError, match="gs://b/c.yaml: cannot read the config"):
         load_config("gs://b/c.yaml", read=storage.read_bytes)
+
+
+def test_every_stage_has_its_job_and_the_old_neighbors_name_still_runs(tmp_path):
+    """`jobs/<stage>.py` for every stage (README, docs/emr.md); step lists written when the
+    neighbours job was `jobs/predict_neighbors.py` reach the same entry point, with a warning."""
+    from pina_spark.config import STAGE_NAMES
+
+    for stage in STAGE_NAMES:
+        assert os.path.exists(os.path.join(ROOT, "jobs", f"{stage}.py")), stage
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("output: /x\nneighbors: {k: -1}\n")
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "jobs", "predict_neighbors.py"), "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "is now jobs/neighbors.py" in r.stderr and "neighbors.k" in r.stderr

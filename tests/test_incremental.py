@@ -342,6 +342,13 @@ def test_a_models_run_refuses_a_root_where_a_full_run_ran(spark, tmp_path):
     with pytest.raises(storage.InputError) as e:
         pipeline.run_pipeline(spark, cfg, STAGES)
     assert "holds a full run" in str(e.value) and "another --run-date" in str(e.value)
+    # check says the same, first (not a plan message about the root's upstream outputs)
+    from pina_spark.cli.check import check_run
+
+    for stages in (STAGES, ("embed", "neighbors", "aggregate")):
+        problems = check_run(cfg, stages).problems
+        assert any("holds a full run" in p for p in problems), problems
+        assert not any("--stages" in p for p in problems), problems
     after = Manifest(root.manifest)
     assert after.stage("nodes") is None and "config" not in after.data  # nothing written
     assert not storage.is_complete(spark, root.table(storage.NODES))

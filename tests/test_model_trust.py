@@ -487,3 +487,64 @@ def test_promotion_record_is_not_written_on_a_lost_lease(tmp_path, monkeypatch):
         with pytest.raises(storage.LeaseError, match="lost its lease"):
             promotion.consider(_cfg(out, run_date="2026-11-20"), run_root, metrics)
     assert promotion.read_promoted(str(out)) is None
+
+
+def _published_g(root, folds=2):
+    """``<root>/models`` with fold models of ``pina`` (files stand in for PECOS' own), published
+    the way artifacts.publish writes it (checksums in every folder)."""
+    models = storage.RunPaths(str(root)).table(storage.MODELS)
+    for f in range(folds):
+        d = artifacts.g_dir(models, "pina", f)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "param.json"), "w") as fh:
+            json.dump({"fold": f}, fh)
+    runtime.write_checksums(models)
+    return models
+
+
+def test_the_promotion_pins_g_too_and_a_refit_after_it_is_refused(tmp_path, monkeypatch):
+    """A user's trial: promoting a run, then refitting its g in place (``--stages pretrain``),
+    let daily runs predict with the refit g, which no evaluation had passed: the promotion record
+    held the vectorizer's digest only. It now holds g's ``models`` digest too; the neighbours
+    stage anchors g (and hands each fold model's digest to the executors); a record from before
+    is upgraded by ``pina-spark promote`` only while what it pins is unchanged."""
+    from pina_spark import cli
+
+    monkeypatch.delenv(checksums.MODEL_KEY_ENV, raising=False)
+    out = tmp_path / "out"
+    run_root = storage.RunPaths(str(out), "2026-11-20").root
+    vec, models = _published_vectorizer(run_root), _published_g(run_root)
+    metrics = {"variants": {"pina": {"P@1": 0.5}}}
+    assert promotion.consider(_cfg(out, run_date="2026-11-20"), run_root, metrics)["promoted"]
+    record = promotion.read_promoted(str(out))
+    assert record[trust.DIGESTS] == {
+        "vectorizer": trust.folder_digest(vec),
+        "models": trust.folder_digest(models),
+    }
+    daily = promotion.resolve_models(_cfg(out, run_date="2026-11-21", models="latest"))
+    parts = ["g/pina/fold=0", "g/pina/fold=1"]
+    got = trust.anchor_parts(daily, models, "models", parts)
+    for p in parts:  # what each executor compares its copy with
+        assert got[p] == checksums.local_digest(os.path.join(models, p)) and got[p]
+
+    fold0 = artifacts.g_dir(models, "pina", 0)
+    with open(os.path.join(fold0, "param.json"), "w") as fh:  # the refit: g changes in place
+        json.dump({"fold": 0, "refit": True}, fh)
+    runtime.write_checksums(models)
+    with pytest.raises(trust.ModelTrustError, match="rewritten after it was promoted"):
+        trust.anchor_parts(daily, models, "models", parts)
+    assert trust.anchor(daily, vec, "vectorizer")  # the vectorizer is as promoted
+
+    # a record from before g's digest: `promote` adds it while the vectorizer's still holds
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(f"output: {out}\n")
+    old = {"run": run_root, "value": 0.5, trust.DIGESTS: {"vectorizer": trust.folder_digest(vec)}}
+    storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(old).encode())
+    with pytest.raises(trust.ModelTrustError, match="holds no digest of its models folder"):
+        trust.anchor_parts(daily, models, "models", parts)
+    assert cli.main(["promote", "--config", str(conf)]) == 0
+    assert promotion.read_promoted(str(out))[trust.DIGESTS]["models"] == trust.folder_digest(models)
+    assert trust.anchor_parts(daily, models, "models", parts)["g/pina/fold=0"]
+    _tamper(vec)  # a record whose vectorizer digest no longer holds is not upgraded
+    storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(old).encode())
+    assert cli.main(["promote", "--config", str(conf)]) == 2

@@ -661,12 +661,25 @@ def test_carry_of_walks_back_to_the_last_complete_daily_root(tmp_path):
     dates = runs.list_run_dates_arrow(out)
     assert dates == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04", "2026-11-06"]
     c = daily.carry_of(cfg, dates)
-    assert c.base.root == storage.RunPaths(out, "2026-11-02").root and not c.same_models
+    assert c.base.root == storage.RunPaths(out, "2026-11-02").root and not c.same_index_space
     assert c.skipped == ("2026-11-04",) and c.later == ("2026-11-06",)
     assert c.token.startswith("carry:" + c.base.root)
     c1 = daily.carry_of(dc.replace(cfg, run=dc.replace(cfg.run, run_date="2026-11-02")), dates)
-    assert c1.base.root.endswith("run_date=2026-11-01") and c1.same_models
+    assert c1.base.root.endswith("run_date=2026-11-01") and c1.same_index_space
     assert daily.carry_of(cfg, []) == daily.Carry()
+    # the index space is the models run's nodes: a refit of its g (other settings) keeps it,
+    # a republished graph (a retraining on the same root) does not
+    mm = Manifest(storage.RunPaths(models).manifest)
+    mm.mark_started("graph", "fp")
+    mm.record_stage("graph", {}, "fp", 1.0)
+    space = resume.index_space_token(cfg)
+    m2 = Manifest(storage.RunPaths(out, "2026-11-02").manifest)
+    m2.record_stage("nodes", {"index_space": space}, "fp", 1.0, settings="else")
+    assert daily.carry_of(cfg, dates).same_index_space
+    m2.record_stage("nodes", {"index_space": space}, "fp", 1.0, settings=settings)
+    mm.record_stage("graph", {}, "fp", 1.0)
+    assert resume.index_space_token(cfg) != space
+    assert not daily.carry_of(cfg, dates).same_index_space
 
 
 def test_select_changed(spark):

@@ -76,7 +76,7 @@ def test_gpu_steps_request_gpus_only_for_gpu_stages():
         args = s["Args"]
         conf = _conf(args)
         archive = args[args.index("--archives") + 1]
-        gpu_stage = any(a.endswith(("/embed.py", "/predict_neighbors.py")) for a in args)
+        gpu_stage = any(a.endswith(("/embed.py", "/neighbors.py")) for a in args)
         if gpu_stage:
             assert conf["spark.executor.resource.gpu.amount"] == "1"
             assert conf["spark.task.resource.gpu.amount"] == "1"

@@ -26,7 +26,7 @@ STAGES = {
     "vectorizer": ("vectorizer.py", "24g"),
     "embed": ("embed.py", "8g"),
     "pretrain": ("pretrain.py", "24g"),
-    "neighbors": ("predict_neighbors.py", "8g"),
+    "neighbors": ("neighbors.py", "8g"),
     "aggregate": ("aggregate.py", "8g"),
     "train": ("train.py", "24g"),
     "evaluate": ("evaluate.py", "8g"),

@@ -33,7 +33,14 @@ from typing import Any
 
 from pina_spark import storage
 from pina_spark.config import ConfigError, PinaConfig
-from pina_spark.orchestration.resume import StepPlan, inputs_read, plan_problem, plan_steps
+from pina_spark.orchestration.resume import (
+    StepPlan,
+    full_root_problem,
+    inputs_read,
+    plan_problem,
+    plan_steps,
+)
+from pina_spark.storage import preflight
 from pina_spark.storage.preflight import (
     InputReport,
     input_fingerprint_local,
@@ -107,14 +114,26 @@ def check_inputs(cfg: PinaConfig, stages: Sequence[str]):
 
 
 def _blocking(report, cfg: PinaConfig, stages: Sequence[str]) -> str | None:
-    """Why a run of ``stages`` stops on the input of ``report``: its problem, or a table with
-    no rows where the graph stage reads it (a run of another run's models takes empty
-    instances as a day without new products)."""
+    """Why a run of ``stages`` stops on the input of ``report``: its problem, or, where the
+    graph stage reads it (a run of another run's models takes empty instances as a day without
+    new products, and new ones without a split), a table with no rows, or instances without a
+    ``split`` column where the stages train or evaluate score test instances (the graph stage
+    would run first, and the run would stop after it)."""
     from pina_spark.orchestration.resume import stage_names
 
     if report.blocks_run:
         return report.problem
-    return report.empty_problem() if "graph" in stage_names(cfg, stages) else None
+    names = stage_names(cfg, stages)
+    if "graph" not in names:
+        return None
+    if (
+        report.table == "instances"
+        and report.status == preflight.OK  # columns read (not unchecked, not missing)
+        and storage.SPLIT not in report.columns
+        and {"train", "evaluate"} & set(names)
+    ):
+        return storage.no_test_rows_message(report.uri, "it has no split column")
+    return report.empty_problem()
 
 
 def hadoop_site_conf(conf_dir: str | None = None) -> dict[str, str]:
@@ -259,7 +278,8 @@ def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
     neighbours): the problem of its ``vectorizer`` folder, which embed loads first. Missing or
     incomplete (``--models`` names a daily root, which holds no models), or refused by the
     model-trust policy (:func:`pina_spark.models.trust.anchor`: no promotion record or key
-    vouches for it); the run would stop there after taking the lease and publishing ``nodes``
+    vouches for it; and g's ``models`` folder where the neighbours stage runs); the run would
+    stop there after taking the lease and publishing ``nodes``
     (or, in a run that follows a selection into a new output, the graph and vectorizer
     stages' tables). ``None`` when there is none, or where pyarrow does not reach the folder
     (the stage checks it then).
@@ -294,6 +314,8 @@ def models_folder_problem(cfg: PinaConfig, stages: Sequence[str]) -> str | None:
         )
     try:
         trust.anchor(cfg, vec, storage.VECTORIZER)
+        if "neighbors" in stage_names(cfg, stages) and is_complete_arrow(models):
+            trust.anchor(cfg, models, storage.MODELS)  # g, which the neighbours stage loads
     except trust.ModelTrustError as e:
         return str(e)
     return None
@@ -373,7 +395,10 @@ def check_run(cfg: PinaConfig, stages: Sequence[str], sets: Sequence[str] = ()) 
         if manifest is not None:
             has_manifest = bool(manifest.data.get("stages") or manifest.data.get("history"))
             plan = plan_steps(cfg, stages, manifest, fp, is_complete_arrow, _nodes_token(cfg))
-            problem = plan_problem(cfg, stages, manifest, plan, is_complete_arrow)
+            # the run's own order: a daily run on a full run's root is refused before the plan
+            problem = full_root_problem(cfg, manifest, paths.root, stages) or plan_problem(
+                cfg, stages, manifest, plan, is_complete_arrow
+            )
             problems += [problem] if problem else []
     return CheckReport(
         root=paths.root,

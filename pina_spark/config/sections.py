@@ -110,7 +110,11 @@ class InputConfig(_Params):
     These layouts are checked where pyarrow reaches the path (local, ``s3://``).
 
     Attributes:
-        instances: ``instance_id, text[, split]``. Required by the graph stage.
+        instances: ``instance_id, text[, split]``. Required by the graph stage. ``split``:
+            ``train`` or ``test`` (another value is quarantined); without the column, or with
+            an empty value, an instance is ``train`` (a daily run's new product without one is
+            ``new``). A run through train or evaluate needs ``test`` rows: without the column,
+            ``check`` and ``run`` stop before the graph stage.
         labels: ``label_id, text``. Required when ``task.labels == 'given'``.
         instance_labels: ``instance_id, label_id``. Required when ``task.labels == 'given'``.
         events: raw co-purchase logs ``basket_id, item_id[, event_time][, weight]``. Required for

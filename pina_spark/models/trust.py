@@ -46,9 +46,9 @@ from pina_spark.runtime.checksums import (
     CHECKSUMS,
     MODEL_KEY_ENV,
     SIGNATURE,
-    checksums_digest,
-    local_digest,
+    local_listed,
     model_key,
+    part_digest,
     signature,
 )
 
@@ -59,7 +59,9 @@ __all__ = [
     "DIGESTS",
     "ModelTrustError",
     "anchor",
+    "anchor_parts",
     "folder_digest",
+    "listed_checksums",
     "promotion_output",
     "read_promoted",
 ]
@@ -98,12 +100,13 @@ def read_promoted(output: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def folder_digest(uri: str) -> str | None:
-    """:func:`~pina_spark.runtime.checksums.checksums_digest` of the model folder ``uri`` (local
-    or a ``pyarrow.fs`` URI such as ``s3://``: only its ``_CHECKSUMS.json`` files are read), or
-    ``None`` when its top has none."""
+def listed_checksums(uri: str) -> dict[str, bytes]:
+    """The ``_CHECKSUMS.json`` files of the model folder ``uri`` (local or a ``pyarrow.fs`` URI
+    such as ``s3://``), ``{folder relative to the top: bytes}``
+    (:func:`~pina_spark.runtime.checksums.local_listed`); ``{}`` where it has none."""
     if not storage.is_remote(uri):
-        return local_digest(storage.local_path(uri))
+        p = storage.local_path(uri)
+        return local_listed(p) if os.path.isdir(p) else {}
     import pyarrow.fs as pafs
 
     fs, root = storage.pyarrow_fs(uri)
@@ -114,7 +117,14 @@ def folder_digest(uri: str) -> str | None:
             rel = os.path.dirname(fi.path[len(root) + 1 :])
             with fs.open_input_stream(fi.path) as fh:
                 listed[rel] = fh.read()
-    return checksums_digest(listed) if "" in listed else None
+    return listed
+
+
+def folder_digest(uri: str) -> str | None:
+    """:func:`~pina_spark.runtime.checksums.checksums_digest` of the model folder ``uri`` (local
+    or a ``pyarrow.fs`` URI such as ``s3://``: only its ``_CHECKSUMS.json`` files are read), or
+    ``None`` when its top has none."""
+    return part_digest(listed_checksums(uri))
 
 
 def anchor(cfg, uri: str, name: str) -> str:
@@ -128,7 +138,22 @@ def anchor(cfg, uri: str, name: str) -> str:
     ModelTrustError
         Names the folder, what failed and how to vouch for it.
     """
-    digest = folder_digest(uri)
+    return _anchor_digest(cfg, uri, name, folder_digest(uri))
+
+
+def anchor_parts(cfg, uri: str, name: str, parts) -> dict[str, str]:
+    """:func:`anchor` for a folder whose sub-folders executors load one by one (``models``:
+    ``g/<variant>/fold=<f>``): the policy applied to the whole folder ``uri``, and the digest of
+    each of ``parts`` (paths relative to ``uri``) taken from the same listing of its checksums,
+    so a part cannot change between the driver's check and the digest the executors compare
+    their copy with (``""`` for a part without checksums, where the policy accepts the folder).
+    """
+    listed = listed_checksums(uri)
+    _anchor_digest(cfg, uri, name, part_digest(listed))
+    return {p: part_digest(listed, p.strip("/")) or "" for p in parts}
+
+
+def _anchor_digest(cfg, uri: str, name: str, digest: str | None) -> str:
     key = model_key()
     if key is not None:
         _check_signature(uri, digest, key)

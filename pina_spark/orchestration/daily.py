@@ -6,7 +6,8 @@ points at the right nodes; an existing instance takes its text from the day's in
 present there; instances not seen before are appended after the largest index, sorted by
 ``instance_id``, with ``split`` as given or ``new`` (:func:`extend_nodes`). A daily input is a
 delta: the products earlier daily runs of the same output appended are carried forward while
-those runs used the same models (:func:`carry_of`, :func:`prepare_nodes_from_models`).
+those runs extended the same index space, the same models run's ``nodes`` (:func:`carry_of`,
+:func:`prepare_nodes_from_models`).
 
 Example::
 
@@ -20,7 +21,12 @@ from typing import Any
 
 from pina_spark import storage, validate
 from pina_spark.config import PinaConfig
-from pina_spark.orchestration.resume import NODES_STEP, models_run_root, settings_token
+from pina_spark.orchestration.resume import (
+    NODES_STEP,
+    index_space_token,
+    models_run_root,
+    settings_token,
+)
 from pina_spark.storage.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -133,9 +139,12 @@ class Carry:
     Attributes:
         base: the latest earlier daily root of the same output whose ``nodes`` step is complete
             (``None``: none).
-        same_models: ``base`` was made with this run's models (its nodes step's ``settings``
-            record, :func:`~pina_spark.orchestration.resume.settings_token`): its index space is
-            this run's, and its products carry forward.
+        same_index_space: ``base`` extended the node index space this run extends (the
+            ``index_space`` its nodes step recorded,
+            :func:`~pina_spark.orchestration.resume.index_space_token`: the same models run and
+            the same version of its ``nodes``; a refit of that run's g or vectorizer in place
+            keeps it), so its products carry forward. A root from before that record: its
+            nodes step's ``settings`` (the same models root and model versions).
         skipped: earlier daily roots passed over on the way back: their nodes step did not
             complete (a failed day) -- their products are not in ``base``.
         later: daily roots after this run's date (a backfill or a rerun of an earlier day):
@@ -144,7 +153,7 @@ class Carry:
     """
 
     base: storage.RunPaths | None = None
-    same_models: bool = False
+    same_index_space: bool = False
     skipped: tuple[str, ...] = ()
     later: tuple[str, ...] = ()
     token: str = ""
@@ -160,7 +169,7 @@ def carry_of(cfg: PinaConfig, run_dates: Sequence[str]) -> Carry:
 
     >>> from pina_spark.config import config_from_dict
     >>> carry_of(config_from_dict({"output": "/nonexistent/daily"}), ["2026-11-01"])
-    Carry(base=None, same_models=False, skipped=(), later=(), token='')
+    Carry(base=None, same_index_space=False, skipped=(), later=(), token='')
     """
     if not cfg.run.run_date or not cfg.run.models:
         return Carry()
@@ -181,9 +190,14 @@ def carry_of(cfg: PinaConfig, run_dates: Sequence[str]) -> Carry:
             skipped.append(d)
             continue
         version = entry.get("version", entry.get("finished"))
+        recorded = (entry.get("stats") or {}).get("index_space")
         return Carry(
             base=p,
-            same_models=entry.get("settings") == settings_token(cfg, NODES_STEP),
+            same_index_space=(
+                recorded == index_space_token(cfg)
+                if recorded is not None
+                else entry.get("settings") == settings_token(cfg, NODES_STEP)
+            ),
             skipped=tuple(skipped),
             later=tuple(later),
             token=f"carry:{p.root}:{entry.get('fingerprint')}:{version}",
@@ -199,7 +213,7 @@ def prepare_nodes_from_models(
 
     A daily input is a delta (the products new or changed that day), so the products earlier
     days appended are carried forward: where ``carry`` (:func:`carry_of`) names an earlier
-    daily root made with the same models, this run extends ITS ``nodes`` (same indices, the
+    daily root of the same index space, this run extends ITS ``nodes`` (same indices, the
     latest text) instead of the models run's. After a retraining the new models run's
     ``nodes`` are the catalogue again: the products of the earlier daily root that it lacks
     and today's input does not name are counted (``instances_not_carried``) and logged. A
@@ -234,7 +248,7 @@ def prepare_nodes_from_models(
         )
     if carry.base is not None:
         base_nodes = storage.read_table(spark, carry.base, storage.NODES)
-        if carry.same_models:
+        if carry.same_index_space:
             prev, carried_from = base_nodes, carry.base.root
         else:
             gone = base_nodes.where(F.col(storage.KIND) == storage.KIND_INSTANCE).join(
@@ -250,8 +264,8 @@ def prepare_nodes_from_models(
             if not_carried:
                 log.warning(
                     "nodes: %d products of the earlier daily run %s are not carried forward: it "
-                    "was made with other models, and the models run %s (a retraining since) "
-                    "does not hold them; name them in a daily input to add them again",
+                    "extended another node index space, and the models run %s (a retraining "
+                    "since) does not hold them; name them in a daily input to add them again",
                     not_carried,
                     carry.base.root,
                     root,
@@ -303,7 +317,12 @@ def prepare_nodes_from_models(
         root,
         n_prev,
         n_prev - n_models,
-        carried_from or "no earlier daily run",
+        carried_from
+        or (
+            f"no earlier daily run: {carry.base.root} extended another index space"
+            if carry.base is not None
+            else "no earlier daily run"
+        ),
         n_new,
     )
     out_stats = {
@@ -317,6 +336,7 @@ def prepare_nodes_from_models(
         "splits_not_taken": splits_not_taken,
         "daily_runs_skipped": list(carry.skipped),
         "later_daily_runs": list(carry.later),
+        "index_space": index_space_token(cfg),
     }
     return {**out_stats, **({"inputs": checked} if checked else {})}
 

@@ -31,7 +31,8 @@ Models of an earlier run (``run.models``)
     ``output_nodes.npy`` of the models' g still points at the right nodes), an existing instance
     takes its text from the new instances table when present there, instances not seen before
     are appended after the largest index, and the products earlier daily runs of the same
-    output appended with the same models are carried forward (a daily input is a delta).
+    output appended over the same models run's nodes are carried forward (a daily input is a
+    delta).
 
 Runs without neighbours
     When ``train.variants`` holds neither ``pina`` nor ``pina_naive`` (a production run that
@@ -74,6 +75,7 @@ from pina_spark.orchestration.resume import (
     base_token,
     decide,
     forces,
+    full_root_problem,
     g_lacking,
     models_run_root,
     nodes_token,
@@ -199,8 +201,9 @@ def _run_leased(
 ) -> dict[str, Any]:
     """The body of :func:`run_pipeline`, run while this process holds the root's lease."""
     spark, cfg = ctx.spark, ctx.cfg
-    if runs_nodes_step(cfg, ctx.paths.root, stages):
-        _refuse_a_full_runs_root(ctx)  # before anything is written, the manifest included
+    refused = full_root_problem(cfg, ctx.manifest, ctx.paths.root, stages)
+    if refused:  # before anything is written, the manifest included
+        raise storage.InputError(refused)
     storage.recover(spark, ctx.paths, [o for s in STAGES.values() for o in s.outputs])
     input_fp = storage.input_fingerprint(spark, dc.astuple(cfg.input))
     base = base_token(cfg, input_fp)
@@ -269,23 +272,6 @@ def _run_leased(
     return result
 
 
-def _refuse_a_full_runs_root(ctx: StageContext) -> None:
-    """A run with ``run.models`` (a daily augmentation) publishes its own ``nodes`` (the
-    models run's plus the day's products); on a root where a full or retraining run's graph
-    stage ran (the same ``--run-date`` under the same output: the daily and monthly DAGs on
-    the 1st), that would replace the full run's ``nodes`` under its later stages. Refused
-    before anything is written."""
-    entry = ctx.manifest.stage("graph")
-    if entry is None:
-        return
-    raise storage.InputError(
-        f"{ctx.paths.root} holds a full run (its graph stage is {entry.get('status')}): a run "
-        f"with run.models ({ctx.cfg.run.models}) writes its own nodes there and would replace "
-        f"that run's. Give it another --run-date or output (a daily and a retraining run "
-        f"must not share a run root)"
-    )
-
-
 def _require_test_rows(ctx: StageContext) -> None:
     """Stop a run whose stages train or evaluate the downstream model when the graph stage
     found no test instance (no ``split`` column: every instance is train), before the stages
@@ -300,10 +286,9 @@ def _require_test_rows(ctx: StageContext) -> None:
     ):
         return
     raise storage.InputError(
-        "input.instances: no instance has split='test' (without a split column every "
-        "instance is train), but the stages train and evaluate score test instances: mark "
-        "the instances to score split=test, or run --stages "
-        "graph,vectorizer,embed,pretrain,neighbors,aggregate for the features alone"
+        storage.no_test_rows_message(
+            ctx.cfg.input.instances or "", "no instance kept by the graph stage has split='test'"
+        )
     )
 
 

@@ -55,15 +55,20 @@ def pointer_uri(output: str) -> str:
 
 def digests_of(run_root: str) -> dict[str, str]:
     """``{folder name: checksums digest}`` of the model folders of ``run_root`` that the
-    promotion record vouches for (its vectorizer; none when it has no checksums or cannot be
-    read here: then ``run.models: latest`` refuses it, saying nothing vouches for it)."""
-    vec = storage.RunPaths(run_root).table(storage.VECTORIZER)
+    promotion record vouches for: its vectorizer (none when it has no checksums or cannot be
+    read here: then ``run.models: latest`` refuses it, saying nothing vouches for it), and its
+    ``models`` (g), where the run trained g (a run of the cheap path has none), so a refit of g
+    on the promoted root after the promotion reaches no daily run either."""
+    paths = storage.RunPaths(run_root)
     try:
-        digest = folder_digest(vec)
+        digest = folder_digest(paths.table(storage.VECTORIZER))
+        g_digest = folder_digest(paths.table(storage.MODELS))
     except Exception as e:
-        log.warning("promotion: no digest of %s (%s: %s)", vec, type(e).__name__, e)
+        log.warning("promotion: no digests of %s (%s: %s)", run_root, type(e).__name__, e)
         return {}
-    return {storage.VECTORIZER: digest} if digest else {}
+    if not digest:
+        return {}
+    return {storage.VECTORIZER: digest, **({storage.MODELS: g_digest} if g_digest else {})}
 
 
 def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
@@ -230,8 +235,10 @@ def record_digests(cfg: PinaConfig) -> dict[str, Any]:
     """``pina-spark promote``: record in the promotion record of ``cfg.output`` (of
     ``run.promoted_from`` where that is set: the record that config's runs follow) the digests of
     the run it names (:func:`digests_of`), which a record written before digests existed lacks
-    (then ``run.models: latest`` is refused). The run, its metric and value stay; the promoted
-    run root's lease is held meanwhile, so no run rewrites its models while they are digested.
+    (then ``run.models: latest`` is refused), or before g's ``models`` digest was recorded (the
+    folders it pins must still have their digests; g's is added). The run, its metric and value
+    stay; the promoted run root's lease is held meanwhile, so no run rewrites its models while
+    they are digested.
     Returns ``{"record", "run", "digests", "changed"}``; a record that holds these digests
     already is left as it is.
 
@@ -270,7 +277,8 @@ def record_digests(cfg: PinaConfig) -> dict[str, Any]:
         if held == digests:
             log.info("promotion: %s already holds the digests of %s", uri, run_root)
             return {"record": uri, "run": run_root, "digests": digests, "changed": False}
-        if held:
+        # a record from before g's digest was recorded: the folders it pins must be unchanged
+        if any(digests.get(name) != d for name, d in held.items()):
             raise InputError(
                 f"promotion record {uri} holds digests {held} for {run_root}, but its models now "
                 f"have {digests}: they changed after the promotion; refusing to vouch for them "

@@ -86,6 +86,39 @@ def models_token(cfg: PinaConfig) -> str:
     return ":".join(parts)
 
 
+def index_space_token(cfg: PinaConfig) -> str:
+    """The node index space a run of ``run.models`` extends: the models run's root and the
+    version of its ``nodes`` (what its graph stage published). A refit of the models run's g
+    or vectorizer in place keeps it; a retraining (another root, or its graph rerun) does not.
+    ``""`` without ``run.models``."""
+    root = models_run_root(cfg)
+    if not root:
+        return ""
+    e = Manifest(storage.RunPaths(root).manifest).stage("graph") or {}
+    return f"{root}:{e.get('version', e.get('finished'))}"
+
+
+def full_root_problem(
+    cfg: PinaConfig, manifest: Manifest, root: str, stages: Sequence[str]
+) -> str | None:
+    """Why a run of another run's models (a daily augmentation) may not run on ``root``: it
+    publishes its own ``nodes`` there (the models run's plus the day's products), and a full or
+    retraining run's graph stage ran on that root (the same ``--run-date`` under the same
+    output: the daily and monthly DAGs on the 1st), whose later stages read those ``nodes``.
+    Checked before every other rule (``run`` and ``check`` alike): ``None`` where it may."""
+    if not runs_nodes_step(cfg, root, stages):
+        return None
+    entry = manifest.stage("graph")
+    if entry is None:
+        return None
+    return (
+        f"{root} holds a full run (its graph stage is {entry.get('status')}): a run with "
+        f"run.models ({cfg.run.models}) writes its own nodes there and would replace that "
+        f"run's. Give it another --run-date or output (a daily and a retraining run must not "
+        f"share a run root)"
+    )
+
+
 def nodes_token(instances_fingerprint: str, carry_token: str) -> str:
     """What the nodes pre-step reads besides ``run.models``: the fingerprint of
     ``input.instances`` (the day's products) and the earlier daily root it continues

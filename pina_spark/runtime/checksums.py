@@ -52,6 +52,8 @@ __all__ = [
     "verify_checksums",
     "checksums_digest",
     "local_digest",
+    "local_listed",
+    "part_digest",
     "model_key",
     "signature",
     "local_model_dir",
@@ -144,18 +146,47 @@ def checksums_digest(listed: Mapping[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def local_digest(local_dir: str) -> str | None:
-    """:func:`checksums_digest` of a local folder, ``None`` when its top has no
-    ``_CHECKSUMS.json``."""
-    if not os.path.isfile(os.path.join(local_dir, CHECKSUMS)):
-        return None
+def local_listed(local_dir: str) -> dict[str, bytes]:
+    """The ``_CHECKSUMS.json`` files of a local folder: ``{folder relative to the top ("" for
+    the top, ``/``-separated): bytes}`` (what :func:`checksums_digest` takes)."""
     listed = {}
     for base, _, files in os.walk(local_dir):
         if CHECKSUMS in files:
             rel = os.path.relpath(base, local_dir)
             with open(os.path.join(base, CHECKSUMS), "rb") as fh:
                 listed["" if rel == "." else rel.replace(os.sep, "/")] = fh.read()
-    return checksums_digest(listed)
+    return listed
+
+
+def part_digest(listed: Mapping[str, bytes], part: str = "") -> str | None:
+    """:func:`checksums_digest` of the sub-folder ``part`` (relative, ``/``-separated; ``""``:
+    the whole folder) from the listing of its top folder, ``None`` where ``part`` has no
+    ``_CHECKSUMS.json`` of its own. Equals :func:`local_digest` of that sub-folder.
+
+    Examples
+    --------
+    >>> listed = {"": b"{}", "g": b"{}", "g/a": b"{1}"}
+    >>> part_digest(listed, "g") == checksums_digest({"": b"{}", "a": b"{1}"})
+    True
+    >>> part_digest(listed, "h") is None
+    True
+    """
+    if not part:
+        return checksums_digest(listed) if "" in listed else None
+    sub = {
+        rel[len(part) + 1 :] if rel != part else "": raw
+        for rel, raw in listed.items()
+        if rel == part or rel.startswith(part + "/")
+    }
+    return checksums_digest(sub) if "" in sub else None
+
+
+def local_digest(local_dir: str) -> str | None:
+    """:func:`checksums_digest` of a local folder, ``None`` when its top has no
+    ``_CHECKSUMS.json``."""
+    if not os.path.isfile(os.path.join(local_dir, CHECKSUMS)):
+        return None
+    return checksums_digest(local_listed(local_dir))
 
 
 def model_key() -> bytes | None:

@@ -64,6 +64,7 @@ from pina_spark.storage.inputs import (
     JSON_PEEK_LINES,
     arrow_readable,
     empty_table_message,
+    no_test_rows_message,
     read_input,
     read_input_arrow,
 )
@@ -205,6 +206,7 @@ __all__ = [
     "arrow_readable",
     "read_input",
     "empty_table_message",
+    "no_test_rows_message",
     "read_input_arrow",
     # lease
     "LEASE_HEARTBEAT_S",

@@ -389,6 +389,20 @@ def empty_table_message(table: str, uri: str) -> str:
     return f"input.{table}: {uri} has no rows (an empty input table is an error)"
 
 
+def no_test_rows_message(uri: str, why: str) -> str:
+    """The error of a run that trains or evaluates the downstream model without a test
+    instance (the graph stage's, and the pre-flight's where ``split`` is not a column).
+
+    >>> no_test_rows_message("i.csv", "it has no split column")  # doctest: +ELLIPSIS
+    "input.instances: i.csv: it has no split column, so every instance is train, but ..."
+    """
+    return (
+        f"input.instances: {uri}: {why}, so every instance is train, but the stages train and "
+        f"evaluate score test instances: mark the instances to score split=test, or run "
+        f"--stages graph,vectorizer,embed,pretrain,neighbors,aggregate for the features alone"
+    )
+
+
 def csv_header_names(line: str, strip: bool = True) -> list[str]:
     """The column names of a CSV header line: a byte-order mark before it dropped, then parsed
     as CSV (quoted names unquoted), each stripped of surrounding spaces unless ``strip`` is

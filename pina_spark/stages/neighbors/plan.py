@@ -18,7 +18,7 @@ from typing import Any
 
 from pina_spark import runtime, storage
 from pina_spark.config import variants
-from pina_spark.models import artifacts
+from pina_spark.models import artifacts, trust
 from pina_spark.runtime import embstore
 from pina_spark.runtime.embstore import choose_embeddings_via
 from pina_spark.runtime.sizing import n_partitions
@@ -63,6 +63,9 @@ class GModel:
         uri: its folder (:func:`pina_spark.models.artifacts.g_dir`).
         version: fingerprint of the folder's files (executor cache key).
         topk: candidates PECOS returns per row (``k`` + the excluded ones, capped).
+        digest: its checksums digest, as the driver vouched for it
+            (:func:`pina_spark.models.trust.anchor_parts`): the executor's copy must have it
+            (``""``: a folder without checksums that the policy accepts).
     """
 
     variant: str
@@ -70,6 +73,7 @@ class GModel:
     uri: str
     version: str
     topk: int
+    digest: str = ""
 
     @property
     def name(self) -> str:
@@ -226,6 +230,14 @@ def plan_neighbors(
     # out of fold, train rows take their fold's model and the other rows every fold model
     # (cross-fitting): there is no full model to load
     routes = list(range(n_folds)) if out_of_fold else [FULL_ROUTE]
+    # refuses g nothing trusted vouches for (a refit after the promotion of run.models, a
+    # rewritten folder), before any task loads it; the executors check each copy's digest
+    rels = {
+        (v, r): artifacts.g_dir("", v, None if r == FULL_ROUTE else r).strip("/")
+        for v in variants
+        for r in routes
+    }
+    digests = trust.anchor_parts(cfg, models, storage.MODELS, sorted(rels.values()))
     g_models: list[GModel] = []
     col_maps: dict[str, Any] = {}
     extra = 2 if nb.leave_self_out else 0
@@ -240,7 +252,7 @@ def plan_neighbors(
             n_out, n_bad = len(cmap), int((cmap < 0).sum())
             cap = max(100, 10 * (nb.k + extra))
             topk = int(max(1, min(n_out, nb.k + extra + n_bad, cap)))
-            m = GModel(v, r, uri, artifacts.version(spark, uri), topk)
+            m = GModel(v, r, uri, artifacts.version(spark, uri), topk, digests[rels[(v, r)]])
             if nb.k + extra + n_bad > cap:
                 log.warning(
                     "neighbors: %s: %d of %d outputs are excluded by node_kinds=%s; "

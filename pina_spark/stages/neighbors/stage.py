@@ -203,7 +203,9 @@ class _Models:
                 specs = (self._by_route[(v, route)],)
                 name = specs[0].name
             models = tuple(
-                runtime.get_model(m.uri, self._loader, m.version, "cpu", self._acc, m.name)
+                runtime.get_model(
+                    m.uri, self._loader, m.version, "cpu", self._acc, m.name, digest=m.digest
+                )
                 for m in specs
             )
             out.append(_Group(v, name, specs, models))
