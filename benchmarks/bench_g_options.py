@@ -124,6 +124,17 @@ def main(argv=None) -> dict:
         "--variants", default="pina,pina_naive", help="the variants whose options to measure"
     )
     a = ap.parse_args(argv)
+    solvers = json.loads(a.solvers)
+    if not isinstance(solvers, list) or not all(isinstance(x, dict) for x in solvers):
+        ap.error('--solvers: a JSON list of objects, such as [{"eps": 0.5}]')
+    from pecos.xmc.base import MLModel
+
+    # PECOS ignores keys it does not know; train_g sets these from the config
+    open_keys = {f.name for f in dc.fields(MLModel.TrainParams)}
+    open_keys -= {"threshold", "solver_type", "Cp", "Cn", "threads"}
+    bad = sorted({k for x in solvers for k in x if k not in open_keys})
+    if bad:
+        ap.error(f"--solvers: {bad} not among PECOS' solver parameters {sorted(open_keys)}")
     from pina_spark.config import load_config
     from pina_spark.models import artifacts, bpre
     from pina_spark.orchestration import pipeline, session
@@ -151,9 +162,6 @@ def main(argv=None) -> dict:
 
     leaf0 = int(xcfg.max_leaf_size)
     naive0 = int(cfg.pretrain.xlinear_of("pina_naive").max_leaf_size)  # the stage's own
-    solvers = json.loads(a.solvers)
-    if not isinstance(solvers, list) or not all(isinstance(x, dict) for x in solvers):
-        ap.error('--solvers: a JSON list of objects, such as [{"eps": 0.5}]')
     options = [("pina", leaf0, False, None), ("pina", leaf0, True, None)]
     options += [("pina_naive", naive0, False, None)]
     options += [

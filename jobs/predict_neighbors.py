@@ -1,14 +1,19 @@
 """The name `jobs/neighbors.py` had until every stage's job became `jobs/<stage>.py`.
 
 Step lists and DAGs written before the rename keep working: this runs the ``neighbors`` stage,
-as ``jobs/neighbors.py`` does, after a warning. Point them at ``jobs/neighbors.py``.
+as ``jobs/neighbors.py`` does, after a warning. Point them at ``jobs/neighbors.py``. It imports
+the entry point from ``pina_spark`` as every job does (spark-submit in cluster mode ships this
+file alone, without its siblings).
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from neighbors import job_main  # noqa: E402  (the same entry point)
+try:
+    from pina_spark.cli import job_main
+except ImportError:  # running from a source checkout without the wheel installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from pina_spark.cli import job_main
 
 if __name__ == "__main__":
     print(

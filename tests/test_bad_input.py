@@ -674,3 +674,8 @@ def test_no_test_instance_stops_a_run_that_trains_before_the_vectorizer(spark, t
     m = Manifest(storage.RunPaths(cfg.output).manifest)
     assert m.stage("graph")["status"] == "complete" and m.stage("vectorizer") is None
     assert pipeline.run_pipeline(spark, cfg, ["graph"]) == {"graph": "skipped"}
+    # a step of its own (the EMR step lists run one stage per command): stopped before it starts
+    for step in (["train"], ["evaluate"]):
+        with pytest.raises(storage.InputError, match="has split='test'"):
+            pipeline.run_pipeline(spark, cfg, step)
+        assert Manifest(storage.RunPaths(cfg.output).manifest).stage(step[0]) is None

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -218,11 +219,17 @@ def test_every_stage_has_its_job_and_the_old_neighbors_name_still_runs(tmp_path)
         assert os.path.exists(os.path.join(ROOT, "jobs", f"{stage}.py")), stage
     bad = tmp_path / "bad.yaml"
     bad.write_text("output: /x\nneighbors: {k: -1}\n")
+    # alone in a folder, as spark-submit --deploy-mode cluster ships it (no sibling jobs)
+    alone = tmp_path / "ship"
+    alone.mkdir()
+    shutil.copy(os.path.join(ROOT, "jobs", "predict_neighbors.py"), alone)
+    env = {**os.environ, "PYTHONPATH": ROOT}
     r = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "jobs", "predict_neighbors.py"), "--config", str(bad)],
+        [sys.executable, str(alone / "predict_neighbors.py"), "--config", str(bad)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=str(tmp_path),
+        env=env,
         timeout=120,
     )
     assert r.returncode == 2, r.stderr

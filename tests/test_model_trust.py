@@ -498,11 +498,15 @@ def _published_g(root, folds=2):
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "param.json"), "w") as fh:
             json.dump({"fold": f}, fh)
+        with open(os.path.join(d, artifacts.OUTPUT_NODES), "wb") as fh:
+            fh.write(b"nodes %d" % f)
+    with open(os.path.join(models, artifacts.FOLDS_JSON), "w") as fh:
+        json.dump({"folds": folds}, fh)
     runtime.write_checksums(models)
     return models
 
 
-def test_the_promotion_pins_g_too_and_a_refit_after_it_is_refused(tmp_path, monkeypatch):
+def test_the_promotion_pins_g_too_and_a_refit_after_it_is_refused(tmp_path, monkeypatch, capsys):
     """A user's trial: promoting a run, then refitting its g in place (``--stages pretrain``),
     let daily runs predict with the refit g, which no evaluation had passed: the promotion record
     held the vectorizer's digest only. It now holds g's ``models`` digest too; the neighbours
@@ -545,6 +549,28 @@ def test_the_promotion_pins_g_too_and_a_refit_after_it_is_refused(tmp_path, monk
     assert cli.main(["promote", "--config", str(conf)]) == 0
     assert promotion.read_promoted(str(out))[trust.DIGESTS]["models"] == trust.folder_digest(models)
     assert trust.anchor_parts(daily, models, "models", parts)["g/pina/fold=0"]
+    # what the driver reads itself, and parts the folder's digest does not cover
+    read_here = [artifacts.FOLDS_JSON, f"g/pina/fold=0/{artifacts.OUTPUT_NODES}"]
+    assert trust.anchor_parts(daily, models, "models", parts, read_here)
+    with open(os.path.join(models, artifacts.FOLDS_JSON), "w") as fh:  # checksums left as is
+        json.dump({"folds": 3}, fh)
+    with pytest.raises(trust.ModelTrustError, match="folds.json is not the file .*other content"):
+        trust.anchor_parts(daily, models, "models", parts, read_here)
+    added = artifacts.g_dir(models, "pina", 2)
+    os.makedirs(added)
+    open(os.path.join(added, "param.json"), "w").write("{}")
+    with pytest.raises(trust.ModelTrustError, match="fold=2 has no _CHECKSUMS.json of its own"):
+        trust.anchor_parts(daily, models, "models", parts + ["g/pina/fold=2"])
+
+    # g refit after the promotion (the manifest says so): promote does not vouch for it
+    from pina_spark.storage.manifest import Manifest
+
+    Manifest(storage.RunPaths(run_root).manifest).record_stage("pretrain", {}, "fp", 1.0)
+    late = {**old, "promoted_at": "2026-01-01T00:00:00Z"}
+    storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(late).encode())
+    assert cli.main(["promote", "--config", str(conf)]) == 2
+    assert "pretrain stage finished after the run was promoted" in capsys.readouterr().err
+
     _tamper(vec)  # a record whose vectorizer digest no longer holds is not upgraded
     storage.write_bytes(promotion.pointer_uri(str(out)), json.dumps(old).encode())
     assert cli.main(["promote", "--config", str(conf)]) == 2

@@ -666,7 +666,7 @@ def test_carry_of_walks_back_to_the_last_complete_daily_root(tmp_path):
     assert c.token.startswith("carry:" + c.base.root)
     c1 = daily.carry_of(dc.replace(cfg, run=dc.replace(cfg.run, run_date="2026-11-02")), dates)
     assert c1.base.root.endswith("run_date=2026-11-01") and c1.same_index_space
-    assert daily.carry_of(cfg, []) == daily.Carry()
+    assert daily.carry_of(cfg, []) == daily.Carry(index_space=resume.index_space_token(cfg))
     # the index space is the models run's nodes: a refit of its g (other settings) keeps it,
     # a republished graph (a retraining on the same root) does not
     mm = Manifest(storage.RunPaths(models).manifest)

@@ -113,8 +113,10 @@ class InputConfig(_Params):
         instances: ``instance_id, text[, split]``. Required by the graph stage. ``split``:
             ``train`` or ``test`` (another value is quarantined); without the column, or with
             an empty value, an instance is ``train`` (a daily run's new product without one is
-            ``new``). A run through train or evaluate needs ``test`` rows: without the column,
-            ``check`` and ``run`` stop before the graph stage.
+            ``new``). Train and evaluate need ``test`` rows: without the column, a command
+            that runs the graph stage and train or evaluate stops before the graph stage
+            (``check`` too), and a train or evaluate step of its own (the EMR step lists)
+            before it starts.
         labels: ``label_id, text``. Required when ``task.labels == 'given'``.
         instance_labels: ``instance_id, label_id``. Required when ``task.labels == 'given'``.
         events: raw co-purchase logs ``basket_id, item_id[, event_time][, weight]``. Required for

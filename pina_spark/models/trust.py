@@ -141,16 +141,54 @@ def anchor(cfg, uri: str, name: str) -> str:
     return _anchor_digest(cfg, uri, name, folder_digest(uri))
 
 
-def anchor_parts(cfg, uri: str, name: str, parts) -> dict[str, str]:
+def anchor_parts(cfg, uri: str, name: str, parts, files=()) -> dict[str, str]:
     """:func:`anchor` for a folder whose sub-folders executors load one by one (``models``:
     ``g/<variant>/fold=<f>``): the policy applied to the whole folder ``uri``, and the digest of
     each of ``parts`` (paths relative to ``uri``) taken from the same listing of its checksums,
     so a part cannot change between the driver's check and the digest the executors compare
     their copy with (``""`` for a part without checksums, where the policy accepts the folder).
+    ``files`` (relative paths) are files the driver reads itself (``folds.json``, each part's
+    ``output_nodes.npy``): each must have the sha256 the vouched-for listing holds for it.
+
+    Raises
+    ------
+    ModelTrustError
+        As :func:`anchor`; or, in a folder with checksums, a part without checksums of its own
+        (added after the folder was published: the folder's digest does not cover it) or a
+        file whose content is not the one listed.
     """
     listed = listed_checksums(uri)
-    _anchor_digest(cfg, uri, name, part_digest(listed))
-    return {p: part_digest(listed, p.strip("/")) or "" for p in parts}
+    whole = part_digest(listed)
+    _anchor_digest(cfg, uri, name, whole)
+    digests = {p: part_digest(listed, p.strip("/")) for p in parts}
+    if whole is None:  # a folder from before checksums, which the policy accepted
+        return {p: "" for p in parts}
+    lacking = sorted(p for p, d in digests.items() if d is None)
+    if lacking:
+        raise ModelTrustError(
+            f"model folder {uri}: {', '.join(lacking)} has no {CHECKSUMS} of its own, so the "
+            f"digest vouched for does not cover it (added after the folder was published?); "
+            f"refusing to load it"
+        )
+    for rel in files:
+        _check_listed_file(uri, listed, rel.strip("/"))
+    return {p: str(d) for p, d in digests.items()}
+
+
+def _check_listed_file(uri: str, listed, rel: str) -> None:
+    """Refuse ``uri``/``rel`` unless its sha256 is the one its folder's listed
+    ``_CHECKSUMS.json`` holds."""
+    import hashlib
+
+    folder, base = rel.rsplit("/", 1) if "/" in rel else ("", rel)
+    expected = json.loads(listed.get(folder) or b"{}").get(base)
+    raw = storage.read_bytes(storage.join(uri, rel))
+    got = hashlib.sha256(raw).hexdigest() if raw is not None else None
+    if expected is None or got != expected:
+        raise ModelTrustError(
+            f"model folder {uri}: {rel} is not the file its vouched-for {CHECKSUMS} lists "
+            f"({'not listed' if expected is None else 'other content'}); refusing to read it"
+        )
 
 
 def _anchor_digest(cfg, uri: str, name: str, digest: str | None) -> str:
@@ -181,13 +219,19 @@ def _anchor_digest(cfg, uri: str, name: str, digest: str | None) -> str:
         )
         return digest or ""
     if named:
+        pinned_any = bool((read_promoted(record_of) or {}).get(DIGESTS))
+        why = (
+            f"a record written before pina-spark pinned the {name} folder vouches for nothing "
+            f"here"
+            if pinned_any
+            else "a record written before pina-spark recorded digests vouches for nothing"
+        )
         raise ModelTrustError(
             f"model folder {uri} (run.models {other}): the promotion record "
             f"{record} names that run but holds no digest of its "
-            f"{name} folder (a record written before pina-spark recorded digests vouches for "
-            f"nothing). To upgrade, once: check that nobody changed {other} since it was "
-            f"promoted, then run `{REPROMOTE_COMMAND} --config <this config>`, which records "
-            f"the digests of the promoted run's models in the record (docs/emr.md, "
+            f"{name} folder ({why}). To upgrade, once: check that nobody changed {other} "
+            f"since it was promoted, then run `{REPROMOTE_COMMAND} --config <this config>`, "
+            f"which records the digests of the promoted run's models in the record (docs/emr.md, "
             f"'Upgrading'); or set {MODEL_KEY_ENV} and publish the models again"
         )
     raise ModelTrustError(

@@ -150,6 +150,9 @@ class Carry:
         later: daily roots after this run's date (a backfill or a rerun of an earlier day):
             they carried from the ``nodes`` this run replaces.
         token: ``base``'s root and its nodes step's version (``""``: no base).
+        index_space: this run's index space
+            (:func:`~pina_spark.orchestration.resume.index_space_token`), read once with the
+            decision and recorded by the nodes step for the next day's.
     """
 
     base: storage.RunPaths | None = None
@@ -157,6 +160,7 @@ class Carry:
     skipped: tuple[str, ...] = ()
     later: tuple[str, ...] = ()
     token: str = ""
+    index_space: str = ""
 
 
 def carry_of(cfg: PinaConfig, run_dates: Sequence[str]) -> Carry:
@@ -169,11 +173,11 @@ def carry_of(cfg: PinaConfig, run_dates: Sequence[str]) -> Carry:
 
     >>> from pina_spark.config import config_from_dict
     >>> carry_of(config_from_dict({"output": "/nonexistent/daily"}), ["2026-11-01"])
-    Carry(base=None, same_index_space=False, skipped=(), later=(), token='')
+    Carry(base=None, same_index_space=False, skipped=(), later=(), token='', index_space='')
     """
     if not cfg.run.run_date or not cfg.run.models:
         return Carry()
-    later, skipped = [], []
+    later, skipped, space = [], [], index_space_token(cfg)
     for d in sorted(run_dates):
         if d > cfg.run.run_date and Manifest(storage.RunPaths(cfg.output, d).manifest).stage(
             NODES_STEP
@@ -194,15 +198,16 @@ def carry_of(cfg: PinaConfig, run_dates: Sequence[str]) -> Carry:
         return Carry(
             base=p,
             same_index_space=(
-                recorded == index_space_token(cfg)
+                recorded == space
                 if recorded is not None
                 else entry.get("settings") == settings_token(cfg, NODES_STEP)
             ),
             skipped=tuple(skipped),
             later=tuple(later),
             token=f"carry:{p.root}:{entry.get('fingerprint')}:{version}",
+            index_space=space,
         )
-    return Carry(skipped=tuple(skipped), later=tuple(later))
+    return Carry(skipped=tuple(skipped), later=tuple(later), index_space=space)
 
 
 def prepare_nodes_from_models(
@@ -336,7 +341,7 @@ def prepare_nodes_from_models(
         "splits_not_taken": splits_not_taken,
         "daily_runs_skipped": list(carry.skipped),
         "later_daily_runs": list(carry.later),
-        "index_space": index_space_token(cfg),
+        "index_space": carry.index_space or index_space_token(cfg),
     }
     return {**out_stats, **({"inputs": checked} if checked else {})}
 

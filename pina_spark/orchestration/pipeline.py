@@ -217,6 +217,13 @@ def _run_leased(
     problem = plan_problem(cfg, stages, ctx.manifest, steps, complete)
     if problem:  # before the manifest records the run: nothing ran
         raise storage.InputError(problem)
+    names = stage_names(cfg, stages)
+    if (
+        {"train", "evaluate"} & set(names)
+        and "graph" not in names
+        and complete(ctx.paths.table(storage.NODES))
+    ):  # a step of its own (the EMR step lists, the DAGs): stopped before it starts
+        _require_test_rows(ctx)
     ctx.manifest.set_run_info(cfg.to_dict())
     ctx.manifest.start_run(
         run_id,

@@ -60,15 +60,38 @@ def digests_of(run_root: str) -> dict[str, str]:
     ``models`` (g), where the run trained g (a run of the cheap path has none), so a refit of g
     on the promoted root after the promotion reaches no daily run either."""
     paths = storage.RunPaths(run_root)
-    try:
-        digest = folder_digest(paths.table(storage.VECTORIZER))
-        g_digest = folder_digest(paths.table(storage.MODELS))
-    except Exception as e:
-        log.warning("promotion: no digests of %s (%s: %s)", run_root, type(e).__name__, e)
-        return {}
-    if not digest:
-        return {}
-    return {storage.VECTORIZER: digest, **({storage.MODELS: g_digest} if g_digest else {})}
+    out = {}
+    for folder in (storage.VECTORIZER, storage.MODELS):
+        uri = paths.table(folder)
+        try:
+            digest = folder_digest(uri)
+        except Exception as e:
+            log.warning("promotion: no digest of %s (%s: %s)", uri, type(e).__name__, e)
+            digest = None
+        if digest:
+            out[folder] = digest
+    return out if storage.VECTORIZER in out else {}
+
+
+#: the stage that writes each model folder a promotion record pins
+_WRITER = {storage.VECTORIZER: "vectorizer", storage.MODELS: "pretrain"}
+
+
+def _refit_after(run_root: str, promoted_at: str | None, folders) -> str | None:
+    """The stage of ``run_root`` that wrote one of ``folders`` after ``promoted_at`` (the
+    record's UTC time, to the second), per its manifest; ``None`` where none did or the times
+    are unknown."""
+    from pina_spark.storage.manifest import Manifest
+
+    if not promoted_at:
+        return None
+    m = Manifest(storage.RunPaths(run_root).manifest)
+    for folder in sorted(folders):
+        stage = _WRITER.get(folder)
+        finished = str((m.stage(stage) or {}).get("finished") or "") if stage else ""
+        if finished[:19] > str(promoted_at)[:19]:  # ISO UTC: the text order is the time order
+            return stage
+    return None
 
 
 def resolve_models(cfg: PinaConfig, stages: Sequence[str] = ()) -> PinaConfig:
@@ -283,6 +306,14 @@ def record_digests(cfg: PinaConfig) -> dict[str, Any]:
                 f"promotion record {uri} holds digests {held} for {run_root}, but its models now "
                 f"have {digests}: they changed after the promotion; refusing to vouch for them "
                 f"(promote a run through the evaluate stage)"
+            )
+        refit = _refit_after(run_root, record.get("promoted_at"), set(digests) - set(held))
+        if refit:
+            raise InputError(
+                f"promotion record {uri}: {run_root}'s {refit} stage finished after the run was "
+                f"promoted ({record.get('promoted_at')}): what it wrote never passed the "
+                f"promotion gate; refusing to vouch for it (promote a run through the evaluate "
+                f"stage)"
             )
         storage.check_lease_for(run_root)
         new = {**record, DIGESTS: digests}

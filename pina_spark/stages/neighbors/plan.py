@@ -237,7 +237,10 @@ def plan_neighbors(
         for v in variants
         for r in routes
     }
-    digests = trust.anchor_parts(cfg, models, storage.MODELS, sorted(rels.values()))
+    parts = sorted(rels.values())
+    read_here = [f"{p}/{artifacts.OUTPUT_NODES}" for p in parts]  # col_map below
+    read_here += [artifacts.FOLDS_JSON] if out_of_fold else []  # n_folds above
+    digests = trust.anchor_parts(cfg, models, storage.MODELS, parts, read_here)
     g_models: list[GModel] = []
     col_maps: dict[str, Any] = {}
     extra = 2 if nb.leave_self_out else 0
