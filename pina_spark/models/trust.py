@@ -181,7 +181,14 @@ def _check_listed_file(uri: str, listed, rel: str) -> None:
     import hashlib
 
     folder, base = rel.rsplit("/", 1) if "/" in rel else ("", rel)
-    expected = json.loads(listed.get(folder) or b"{}").get(base)
+    try:
+        expected = json.loads(listed.get(folder) or b"{}").get(base)
+    except (ValueError, AttributeError) as e:
+        where = f"{folder}/{CHECKSUMS}" if folder else CHECKSUMS
+        raise ModelTrustError(
+            f"model folder {uri}: {where} cannot be read ({type(e).__name__}: {e}): a corrupt "
+            f"or rewritten folder; refusing to load it"
+        ) from None
     raw = storage.read_bytes(storage.join(uri, rel))
     got = hashlib.sha256(raw).hexdigest() if raw is not None else None
     if expected is None or got != expected:

@@ -393,8 +393,8 @@ def no_test_rows_message(uri: str, why: str) -> str:
     """The error of a run that trains or evaluates the downstream model without a test
     instance (the graph stage's, and the pre-flight's where ``split`` is not a column).
 
-    >>> no_test_rows_message("i.csv", "it has no split column")  # doctest: +ELLIPSIS
-    "input.instances: i.csv: it has no split column, so every instance is train, but ..."
+    >>> print(no_test_rows_message("i.csv", "it has no split column"))  # doctest: +ELLIPSIS
+    input.instances: i.csv: it has no split column, so every instance is train, but ...
     """
     return (
         f"input.instances: {uri}: {why}, so every instance is train, but the stages train and "
